@@ -1,0 +1,1 @@
+"""JPU-Share: fair GPU sharing for research labs, event-sourced over NATS JetStream."""

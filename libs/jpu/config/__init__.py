@@ -1,0 +1,151 @@
+"""One configuration file, every key overridable by a `JPU_<KEY>` environment variable (SPEC O1).
+
+Invalid configuration fails at start with the key and the reason (ConfigError).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+DEFAULT_PATH = Path(__file__).with_name("default.yaml")
+
+
+class ConfigError(ValueError):
+    """Configuration that cannot be used; the message names the key."""
+
+
+class Tier(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    model: str
+    vram_gb: int
+    tflops: float
+    sort_order: int
+    max_gpus: int
+    partition: str
+    cpus_per_gpu: int = 1
+    mem_gb_per_gpu: int = 1
+    active: bool = True
+
+
+class Node(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    gpus: dict[str, int]  # tier name -> GPU count; one node may hold several tiers
+
+
+class UserConfig(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    max_active_jobs: int | None = None
+    role: str = "user"
+
+
+class LabConfig(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    usage: float = 0.0  # starting usage in TFLOP-s at time 0 / at load
+    users: list[UserConfig] = []
+
+
+class Cluster(msgspec.Struct, frozen=True, kw_only=True):
+    """The part shared by the services and the simulator."""
+
+    tiers: list[Tier]
+    nodes: list[Node]
+    labs: list[LabConfig] = []
+
+    def tier(self, name: str) -> Tier:
+        for t in self.tiers:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+class Config(Cluster, frozen=True, kw_only=True):
+    half_life_s: float = 7 * 24 * 3600.0
+    cycle_s: float = 5.0
+    min_cycle_gap_s: float = 0.2
+    max_active_jobs: int = 3
+    max_attempts: int = 3
+    cancel_grace_s: float = 30.0
+    kill_failed_after_s: float = 300.0
+    backfill_settle_s: float = 60.0
+    backfill_enabled: bool = True
+    backfill_command: str = "python -m jpu.backfill_stub"
+    slurm_backend: str = "local"
+    nats_url: str = "nats://127.0.0.1:4222"
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/jpu"
+    stream_name: str = "JPU"
+    subject_prefix: str = "jpu"
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8080
+    data_dir: str = ".jpu"
+
+
+def _validate(cluster: Cluster) -> None:
+    names = [t.name for t in cluster.tiers]
+    if len(set(names)) != len(names):
+        raise ConfigError("tiers: duplicate tier name")
+    for i, t in enumerate(cluster.tiers):
+        if t.tflops <= 0 or t.vram_gb <= 0 or t.max_gpus < 1:
+            raise ConfigError(f"tiers[{i}] ({t.name}): tflops, vram_gb, max_gpus must be positive")
+    for i, n in enumerate(cluster.nodes):
+        for tier, count in n.gpus.items():
+            if tier not in names:
+                raise ConfigError(f"nodes[{i}].gpus: unknown tier {tier!r}")
+            if count < 0:
+                raise ConfigError(f"nodes[{i}].gpus.{tier}: negative GPU count")
+    if len({n.name for n in cluster.nodes}) != len(cluster.nodes):
+        raise ConfigError("nodes: duplicate node name")
+
+
+def _env_overrides(raw: dict[str, Any], env: Mapping[str, str], fields: set[str]) -> None:
+    for key in fields:
+        value = env.get(f"JPU_{key.upper()}")
+        if value is None:
+            continue
+        try:
+            raw[key] = yaml.safe_load(value)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"JPU_{key.upper()}: not valid YAML/JSON: {e}") from e
+
+
+def _convert(raw: dict[str, Any], kind: type[Cluster], source: str) -> Any:
+    try:
+        obj = msgspec.convert(raw, kind, strict=False)
+    except msgspec.ValidationError as e:
+        # msgspec names the key as `$.tiers[0].tflops`
+        raise ConfigError(f"{source}: {e}") from e
+    _validate(obj)
+    return obj
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: top level must be a mapping")
+    return raw
+
+
+def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Load the config file (JPU_CONFIG or the default), then apply JPU_<KEY> overrides."""
+    env = os.environ if env is None else env
+    path = Path(path or env.get("JPU_CONFIG") or DEFAULT_PATH)
+    raw = _read_yaml(DEFAULT_PATH)
+    if path != DEFAULT_PATH:
+        raw.update(_read_yaml(path))
+    _env_overrides(raw, env, set(Config.__struct_fields__))
+    return _convert(raw, Config, str(path))  # type: ignore[no-any-return]
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """The cluster part only (tiers, nodes, labs), e.g. for the simulator."""
+    raw = _read_yaml(Path(path))
+    keep = {k: v for k, v in raw.items() if k in Cluster.__struct_fields__}
+    return _convert(keep, Cluster, str(path))  # type: ignore[no-any-return]

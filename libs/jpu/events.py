@@ -1,0 +1,233 @@
+"""Every fact JPU-Share records, as immutable msgspec structs (SPEC E1).
+
+Evolution rules (checked by tests/unit/test_schemas.py against proto-schemas/):
+  * a tag (the `type` on the wire) never changes, even when a class is renamed;
+  * a field's type never changes; a new field must have a default;
+  * `schema_version` is bumped when a struct gains fields.
+Times (`ts`, `as_of`, `since`, ...) are seconds from the service's injectable clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final, Literal
+
+import msgspec
+
+SCHEMA_VERSION: Final = 1
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every event: `type` (the tag), `event_id`, `ts`, `schema_version`."""
+
+    event_id: str
+    ts: float
+    schema_version: int = SCHEMA_VERSION
+
+
+class JobEvent(Event, frozen=True, kw_only=True):
+    job_id: str
+
+
+# --- submission and queue (SPEC §2) ---------------------------------------------------------
+
+
+class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
+    lab: str
+    user: str
+    name: str
+    command: str
+    num_gpus: int
+    tiers: list[str] | None = None
+    min_vram_gb: int | None = None
+    time_limit_s: int | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    idempotency_key: str | None = None
+
+
+class JobPromoted(JobEvent, frozen=True, kw_only=True, tag="JobPromoted"):
+    """Personal queue → global queue (SPEC Q5)."""
+
+    queue_entered_at: float
+
+
+# --- reservations (SPEC R1–R5) --------------------------------------------------------------
+
+ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]
+
+
+class ReservationStarted(JobEvent, frozen=True, kw_only=True, tag="ReservationStarted"):
+    node: str
+    tier: str
+    gpus: list[int]  # GPU indices held
+
+
+class ReservationGrown(JobEvent, frozen=True, kw_only=True, tag="ReservationGrown"):
+    node: str
+    tier: str
+    gpus: list[int]  # all GPU indices held after growing
+    added: list[int] = msgspec.field(default_factory=list)
+
+
+class ReservationReleased(JobEvent, frozen=True, kw_only=True, tag="ReservationReleased"):
+    node: str
+    tier: str
+    gpus: list[int]
+    reason: ReleaseReason
+    gpu_seconds: float  # GPU-seconds held by the whole reservation
+    charged_now: bool  # True for R3-like releases (demoted, maintenance, capacity)
+    tflops: float = 0.0
+
+
+# --- execution (SPEC §5) --------------------------------------------------------------------
+
+JobEndState = Literal["COMPLETED", "FAILED", "CANCELLED"]
+
+
+class JobDispatched(JobEvent, frozen=True, kw_only=True, tag="JobDispatched"):
+    attempt: int
+    node: str
+    tier: str
+    gpus: list[int]
+
+
+class JobStarted(JobEvent, frozen=True, kw_only=True, tag="JobStarted"):
+    attempt: int
+    backend_job_id: str
+    isolation: str = "none"
+
+
+class JobEnded(JobEvent, frozen=True, kw_only=True, tag="JobEnded"):
+    """An attempt ended (SPEC X6). `usage` = TFLOP-s of this attempt not already charged."""
+
+    attempt: int
+    state: JobEndState
+    exit_code: int | None = None
+    node: str | None = None
+    tier: str | None = None
+    gpus: list[int] = msgspec.field(default_factory=list)
+    gpu_seconds_run: float = 0.0
+    gpu_seconds_reserved: float = 0.0  # the reserved part not already charged (R3 excluded)
+    tflops: float = 0.0
+    usage: float = 0.0
+    oom: bool = False
+    host_oom: bool = False
+    reason: str | None = None  # e.g. "OOM", "NonZeroExitCode", "TIMEOUT", "NODE_FAIL"
+    kill_failed: bool = False
+    backend_job_id: str | None = None
+
+
+class JobRetryScheduled(JobEvent, frozen=True, kw_only=True, tag="JobRetryScheduled"):
+    """OOM escalation (SPEC X8): back to GLOBAL_QUEUE_WAIT keeping queue_entered_at."""
+
+    attempt: int
+    min_vram_gb: int
+
+
+class JobCancelRequested(JobEvent, frozen=True, kw_only=True, tag="JobCancelRequested"):
+    by: str
+
+
+# --- accounting (SPEC §3) -------------------------------------------------------------------
+
+ChargeReason = Literal["job_end", "demoted", "maintenance", "capacity", "initial"]
+
+
+class UsageCharged(Event, frozen=True, kw_only=True, tag="UsageCharged"):
+    lab: str
+    amount: float
+    value_after: float
+    as_of: float
+    job_id: str | None = None
+    reason: ChargeReason = "job_end"
+    attempt: int | None = None
+
+
+# --- backfill (SPEC §6), maintenance (§7), inventory (§1.2) --------------------------------
+
+
+class BackfillStarted(Event, frozen=True, kw_only=True, tag="BackfillStarted"):
+    backfill_id: str
+    node: str
+    tier: str
+    gpu: int
+    backend_job_id: str | None = None
+    endpoint: str | None = None
+
+
+class BackfillEnded(Event, frozen=True, kw_only=True, tag="BackfillEnded"):
+    backfill_id: str
+    node: str
+    tier: str
+    gpu: int
+    reason: Literal["preempted", "reclaimed", "exited", "failed"] = "preempted"
+
+
+MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
+
+
+class MaintenanceChanged(Event, frozen=True, kw_only=True, tag="MaintenanceChanged"):
+    state: MaintenanceState
+    by: str
+    message: str = ""
+
+
+class NodeInventoryObserved(Event, frozen=True, kw_only=True, tag="NodeInventoryObserved"):
+    """What a backend sees of one node: GPUs per tier and which indices are down."""
+
+    node: str
+    gpus: dict[str, int]  # tier -> GPU count
+    down: dict[str, list[int]] = msgspec.field(default_factory=dict)  # tier -> down indices
+    state: str = "up"  # up | drain | down
+
+
+AnyEvent = (
+    JobSubmitted
+    | JobPromoted
+    | ReservationStarted
+    | ReservationGrown
+    | ReservationReleased
+    | JobDispatched
+    | JobStarted
+    | JobEnded
+    | JobRetryScheduled
+    | JobCancelRequested
+    | UsageCharged
+    | BackfillStarted
+    | BackfillEnded
+    | MaintenanceChanged
+    | NodeInventoryObserved
+)
+
+EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__  # type: ignore[attr-defined]
+
+_encoder: Final = msgspec.json.Encoder()
+_decoder: Final = msgspec.json.Decoder(AnyEvent)
+
+
+def encode(event: Event) -> bytes:
+    return _encoder.encode(event)
+
+
+def decode(data: bytes) -> AnyEvent:
+    """Decode one event; raises msgspec.ValidationError / DecodeError on bad input."""
+    return _decoder.decode(data)
+
+
+def new_event_id() -> str:
+    return uuid.uuid4().hex
+
+
+def subject_for(event: Event, prefix: str = "jpu") -> str:
+    """The subject an event is appended on (SPEC E2: one subject per job for concurrency)."""
+    if isinstance(event, JobEvent):
+        return f"{prefix}.job.{event.job_id}"
+    if isinstance(event, UsageCharged):
+        return f"{prefix}.lab.{event.lab}"
+    if isinstance(event, BackfillStarted | BackfillEnded):
+        return f"{prefix}.backfill.{event.node}"
+    if isinstance(event, MaintenanceChanged):
+        return f"{prefix}.maintenance"
+    if isinstance(event, NodeInventoryObserved):
+        return f"{prefix}.inventory.{event.node}"
+    raise TypeError(f"no subject for {type(event).__name__}")

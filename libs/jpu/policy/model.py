@@ -1,0 +1,130 @@
+"""Plain data the policy core decides on: a snapshot in, decisions out. No I/O, no clock.
+
+The same types are used by the dispatcher service (built from projections) and by the
+simulator (built from its virtual cluster), so both run exactly the same policy code.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from jpu.config import Tier
+
+GpuState = str  # "free" | "job:<id>" | "reserved:<id>" | "backfill:<id>" | "down"  (SPEC §1.2)
+PendingReason = Literal["Priority", "Resources", "Reservation", "Maintenance", "ConcurrencyLimit"]
+MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
+ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]
+
+
+class Gpu(msgspec.Struct, frozen=True):
+    """One physical GPU: a row of `gpu_resources`."""
+
+    node: str
+    tier: str
+    index: int
+    state: GpuState = "free"
+
+
+class Reservation(msgspec.Struct, frozen=True):
+    """GPUs a queued job holds in one placement (node × tier) while more gather (SPEC R2)."""
+
+    node: str
+    tier: str
+    gpus: tuple[int, ...]
+    since: float  # when the reservation started; held time is charged from here
+
+
+class QueuedJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A job in the global queue (GLOBAL_QUEUE_WAIT or RESERVING)."""
+
+    job_id: str
+    lab: str
+    user: str
+    num_gpus: int
+    queue_entered_at: float
+    tiers: frozenset[str] | None = None
+    min_vram_gb: int | None = None
+    attempt: int = 1
+    time_limit_s: float | None = None
+    reservation: Reservation | None = None
+
+
+class RunningJob(msgspec.Struct, frozen=True, kw_only=True):
+    """A DISPATCHED/RUNNING job (needed by baselines that plan on time limits)."""
+
+    job_id: str
+    lab: str
+    node: str
+    tier: str
+    gpus: tuple[int, ...]
+    started_at: float
+    time_limit_s: float | None = None
+
+
+class LabUsage(msgspec.Struct, frozen=True):
+    """Stored usage `(value, as_of)`; the decayed value is computed at a time (SPEC F3)."""
+
+    value: float = 0.0
+    as_of: float = 0.0
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    tiers: dict[str, Tier]
+    gpus: list[Gpu]
+    queue: list[QueuedJob]
+    usage: dict[str, LabUsage]
+    half_life_s: float = 7 * 24 * 3600.0
+    maintenance: MaintenanceState = "NORMAL"
+    running: list[RunningJob] = []
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+class ReservationRelease(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: str
+    lab: str
+    node: str
+    tier: str
+    gpus: tuple[int, ...]
+    reason: ReleaseReason
+    gpu_seconds: float  # GPU-seconds held by the reservation up to `now`
+    charge_now: float  # TFLOP-s to charge at once (R3, maintenance, capacity); 0 for swap/dispatch
+
+
+class ReservationStart(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: str
+    node: str
+    tier: str
+    gpus: tuple[int, ...]
+
+
+class ReservationGrow(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: str
+    node: str
+    tier: str
+    gpus: tuple[int, ...]  # all held after growing
+    added: tuple[int, ...]
+
+
+class Dispatch(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: str
+    lab: str
+    node: str
+    tier: str
+    gpus: tuple[int, ...]
+    attempt: int = 1
+    preempt_backfill: tuple[str, ...] = ()  # backfill ids to preempt first (SPEC B2)
+
+
+class CycleResult(msgspec.Struct, kw_only=True):
+    """Everything one dispatch cycle decided, in the order it must be applied."""
+
+    order: list[str]  # job ids by rank (rank 1 first) — D1
+    releases: list[ReservationRelease] = []
+    starts: list[ReservationStart] = []
+    grows: list[ReservationGrow] = []
+    dispatches: list[Dispatch] = []
+    pending: dict[str, PendingReason] = {}

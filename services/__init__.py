@@ -1,0 +1,1 @@
+"""JPU-Share services: one process each (SPEC E4)."""
