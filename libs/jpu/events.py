@@ -199,7 +199,7 @@ AnyEvent = (
     | NodeInventoryObserved
 )
 
-EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__  # type: ignore[attr-defined]
+EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__
 
 _encoder: Final = msgspec.json.Encoder()
 _decoder: Final = msgspec.json.Decoder(AnyEvent)

@@ -141,11 +141,11 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     if path != DEFAULT_PATH:
         raw.update(_read_yaml(path))
     _env_overrides(raw, env, set(Config.__struct_fields__))
-    return _convert(raw, Config, str(path))  # type: ignore[no-any-return]
+    return _convert(raw, Config, str(path))
 
 
 def load_cluster(path: str | Path) -> Cluster:
     """The cluster part only (tiers, nodes, labs), e.g. for the simulator."""
     raw = _read_yaml(Path(path))
     keep = {k: v for k, v in raw.items() if k in Cluster.__struct_fields__}
-    return _convert(keep, Cluster, str(path))  # type: ignore[no-any-return]
+    return _convert(keep, Cluster, str(path))

@@ -2,6 +2,10 @@
 
 The same types are used by the dispatcher service (built from projections) and by the
 simulator (built from its virtual cluster), so both run exactly the same policy code.
+
+The immutable records are `gc=False` (msgspec): they hold only atoms, tuples and frozensets, so
+they can never be part of a reference cycle, and a 100k-job queue then costs the garbage
+collector nothing on every cycle.
 """
 
 from __future__ import annotations
@@ -18,25 +22,30 @@ MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
 ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]
 
 
-class Gpu(msgspec.Struct, frozen=True):
+class Gpu(msgspec.Struct, frozen=True, gc=False):
     """One physical GPU: a row of `gpu_resources`."""
 
     node: str
     tier: str
     index: int
     state: GpuState = "free"
+    # A reserved GPU may keep running LLM backfill until its job dispatches (SPEC R2): the
+    # backfill id is then carried here, since `state` says `reserved:<id>`.
+    backfill: str | None = None
 
 
-class Reservation(msgspec.Struct, frozen=True):
+class Reservation(msgspec.Struct, frozen=True, gc=False):
     """GPUs a queued job holds in one placement (node × tier) while more gather (SPEC R2)."""
 
     node: str
     tier: str
     gpus: tuple[int, ...]
     since: float  # when the reservation started; held time is charged from here
+    # When each GPU of `gpus` joined (same order; R2 grows add GPUs later). Empty = all at `since`.
+    joined: tuple[float, ...] = ()
 
 
-class QueuedJob(msgspec.Struct, frozen=True, kw_only=True):
+class QueuedJob(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A job in the global queue (GLOBAL_QUEUE_WAIT or RESERVING)."""
 
     job_id: str
@@ -51,7 +60,7 @@ class QueuedJob(msgspec.Struct, frozen=True, kw_only=True):
     reservation: Reservation | None = None
 
 
-class RunningJob(msgspec.Struct, frozen=True, kw_only=True):
+class RunningJob(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A DISPATCHED/RUNNING job (needed by baselines that plan on time limits)."""
 
     job_id: str
@@ -63,7 +72,7 @@ class RunningJob(msgspec.Struct, frozen=True, kw_only=True):
     time_limit_s: float | None = None
 
 
-class LabUsage(msgspec.Struct, frozen=True):
+class LabUsage(msgspec.Struct, frozen=True, gc=False):
     """Stored usage `(value, as_of)`; the decayed value is computed at a time (SPEC F3)."""
 
     value: float = 0.0
@@ -83,7 +92,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
 # --- decisions ------------------------------------------------------------------------------
 
 
-class ReservationRelease(msgspec.Struct, frozen=True, kw_only=True):
+class ReservationRelease(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     job_id: str
     lab: str
     node: str
@@ -94,14 +103,14 @@ class ReservationRelease(msgspec.Struct, frozen=True, kw_only=True):
     charge_now: float  # TFLOP-s to charge at once (R3, maintenance, capacity); 0 for swap/dispatch
 
 
-class ReservationStart(msgspec.Struct, frozen=True, kw_only=True):
+class ReservationStart(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     job_id: str
     node: str
     tier: str
     gpus: tuple[int, ...]
 
 
-class ReservationGrow(msgspec.Struct, frozen=True, kw_only=True):
+class ReservationGrow(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     job_id: str
     node: str
     tier: str
@@ -109,7 +118,7 @@ class ReservationGrow(msgspec.Struct, frozen=True, kw_only=True):
     added: tuple[int, ...]
 
 
-class Dispatch(msgspec.Struct, frozen=True, kw_only=True):
+class Dispatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     job_id: str
     lab: str
     node: str

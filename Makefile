@@ -1,0 +1,57 @@
+# JPU-Share — `make help` lists the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help deps install run servers test test-unit lint fmt schemas bench simulate clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the project with its dev tools
+
+deps: install  ## install system packages (PostgreSQL server binaries) if missing
+	bash scripts/install-deps
+
+run: deps  ## start NATS, PostgreSQL, all services and the demo; Ctrl-C stops everything
+	$(PY) -m jpu.stack run
+
+servers: deps  ## start only the embedded NATS JetStream and PostgreSQL (prints their URLs)
+	$(PY) -m jpu.stack servers
+
+test: deps  ## the whole test suite against real NATS and PostgreSQL (what CI runs)
+	$(PY) -m pytest -q tests
+
+test-unit: install  ## the pure-core tests only (no servers)
+	$(PY) -m pytest -q tests/unit
+
+lint: install  ## ruff (lint + format check) and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy libs services
+
+fmt: install  ## format the code
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+schemas: install  ## regenerate proto-schemas/ from the event structs
+	$(PY) -m jpu.schemas write
+
+bench: deps  ## benchmarks (ratios against references measured in the same run)
+	$(PY) bench/run_all.py
+
+simulate: install  ## the Philly trace through the simulator (out/philly)
+	$(VENV)/bin/jpu philly-convert --trace ../shared/traces/philly.csv --out out/philly.jsonl
+	$(VENV)/bin/jpu simulate --cluster config/philly-cluster.yaml --workload out/philly.jsonl --out out/philly
+
+clean:  ## remove the venv and local state (.jpu: embedded NATS/PostgreSQL data)
+	rm -rf $(VENV) .jpu out

@@ -1,0 +1,232 @@
+"""EventBus: the JetStream event log of SPEC E2 — append with dedup and optimistic concurrency,
+durable consumers, replay. One connection per bus; safe to share within one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+
+import msgspec
+import nats
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, NotFoundError
+
+from jpu.bus import streams
+from jpu.bus.consumer import ConsumerSpec, run_consumer
+from jpu.bus.dlq import read_parked
+from jpu.bus.errors import ConcurrencyConflict, is_wrong_last_sequence
+from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
+from jpu.bus.reader import read_range
+from jpu.events import Event, decode, encode, subject_for
+from jpu.telemetry import inject_headers
+
+log = logging.getLogger(__name__)
+
+_ACK_TIMEOUT_S = 10.0
+
+
+class EventBus:
+    def __init__(self, nc: NATS, *, stream: str, prefix: str, replicas: int | None = None) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=_ACK_TIMEOUT_S)
+        self.stream = stream
+        self.prefix = prefix
+        self.dlq_stream = f"{stream}_DLQ"
+        self._replicas = replicas
+        self._closing = asyncio.Event()
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        stream: str = "JPU",
+        prefix: str = "jpu",
+        name: str | None = None,
+        replicas: int | None = None,
+    ) -> EventBus:
+        """Connect, reconnecting forever once connected; `url` may list servers (a,b,c)."""
+        closing = asyncio.Event()  # a drain on close() is not worth a warning
+
+        async def disconnected() -> None:
+            if not closing.is_set():
+                log.warning("disconnected from NATS; reconnecting")
+
+        nc = await nats.connect(
+            servers=[u.strip() for u in url.split(",") if u.strip()],
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            error_cb=_log_error,
+            disconnected_cb=disconnected,
+            reconnected_cb=_reconnected,
+        )
+        bus = cls(nc, stream=stream, prefix=prefix, replicas=replicas)
+        bus._closing = closing
+        return bus
+
+    # --- streams ----------------------------------------------------------------------------
+
+    async def ensure_stream(self) -> None:
+        """Create or update the event stream and its DLQ (proto-schemas/streams.json)."""
+        for kind, name in (("event_stream", self.stream), ("dlq_stream", self.dlq_stream)):
+            config = streams.stream_config(kind, self.stream, self.prefix, self._replicas)
+            assert config.name == name
+            await streams.ensure(self.js, config)
+
+    async def delete_stream(self) -> None:
+        """Tests only: remove both streams."""
+        for name in (self.stream, self.dlq_stream):
+            with contextlib.suppress(NotFoundError):
+                await self.js.delete_stream(name)
+
+    async def last_seq(self) -> int:
+        return int((await self.js.stream_info(self.stream)).state.last_seq)
+
+    async def last_subject_seq(self, subject: str) -> int:
+        """Stream seq of the last message on `subject`; 0 when there is none (SPEC E2)."""
+        try:
+            msg = await self.js.get_last_msg(self.stream, subject)
+        except NotFoundError:
+            return 0
+        return int(msg.seq or 0)
+
+    # --- append -----------------------------------------------------------------------------
+
+    def _headers(self, event: Event, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = dict(extra or {})
+        headers[H_MSG_ID] = event.event_id  # de-duplication within the stream's window
+        return inject_headers(headers)
+
+    async def append(
+        self,
+        event: Event,
+        *,
+        expected_last_subject_seq: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> int:
+        """Append one event; returns its stream sequence. SPEC E2: with an expected last subject
+        sequence, a concurrent writer's append makes this one fail with ConcurrencyConflict."""
+        subject = subject_for(event, self.prefix)
+        hdrs = self._headers(event, headers)
+        if expected_last_subject_seq is not None:
+            hdrs[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
+        try:
+            ack = await self.js.publish(subject, encode(event), headers=hdrs, stream=self.stream)
+        except APIError as e:
+            if expected_last_subject_seq is not None and is_wrong_last_sequence(e):
+                own = await self._own_last(subject, event.event_id)
+                if own:
+                    return own
+                raise ConcurrencyConflict(
+                    subject, expected_last_subject_seq, e.description or ""
+                ) from e
+            raise
+        return int(ack.seq)
+
+    async def _own_last(self, subject: str, event_id: str) -> int:
+        """The server checks the expected sequence before de-duplication, so a retry after a lost
+        ack looks like a conflict; when the subject's last message is this very event, it is not."""
+        try:
+            last = await self.js.get_last_msg(self.stream, subject)
+        except NotFoundError:
+            return 0
+        return int(last.seq or 0) if (last.headers or {}).get(H_MSG_ID) == event_id else 0
+
+    async def append_many(self, events: Sequence[Event]) -> list[int]:
+        """Pipelined append: publish all, then await every ack. Order per subject is kept
+        (one connection, published in order); raises the first error after all settle."""
+        futures = []
+        for event in events:
+            futures.append(
+                await self.js.publish_async(
+                    subject_for(event, self.prefix),
+                    encode(event),
+                    headers=self._headers(event, None),
+                    stream=self.stream,
+                )
+            )
+        acks = await asyncio.wait_for(
+            asyncio.gather(*futures, return_exceptions=True), timeout=_ACK_TIMEOUT_S
+        )
+        for ack in acks:
+            if isinstance(ack, BaseException):
+                raise ack
+        return [int(ack.seq) for ack in acks]  # type: ignore[union-attr]
+
+    # --- read -------------------------------------------------------------------------------
+
+    async def job_events(self, job_id: str) -> list[Delivered]:
+        """Every event of one job, in order (the audit trail)."""
+        return [d async for d in self.replay(filter_subject=f"{self.prefix}.job.{job_id}")]
+
+    async def replay(
+        self,
+        *,
+        start_seq: int = 1,
+        until_ts: float | None = None,
+        filter_subject: str | None = None,
+    ) -> AsyncGenerator[Delivered, None]:
+        """The log from `start_seq` to its last seq at call time (SPEC E6), stopping at the first
+        event with ts > until_ts. Undecodable messages are skipped (consumers park them)."""
+        subject = filter_subject or f"{self.prefix}.>"
+        reader = read_range(self.js, self.stream, subject, start_seq)
+        async with contextlib.aclosing(reader) as msgs:
+            async for msg in msgs:
+                seq = msg.metadata.sequence.stream
+                try:
+                    event = decode(msg.data)
+                except (msgspec.DecodeError, msgspec.ValidationError) as e:
+                    log.warning("replay: skip undecodable seq=%d %s: %s", seq, msg.subject, e)
+                    continue
+                if until_ts is not None and event.ts > until_ts:
+                    return
+                yield Delivered(seq, msg.subject, event, dict(msg.headers or {}))
+
+    async def parked(self, limit: int = 100) -> list[ParkedMessage]:
+        return await read_parked(self.js, self.dlq_stream, self.prefix, limit)
+
+    # --- consume ----------------------------------------------------------------------------
+
+    async def consume(
+        self,
+        durable: str,
+        handler: Callable[[list[Delivered]], Awaitable[None]],
+        *,
+        stop: asyncio.Event,
+        filter_subject: str | None = None,
+        batch: int = 256,
+        max_deliver: int = 5,
+        ack_wait_s: float = 30.0,
+        retry_delay_s: float = 0.5,
+    ) -> None:
+        """Durable pull consumer until `stop` is set; see jpu.bus.consumer (SPEC O5)."""
+        spec = ConsumerSpec(
+            stream=self.stream,
+            prefix=self.prefix,
+            durable=durable,
+            filter_subject=filter_subject or f"{self.prefix}.>",
+            batch=batch,
+            max_deliver=max_deliver,
+            ack_wait_s=ack_wait_s,
+            retry_delay_s=retry_delay_s,
+        )
+        await run_consumer(self.js, spec, handler, stop)
+
+    async def close(self) -> None:
+        """Drain: in-flight publishes and acks go out before the connection closes."""
+        self._closing.set()
+        if not self.nc.is_closed:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+
+
+async def _log_error(e: Exception) -> None:
+    log.warning("NATS error: %s", e)
+
+
+async def _reconnected() -> None:
+    log.warning("reconnected to NATS")

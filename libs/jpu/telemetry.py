@@ -1,0 +1,105 @@
+"""OpenTelemetry at the edges (SPEC E5, O4): setup, tracers/meters, trace context in headers.
+
+Exporters: console when JPU_OTEL_CONSOLE=1; OTLP when its package is installed and
+OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise spans and metrics are recorded nowhere (cheap).
+The pure core never imports this module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+log = logging.getLogger(__name__)
+
+# W3C traceparent/tracestate only: the wire format every service (and language) agrees on.
+_propagator = TraceContextTextMapPropagator()
+_configured = False
+
+
+def setup_telemetry(service_name: str) -> None:
+    """Install the SDK tracer and meter providers once per process."""
+    global _configured
+    if _configured:
+        return
+    _configured = True
+    resource = Resource.create({"service.name": service_name})
+    provider = TracerProvider(resource=resource)
+    for exporter in _span_exporters():
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    readers: list[MetricReader] = [
+        PeriodicExportingMetricReader(e, export_interval_millis=15_000) for e in _metric_exporters()
+    ]
+    metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
+
+
+def _console() -> bool:
+    return os.environ.get("JPU_OTEL_CONSOLE") == "1"
+
+
+def _otlp() -> bool:
+    return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def _span_exporters() -> list[SpanExporter]:
+    out: list[SpanExporter] = [ConsoleSpanExporter()] if _console() else []
+    if _otlp():
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                OTLPSpanExporter,
+            )
+
+            out.append(OTLPSpanExporter())
+        except ImportError:
+            log.warning("OTEL_EXPORTER_OTLP_ENDPOINT set but the OTLP exporter is not installed")
+    return out
+
+
+def _metric_exporters() -> list[MetricExporter]:
+    out: list[MetricExporter] = [ConsoleMetricExporter()] if _console() else []
+    if _otlp():
+        try:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter,
+            )
+
+            out.append(OTLPMetricExporter())
+        except ImportError:
+            pass  # already warned for spans
+    return out
+
+
+def tracer(name: str) -> trace.Tracer:
+    return trace.get_tracer(name)
+
+
+def meter(name: str) -> metrics.Meter:
+    return metrics.get_meter(name)
+
+
+def inject_headers(headers: dict[str, str], context: Context | None = None) -> dict[str, str]:
+    """Add the current (or given) trace context as W3C `traceparent` to `headers`; returns it."""
+    _propagator.inject(headers, context=context)
+    return headers
+
+
+def extract_context(headers: Mapping[str, Any] | None) -> Context:
+    """The producer's trace context from message headers (empty context when absent)."""
+    return _propagator.extract(dict(headers or {}))

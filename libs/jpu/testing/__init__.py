@@ -1,0 +1,1 @@
+"""Test support: fixtures over real servers (pytest plugins), builders, fake clock."""
