@@ -83,6 +83,8 @@ class Config(Cluster, frozen=True, kw_only=True):
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
     data_dir: str = ".jpu"
+    submit_rate_per_s: float = 2.0  # per-user token bucket at the gateway (429 RATE_LIMITED)
+    submit_burst: int = 20
 
 
 def _validate(cluster: Cluster) -> None:

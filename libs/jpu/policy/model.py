@@ -101,6 +101,9 @@ class ReservationRelease(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: ReleaseReason
     gpu_seconds: float  # GPU-seconds held by the reservation up to `now`
     charge_now: float  # TFLOP-s to charge at once (R3, maintenance, capacity); 0 for swap/dispatch
+    # gpu_seconds × the reservation tier's tflops, whether charged now or with the attempt (F4):
+    # after a swap to another tier the deferred part must still be charged at *this* tier's rate.
+    held_cost: float = 0.0
 
 
 class ReservationStart(msgspec.Struct, frozen=True, kw_only=True, gc=False):

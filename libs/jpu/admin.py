@@ -1,0 +1,166 @@
+"""jpu-admin: labs, users and API tokens in the database (`python -m jpu.admin --help`).
+
+The database is the one from the configuration (JPU_DATABASE_URL or the config file), or
+`--database-url`. Migrations are applied first, so the command works on an empty database.
+Tokens are printed once, on stdout, and stored only as hashes (SPEC §8 Auth).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from jpu import auth
+from jpu.config import Config, load_config
+
+# Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
+DEMO_LABS: dict[str, tuple[str, ...]] = {
+    "BCG": ("bcg-alice", "bcg-bob"),
+    "KDG": ("kdg-carol", "kdg-dave"),
+    "OSL": ("osl-erin", "osl-frank"),
+}
+DEMO_ADMIN = ("admin", "BCG")
+
+
+@dataclass(frozen=True, slots=True)
+class DemoUser:
+    name: str
+    lab: str
+    role: str
+    token: str
+
+
+async def seed_demo(pool: asyncpg.Pool) -> list[DemoUser]:
+    """Labs BCG, KDG, OSL with two users each and the admin `admin`; idempotent."""
+    users = [
+        DemoUser(u, lab, "user", auth.demo_token(u)) for lab, us in DEMO_LABS.items() for u in us
+    ]
+    users.append(DemoUser(DEMO_ADMIN[0], DEMO_ADMIN[1], "admin", auth.demo_token(DEMO_ADMIN[0])))
+    async with pool.acquire() as conn, conn.transaction():
+        for lab in DEMO_LABS:
+            await auth.add_lab(conn, lab)
+        for u in users:
+            await auth.add_user(conn, u.name, u.lab, u.role)
+            await auth.install_token(conn, u.name, u.token)
+    return users
+
+
+async def seed_config_labs(pool: asyncpg.Pool, config: Config) -> int:
+    """Labs and users named in the configuration file (SPEC O1); returns users created."""
+    created = 0
+    async with pool.acquire() as conn, conn.transaction():
+        for lab in config.labs:
+            await auth.add_lab(conn, lab.name)
+            for u in lab.users:
+                created += await auth.add_user(conn, u.name, lab.name, u.role, u.max_active_jobs)
+    return created
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jpu-admin", description="labs, users and API tokens")
+    p.add_argument("--database-url", help="PostgreSQL DSN (default: from the configuration)")
+    sub = p.add_subparsers(dest="what", required=True)
+
+    lab = sub.add_parser("lab", help="labs").add_subparsers(dest="action", required=True)
+    lab.add_parser("add", help="add a lab").add_argument("name")
+    lab.add_parser("list", help="list labs")
+
+    user = sub.add_parser("user", help="users").add_subparsers(dest="action", required=True)
+    add = user.add_parser("add", help="add a user to a lab")
+    add.add_argument("name")
+    add.add_argument("--lab", required=True)
+    add.add_argument("--role", default="user", choices=auth.ROLES)
+    add.add_argument("--max-active-jobs", type=int, default=None)
+    user.add_parser("list", help="list users").add_argument("--json", action="store_true")
+
+    token = sub.add_parser("token", help="API tokens").add_subparsers(dest="action", required=True)
+    for action, text in (
+        ("create", "issue an additional token (printed once)"),
+        ("rotate", "revoke the user's tokens and issue a new one"),
+        ("revoke", "revoke every token of the user"),
+    ):
+        token.add_parser(action, help=text).add_argument("user")
+
+    sub.add_parser("seed-demo", help="demo labs, users and well-known tokens (demo only)")
+    return p
+
+
+async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> None:
+    what, action = args.what, getattr(args, "action", None)
+    if what == "lab" and action == "add":
+        created = await auth.add_lab(pool, args.name)
+        print(f"lab {args.name} {'added' if created else 'already exists'}")
+    elif what == "lab":
+        for row in await pool.fetch("SELECT name FROM labs ORDER BY name"):
+            print(row["name"])
+    elif what == "user" and action == "add":
+        created = await auth.add_user(pool, args.name, args.lab, args.role, args.max_active_jobs)
+        print(f"user {args.name} {'added' if created else 'already exists'}")
+    elif what == "user":
+        _print_users(await auth.list_users(pool), as_json=args.json)
+    elif what == "token" and action == "revoke":
+        print(f"revoked {await auth.revoke_tokens(pool, args.user)} token(s) of {args.user}")
+    elif what == "token":
+        make = auth.create_token if action == "create" else auth.rotate_token
+        print(await make(pool, args.user))  # shown once; only the hash is stored
+    elif what == "seed-demo":
+        for u in await seed_demo(pool):
+            print(f"{u.name:<10} {u.lab:<4} {u.role:<6} {u.token}")
+
+
+def _print_users(users: list[tuple[auth.Principal, int]], *, as_json: bool) -> None:
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": p.name,
+                        "lab": p.lab,
+                        "role": p.role,
+                        "max_active_jobs": p.max_active_jobs,
+                        "active_tokens": n,
+                    }
+                    for p, n in users
+                ]
+            )
+        )
+        return
+    print(f"{'USER':<16} {'LAB':<8} {'ROLE':<10} {'MAX_ACTIVE':<10} TOKENS")
+    for p, n in users:
+        limit = "default" if p.max_active_jobs is None else str(p.max_active_jobs)
+        print(f"{p.name:<16} {p.lab:<8} {p.role:<10} {limit:<10} {n}")
+
+
+async def _main(args: argparse.Namespace) -> None:
+    from jpu.store.db import create_pool, migrate
+
+    dsn = args.database_url or load_config().database_url
+    pool = await create_pool(dsn)
+    try:
+        await migrate(pool)
+        await _run(args, pool)
+    finally:
+        await pool.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        asyncio.run(_main(args))
+    except auth.AuthError as e:
+        print(f"jpu-admin: {e}", file=sys.stderr)
+        return 2
+    except (OSError, asyncpg.PostgresError) as e:
+        print(f"jpu-admin: database error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

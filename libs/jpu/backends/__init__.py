@@ -1,0 +1,57 @@
+"""Execution backends (SPEC X9): the contract (base.py) and the local backend (local.py).
+
+`make_backend(config)` picks one by `slurm_backend` (local | slurm). Local-backend settings not in
+the shared configuration are read from the environment:
+  JPU_LOCAL_ISOLATION (auto | none), JPU_LOCAL_ACCOUNT_TEMPLATE (default "jpu-{user}"),
+  JPU_LOCAL_CREATE_ACCOUNTS (1 | 0), JPU_LOCAL_FALLBACK_ACCOUNT (default "nobody").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from jpu.backends.base import (
+    TERMINAL_STATES,
+    BackendError,
+    BackendState,
+    BackendStatus,
+    ExecutionBackend,
+    LaunchSpec,
+    NodeInventory,
+    UnknownBackendJob,
+)
+from jpu.config import Config, ConfigError
+
+__all__ = [
+    "TERMINAL_STATES",
+    "BackendError",
+    "BackendState",
+    "BackendStatus",
+    "ExecutionBackend",
+    "LaunchSpec",
+    "NodeInventory",
+    "UnknownBackendJob",
+    "make_backend",
+]
+
+
+def make_backend(config: Config, env: Mapping[str, str] | None = None) -> ExecutionBackend:
+    env = os.environ if env is None else env
+    if config.slurm_backend == "local":
+        from jpu.backends.local import LocalBackend, LocalSettings
+
+        return LocalBackend(
+            LocalSettings(
+                data_dir=Path(config.data_dir),
+                nodes=list(config.nodes),
+                timeout_grace_s=config.cancel_grace_s,
+                kill_failed_after_s=config.kill_failed_after_s,
+                isolation=env.get("JPU_LOCAL_ISOLATION", "auto"),
+                account_template=env.get("JPU_LOCAL_ACCOUNT_TEMPLATE", "jpu-{user}"),
+                create_accounts=env.get("JPU_LOCAL_CREATE_ACCOUNTS", "1") != "0",
+                fallback_account=env.get("JPU_LOCAL_FALLBACK_ACCOUNT", "nobody"),
+            )
+        )
+    raise ConfigError(f"slurm_backend: {config.slurm_backend!r} is not available (local)")

@@ -1,0 +1,123 @@
+"""The execution backend contract (SPEC X9): what the slurm-agent needs from whatever runs jobs.
+
+Both the local backend (processes on a fake GPU inventory) and the Slurm backend pass the same
+contract tests (tests/integration/test_backend_contract.py). The agent never looks past this
+interface, so a dispatch is executed the same way on a laptop and on a cluster.
+
+Contract, beyond the signatures:
+  * `submit` is idempotent per (job_id, attempt): submitting a spec whose attempt the backend
+    already knows returns the existing backend job id and starts nothing (an agent that crashed
+    between submit and JobStarted must not run the attempt twice).
+  * `cancel` sends SIGTERM at once and SIGKILL `grace_s` later (SPEC X5); it returns at once, the
+    final state is seen through `poll`. A job still alive `kill_failed_after_s` after the kill ends
+    `CANCELLED` with `kill_failed=True` and its node is drained.
+  * a time limit ends the job `TIMEOUT` (SIGTERM, the grace, then SIGKILL).
+  * `find(job_id, attempt)` answers which backend job runs an attempt, before any event says so.
+  * `poll` of an id the backend never knew (or forgot) raises UnknownBackendJob.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, runtime_checkable
+
+import msgspec
+
+BackendState = Literal[
+    "PENDING",
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "TIMEOUT",
+    "CANCELLED",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+]
+TERMINAL_STATES: frozenset[str] = frozenset(
+    {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
+)
+
+
+class BackendError(RuntimeError):
+    """The backend cannot do what was asked (bad spec, unusable node, spawn failure)."""
+
+
+class UnknownBackendJob(KeyError):
+    """`poll`/`cancel` of a backend job id the backend does not know."""
+
+
+class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One attempt of one job, as the dispatcher placed it (SPEC X1, X2)."""
+
+    job_id: str
+    attempt: int
+    user: str
+    node: str
+    tier: str
+    gpus: list[int]  # GPU indices of the placement assigned to the job
+    num_gpus: int
+    command: str  # shell script text: written to a file, never interpolated (X3)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    time_limit_s: float | None = None
+    cpus: int = 1  # num_gpus × tier.cpus_per_gpu (X1)
+    mem_gb: int = 1  # num_gpus × tier.mem_gb_per_gpu (X1)
+    output_dir: str = ""  # JOB_OUTPUT_DIR: per job and attempt (X2)
+    partition: str | None = None  # the tier's Slurm partition (X1); the local backend ignores it
+
+
+class BackendStatus(msgspec.Struct, frozen=True, kw_only=True):
+    state: BackendState
+    exit_code: int | None = None  # None while running, or when killed by a signal
+    started_at: float | None = None  # wall-clock seconds
+    ended_at: float | None = None
+    signal: int | None = None  # the signal that ended the job, when one did
+    kill_failed: bool = False  # X5: still alive after SIGKILL + kill_failed_after_s
+    cancelled_by_us: bool = False  # CANCELLED because `cancel` was called
+    node: str | None = None
+    output_tail: str = ""  # last bytes of stdout + stderr, for the OOM verdict (X7)
+    isolation: str = "none"  # X4: what the job actually got ("netns", "none", "apptainer")
+    reason: str | None = None  # backend-specific detail (e.g. Slurm's Reason)
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class NodeInventory(msgspec.Struct, frozen=True, kw_only=True):
+    """What the backend sees of one node (becomes NodeInventoryObserved)."""
+
+    node: str
+    gpus: dict[str, int]  # tier -> GPU count
+    down: dict[str, list[int]] = msgspec.field(default_factory=dict)
+    state: str = "up"  # up | drain | down
+    reason: str | None = None
+
+
+@runtime_checkable
+class ExecutionBackend(Protocol):
+    name: str
+
+    async def submit(self, spec: LaunchSpec) -> str:
+        """Start (or queue) the attempt; returns the backend job id. Idempotent per attempt."""
+        ...
+
+    async def find(self, job_id: str, attempt: int) -> str | None:
+        """The backend job of this attempt if one was ever submitted (closes the window between
+        a submit and the JobStarted that records it: a cancel then reaches the real job)."""
+        ...
+
+    async def poll(self, backend_job_id: str) -> BackendStatus: ...
+
+    async def cancel(self, backend_job_id: str, grace_s: float) -> None:
+        """SIGTERM now, SIGKILL after `grace_s` (X5); returns without waiting for the end."""
+        ...
+
+    async def inventory(self) -> list[NodeInventory]: ...
+
+    async def running(self) -> list[str]:
+        """Backend job ids not yet terminal (for re-adoption after an agent restart)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop watching; running jobs keep running (they belong to the cluster, not to us)."""
+        ...

@@ -1,0 +1,265 @@
+"""The local backend (SPEC X9): each attempt is a local process on a configured fake GPU inventory.
+
+Jobs run in their own session, so they survive an agent restart (like Slurm jobs survive a
+slurm-agent restart): the backend persists one record per attempt (records.py) and a restarted
+backend re-adopts the live pids (pid + start time, so a recycled pid is never mistaken for a
+job) and reads the exit status the launch wrapper wrote (process.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from jpu.backends import process as proc_
+from jpu.backends.accounts import AccountMap, current_account
+from jpu.backends.base import (
+    BackendError,
+    BackendStatus,
+    LaunchSpec,
+    NodeInventory,
+    UnknownBackendJob,
+)
+from jpu.backends.outputs import create_private, open_output_dir
+from jpu.backends.records import JobRecord, RecordStore
+from jpu.backends.watch import Watcher
+from jpu.config import Node
+
+log = logging.getLogger(__name__)
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class LocalSettings:
+    data_dir: Path
+    nodes: list[Node]
+    timeout_grace_s: float = 30.0  # SIGTERM → SIGKILL when a time limit is hit (like KillWait)
+    kill_failed_after_s: float = 300.0  # X5
+    isolation: str = "auto"  # auto (netns when the kernel allows) | none
+    account_template: str = "jpu-{user}"
+    create_accounts: bool = True
+    fallback_account: str = "nobody"
+    adopted_poll_s: float = 0.25  # /proc check period for jobs that are not our children
+    tail_bytes: int = 16 * 1024
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, settings: LocalSettings) -> None:
+        self.settings = settings
+        self.store = RecordStore(Path(settings.data_dir) / "local-backend")
+        self.accounts = AccountMap(
+            settings.account_template, settings.create_accounts, settings.fallback_account
+        )
+        self._agent = current_account()
+        self._isolation: list[str] | None = None
+        self._watchers: dict[str, Watcher] = {}
+        self._records: dict[str, JobRecord] = {}
+        self._loaded = False
+        self._submit_lock = asyncio.Lock()
+
+    # --- ExecutionBackend -------------------------------------------------------------------
+
+    async def submit(self, spec: LaunchSpec) -> str:
+        async with self._submit_lock:  # two submits of one attempt must not both spawn
+            self._load()
+            self._validate(spec)
+            bid = _backend_id(spec.job_id, spec.attempt)
+            if bid in self._records:
+                return bid  # idempotent per (job_id, attempt)
+            try:
+                record, fds = await asyncio.to_thread(self._prepare, spec, bid)
+            except OSError as e:
+                raise BackendError(f"cannot prepare {bid}: {e}") from e
+            self.store.save(record)  # before the spawn: a crash in between reads as NODE_FAIL
+            started_at = time.time()
+            try:
+                process = await self._spawn(record, spec, fds)
+            except BackendError:
+                self.store.forget(bid)
+                raise
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            record.pid, record.started_at = process.pid, started_at
+            record.ticks = proc_.start_ticks(process.pid) or 0
+            self.store.save(record)
+            self._watch(record, process)
+        log.info("started %s pid=%d as %s", bid, process.pid, record.account)
+        return bid
+
+    async def find(self, job_id: str, attempt: int) -> str | None:
+        self._load()
+        bid = _backend_id(job_id, attempt)
+        return bid if bid in self._records else None
+
+    async def poll(self, backend_job_id: str) -> BackendStatus:
+        record = self._get(backend_job_id)
+        if record.final is not None:
+            return record.final
+        return BackendStatus(
+            state="RUNNING" if record.pid else "PENDING",
+            started_at=record.started_at or None,
+            node=record.node,
+            isolation=record.isolation,
+        )
+
+    async def cancel(self, backend_job_id: str, grace_s: float) -> None:
+        record = self._get(backend_job_id)
+        watcher = self._watchers.get(backend_job_id)
+        if record.final is None and watcher is not None:
+            watcher.request("cancel", grace_s)
+
+    async def inventory(self) -> list[NodeInventory]:
+        drained = self._drained()
+        return [
+            NodeInventory(
+                node=n.name,
+                gpus=dict(n.gpus),
+                state="drain" if n.name in drained else "up",
+                reason=drained.get(n.name),
+            )
+            for n in self.settings.nodes
+        ]
+
+    async def running(self) -> list[str]:
+        self._load()
+        return sorted(bid for bid, r in self._records.items() if r.final is None)
+
+    async def close(self) -> None:
+        """Stop watching; the jobs keep running and a new backend re-adopts them."""
+        for w in self._watchers.values():
+            await w.stop()
+        self._watchers.clear()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _get(self, backend_job_id: str) -> JobRecord:
+        self._load()
+        record = self._records.get(backend_job_id)
+        if record is None:
+            raise UnknownBackendJob(backend_job_id)
+        return record
+
+    def _load(self) -> None:
+        """Once: re-adopt every attempt a previous agent left unfinished."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for record in self.store.all():
+            self._records[record.backend_job_id] = record
+            if record.final is None:
+                self._watch(record, None)
+
+    def _validate(self, spec: LaunchSpec) -> None:
+        if not _SAFE_ID.match(spec.job_id) or spec.attempt < 1:
+            raise BackendError(f"bad job id or attempt: {spec.job_id!r} {spec.attempt}")
+        node = next((n for n in self.settings.nodes if n.name == spec.node), None)
+        if node is None or spec.tier not in node.gpus:
+            raise BackendError(f"node {spec.node!r} has no tier {spec.tier!r}")
+        if len(spec.gpus) != spec.num_gpus or any(
+            not 0 <= g < node.gpus[spec.tier] for g in spec.gpus
+        ):
+            raise BackendError(f"GPU indices {spec.gpus} do not fit {spec.node}/{spec.tier}")
+        if not spec.output_dir:
+            raise BackendError("output_dir is required")
+
+    def _isolation_prefix(self) -> list[str]:
+        if self._isolation is None:
+            wanted = self.settings.isolation != "none"
+            self._isolation = proc_.netns_prefix(self._agent) if wanted else []
+        return self._isolation
+
+    def _prepare(self, spec: LaunchSpec, bid: str) -> tuple[JobRecord, tuple[int, int]]:
+        """Account, output directory (0700, the user's), script and output files (X2, X3).
+        Returns the record and the open stdout/stderr fds the job inherits."""
+        account = self.accounts.account_for(spec.user)
+        out = Path(spec.output_dir)
+        dir_fd = open_output_dir(out, account, levels=2)
+        try:
+            os.close(create_private(dir_fd, "job.sh", account, spec.command.encode()))
+            stdout = create_private(dir_fd, "stdout", account)
+            stderr = create_private(dir_fd, "stderr", account)
+        finally:
+            os.close(dir_fd)
+        with contextlib.suppress(FileNotFoundError):
+            self.store.status_file(bid).unlink()
+        record = JobRecord(
+            backend_job_id=bid,
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            user=spec.user,
+            account=account.name,
+            node=spec.node,
+            tier=spec.tier,
+            gpus=list(spec.gpus),
+            output_dir=str(out),
+            isolation="netns" if self._isolation_prefix() else "none",
+            time_limit_s=spec.time_limit_s,
+        )
+        return record, (stdout, stderr)
+
+    async def _spawn(
+        self, record: JobRecord, spec: LaunchSpec, fds: tuple[int, int]
+    ) -> asyncio.subprocess.Process:
+        account = self.accounts.account_for(spec.user)
+        out = Path(record.output_dir)
+        argv = proc_.launch_argv(
+            self.store.status_file(record.backend_job_id),
+            out / "job.sh",
+            account,
+            self._agent,
+            self._isolation_prefix(),
+        )
+        env = proc_.job_env(
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            gpus=spec.gpus,
+            output_dir=str(out),
+            account=account,
+            user_env=spec.env,
+        )
+        try:
+            return await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=fds[0],
+                stderr=fds[1],
+                cwd=out,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise BackendError(f"cannot start {record.backend_job_id}: {e}") from e
+
+    def _watch(self, record: JobRecord, process: asyncio.subprocess.Process | None) -> None:
+        self._records[record.backend_job_id] = record
+        watcher = Watcher(record, process, self.store, self.settings, self._on_kill_failed)
+        self._watchers[record.backend_job_id] = watcher
+        watcher.start()
+
+    def _drained(self) -> dict[str, str]:
+        return self.store.drained()
+
+    def _on_kill_failed(self, record: JobRecord) -> None:
+        """X5: the node of a job that outlived SIGKILL is drained with that reason."""
+        reason = f"kill_failed: {record.backend_job_id} survived SIGKILL"
+        self.store.set_drained(record.node, reason)
+        log.error("node %s drained: %s", record.node, reason)
+
+    def undrain(self, node: str) -> None:
+        """An operator's `scontrol update state=resume`."""
+        self.store.set_drained(node, None)
+
+
+def _backend_id(job_id: str, attempt: int) -> str:
+    return f"local-{job_id}-{attempt}"

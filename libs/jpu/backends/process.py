@@ -1,0 +1,147 @@
+"""Process plumbing of the local backend: the launch command line, the job's environment,
+signals to a process group, and identifying a pid after an agent restart.
+
+Launch chain (every program execs the next; nothing of the user's is ever interpolated — X3):
+    [unshare --net --]  bash -c WRAPPER jpu-job STATUS_FILE  [setpriv --reuid … --]  bash SCRIPT
+The wrapper stays root (when the agent is root) in the job's process group: it waits for the
+job and writes its exit status to a root-owned file, so a restarted agent that is no longer the
+parent still learns the exit code. It traps SIGTERM with a no-op (not an ignore, which the job
+would inherit), so a cancel reaches the job and the wrapper still records how it ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from jpu.backends.accounts import Account
+from jpu.backends.outputs import read_tail
+
+WRAPPER = (
+    "trap ':' TERM\n"
+    'status="$1"; shift\n'
+    '"$@"\n'
+    "rc=$?\n"
+    'printf \'%s\\n\' "$rc" > "$status.tmp" && mv -f "$status.tmp" "$status"\n'
+    'exit "$rc"\n'
+)
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "JOB_ATTEMPT", "JOB_OUTPUT_DIR", "JPU_JOB_ID")
+
+
+def netns_prefix(agent: Account) -> list[str]:
+    """The unshare prefix giving a job no network, or [] when the kernel refuses (X4)."""
+    candidates = [["unshare", "--net", "--"]]
+    if not agent.is_root:  # an unprivileged user namespace keeps the job's own UID
+        candidates = [["unshare", "--user", "--map-current-user", "--net", "--"]]
+    for prefix in candidates:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)
+            if done.returncode == 0:
+                return prefix
+    return []
+
+
+def launch_argv(
+    status_file: Path, script: Path, account: Account, agent: Account, isolation: list[str]
+) -> list[str]:
+    drop = []
+    if agent.is_root:
+        drop = [
+            "setpriv",
+            f"--reuid={account.uid}",
+            f"--regid={account.gid}",
+            "--init-groups",
+            "--no-new-privs",
+            "--",
+        ]
+    return [
+        *isolation,
+        "bash",
+        "-c",
+        WRAPPER,
+        "jpu-job",
+        str(status_file),
+        *drop,
+        "bash",
+        str(script),
+    ]
+
+
+def job_env(
+    *,
+    job_id: str,
+    attempt: int,
+    gpus: list[int],
+    output_dir: str,
+    account: Account,
+    user_env: Mapping[str, str],
+) -> dict[str, str]:
+    """A clean environment (nothing of the agent's leaks in), the user's env, then the platform
+    variables of SPEC X2, which the user's env can never override."""
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": output_dir,  # system accounts have no home; the attempt's dir stands in
+        "USER": account.name,
+        "LOGNAME": account.name,
+        "SHELL": "/bin/bash",
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+    }
+    env.update(user_env)
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
+            "JOB_ATTEMPT": str(attempt),
+            "JOB_OUTPUT_DIR": output_dir,
+            "JPU_JOB_ID": job_id,
+        }
+    )
+    return env
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot: with the pid, identifies it across a
+    restart (a recycled pid has another start time). None when the pid does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])  # field 22 of proc(5); fields[0] is field 3
+
+
+def is_alive(pid: int, ticks: int) -> bool:
+    """The same process still exists and has not exited (a zombie has exited: PID 1 of a
+    container may never reap the orphans of a dead agent)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    rest = stat[stat.rindex(")") + 2 :].split()
+    return rest[0] not in ("Z", "X") and int(rest[19]) == ticks
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Signal the job's whole process group; False when nothing is left to signal."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def read_status(path: Path) -> tuple[int | None, float | None]:
+    """(exit code, when it was written) from the wrapper's status file, if it exists."""
+    try:
+        text = path.read_text().strip()
+        return int(text), path.stat().st_mtime
+    except (OSError, ValueError):
+        return None, None
+
+
+def tail(paths: list[Path], limit: int = 64 * 1024) -> str:
+    return "\n".join(read_tail(p, limit) for p in paths)

@@ -1,0 +1,168 @@
+"""One watcher task per local attempt: waits for its end, enforces the time limit, escalates a
+cancel (SIGTERM → grace → SIGKILL → kill_failed; SPEC X5) and records the final status.
+
+It sleeps until the next deadline or a wake-up (cancel), never spins: our own children are
+awaited; adopted processes (a previous agent's children) are checked in /proc every
+`adopted_poll_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jpu.backends import process as proc_
+from jpu.backends.base import BackendState, BackendStatus
+from jpu.backends.records import Intent, JobRecord, RecordStore
+
+if TYPE_CHECKING:
+    from jpu.backends.local import LocalSettings
+
+log = logging.getLogger(__name__)
+
+
+class Watcher:
+    def __init__(
+        self,
+        record: JobRecord,
+        process: asyncio.subprocess.Process | None,
+        store: RecordStore,
+        settings: LocalSettings,
+        on_kill_failed: Callable[[JobRecord], None],
+    ) -> None:
+        self.record = record
+        self.process = process
+        self.store = store
+        self.settings = settings
+        self.on_kill_failed = on_kill_failed
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._reaped: asyncio.Future[int] | None = None
+
+    def start(self) -> None:
+        if self.process is not None:
+            self._reaped = asyncio.ensure_future(self.process.wait())
+        self._task = asyncio.create_task(self._run(), name=f"watch-{self.record.backend_job_id}")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._reaped):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    def request(self, intent: Intent, grace_s: float) -> None:
+        """Begin a cancel or a timeout: the intent is persisted before the signal is sent."""
+        r, now = self.record, time.time()
+        if r.intent is not None:
+            if r.killed_at is None and r.kill_at is not None:
+                r.kill_at = min(r.kill_at, now + grace_s)  # a second cancel may only hurry it
+                self.store.save(r)
+                self._wake.set()
+            return
+        r.intent, r.term_at, r.kill_at = intent, now, now + grace_s
+        self.store.save(r)
+        proc_.signal_group(r.pid, signal.SIGTERM)
+        log.info("%s: SIGTERM (%s), SIGKILL in %.1fs", r.backend_job_id, intent, grace_s)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        r = self.record
+        if r.pid == 0:  # the agent died between writing the record and spawning
+            self._finish(reason="never started")
+            return
+        while r.final is None:
+            now = time.time()
+            self._escalate(now)
+            if r.final is None and await self._exited(self._timeout(now)):
+                self._finish()
+
+    def _escalate(self, now: float) -> None:
+        r, s = self.record, self.settings
+        if r.intent is None and r.time_limit_s is not None and now >= r.started_at + r.time_limit_s:
+            self.request("timeout", s.timeout_grace_s)
+        if r.intent and r.killed_at is None and r.kill_at is not None and now >= r.kill_at:
+            r.killed_at = now
+            self.store.save(r)
+            proc_.signal_group(r.pid, signal.SIGKILL)
+            log.warning("%s: SIGKILL after the grace", r.backend_job_id)
+        if r.killed_at is not None and now >= r.killed_at + s.kill_failed_after_s:
+            self._finish(kill_failed=True)
+            self.on_kill_failed(r)
+
+    def _timeout(self, now: float) -> float:
+        r, s = self.record, self.settings
+        deadlines = [now + 3600.0]
+        if r.intent is None and r.time_limit_s is not None:
+            deadlines.append(r.started_at + r.time_limit_s)
+        if r.intent and r.killed_at is None and r.kill_at is not None:
+            deadlines.append(r.kill_at)
+        if r.killed_at is not None:
+            deadlines.append(r.killed_at + s.kill_failed_after_s)
+        wait = min(deadlines) - now
+        if self._reaped is None:
+            wait = min(wait, s.adopted_poll_s)
+        return max(wait, 0.0)
+
+    async def _exited(self, timeout: float) -> bool:
+        self._wake.clear()
+        woken = asyncio.ensure_future(self._wake.wait())
+        waits: set[asyncio.Future[object]] = {woken}  # type: ignore[arg-type]
+        if self._reaped is not None:
+            waits.add(self._reaped)  # type: ignore[arg-type]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
+        if self._reaped is not None:
+            return self._reaped.done()
+        return not proc_.is_alive(self.record.pid, self.record.ticks)
+
+    def _finish(self, *, kill_failed: bool = False, reason: str | None = None) -> None:
+        r = self.record
+        rc, written_at = proc_.read_status(self.store.status_file(r.backend_job_id))
+        sig = None
+        if self._reaped is not None and self._reaped.done() and not self._reaped.cancelled():
+            returncode = self._reaped.result()
+            sig = -returncode if returncode < 0 else None
+        if rc is not None and rc > 128:
+            sig = rc - 128  # bash reports a job killed by signal n as 128 + n
+        if not kill_failed and r.pid:
+            proc_.signal_group(r.pid, signal.SIGKILL)  # no orphans: a job ends with its group
+        state = _final_state(r.intent, rc, kill_failed)
+        if state == "NODE_FAIL" and reason is None:
+            reason = "the job's process vanished without an exit status"
+        out = Path(r.output_dir)
+        r.final = BackendStatus(
+            state=state,
+            exit_code=rc,
+            started_at=r.started_at or None,
+            ended_at=max(written_at or time.time(), r.started_at),  # mtime ticks are coarse
+            signal=sig,
+            kill_failed=kill_failed,
+            cancelled_by_us=r.intent == "cancel",
+            node=r.node,
+            output_tail=proc_.tail([out / "stdout", out / "stderr"], self.settings.tail_bytes),
+            isolation=r.isolation,
+            reason=reason,
+        )
+        self.store.save(r)
+        log.info("%s ended %s exit=%s", r.backend_job_id, state, rc)
+
+
+def _final_state(intent: Intent | None, rc: int | None, kill_failed: bool) -> BackendState:
+    if intent == "cancel":
+        return "CANCELLED"
+    if intent == "timeout":
+        return "TIMEOUT"
+    if kill_failed:
+        return "CANCELLED"
+    if rc == 0:
+        return "COMPLETED"
+    return "FAILED" if rc is not None else "NODE_FAIL"

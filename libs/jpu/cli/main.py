@@ -1,0 +1,49 @@
+"""`jpu` entry point: a small dispatcher over subcommand modules.
+
+Each module in SUBCOMMAND_MODULES has `register(subparsers)`, which adds its subcommands and sets
+`func(args) -> int` on each, and may list `USER_ERRORS` (exception types). Errors a user can fix
+(`CliError` and those) print one line and exit non-zero (SPEC U1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from jpu.cli import rest, simulate
+
+
+class CliError(Exception):
+    """A failure to report as one line, exit code 1."""
+
+
+SUBCOMMAND_MODULES: list[ModuleType] = [simulate, rest]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="jpu", description="JPU-Share command line")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    user_errors = (
+        CliError,
+        *(e for m in SUBCOMMAND_MODULES for e in getattr(m, "USER_ERRORS", ())),
+    )
+    try:
+        return int(args.func(args))
+    except user_errors as e:
+        print(f"jpu {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

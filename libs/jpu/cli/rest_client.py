@@ -1,0 +1,121 @@
+"""The CLI's only way to the platform: the REST API (SPEC U1, §8).
+
+Where to talk and who we are, first found wins: the `--url`/`--token` flags, `JPU_URL`/`JPU_TOKEN`,
+then `url`/`token` in `$XDG_CONFIG_HOME/jpu/config.toml` (default `~/.config/jpu/config.toml`),
+then `http://127.0.0.1:8080` (no token).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class RestError(Exception):
+    """A failure the user reads as one line (unreachable server, unexpected answer)."""
+
+
+class ApiError(RestError):
+    """The API refused: SPEC §8's envelope `{"error": {"code", "message", "details"}}`."""
+
+    def __init__(self, status: int, code: str, message: str, details: Mapping[str, Any]) -> None:
+        self.status, self.code, self.message, self.details = status, code, message, dict(details)
+        field = self.details.get("field")
+        suffix = f" (field: {field})" if field and str(field) not in message else ""
+        super().__init__(f"{code}: {message}{suffix}")
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    token: str | None
+
+
+def config_file(env: Mapping[str, str]) -> Path:
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".config")
+    return Path(base) / "jpu" / "config.toml"
+
+
+def _file_settings(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise RestError(f"cannot read {path}: {e}") from e
+
+
+def resolve_target(
+    url: str | None = None, token: str | None = None, env: Mapping[str, str] | None = None
+) -> Target:
+    env = os.environ if env is None else env
+    file: dict[str, Any] = {}
+    if not (url or env.get("JPU_URL")) or not (token or env.get("JPU_TOKEN")):
+        file = _file_settings(config_file(env))
+    return Target(
+        url=(url or env.get("JPU_URL") or file.get("url") or DEFAULT_URL).rstrip("/"),
+        token=token or env.get("JPU_TOKEN") or file.get("token") or None,
+    )
+
+
+class RestClient:
+    def __init__(
+        self, target: Target, *, transport: httpx.BaseTransport | None = None, timeout: float = 30
+    ) -> None:
+        headers = {"Accept": "application/json", "User-Agent": "jpu-cli"}
+        if target.token:
+            headers["Authorization"] = f"Bearer {target.token}"
+        self.target = target
+        self._http = httpx.Client(
+            base_url=target.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> RestClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self._send("GET", path, params=params)
+
+    def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
+        return self._send("POST", path, json=body, headers=headers)
+
+    def _send(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise RestError(f"cannot reach {self.target.url}: {e}") from e
+        return decode(response)
+
+
+def decode(response: httpx.Response) -> Any:
+    """The JSON body of a success; ApiError from an error envelope; RestError otherwise."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.is_success:
+        if body is None and response.content:
+            raise RestError(f"HTTP {response.status_code}: the answer is not JSON")
+        return body
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and "code" in error:
+        raise ApiError(
+            response.status_code,
+            str(error["code"]),
+            str(error.get("message", "")),
+            error.get("details") or {},
+        )
+    text = response.text.strip().replace("\n", " ")[:200]
+    raise RestError(f"HTTP {response.status_code}: {text or response.reason_phrase}")

@@ -1,0 +1,166 @@
+"""The cluster state as a fold of the event log: `evolve(state, delivered)` (SPEC E2, S3).
+
+Services (dispatcher, intake, accounting) rebuild a `ClusterState` at start by replaying the log
+from sequence 1 and then keep applying new events in stream order, so their state is always the
+state of a prefix of the log — never something they "assumed". Mutable for speed, deterministic:
+the same events give the same state. `snapshot(state, config)` turns it into the policy core's
+`Snapshot` (jpu.policy.model).
+
+The GPU pool starts from the configured nodes; `NodeInventoryObserved` replaces a node's view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jpu.bus import Delivered
+from jpu.config import Cluster
+from jpu.events import (
+    BackfillEnded,
+    BackfillStarted,
+    JobCancelRequested,
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobRetryScheduled,
+    JobStarted,
+    JobSubmitted,
+    MaintenanceChanged,
+    NodeInventoryObserved,
+    ReservationGrown,
+    ReservationReleased,
+    ReservationStarted,
+    UsageCharged,
+)
+from jpu.fold_jobs import QUEUED, SLOT_STATES, TERMINAL, JobView, apply_job_event
+from jpu.policy.model import LabUsage
+
+GpuKey = tuple[str, str, int]  # (node, tier, index)
+
+__all__ = ["QUEUED", "SLOT_STATES", "TERMINAL", "ClusterState", "JobView", "evolve"]
+BUSY = frozenset({"DISPATCHED", "RUNNING"})  # a user job holds GPUs (M2 also counts CANCELLING)
+
+
+@dataclass
+class Maintenance:
+    state: str = "NORMAL"
+    since: float = 0.0
+    message: str = ""
+    by: str = ""
+    last_seq: int = 0  # stream seq of the last MaintenanceChanged (optimistic concurrency)
+
+
+@dataclass
+class ClusterState:
+    seq: int = 0  # last stream sequence applied
+    jobs: dict[str, JobView] = field(default_factory=dict)
+    inventory: dict[tuple[str, str], int] = field(default_factory=dict)  # (node, tier) -> count
+    down: set[GpuKey] = field(default_factory=set)
+    holders: dict[GpuKey, str] = field(default_factory=dict)  # "job:<id>" | "reserved:<id>"
+    backfill: dict[GpuKey, str] = field(default_factory=dict)  # GPU -> backfill id
+    usage: dict[str, LabUsage] = field(default_factory=dict)
+    lab_seq: dict[str, int] = field(default_factory=dict)  # lab subject -> last stream seq
+    charged_ids: set[str] = field(default_factory=set)  # event_ids of UsageCharged (dedup)
+    maintenance: Maintenance = field(default_factory=Maintenance)
+    personal: dict[str, list[str]] = field(default_factory=dict)  # user -> job ids, oldest first
+    slots: dict[str, int] = field(default_factory=dict)  # user -> slot-holding jobs (S1)
+
+    @classmethod
+    def new(cls, cluster: Cluster) -> ClusterState:
+        state = cls()
+        for node in cluster.nodes:
+            for tier, count in node.gpus.items():
+                state.inventory[(node.name, tier)] = count
+        return state
+
+    def slots_of(self, user: str) -> int:
+        return self.slots.get(user, 0)
+
+    def active_backfills(self) -> int:
+        return len(self.backfill)
+
+    def busy_user_jobs(self) -> int:
+        """Jobs holding GPUs for M2: DISPATCHED/RUNNING, or CANCELLING after a dispatch."""
+        return sum(1 for j in self.jobs.values() if j.state in BUSY or j.cancelling_dispatched)
+
+
+def evolve(state: ClusterState, delivered: Delivered) -> None:
+    """Apply one event (in stream order). Events at or below `state.seq` are ignored."""
+    if delivered.seq <= state.seq:
+        return
+    state.seq = delivered.seq
+    event = delivered.event
+    if isinstance(event, UsageCharged):
+        state.usage[event.lab] = LabUsage(event.value_after, event.as_of)
+        state.lab_seq[event.lab] = delivered.seq
+        state.charged_ids.add(event.event_id)
+    elif isinstance(event, MaintenanceChanged):
+        m = Maintenance(event.state, event.ts, event.message, event.by, delivered.seq)
+        state.maintenance = m
+    elif isinstance(event, NodeInventoryObserved):
+        _inventory(state, event)
+    elif isinstance(event, BackfillStarted):
+        state.backfill[(event.node, event.tier, event.gpu)] = event.backfill_id
+    elif isinstance(event, BackfillEnded):
+        key = (event.node, event.tier, event.gpu)
+        if state.backfill.get(key) == event.backfill_id:
+            del state.backfill[key]
+    elif isinstance(event, JobSubmitted):
+        _submitted(state, event, delivered.seq)
+    else:
+        _job(state, delivered)
+
+
+def _inventory(state: ClusterState, event: NodeInventoryObserved) -> None:
+    for key in [k for k in state.inventory if k[0] == event.node]:
+        del state.inventory[key]
+    state.down = {g for g in state.down if g[0] != event.node}
+    for tier, count in event.gpus.items():
+        state.inventory[(event.node, tier)] = count
+        all_down = event.state != "up"  # a drained or down node takes no new work
+        for i in range(count):
+            if all_down or i in event.down.get(tier, []):
+                state.down.add((event.node, tier, i))
+
+
+def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
+    if event.job_id in state.jobs:
+        return  # a duplicate submit can only be refused by expected seq 0; keep the first
+    job = JobView.submitted(event, seq)
+    state.jobs[job.job_id] = job
+    state.personal.setdefault(job.user, []).append(job.job_id)
+
+
+_JOB_EVENTS = (
+    JobPromoted,
+    ReservationStarted,
+    ReservationGrown,
+    ReservationReleased,
+    JobDispatched,
+    JobStarted,
+    JobEnded,
+    JobRetryScheduled,
+    JobCancelRequested,
+)
+
+
+def _job(state: ClusterState, delivered: Delivered) -> None:
+    event = delivered.event
+    if not isinstance(event, _JOB_EVENTS):
+        return
+    job = state.jobs.get(event.job_id)
+    if job is None:
+        return  # events of a job whose submit we never saw (foreign writer): ignore
+    was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
+    before = job.gpu_holdings()
+    apply_job_event(job, delivered)
+    for gpu, tag in before.items():
+        if state.holders.get(gpu) == tag:
+            del state.holders[gpu]
+    state.holders.update(job.gpu_holdings())
+    if was_slot != job.holds_slot:
+        state.slots[job.user] = state.slots_of(job.user) + (1 if job.holds_slot else -1)
+    if was_personal and job.state != "PERSONAL_QUEUE_WAIT":
+        queue = state.personal.get(job.user, [])
+        if job.job_id in queue:
+            queue.remove(job.job_id)

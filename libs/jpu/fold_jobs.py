@@ -1,0 +1,205 @@
+"""One job as a fold of its events (SPEC §1.4 S1–S3): every state change is caused by one event.
+
+Job state machine as folded here:
+  JobSubmitted → PERSONAL_QUEUE_WAIT; JobPromoted → GLOBAL_QUEUE_WAIT; ReservationStarted →
+  RESERVING; ReservationReleased → GLOBAL_QUEUE_WAIT; JobDispatched → DISPATCHED; JobStarted →
+  RUNNING; JobCancelRequested → CANCELLING; JobEnded → COMPLETED | FAILED | CANCELLED.
+  X8: an attempt that ended FAILED with `oom=True` is `oom_pending` until the dispatcher decides:
+  JobRetryScheduled puts it back to GLOBAL_QUEUE_WAIT (attempt + 1, queue_entered_at kept), or
+  no event follows and the job stays FAILED. The job's event list therefore shows the attempt's
+  end and then the retry — the one documented exception to S2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from jpu.bus import Delivered
+from jpu.events import (
+    JobCancelRequested,
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobRetryScheduled,
+    JobStarted,
+    JobSubmitted,
+    ReservationGrown,
+    ReservationReleased,
+    ReservationStarted,
+)
+from jpu.policy.model import Reservation
+
+GpuKey = tuple[str, str, int]
+SLOT_STATES = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"})
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+QUEUED = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING"})
+
+
+def request_digest(event: JobSubmitted) -> str:
+    """What makes two submissions "the same body" for Q6 idempotency."""
+    body = {
+        "name": event.name,
+        "command": event.command,
+        "num_gpus": event.num_gpus,
+        "tiers": sorted(event.tiers) if event.tiers is not None else None,
+        "min_vram_gb": event.min_vram_gb,
+        "time_limit_s": event.time_limit_s,
+        "env": dict(sorted(event.env.items())),
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass
+class JobView:
+    job_id: str
+    lab: str
+    user: str
+    name: str
+    num_gpus: int
+    submitted_at: float
+    submit_seq: int
+    digest: str
+    tiers: frozenset[str] | None = None
+    min_vram_gb: int | None = None
+    time_limit_s: int | None = None
+    state: str = "PERSONAL_QUEUE_WAIT"
+    attempt: int = 1
+    queue_entered_at: float | None = None
+    reservation: Reservation | None = None
+    placement: tuple[str, str, tuple[int, ...]] | None = None  # (node, tier, gpus)
+    dispatched_at: float | None = None
+    last_seq: int = 0  # stream seq of the job subject's last event (SPEC E2 expected seq)
+    cancel_from: str | None = None  # the state a cancel request found the job in
+    uncharged_reserved_gpu_s: float = 0.0  # this attempt's released, not yet charged (R4, F4)
+    uncharged_reserved_usage: float = 0.0  # the same in TFLOP-s (tier of each reservation)
+    oom_pending: bool = False  # X8: FAILED by GPU OOM, escalation not yet decided
+    last_end: JobEnded | None = None
+    backend_job_id: str | None = None
+    events: int = 0
+
+    @classmethod
+    def submitted(cls, event: JobSubmitted, seq: int) -> JobView:
+        return cls(
+            job_id=event.job_id,
+            lab=event.lab,
+            user=event.user,
+            name=event.name,
+            num_gpus=event.num_gpus,
+            submitted_at=event.ts,
+            submit_seq=seq,
+            digest=request_digest(event),
+            tiers=frozenset(event.tiers) if event.tiers is not None else None,
+            min_vram_gb=event.min_vram_gb,
+            time_limit_s=event.time_limit_s,
+            last_seq=seq,
+            events=1,
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_from is not None
+
+    @property
+    def holds_slot(self) -> bool:
+        """S1; a cancel request on a personal-queue job never took a slot."""
+        if self.state == "CANCELLING":
+            return self.cancel_from != "PERSONAL_QUEUE_WAIT"
+        return self.state in SLOT_STATES
+
+    @property
+    def cancelling_dispatched(self) -> bool:
+        return self.state == "CANCELLING" and self.placement is not None
+
+    def gpu_holdings(self) -> dict[GpuKey, str]:
+        held: dict[GpuKey, str] = {}
+        if self.reservation is not None:
+            r = self.reservation
+            held.update({(r.node, r.tier, i): f"reserved:{self.job_id}" for i in r.gpus})
+        if self.placement is not None:
+            node, tier, gpus = self.placement
+            held.update({(node, tier, i): f"job:{self.job_id}" for i in gpus})
+        return held
+
+
+def apply_job_event(job: JobView, delivered: Delivered) -> None:
+    """Move one job by one of its events; an event that does not apply is ignored (S2)."""
+    job.last_seq = delivered.seq
+    job.events += 1
+    e = delivered.event
+    if isinstance(e, JobRetryScheduled):
+        _retry(job, e)
+    elif isinstance(e, JobCancelRequested) and job.oom_pending:
+        job.oom_pending = False  # cancelling a job between OOM and retry: it stays FAILED
+    elif job.terminal:
+        return  # S2: a terminal job never changes again (X8 retry above is the exception)
+    elif isinstance(e, JobPromoted):
+        if job.state == "PERSONAL_QUEUE_WAIT":
+            job.state, job.queue_entered_at = "GLOBAL_QUEUE_WAIT", e.queue_entered_at
+    elif isinstance(e, ReservationStarted | ReservationGrown):
+        _reserve(job, e)
+    elif isinstance(e, ReservationReleased):
+        _released(job, e)
+    elif isinstance(e, JobDispatched):
+        if job.state in QUEUED:
+            job.state, job.attempt, job.dispatched_at = "DISPATCHED", e.attempt, e.ts
+            job.placement, job.reservation = (e.node, e.tier, tuple(e.gpus)), None
+    elif isinstance(e, JobStarted):
+        job.backend_job_id = e.backend_job_id
+        if job.state == "DISPATCHED":
+            job.state = "RUNNING"
+    elif isinstance(e, JobCancelRequested):
+        if job.state != "CANCELLING":
+            job.cancel_from, job.state = job.state, "CANCELLING"
+    elif isinstance(e, JobEnded):
+        _ended(job, e)
+
+
+def _reserve(job: JobView, e: ReservationStarted | ReservationGrown) -> None:
+    if isinstance(e, ReservationStarted):
+        if job.state in QUEUED and job.reservation is None:
+            gpus = tuple(e.gpus)
+            job.reservation = Reservation(e.node, e.tier, gpus, e.ts, (e.ts,) * len(gpus))
+            job.state = "RESERVING"
+        return
+    r = job.reservation
+    if r is None:
+        return
+    joined = dict(zip(r.gpus, r.joined or (r.since,) * len(r.gpus), strict=True))
+    gpus = tuple(e.gpus)
+    job.reservation = Reservation(
+        r.node, r.tier, gpus, r.since, tuple(joined.get(i, e.ts) for i in gpus)
+    )
+
+
+def _released(job: JobView, e: ReservationReleased) -> None:
+    if job.reservation is None:
+        return
+    job.reservation = None
+    if job.state == "RESERVING":
+        job.state = "GLOBAL_QUEUE_WAIT"
+    if not e.charged_now:  # R4 swap / dispatched / cancelled: charged with the attempt's end
+        job.uncharged_reserved_gpu_s += e.gpu_seconds
+        job.uncharged_reserved_usage += e.gpu_seconds * e.tflops
+
+
+def _ended(job: JobView, e: JobEnded) -> None:
+    job.state, job.attempt = e.state, max(job.attempt, e.attempt)
+    job.placement = job.reservation = None
+    job.last_end = e
+    job.oom_pending = e.oom and e.state == "FAILED"
+    job.uncharged_reserved_gpu_s = job.uncharged_reserved_usage = 0.0  # charged with this end
+    if e.backend_job_id:
+        job.backend_job_id = e.backend_job_id
+
+
+def _retry(job: JobView, e: JobRetryScheduled) -> None:
+    if not job.oom_pending or e.attempt <= job.attempt:
+        return
+    job.state, job.attempt, job.min_vram_gb = "GLOBAL_QUEUE_WAIT", e.attempt, e.min_vram_gb
+    job.oom_pending = False

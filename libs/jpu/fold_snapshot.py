@@ -1,0 +1,87 @@
+"""ClusterState → the policy core's Snapshot (SPEC §1.2 GPU states, D1 queue, F3 usage)."""
+
+from __future__ import annotations
+
+from jpu.config import Cluster
+from jpu.fold import ClusterState
+from jpu.fold_jobs import QUEUED
+from jpu.policy.model import Gpu, LabUsage, MaintenanceState, QueuedJob, RunningJob, Snapshot
+
+DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
+
+
+def gpus(state: ClusterState) -> list[Gpu]:
+    """One row per physical GPU; `down` > `job:` > `reserved:` > `backfill:` > `free`."""
+    rows: list[Gpu] = []
+    for (node, tier), count in sorted(state.inventory.items()):
+        for i in range(count):
+            key = (node, tier, i)
+            bf = state.backfill.get(key)
+            if key in state.down:
+                rows.append(Gpu(node, tier, i, "down"))
+            elif key in state.holders:
+                held = state.holders[key]
+                rows.append(Gpu(node, tier, i, held, bf if held.startswith("reserved:") else None))
+            elif bf is not None:
+                rows.append(Gpu(node, tier, i, f"backfill:{bf}"))
+            else:
+                rows.append(Gpu(node, tier, i, "free"))
+    return rows
+
+
+def queue(state: ClusterState) -> list[QueuedJob]:
+    """The global queue: GLOBAL_QUEUE_WAIT and RESERVING (a cancel request takes a job out)."""
+    return [
+        QueuedJob(
+            job_id=j.job_id,
+            lab=j.lab,
+            user=j.user,
+            num_gpus=j.num_gpus,
+            queue_entered_at=_entered(j.queue_entered_at, j.submitted_at),
+            tiers=j.tiers,
+            min_vram_gb=j.min_vram_gb,
+            attempt=j.attempt,
+            time_limit_s=j.time_limit_s,
+            reservation=j.reservation,
+        )
+        for j in state.jobs.values()
+        if j.state in QUEUED
+    ]
+
+
+def _entered(queue_entered_at: float | None, submitted_at: float) -> float:
+    return queue_entered_at if queue_entered_at is not None else submitted_at
+
+
+def running(state: ClusterState) -> list[RunningJob]:
+    out = []
+    for j in state.jobs.values():
+        if j.placement is not None and j.state in ("DISPATCHED", "RUNNING", "CANCELLING"):
+            node, tier, held = j.placement
+            out.append(
+                RunningJob(
+                    job_id=j.job_id,
+                    lab=j.lab,
+                    node=node,
+                    tier=tier,
+                    gpus=held,
+                    started_at=j.dispatched_at or 0.0,
+                    time_limit_s=j.time_limit_s,
+                )
+            )
+    return out
+
+
+def snapshot(state: ClusterState, config: Cluster, half_life_s: float | None = None) -> Snapshot:
+    """What the dispatch cycle decides on. `half_life_s` defaults to the config's (F3)."""
+    half_life = half_life_s or float(getattr(config, "half_life_s", DEFAULT_HALF_LIFE_S))
+    maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
+    return Snapshot(
+        tiers={t.name: t for t in config.tiers},
+        gpus=gpus(state),
+        queue=queue(state),
+        usage={lab: LabUsage(u.value, u.as_of) for lab, u in state.usage.items()},
+        half_life_s=half_life,
+        maintenance=maintenance,
+        running=running(state),
+    )

@@ -1,0 +1,84 @@
+"""Request classes: jobs that ask for the same thing (num_gpus, tiers filter, min_vram_gb).
+
+Everything the cycle asks about a waiting job — which tiers admit it (D2), in which order (T1),
+whether anything is available for it now, its pending reason (D7) — depends only on its class.
+A cycle therefore answers per class (a handful) instead of per job (up to 100k).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from itertools import groupby
+
+from jpu.config import Tier
+from jpu.policy.model import PendingReason
+from jpu.policy.placements import tier_admits
+
+Key = tuple[int, Collection[str] | None, int | None]
+
+
+class _Req:
+    __slots__ = ("min_vram_gb", "num_gpus", "tiers")
+
+    def __init__(self, key: Key) -> None:
+        self.num_gpus, self.tiers, self.min_vram_gb = key
+
+
+class RequestClass:
+    __slots__ = ("flat", "levels", "n", "reason")
+
+    def __init__(self, key: Key, tiers: Mapping[str, Tier], baseline: Mapping[str, int]) -> None:
+        req = _Req(key)
+        ok = sorted((t for t in tiers.values() if tier_admits(req, t)), key=_best_first)
+        self.n = key[0]
+        # T1: tiers best first; tiers of equal sort_order compete on fewest idle (D4)
+        self.levels = [[t.name for t in lvl] for _, lvl in groupby(ok, key=_sort_order)]
+        self.flat = [t.name for t in ok]
+        # D7: Priority if some fit placement has enough GPUs idle or reserved by the (higher)
+        # rank-1 job at the start of the walk; otherwise nothing could serve it: Resources.
+        enough = any(baseline.get(t, 0) >= self.n for t in self.flat)
+        self.reason: PendingReason = "Priority" if enough else "Resources"
+
+
+def _best_first(t: Tier) -> tuple[int, str]:
+    return (-t.sort_order, t.name)
+
+
+def _sort_order(t: Tier) -> int:
+    return t.sort_order
+
+
+class ClassTable(dict[int, RequestClass]):
+    """Class id -> class, built on first use. Plain requests (no tiers filter, no min_vram) use
+    num_gpus as id; the others get negative ids from `id_of`. `baseline` (per tier, the most
+    GPUs any placement has idle or reserved by rank 1 at the start of the walk) must be set
+    before the first class is built."""
+
+    def __init__(self, tiers: Mapping[str, Tier]) -> None:
+        super().__init__()
+        self.tiers = tiers
+        self.baseline: Mapping[str, int] = {}
+        self._ids: dict[Key, int] = {}
+        self._keys: dict[int, Key] = {}
+
+    def __missing__(self, cid: int) -> RequestClass:
+        key = self._keys.get(cid, (cid, None, None))
+        k = self[cid] = RequestClass(key, self.tiers, self.baseline)
+        return k
+
+    def id_of(self, key: Key) -> int:
+        try:
+            cid = self._ids.get(key)  # fast path: tiers is already a frozenset (QueuedJob)
+        except TypeError:  # an unhashable tiers collection
+            cid = None
+        if cid is not None:
+            return cid
+        n, tiers, vram = key
+        if tiers is None and vram is None and n >= 1:
+            return n
+        hkey: Key = (n, frozenset(tiers) if tiers is not None else None, vram)
+        cid = self._ids.get(hkey)
+        if cid is None:
+            cid = self._ids[hkey] = -1 - len(self._ids)
+            self._keys[cid] = hkey
+        return cid

@@ -1,0 +1,41 @@
+"""The dispatch cycle, policy "jpu" (SPEC D3): a pure function of a snapshot and `now`.
+
+    1. placements, GPUs of active reservations removed from idle      (P1, P2, R2)
+    2. the queue in rank order                                         (D1)
+    3. release reservations: maintenance (M1), capacity/tier (R5, T2), demotion (R3)
+    4. walk from rank 1: dispatch / grow / reserve / wait, pending reasons   (D3.4, D4, D5, D7)
+
+Phase 2 runs first in code because phase 1 needs to know which queued jobs hold reservations.
+"""
+
+from __future__ import annotations
+
+from jpu.policy.classes import ClassTable
+from jpu.policy.model import CycleResult, Snapshot
+from jpu.policy.placements import scan
+from jpu.policy.pool import Pool
+from jpu.policy.release import hold, release, release_phase
+from jpu.policy.view import QueueView
+from jpu.policy.walk import Walk
+
+
+def cycle(snapshot: Snapshot, now: float) -> CycleResult:
+    tiers = snapshot.tiers
+    # 2. D1 — rank order
+    view = QueueView(snapshot.queue, ClassTable(tiers), snapshot.usage, now, snapshot.half_life_s)
+    out = CycleResult(order=view.order)
+    holders = view.holders
+    if snapshot.maintenance != "NORMAL":
+        # D6, M1: no dispatch, no new reservation; every reservation released, charged like R3
+        out.releases = [release(j, "maintenance", now, tiers) for j in holders]
+        out.pending = dict.fromkeys(view.ids, "Maintenance")
+        return out
+    # 1. placements; reserved GPUs are not idle for anyone else (P2, R2)
+    pool = Pool(scan(snapshot.gpus, tiers), tiers)
+    held = hold(pool, holders)
+    # 3. R5/T2 capacity loss, then R3 demotion: only rank 1 keeps a reservation
+    kept = release_phase(holders, held, view.job(0) if len(view) else None, tiers, now, out)
+    pool.index()
+    # 4. walk from rank 1 (D3.4), pending reasons (D7)
+    Walk(pool, view, now, out).run(kept)
+    return out

@@ -1,0 +1,93 @@
+"""Releasing a reservation (SPEC R3–R5): what it held and what is charged at once."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from jpu.config import Tier
+from jpu.policy.fairshare import held_gpu_seconds
+from jpu.policy.model import CycleResult, QueuedJob, ReleaseReason, ReservationRelease
+from jpu.policy.placements import Slot, tier_admits
+from jpu.policy.pool import Pool
+
+Held = dict[str, tuple[Slot | None, list[int], bool]]  # job -> (placement, GPUs held, any lost)
+Kept = tuple[QueuedJob, Slot, list[int]]  # rank 1, its placement, the GPUs it holds
+
+# R3 demotion, M1 maintenance and R5 capacity loss charge the held time at once; dispatch and
+# swap leave it to the attempt's end (F4, R4); cancellation charges it with the job's end.
+CHARGED_AT_RELEASE: frozenset[str] = frozenset({"demoted", "maintenance", "capacity"})
+
+
+def release(
+    job: QueuedJob, reason: ReleaseReason, now: float, tiers: Mapping[str, Tier]
+) -> ReservationRelease:
+    r = job.reservation
+    assert r is not None
+    held = held_gpu_seconds(r, now)
+    tier = tiers.get(r.tier)
+    held_cost = held * tier.tflops if tier is not None else 0.0  # F1
+    return ReservationRelease(
+        job_id=job.job_id,
+        lab=job.lab,
+        node=r.node,
+        tier=r.tier,
+        gpus=r.gpus,
+        reason=reason,
+        gpu_seconds=held,
+        charge_now=held_cost if reason in CHARGED_AT_RELEASE else 0.0,
+        held_cost=held_cost,
+    )
+
+
+def hold(pool: Pool, holders: Sequence[QueuedJob]) -> Held:
+    """The queue's reservations are authoritative; GPUs they name are never idle for others.
+
+    A GPU of a reservation that is now down or running something else is "lost".
+    A `reserved:<id>` GPU whose job is not queued stays non-idle: it is freed by the release
+    of that reservation (cancellation), never taken silently.
+    """
+    held: Held = {}
+    for j in holders:
+        r = j.reservation
+        assert r is not None
+        s = pool.slot(r.node, r.tier)
+        if s is None:
+            held[j.job_id] = (None, [], True)
+            continue
+        mine = s.reserved.setdefault(j.job_id, [])
+        idle = set(s.idle)
+        alive = [g for g in r.gpus if g in idle or g in mine]
+        if idle.intersection(r.gpus):  # projection lag: state still says free/backfill
+            s.idle = [g for g in s.idle if g not in r.gpus]
+        mine[:] = sorted(set(mine) | set(alive))
+        held[j.job_id] = (s, mine, len(alive) < len(r.gpus))
+    return held
+
+
+def release_phase(
+    holders: Sequence[QueuedJob],
+    held: Held,
+    rank1: QueuedJob | None,
+    tiers: Mapping[str, Tier],
+    now: float,
+    out: CycleResult,
+) -> Kept | None:
+    kept: Kept | None = None
+    for j in holders:
+        s, mine, lost = held[j.job_id]
+        tier = tiers.get(j.reservation.tier) if j.reservation else None
+        reason: ReleaseReason
+        if s is None or tier is None or lost or s.capacity < j.num_gpus:
+            reason = "capacity"  # R5 (a held GPU going down is a capacity loss too)
+        elif not tier_admits(j, tier):
+            reason = "capacity"  # T2: tier inactive (or the job no longer admits it)
+        elif j is not rank1:
+            reason = "demoted"  # R3
+        else:
+            kept = (j, s, mine)
+            continue
+        out.releases.append(release(j, reason, now, tiers))
+        if s is not None:
+            s.reserved.pop(j.job_id, None)
+            s.idle.extend(mine)  # its GPUs are idle again this cycle
+    return kept

@@ -1,0 +1,159 @@
+"""Phase 4 of the cycle (SPEC D3.4): walk the queue from rank 1 and decide, plus pending reasons.
+
+Only rank 1 can hold a reservation here (phase 3 released all others, R3) and only rank 1 may
+start one (R1). Every later job can only dispatch (D3.a) or wait (D3.d). Since GPUs are only taken
+during the walk after rank 1, a request class that cannot be served stays so for the rest of the
+cycle: the walk jumps from one servable job to the next with a C-level `list.index` per class,
+and the cost does not grow with the number of waiting jobs it passes (D5 holds by construction:
+every job skipped could not use any idle GPU at that point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jpu.policy.model import (
+    CycleResult,
+    Dispatch,
+    QueuedJob,
+    ReservationGrow,
+    ReservationStart,
+)
+from jpu.policy.placements import Slot
+from jpu.policy.pool import Pool
+from jpu.policy.release import Kept, release
+from jpu.policy.view import QueueView
+
+
+def dispatch_of(job: QueuedJob, slot: Slot, gpus: Sequence[int]) -> Dispatch:
+    chosen = tuple(sorted(gpus))
+    bf = slot.backfill
+    return Dispatch(
+        job_id=job.job_id,
+        lab=job.lab,
+        node=slot.node,
+        tier=slot.tier,
+        gpus=chosen,
+        attempt=job.attempt,
+        preempt_backfill=tuple(bf[g] for g in chosen if g in bf),  # B2
+    )
+
+
+class Walk:
+    def __init__(self, pool: Pool, view: QueueView, now: float, out: CycleResult):
+        self.pool = pool
+        self.view = view
+        self.now = now
+        self.out = out
+        self.dispatched: list[int] = []  # ranks (0-based) dispatched this cycle
+        self.reserving = False  # rank 1 holds a reservation after this cycle
+
+    def run(self, kept: Kept | None, *, reservations: bool = True) -> None:
+        """`reservations=False` is plain greedy in queue order (the FIFO baseline)."""
+        pool = self.pool
+        baseline = dict(pool.max_idle)
+        if kept is not None:  # its reserved GPUs count for D7 "Priority" of lower jobs
+            _, s, held = kept
+            baseline[s.tier] = max(baseline.get(s.tier, 0), len(s.idle) + len(held))
+        view = self.view
+        self.classes = view.classes
+        self.classes.baseline = baseline
+        self.present = set(view.cid)
+        if len(view) and reservations:
+            self.rank1(view.cid_rank[0], kept)
+            self.rest(view.cid_rank, 1)
+        elif len(view):
+            self.rest(view.cid_rank, 0)
+        self.pending()
+
+    def dispatch(self, job: QueuedJob, slot: Slot, gpus: Sequence[int]) -> None:
+        self.out.dispatches.append(dispatch_of(job, slot, gpus))
+
+    def rank1(self, c: int, kept: Kept | None) -> None:
+        job, pool, k = self.view.job(0), self.pool, self.classes[c]
+        if kept is not None:
+            _, own, held = kept
+            need = max(0, job.num_gpus - len(held))
+            if len(own.idle) >= need:  # D4: own placement preferred whenever available
+                self.out.releases.append(release(job, "dispatched", self.now, pool.tiers))
+                self.dispatch(job, own, [*held, *pool.take(own, need)])
+                self.dispatched.append(0)
+                return
+            other = pool.best_fit(k.levels, job.num_gpus)
+            if other is not None:  # D3.a swap (R4): released uncharged, held time charged lazily
+                self.out.releases.append(release(job, "swap", self.now, pool.tiers))
+                self.dispatch(job, other, pool.take(other, job.num_gpus))
+                own.reserved.pop(job.job_id, None)
+                pool.give(own, held)
+                self.dispatched.append(0)
+                return
+            if own.idle:  # D3.b absorb idle GPUs of its placement
+                added = pool.take(own, need)
+                self.out.grows.append(
+                    ReservationGrow(
+                        job_id=job.job_id,
+                        node=own.node,
+                        tier=own.tier,
+                        gpus=(*held, *added),
+                        added=added,
+                    )
+                )
+            self.reserving = True
+            return
+        slot = pool.best_fit(k.levels, job.num_gpus)
+        if slot is not None:  # D3.a
+            self.dispatch(job, slot, pool.take(slot, job.num_gpus))
+            self.dispatched.append(0)
+        elif job.num_gpus >= 2:  # D3.c, R1: only rank 1, only multi-GPU
+            slot = pool.most_idle(k.levels, job.num_gpus)
+            if slot is not None:
+                gpus = pool.take(slot, job.num_gpus)
+                self.out.starts.append(
+                    ReservationStart(job_id=job.job_id, node=slot.node, tier=slot.tier, gpus=gpus)
+                )
+                self.reserving = True
+
+    def rest(self, cid: list[int], start: int) -> None:
+        """Ranks start+1..N: dispatch (D3.a) in rank order whatever is available, skip the rest."""
+        pool, classes, total = self.pool, self.classes, len(cid)
+
+        def next_of(c: int, at: int) -> int:
+            try:
+                return cid.index(c, at)
+            except ValueError:
+                return total
+
+        alive: dict[int, int] = {}
+        for c in self.present:
+            k = classes[c]
+            if pool.can_serve(k.flat, k.n) and (i := next_of(c, start)) < total:
+                alive[c] = i
+        while alive:
+            c = min(alive, key=alive.__getitem__)
+            i, k = alive[c], classes[c]
+            slot = pool.best_fit(k.levels, k.n)
+            assert slot is not None  # alive ⇒ servable
+            top = pool.max_idle[slot.tier]
+            self.dispatch(self.view.job(i), slot, pool.take(slot, k.n))
+            self.dispatched.append(i)
+            alive[c] = next_of(c, i + 1)
+            if alive[c] >= total:
+                del alive[c]
+            if pool.max_idle[slot.tier] == top:
+                continue  # no class lost its last servable placement
+            for c2 in list(alive):
+                k2 = classes[c2]
+                if not pool.can_serve(k2.flat, k2.n):
+                    del alive[c2]
+
+    def pending(self) -> None:
+        """SPEC D7 for every job not dispatched (built in queue order: sequential reads)."""
+        classes, view = self.classes, self.view
+        reason_of = {c: classes[c].reason for c in self.present}
+        pending = dict(zip(view.ids, map(reason_of.__getitem__, view.cid), strict=True))
+        order = self.out.order
+        for i in self.dispatched:
+            del pending[order[i]]
+        if self.reserving:
+            pending[order[0]] = "Reservation"
+        self.out.pending = pending

@@ -1,0 +1,21 @@
+"""What a simulation run is asked to do: the policy and its knobs (defaults = the services')."""
+
+from __future__ import annotations
+
+import msgspec
+
+from jpu.config import Config
+
+_DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Config)}  # the services' defaults
+
+
+class SimParams(msgspec.Struct, frozen=True, kw_only=True):
+    policy: str = "jpu"  # a key of jpu.policy.POLICIES
+    half_life_s: float = _DEFAULTS["half_life_s"]  # F3
+    cycle_s: float = _DEFAULTS["cycle_s"]  # D3: periodic cycle
+    min_cycle_gap_s: float = _DEFAULTS["min_cycle_gap_s"]  # D8: event-triggered cycles
+    max_active_jobs: int = _DEFAULTS["max_active_jobs"]  # Q5, for users the cluster file omits
+    max_attempts: int = _DEFAULTS["max_attempts"]  # X8
+    backfill: bool = _DEFAULTS["backfill_enabled"]  # §6
+    backfill_settle_s: float = _DEFAULTS["backfill_settle_s"]  # B1
+    progress: bool = False  # U3: progress lines on stderr

@@ -1,0 +1,43 @@
+"""`python -m jpu.stack run|servers` (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from jpu.config import load_config
+from jpu.service import setup_logging
+from jpu.stack import run
+from jpu.stack.servers import start_servers
+
+
+def servers_only() -> int:
+    """Start NATS + PostgreSQL, print shell-ready URLs, stop on Ctrl-C / SIGTERM."""
+    data_dir = Path(load_config().data_dir).absolute()
+    servers = start_servers(data_dir, os.environ)
+    try:
+        # Block only now: the servers must not inherit a mask that ignores SIGTERM.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        print(f"JPU_NATS_URL={servers.nats_url}", flush=True)
+        print(f"JPU_DATABASE_URL={servers.database_url}", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        servers.stop()
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m jpu.stack", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="NATS + PostgreSQL + all services + demo; Ctrl-C stops all")
+    sub.add_parser("servers", help="only NATS + PostgreSQL; prints their URLs")
+    args = parser.parse_args()
+    setup_logging("stack")
+    return run.main() if args.command == "run" else servers_only()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""One-time preparation before the services start: schema, stream, inventory, demo users."""
+
+from __future__ import annotations
+
+import logging
+
+from jpu.admin import DemoUser, seed_config_labs, seed_demo
+from jpu.clock import Clock, SystemClock
+from jpu.config import Config
+from jpu.edges import Edges, connect_edges
+from jpu.events import NodeInventoryObserved, new_event_id, subject_for
+
+log = logging.getLogger("jpu.stack")
+
+
+async def publish_missing_inventory(edges: Edges, clock: Clock) -> list[str]:
+    """NodeInventoryObserved for each configured node the log has never seen (SPEC §1.2).
+
+    The gpu_resources projection then holds the configured cluster before any Slurm agent
+    reports; a node already observed is left to what was observed. Returns the nodes published.
+    """
+    published = []
+    for node in edges.config.nodes:
+        event = NodeInventoryObserved(
+            event_id=new_event_id(), ts=clock.now(), node=node.name, gpus=dict(node.gpus)
+        )
+        if await edges.bus.last_subject_seq(subject_for(event, edges.config.subject_prefix)):
+            continue
+        await edges.bus.append(event)
+        published.append(node.name)
+    if published:
+        log.info("inventory published from configuration", extra={"nodes": published})
+    return published
+
+
+async def prepare(config: Config, clock: Clock | None = None) -> list[DemoUser]:
+    """Migrate, ensure the stream, publish the configured inventory, seed labs and demo users."""
+    edges = await connect_edges(config, name="stack", timeout_s=30.0)
+    try:
+        await publish_missing_inventory(edges, clock or SystemClock())
+        await seed_config_labs(edges.pool, config)
+        return await seed_demo(edges.pool)
+    finally:
+        await edges.close()

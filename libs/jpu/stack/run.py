@@ -1,0 +1,133 @@
+"""`python -m jpu.stack run`: servers → preparation → services → ready banner → supervise."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+from jpu.admin import DemoUser
+from jpu.config import ConfigError, load_config
+from jpu.service import install_stop_signals
+from jpu.stack.prepare import prepare
+from jpu.stack.servers import Servers, start_servers
+from jpu.stack.supervisor import Supervisor
+
+log = logging.getLogger("jpu.stack")
+
+
+async def wait_ready(url: str, stop: asyncio.Event, timeout_s: float) -> bool:
+    """Poll `url` until it answers 200; False on timeout or stop."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=2.0) as client:
+        while time.monotonic() < deadline and not stop.is_set():
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code == 200:
+                    return True
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.3)
+    return False
+
+
+def banner(gateway: str, servers: Servers, log_dir: Path, users: list[DemoUser]) -> str:
+    lines = [
+        f"JPU-Share is up: {gateway}",
+        f"  NATS JetStream  {servers.nats_url}" + ("  (embedded)" if servers.nats else ""),
+        f"  PostgreSQL      {servers.database_url}" + ("  (embedded)" if servers.postgres else ""),
+        f"  service logs    {log_dir}/<service>.log",
+        "",
+        "Demo users and tokens (DEMO ONLY - well-known, do not use in production):",
+        *(f"  {u.name:<10} {u.lab:<4} {u.role:<6} {u.token}" for u in users),
+        "",
+        f"Try:  curl -H 'Authorization: Bearer {users[0].token}' {gateway}/v1/me",
+        "Ctrl-C stops everything.",
+    ]
+    return "\n".join(lines)
+
+
+async def run(
+    env: Mapping[str, str], servers: Servers, data_dir: Path, ready_timeout_s: float = 60.0
+) -> int:
+    """Everything after the servers: they are started and stopped by `main` (main thread)."""
+    stop = asyncio.Event()
+    install_stop_signals(stop)
+    supervisor: Supervisor | None = None
+    try:
+        child_env = {
+            **env,
+            "JPU_NATS_URL": servers.nats_url,
+            "JPU_DATABASE_URL": servers.database_url,
+        }
+        config = load_config(env=child_env)
+        users = await prepare(config)
+        supervisor = Supervisor(child_env, data_dir / "logs")
+        supervisor.start(stop)
+        gateway = f"http://{config.gateway_host}:{config.gateway_port}"
+        if await wait_ready(f"{gateway}/readyz", stop, ready_timeout_s):
+            print(banner(gateway, servers, data_dir / "logs", users), flush=True)
+        elif not stop.is_set():
+            log.error(
+                "gateway not ready; see its log",
+                extra={"timeout_s": ready_timeout_s, "log": str(data_dir / "logs" / "gateway.log")},
+            )
+        await stop.wait()
+        return 0
+    finally:
+        if supervisor is not None:
+            await supervisor.stop()
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Fail fast with the fix, rather than a gateway that crash-loops on a taken port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise RuntimeError(
+                f"gateway port {host}:{port} is not free ({e.strerror}); "
+                f"set JPU_GATEWAY_PORT to another port"
+            ) from e
+
+
+def _interrupt(signum: int, _: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    """Servers start and stop in the main thread: the embedded PostgreSQL is tied to the thread
+    that started it (pdeathsig), and a signal while they start must still stop them."""
+    env = dict(os.environ if env is None else env)
+    timeout = float(env.get("JPU_READY_TIMEOUT_S", "60"))
+    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C until the event loop takes over
+    servers: Servers | None = None
+    try:
+        config = load_config(env=env)
+        _check_port_free(config.gateway_host, config.gateway_port)
+        data_dir = Path(config.data_dir).absolute()
+        servers = start_servers(data_dir, env)
+        return asyncio.run(run(env, servers, data_dir, timeout))
+    except KeyboardInterrupt:
+        return 130
+    except (RuntimeError, ConfigError) as e:  # an expected failure: the message says what to do
+        print(f"jpu stack: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        log.exception("stack failed")
+        print(f"jpu stack: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not abort cleanup
+            signal.signal(sig, signal.SIG_IGN)
+        if servers is not None:
+            servers.stop()
+        log.info("stack stopped")

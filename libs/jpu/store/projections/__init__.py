@@ -1,0 +1,19 @@
+"""The projections the services read (SPEC E3). `ALL` is what a rebuild or an audit covers."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from jpu.store.projection import Projection
+from jpu.store.projections import gpu_resources, jobs, lab_usage, maintenance
+
+ALL: Final[tuple[Projection, ...]] = (
+    jobs.projection,
+    lab_usage.projection,
+    maintenance.projection,
+    gpu_resources.projection,
+)
+
+BY_NAME: Final[dict[str, Projection]] = {p.name: p for p in ALL}
+
+__all__ = ["ALL", "BY_NAME", "gpu_resources", "jobs", "lab_usage", "maintenance"]

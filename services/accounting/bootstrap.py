@@ -1,0 +1,30 @@
+"""Composition root of the accounting service: configuration → bus + database → workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from jpu.clock import SystemClock
+from jpu.edges import Edges, connect_edges
+from jpu.service import Worker
+from jpu.store.projection import run_projection
+from jpu.store.projections import lab_usage
+from jpu_services.accounting.config import AccountingConfig
+from jpu_services.accounting.service import run_accounting
+
+
+async def bootstrap(config: AccountingConfig, stop: asyncio.Event | None = None) -> Edges:
+    """Connect the bus (ensuring the stream) and the pool (applying migrations)."""
+    return await connect_edges(config.base, name="accounting", stop=stop)
+
+
+def workers(edges: Edges) -> dict[str, Worker]:
+    """Accounting owns the lab usage projection (SPEC E4): each event applied once (E3)."""
+
+    async def project_lab_usage(stop: asyncio.Event) -> None:
+        await run_projection(edges.bus, edges.pool, lab_usage.projection, stop=stop)
+
+    async def charge(stop: asyncio.Event) -> None:
+        await run_accounting(edges.bus, edges.config, SystemClock(), stop)  # SPEC F3-F5
+
+    return {"projection.lab_usage": project_lab_usage, "charger": charge}

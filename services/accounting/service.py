@@ -1,0 +1,66 @@
+"""The accounting service loop (SPEC §3, E4): follow the log, charge, and (optionally) keep the
+lab usage projection.
+
+    run_accounting(bus, config, clock, stop, pool=None)
+
+Safe to run as several replicas and to kill at any moment (O5): see charger.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import asyncpg
+
+from jpu.bus import Delivered, EventBus
+from jpu.clock import Clock
+from jpu.config import Config
+from jpu.fold import ClusterState
+from jpu.fold_follow import Follower
+from jpu.store.projection import run_projection
+from jpu.store.projections import lab_usage
+from jpu_services.accounting.charger import Charger, initial_charges
+
+log = logging.getLogger(__name__)
+
+
+async def run_accounting(
+    bus: EventBus,
+    config: Config,
+    clock: Clock,
+    stop: asyncio.Event,
+    *,
+    pool: asyncpg.Pool | None = None,
+    charger_out: list[Charger] | None = None,
+) -> None:
+    state = ClusterState.new(config)
+    wake = asyncio.Event()
+    charger: Charger
+
+    def on_event(d: Delivered) -> None:
+        charger.observe(d)
+        wake.set()
+
+    follower = Follower(bus, state, on_event)
+    charger = Charger(bus, state, follower, config.half_life_s)
+    if charger_out is not None:
+        charger_out.append(charger)
+    tasks = [asyncio.create_task(follower.run(stop))]
+    if pool is not None:
+        tasks.append(
+            asyncio.create_task(run_projection(bus, pool, lab_usage.projection, stop=stop))
+        )
+    try:
+        await follower.catch_up(timeout=120.0)
+        charger.add(initial_charges(config, clock.now()))  # "at load" (O1)
+        while not stop.is_set():
+            await charger.drain()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), 1.0)
+            wake.clear()
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,169 @@
+"""What the dispatcher appends, as pure functions of (state, config, now) → events.
+
+The events carry an empty `event_id`; the writer gives each a deterministic id derived from
+(type, subject, expected sequence), so a retried append is de-duplicated by the stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from jpu.config import Config, Tier
+from jpu.events import (
+    Event,
+    JobDispatched,
+    JobEnded,
+    JobRetryScheduled,
+    MaintenanceChanged,
+    ReservationGrown,
+    ReservationReleased,
+    ReservationStarted,
+)
+from jpu.fold import ClusterState, JobView
+from jpu.fold_snapshot import gpus
+from jpu.policy import maintenance, oom
+from jpu.policy.fairshare import held_gpu_seconds
+from jpu.policy.model import CycleResult, MaintenanceState
+
+CANCEL_HERE = frozenset({"PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"})
+CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
+
+
+def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> list[Event]:
+    """D3 decisions in the order they must land: releases free GPUs before anything takes them."""
+    out: list[Event] = []
+    for r in result.releases:
+        tier = tiers.get(r.tier)
+        out.append(
+            ReservationReleased(
+                event_id="",
+                ts=now,
+                job_id=r.job_id,
+                node=r.node,
+                tier=r.tier,
+                gpus=list(r.gpus),
+                reason=r.reason,
+                gpu_seconds=r.gpu_seconds,
+                charged_now=r.reason in CHARGED_AT_RELEASE,
+                tflops=tier.tflops if tier is not None else 0.0,
+            )
+        )
+    for s in result.starts:
+        out.append(
+            ReservationStarted(
+                event_id="", ts=now, job_id=s.job_id, node=s.node, tier=s.tier, gpus=list(s.gpus)
+            )
+        )
+    for g in result.grows:
+        out.append(
+            ReservationGrown(
+                event_id="",
+                ts=now,
+                job_id=g.job_id,
+                node=g.node,
+                tier=g.tier,
+                gpus=list(g.gpus),
+                added=list(g.added),
+            )
+        )
+    for d in result.dispatches:
+        out.append(
+            JobDispatched(
+                event_id="",
+                ts=now,
+                job_id=d.job_id,
+                attempt=d.attempt,
+                node=d.node,
+                tier=d.tier,
+                gpus=list(d.gpus),
+            )
+        )
+    return out
+
+
+def cancellation(job: JobView, tiers: Mapping[str, Tier], now: float) -> list[Event]:
+    """A queued job whose cancel was requested ends here (running ones: the slurm-agent).
+
+    Its reservation is released uncharged and the held time is charged with the job's end (R5)."""
+    out: list[Event] = []
+    gpu_s, usage, tflops = job.uncharged_reserved_gpu_s, job.uncharged_reserved_usage, 0.0
+    r = job.reservation
+    if r is not None:
+        tier = tiers.get(r.tier)
+        tflops = tier.tflops if tier is not None else 0.0
+        held = held_gpu_seconds(r, now)
+        gpu_s, usage = gpu_s + held, usage + held * tflops
+        out.append(
+            ReservationReleased(
+                event_id="",
+                ts=now,
+                job_id=job.job_id,
+                node=r.node,
+                tier=r.tier,
+                gpus=list(r.gpus),
+                reason="cancelled",
+                gpu_seconds=held,
+                charged_now=False,
+                tflops=tflops,
+            )
+        )
+    out.append(
+        JobEnded(
+            event_id="",
+            ts=now,
+            job_id=job.job_id,
+            attempt=job.attempt,
+            state="CANCELLED",
+            gpu_seconds_reserved=gpu_s,
+            tflops=tflops,
+            usage=usage,
+            reason="cancelled",
+        )
+    )
+    return out
+
+
+def cancellations(state: ClusterState, tiers: Mapping[str, Tier], now: float) -> list[Event]:
+    return [
+        e
+        for j in state.jobs.values()
+        if j.state == "CANCELLING" and j.placement is None and j.cancel_from in CANCEL_HERE
+        for e in cancellation(j, tiers, now)
+    ]
+
+
+def escalations(state: ClusterState, config: Config, now: float) -> list[Event]:
+    """SPEC X8: a GPU OOM retries with more VRAM (queue_entered_at kept) or stays FAILED (OOM)."""
+    tiers = {t.name: t for t in config.tiers}
+    pool = gpus(state)
+    out: list[Event] = []
+    for j in state.jobs.values():
+        if not j.oom_pending or j.last_end is None:
+            continue
+        tier = tiers.get(j.last_end.tier or "")
+        vram = tier.vram_gb if tier is not None else (j.min_vram_gb or 0)
+        verdict = oom.escalate(
+            j.attempt, vram, pool, tiers, j.num_gpus, j.tiers, config.max_attempts
+        )
+        if isinstance(verdict, oom.Retry):
+            out.append(
+                JobRetryScheduled(
+                    event_id="",
+                    ts=now,
+                    job_id=j.job_id,
+                    attempt=verdict.attempt,
+                    min_vram_gb=verdict.min_vram_gb,
+                )
+            )
+    return out
+
+
+def maintenance_step(state: ClusterState, now: float) -> MaintenanceChanged | None:
+    """SPEC M2/M3: DRAINING → BACKFILL_RECOVERY → ACTIVE, one event per step."""
+    current: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
+    nxt = maintenance.advance(current, state.busy_user_jobs(), state.active_backfills())
+    if nxt == current:
+        return None
+    return MaintenanceChanged(
+        event_id="", ts=now, state=nxt, by="dispatcher", message=state.maintenance.message
+    )

@@ -1,0 +1,1 @@
+"""The gateway (SPEC E4): REST API, auth, web console; reads projections, forwards commands."""

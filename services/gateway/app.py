@@ -1,0 +1,69 @@
+"""The gateway's FastAPI app (SPEC §8). Connections open in the lifespan, never at import."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from jpu.service import run_workers
+from jpu_services.gateway import bootstrap
+from jpu_services.gateway.config import GatewayConfig
+from jpu_services.gateway.errors import install_error_handlers
+from jpu_services.gateway.routes import (
+    admin,
+    console,
+    health,
+    jobs,
+    labs,
+    maintenance,
+    me,
+    placements,
+    queue,
+)
+
+log = logging.getLogger("jpu.gateway")
+
+
+def create_app(settings: GatewayConfig) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        edges = await bootstrap.bootstrap(settings)
+        stop = asyncio.Event()
+        app.state.edges, app.state.crashed = edges, False
+        projector = asyncio.create_task(
+            run_workers(stop, bootstrap.workers(settings, edges)), name="projector"
+        )
+        projector.add_done_callback(lambda t: _on_projector_done(app, t, stop))
+        try:
+            yield
+        finally:
+            stop.set()  # drain: projections finish their batch and commit (SPEC E3)
+            await asyncio.gather(projector, return_exceptions=True)
+            await edges.close()
+
+    app = FastAPI(
+        title="JPU-Share",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Fair GPU sharing for research labs in front of Slurm (SPEC §8).",
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    for module in (health, maintenance, me, jobs, queue, labs, placements, admin, console):
+        app.include_router(module.router)
+    return app
+
+
+def _on_projector_done(app: FastAPI, task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    """A projection that dies outside shutdown takes the process down to be restarted (O5)."""
+    if stop.is_set() or task.cancelled():
+        return
+    log.error("projector failed; stopping the gateway", exc_info=task.exception())
+    app.state.crashed = True
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,37 @@
+"""Composition root of the gateway: configuration → bus + database → projector workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from jpu.edges import Edges, connect_edges
+from jpu.service import Worker
+from jpu.store.projection import Projection, run_projection
+from jpu.store.projections import gpu_resources, jobs, maintenance
+from jpu_services.gateway.config import GatewayConfig
+
+# The read models the API serves; lab_usage is accounting's (SPEC E4).
+PROJECTIONS: dict[str, Projection] = {
+    "jobs": jobs.projection,
+    "maintenance": maintenance.projection,
+    "gpu_resources": gpu_resources.projection,
+}
+
+
+async def bootstrap(config: GatewayConfig, stop: asyncio.Event | None = None) -> Edges:
+    """Connect the bus (ensuring the stream) and the pool (applying migrations)."""
+    return await connect_edges(config.base, name="gateway", stop=stop)
+
+
+def workers(config: GatewayConfig, edges: Edges) -> dict[str, Worker]:
+    """The `projector` role: each projection applies every event exactly once (SPEC E3)."""
+    if not config.projector:
+        return {}
+
+    def runner(projection: Projection) -> Worker:
+        async def run(stop: asyncio.Event) -> None:
+            await run_projection(edges.bus, edges.pool, projection, stop=stop)
+
+        return run
+
+    return {f"projection.{name}": runner(p) for name, p in PROJECTIONS.items()}

@@ -1,0 +1,1 @@
+"""Routes grouped by domain; each module has one `router`."""

@@ -1,0 +1,175 @@
+"""The job as the API shows it (SPEC §8 `GET /v1/jobs/{id}`), and who may see it.
+
+Visibility (SPEC §8): the owner, a `lab_admin` of the job's lab, or an `admin`. Anyone else gets
+403 FORBIDDEN for a job that exists (the same answer for GET, events and cancel, so the three agree)
+and 404 NOT_FOUND for an id that does not exist. Job ids are random, so 403 reveals nothing useful.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Final
+
+import asyncpg
+
+from jpu import auth
+from jpu.store.projections.jobs import TERMINAL  # SPEC S2
+from jpu_services.gateway.errors import ApiError
+
+QUEUED_STATES: Final = ("GLOBAL_QUEUE_WAIT", "RESERVING")
+RUNNING_STATES: Final = ("DISPATCHED", "RUNNING", "CANCELLING")
+
+# Columns the API shows; `env` and `command` only on the job page (never in lists or the queue).
+_LIST_COLUMNS: Final = (
+    'job_id, lab, "user", name, num_gpus, tiers, min_vram_gb, time_limit_s, state, attempt, '
+    "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
+    "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
+    "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by"
+)
+
+
+def can_see(user: auth.Principal, row: Any) -> bool:
+    return (
+        user.role == "admin"
+        or row["user"] == user.name
+        or (user.role == "lab_admin" and row["lab"] == user.lab)
+    )
+
+
+async def load_visible(pool: asyncpg.Pool, user: auth.Principal, job_id: str) -> asyncpg.Record:
+    """The job row if the caller may see it; 404 / 403 otherwise."""
+    row = await pool.fetchrow(
+        f"SELECT {_LIST_COLUMNS}, command, env FROM jobs WHERE job_id = $1", job_id
+    )
+    if row is None:
+        raise ApiError(404, "NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id})
+    if not can_see(user, row):
+        raise ApiError(
+            403,
+            "FORBIDDEN",
+            "only the owner, a lab_admin of its lab or an admin may see or cancel this job",
+            {"job_id": job_id},
+        )
+    return row
+
+
+def _placement(row: Any) -> dict[str, Any] | None:
+    if row["node"] is None:
+        return None
+    return {"node": row["node"], "tier": row["tier"], "gpus": list(row["gpus"] or [])}
+
+
+def _reservation(row: Any) -> dict[str, Any] | None:
+    if row["reservation_node"] is None:
+        return None
+    return {
+        "node": row["reservation_node"],
+        "tier": row["reservation_tier"],
+        "gpus": list(row["reservation_gpus"] or []),
+        "since": row["reservation_since"],
+    }
+
+
+def job_out(
+    row: Any, rank: int | None = None, reason: str | None = None, *, detail: bool = False
+) -> dict[str, Any]:
+    """The job body. `rank`/`pending_reason` only while queued (D1, D7); placement while it runs
+    or after it ran; reservation while one is held (R2)."""
+    out: dict[str, Any] = {
+        "id": row["job_id"],
+        "name": row["name"],
+        "user": row["user"],
+        "lab": row["lab"],
+        "num_gpus": row["num_gpus"],
+        "tiers": row["tiers"],
+        "min_vram_gb": row["min_vram_gb"],
+        "time_limit_s": row["time_limit_s"],
+        "state": row["state"],
+        "attempt": row["attempt"],
+        "submitted_at": row["submitted_at"],
+        "queue_entered_at": row["queue_entered_at"],
+        "rank": rank,
+        "pending_reason": reason,
+        "placement": _placement(row),
+        "reservation": _reservation(row),
+        "dispatched_at": row["dispatched_at"],
+        "started_at": row["started_at"],
+        "ended_at": row["ended_at"],
+        "usage_charged": row["usage_charged"],
+        "backend_job_id": row["backend_job_id"],
+        "isolation": row["isolation"],
+        "exit_code": row["exit_code"],
+        "reason": row["end_reason"],
+        "oom": row["oom"],
+        "kill_failed": row["kill_failed"],
+        "cancel_requested_by": row["cancel_requested_by"],
+        "terminal": row["state"] in TERMINAL,
+    }
+    if detail:
+        out["command"] = row["command"]
+        out["env"] = row["env"]
+    return out
+
+
+# --- listing with keyset pagination (newest first) ------------------------------------------
+
+
+def encode_cursor(submitted_at: float, job_id: str) -> str:
+    raw = json.dumps([submitted_at, job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, job_id = json.loads(raw)
+        return float(at), str(job_id)
+    except (binascii.Error, ValueError, TypeError) as e:
+        raise ApiError(422, "VALIDATION_ERROR", "cursor is not valid", {"field": "cursor"}) from e
+
+
+async def list_jobs(
+    pool: asyncpg.Pool,
+    user: auth.Principal,
+    *,
+    states: list[str] | None,
+    lab: str | None,
+    owner: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[asyncpg.Record], str | None]:
+    """Jobs visible to `user` (own / lab's / all by role), filtered, newest first."""
+    where: list[str] = []
+    args: list[Any] = []
+
+    def add(clause: str, value: Any) -> None:
+        args.append(value)
+        where.append(clause.replace("?", f"${len(args)}"))
+
+    if user.role == "user":
+        add('"user" = ?', user.name)
+    elif user.role == "lab_admin":
+        add("lab = ?", user.lab)
+    if states:
+        add("state = ANY(?::text[])", states)
+    if lab:
+        add("lab = ?", lab)
+    if owner:
+        add('"user" = ?', owner)
+    if cursor:
+        at, job_id = decode_cursor(cursor)
+        args.extend([at, job_id])
+        where.append(f"(submitted_at, job_id) < (${len(args) - 1}, ${len(args)})")
+    args.append(limit + 1)
+    sql = (
+        f"SELECT {_LIST_COLUMNS} FROM jobs"
+        + (" WHERE " + " AND ".join(where) if where else "")
+        + f" ORDER BY submitted_at DESC, job_id DESC LIMIT ${len(args)}"
+    )
+    rows = await pool.fetch(sql, *args)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    nxt = encode_cursor(rows[-1]["submitted_at"], rows[-1]["job_id"]) if more and rows else None
+    return rows, nxt

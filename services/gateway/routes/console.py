@@ -1,0 +1,42 @@
+"""The web console (SPEC U2): static files, served at `/` (the page) and `/console/<asset>`.
+
+The page needs no token to load; it asks the user for one and calls the API like any client.
+Only the files listed here are served (no directory walking).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+
+from jpu_services.gateway.errors import ApiError
+
+CONSOLE_DIR: Final = Path(__file__).resolve().parent.parent / "console"
+_ASSETS: Final = {
+    "index.html": "text/html; charset=utf-8",
+    "console.js": "text/javascript; charset=utf-8",
+    "console.css": "text/css; charset=utf-8",
+}
+
+router = APIRouter(tags=["console"], include_in_schema=False)
+
+
+def _file(name: str) -> FileResponse:
+    if name not in _ASSETS:
+        raise ApiError(404, "NOT_FOUND", f"no console file {name!r}")
+    return FileResponse(
+        CONSOLE_DIR / name, media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"}
+    )
+
+
+@router.get("/")
+async def index() -> FileResponse:
+    return _file("index.html")
+
+
+@router.get("/console/{name}")
+async def asset(name: str) -> FileResponse:
+    return _file(name)

@@ -1,0 +1,51 @@
+"""Liveness and readiness (SPEC §8: readiness = bus and database reachable)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from jpu_services.gateway.deps import EdgesDep, SettingsDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+async def _check(probe: Any, timeout_s: float) -> str | None:
+    try:
+        await asyncio.wait_for(probe, timeout_s)
+    except Exception as e:  # any failure means "not ready"; say which
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+@router.get("/readyz", responses={503: {"description": "bus or database unreachable"}})
+async def readyz(edges: EdgesDep, settings: SettingsDep) -> JSONResponse:
+    """Readiness: the JetStream stream and PostgreSQL both answer now."""
+    timeout = settings.readiness_timeout_s
+    failures = {
+        name: why
+        for name, why in (
+            ("bus", await _check(edges.bus.last_seq(), timeout)),
+            ("database", await _check(edges.pool.fetchval("SELECT 1"), timeout)),
+        )
+        if why is not None
+    }
+    if failures:
+        body = {
+            "error": {
+                "code": "NOT_READY",
+                "message": "not ready: " + ", ".join(failures),
+                "details": failures,
+            }
+        }
+        return JSONResponse(body, status_code=503)
+    return JSONResponse({"status": "ready", "bus": "ok", "database": "ok"})

@@ -1,0 +1,64 @@
+"""The caller and the tiers (SPEC §8: `GET /v1/me`, `GET /v1/tiers`)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
+
+router = APIRouter(prefix="/v1", tags=["users"])
+
+# SPEC S1: the states that hold one of the user's max_active_jobs slots.
+SLOT_STATES: Final = ("GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING")
+
+
+class Me(BaseModel):
+    user: str
+    lab: str
+    role: str
+    max_active_jobs: int
+    slots_in_use: int
+
+
+class TierOut(BaseModel):
+    name: str
+    model: str
+    vram_gb: int
+    tflops: float
+    sort_order: int
+    max_gpus: int
+    partition: str
+    cpus_per_gpu: int
+    mem_gb_per_gpu: int
+    active: bool
+
+
+@router.get("/me")
+async def me(user: CurrentUser, pool: PoolDep, settings: SettingsDep) -> Me:
+    used = await pool.fetchval(
+        'SELECT count(*) FROM jobs WHERE "user" = $1 AND state = ANY($2::text[])',
+        user.name,
+        list(SLOT_STATES),
+    )
+    limit = user.max_active_jobs
+    return Me(
+        user=user.name,
+        lab=user.lab,
+        role=user.role,
+        max_active_jobs=settings.base.max_active_jobs if limit is None else limit,
+        slots_in_use=int(used),
+    )
+
+
+@router.get("/tiers")
+async def tiers(_: CurrentUser, settings: SettingsDep, active: bool | None = None) -> list[TierOut]:
+    """Tiers best first (SPEC T1); they are configuration (§1.1). `?active=` filters (T2)."""
+    ordered = sorted(settings.base.tiers, key=lambda t: -t.sort_order)
+    return [
+        TierOut(**{f: getattr(t, f) for f in TierOut.model_fields})
+        for t in ordered
+        if active is None or t.active == active
+    ]

@@ -1,0 +1,25 @@
+"""Composition root of the intake service: configuration → bus + database → workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+from jpu.clock import SystemClock
+from jpu.edges import Edges, connect_edges
+from jpu.service import Worker
+from jpu_services.intake.config import IntakeConfig
+from jpu_services.intake.service import run_intake
+
+
+async def bootstrap(config: IntakeConfig, stop: asyncio.Event | None = None) -> Edges:
+    """Connect the bus (ensuring the stream) and the pool (applying migrations)."""
+    return await connect_edges(config.base, name="intake", stop=stop)
+
+
+def workers(edges: Edges) -> dict[str, Worker]:
+    """Submit/cancel commands and promotion (SPEC Q1-Q6), any number of replicas."""
+
+    async def intake(stop: asyncio.Event) -> None:
+        await run_intake(edges.bus, edges.config, SystemClock(), stop, pool=edges.pool)
+
+    return {"intake": intake}

@@ -1,0 +1,83 @@
+"""Promotion from the personal queue to the global queue (SPEC Q5, S1).
+
+Whenever a user's slot frees or they submit, their oldest personal-queue jobs are promoted while
+they hold fewer than `max_active_jobs` slot-holding jobs. Each `JobPromoted` is appended with the
+job subject's expected sequence, so replicas racing on the same job promote it once.
+
+Per-user limit: the `users` table (migration 0100_auth.sql) when it has a value, else the config
+(`labs[].users[].max_active_jobs`), else the global default `max_active_jobs`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import asyncpg
+
+from jpu.bus import ConcurrencyConflict, EventBus
+from jpu.config import Config
+from jpu.events import JobPromoted, new_event_id
+from jpu.fold import ClusterState
+from jpu.policy.queue import promotions
+
+log = logging.getLogger(__name__)
+
+
+class Limits:
+    def __init__(self, config: Config, pool: asyncpg.Pool | None, refresh_s: float = 5.0) -> None:
+        self.default = config.max_active_jobs
+        self.configured = {
+            u.name: u.max_active_jobs
+            for lab in config.labs
+            for u in lab.users
+            if u.max_active_jobs is not None
+        }
+        self.pool, self.refresh_s = pool, refresh_s
+        self.table: dict[str, int] = {}
+        self._loaded_at = float("-inf")
+
+    async def refresh(self) -> None:
+        if self.pool is None or time.monotonic() - self._loaded_at < self.refresh_s:
+            return
+        self._loaded_at = time.monotonic()
+        try:
+            rows = await self.pool.fetch(
+                "SELECT name, max_active_jobs FROM users WHERE max_active_jobs IS NOT NULL"
+            )
+        except (asyncpg.UndefinedTableError, OSError, asyncpg.PostgresError) as e:
+            log.debug("users table not readable: %s", e)
+            return
+        self.table = {r["name"]: int(r["max_active_jobs"]) for r in rows}
+
+    def mapping(self) -> dict[str, int]:
+        return {**self.configured, **self.table}
+
+
+class Promoter:
+    def __init__(self, bus: EventBus, state: ClusterState, limits: Limits) -> None:
+        self.bus, self.state, self.limits = bus, state, limits
+        self.max_seq = 0
+        self.promoted = 0
+
+    async def promote(self, users: set[str] | None, now: float) -> list[str]:
+        """Promote what Q5 allows for `users` (None: everyone); returns the promoted job ids."""
+        await self.limits.refresh()
+        personal = {
+            u: q for u, q in self.state.personal.items() if q and (users is None or u in users)
+        }
+        if not personal:
+            return []
+        done: list[str] = []
+        chosen = promotions(personal, self.state.slots, self.limits.mapping(), self.limits.default)
+        for jid in chosen:
+            job = self.state.jobs[jid]
+            event = JobPromoted(event_id=new_event_id(), ts=now, job_id=jid, queue_entered_at=now)
+            try:
+                seq = await self.bus.append(event, expected_last_subject_seq=job.last_seq)
+            except ConcurrencyConflict:
+                continue  # another replica promoted it (or it was cancelled): decided again later
+            self.max_seq = max(self.max_seq, seq)
+            self.promoted += 1
+            done.append(jid)
+        return done

@@ -1,0 +1,145 @@
+"""Submit and cancel commands (SPEC Q1–Q3, Q6, §8) decided on the intake's fold of the log.
+
+A submission becomes `JobSubmitted` appended with expected last subject sequence 0: with an
+Idempotency-Key the job id is `hash(user, key)`, so two replicas racing on the same key produce
+one job (the loser reads the winner's event and answers as a replay, or IDEMPOTENCY_CONFLICT
+when the bodies differ).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from jpu.bus import ConcurrencyConflict, EventBus
+from jpu.commands import CancelCommand, CommandReply, SubmitCommand, error_reply
+from jpu.config import Config
+from jpu.events import JobCancelRequested, JobSubmitted, new_event_id
+from jpu.fold import ClusterState
+from jpu.fold_follow import Follower
+from jpu.fold_jobs import request_digest
+from jpu.fold_snapshot import gpus
+from jpu.policy import maintenance
+from jpu.policy.placements import ever_fits
+from jpu.policy.queue import validate_submit
+
+
+class _Want(msgspec.Struct, frozen=True):
+    num_gpus: int
+    tiers: frozenset[str] | None
+    min_vram_gb: int | None
+
+
+def job_id_for(user: str, key: str | None) -> str:
+    """Deterministic for an idempotent submit (Q6), random otherwise."""
+    if key is None:
+        return uuid.uuid4().hex[:24]
+    return hashlib.sha256(f"{user}\x00{key}".encode()).hexdigest()[:24]
+
+
+def to_event(cmd: SubmitCommand, jid: str, now: float) -> JobSubmitted:
+    b: Mapping[str, Any] = cmd.body
+    limit = b.get("time_limit_s")
+    return JobSubmitted(
+        event_id=new_event_id(),
+        ts=now,
+        job_id=jid,
+        lab=cmd.lab,
+        user=cmd.user,
+        name=b.get("name") or "job",
+        command=b["command"],
+        num_gpus=b["num_gpus"],
+        tiers=list(b["tiers"]) if b.get("tiers") is not None else None,
+        min_vram_gb=b.get("min_vram_gb"),
+        time_limit_s=math.ceil(limit) if limit is not None else None,
+        env=dict(b.get("env") or {}),
+        idempotency_key=cmd.idempotency_key,
+    )
+
+
+def _replay(existing_digest: str, event: JobSubmitted, seq: int, state: str) -> CommandReply:
+    if existing_digest != request_digest(event):
+        return error_reply(
+            "IDEMPOTENCY_CONFLICT",
+            "this Idempotency-Key was used with a different request body",
+            {"job_id": event.job_id},
+        )
+    return CommandReply(status=200, job_id=event.job_id, seq=seq, replayed=True, state=state)
+
+
+async def submit(
+    cmd: SubmitCommand, state: ClusterState, bus: EventBus, config: Config, now: float
+) -> CommandReply:
+    """Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit → JobSubmitted (Q4)."""
+    tiers = {t.name: t for t in config.tiers}
+    problems = validate_submit(cmd.body, list(tiers))
+    if problems:
+        first = problems[0]
+        return error_reply(
+            "VALIDATION_ERROR",
+            f"{first.field}: {first.message}",
+            {"field": first.field, "errors": [msgspec.to_builtins(p) for p in problems]},
+        )
+    event = to_event(cmd, job_id_for(cmd.user, cmd.idempotency_key), now)
+    known = state.jobs.get(event.job_id)
+    if cmd.idempotency_key is not None and known is not None:
+        return _replay(known.digest, event, known.submit_seq, known.state)
+    if not maintenance.submit_allowed(state.maintenance.state):  # type: ignore[arg-type]
+        return error_reply(
+            "SERVICE_MAINTENANCE",
+            "the cluster is in maintenance; submit later",
+            {"state": state.maintenance.state, "message": state.maintenance.message},
+        )
+    want = _Want(event.num_gpus, frozenset(event.tiers) if event.tiers else None, event.min_vram_gb)
+    if not ever_fits(want, gpus(state), tiers):
+        return error_reply(
+            "NO_FIT_PLACEMENT",
+            "no placement of the cluster can ever run this job",
+            {"num_gpus": event.num_gpus, "tiers": event.tiers, "min_vram_gb": event.min_vram_gb},
+        )
+    try:
+        seq = await bus.append(event, expected_last_subject_seq=0)
+    except ConcurrencyConflict:  # another replica created this idempotent job first
+        first_event = (await bus.job_events(event.job_id))[0]
+        winner = first_event.event
+        assert isinstance(winner, JobSubmitted)
+        return _replay(request_digest(winner), event, first_event.seq, "PERSONAL_QUEUE_WAIT")
+    return CommandReply(status=201, job_id=event.job_id, seq=seq, state="PERSONAL_QUEUE_WAIT")
+
+
+def _may_cancel(cmd: CancelCommand, user: str, lab: str) -> bool:
+    return cmd.by == user or cmd.role == "admin" or (cmd.role == "lab_admin" and cmd.lab == lab)
+
+
+async def cancel(
+    cmd: CancelCommand, state: ClusterState, follower: Follower, bus: EventBus, now: float
+) -> CommandReply:
+    """JobCancelRequested (idempotent; ALREADY_TERMINAL once the job ended, §8)."""
+    for _ in range(5):
+        job = state.jobs.get(cmd.job_id)
+        if job is None:
+            await follower.catch_up()  # it may have been submitted a moment ago
+            job = state.jobs.get(cmd.job_id)
+        if job is None:
+            return error_reply("NOT_FOUND", f"no job {cmd.job_id}")
+        if not _may_cancel(cmd, job.user, job.lab):
+            return error_reply("FORBIDDEN", "only the owner, a lab_admin of its lab or an admin")
+        if job.terminal and not job.oom_pending:
+            return error_reply("ALREADY_TERMINAL", f"job already {job.state}", {"state": job.state})
+        if job.state == "CANCELLING":
+            return CommandReply(
+                status=202, job_id=job.job_id, seq=job.last_seq, replayed=True, state=job.state
+            )
+        event = JobCancelRequested(event_id=new_event_id(), ts=now, job_id=job.job_id, by=cmd.by)
+        try:
+            seq = await bus.append(event, expected_last_subject_seq=job.last_seq)
+        except ConcurrencyConflict:
+            await follower.catch_up()  # the job moved: look again
+            continue
+        return CommandReply(status=202, job_id=job.job_id, seq=seq, state="CANCELLING")
+    return error_reply("INTERNAL", "the job kept changing; try again")

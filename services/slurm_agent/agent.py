@@ -1,0 +1,151 @@
+"""The slurm-agent's duties for one job (SPEC §5): launch a dispatched attempt, cancel it, record
+its end. Every decision is taken on a fresh read of the job's events and appended with the job
+subject's expected last sequence (SPEC E2), so a restarted or concurrent agent can never record
+a second JobStarted or JobEnded for one attempt (SPEC O5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+
+from jpu.backends import BackendError, BackendStatus, ExecutionBackend
+from jpu.bus import ConcurrencyConflict, EventBus
+from jpu.clock import Clock
+from jpu.config import Tier
+from jpu.events import JobEnded, JobStarted, new_event_id
+from jpu_services.slurm_agent.ending import cancelled_unstarted, job_ended
+from jpu_services.slurm_agent.jobstate import AgentJob, fold_job, next_action
+from jpu_services.slurm_agent.launch import launch_spec
+from jpu_services.slurm_agent.options import AgentOptions
+from jpu_services.slurm_agent.watchlist import WatchList
+
+log = logging.getLogger(__name__)
+_RETRIES = 5
+
+
+class JobAgent:
+    def __init__(
+        self,
+        bus: EventBus,
+        tiers: Mapping[str, Tier],
+        backend: ExecutionBackend,
+        clock: Clock,
+        options: AgentOptions,
+    ) -> None:
+        self.bus, self.tiers, self.backend = bus, tiers, backend
+        self.clock, self.options = clock, options
+        self.watch = WatchList(options.poll_min_s, options.poll_max_s)
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._cancel_sent: set[tuple[str, int]] = set()
+
+    async def read(self, job_id: str) -> AgentJob | None:
+        return fold_job(await self.bus.job_events(job_id), self.tiers)
+
+    async def reconcile(self, job_id: str, job: AgentJob | None = None) -> None:
+        """Do what the job's events say the agent owes it; re-read and retry on a conflict."""
+        async with self._locks[job_id]:
+            for _ in range(_RETRIES):
+                job = job or await self.read(job_id)
+                if job is None:
+                    return
+                try:
+                    await self._act(job)
+                    return
+                except ConcurrencyConflict as e:
+                    log.info("job %s moved meanwhile (%s); deciding again", job_id, e)
+                    job = None
+            raise RuntimeError(f"job {job_id}: gave up after {_RETRIES} conflicts")
+
+    async def _act(self, job: AgentJob) -> None:
+        action = next_action(job)
+        if action == "submit":
+            await self._submit(job)
+        elif action == "watch":
+            assert job.started is not None
+            self.watch.track(job.view.job_id, job.attempt, job.started.backend_job_id)
+        elif action == "cancel":
+            assert job.started is not None
+            await self._cancel(job, job.started.backend_job_id)
+        elif action == "cancel_unstarted":
+            bid = await self.backend.find(job.view.job_id, job.attempt)
+            if bid is None:  # nothing runs: the attempt ends here
+                await self._append_end(job, cancelled_unstarted(job, self._tier(job), self.now()))
+                return
+            await self._started(job, bid)  # it did start: record it, then cancel it
+            await self._cancel(job, bid)
+
+    async def _submit(self, job: AgentJob) -> None:
+        """X1–X4: at most one backend job per attempt (find, idempotent submit, expected seq)."""
+        spec = launch_spec(job, self._tier(job), self.options.output_root)
+        try:
+            bid = await self.backend.find(spec.job_id, spec.attempt)
+            bid = bid or await self.backend.submit(spec)
+        except BackendError as e:
+            log.error("job %s attempt %d: launch failed: %s", spec.job_id, spec.attempt, e)
+            failed = BackendStatus(state="NODE_FAIL", reason=f"launch failed: {e}")
+            end = job_ended(job, failed, self._tier(job), None, self.now())
+            await self._append_end(job, end)
+            return
+        await self._started(job, bid)
+        self.watch.track(spec.job_id, spec.attempt, bid)
+
+    async def _started(self, job: AgentJob, bid: str) -> None:
+        status = await self.backend.poll(bid)
+        event = JobStarted(
+            event_id=new_event_id(),
+            ts=self.now(),
+            job_id=job.view.job_id,
+            attempt=job.attempt,
+            backend_job_id=bid,
+            isolation=status.isolation,
+        )
+        await self.bus.append(event, expected_last_subject_seq=job.last_seq)
+        log.info(
+            "job %s attempt %d started as %s (%s)", event.job_id, job.attempt, bid, status.isolation
+        )
+
+    async def _cancel(self, job: AgentJob, bid: str) -> None:
+        key = (job.view.job_id, job.attempt)
+        if key not in self._cancel_sent:  # X5: SIGTERM now, SIGKILL after the grace
+            await self.backend.cancel(bid, self.options.cancel_grace_s)
+            self._cancel_sent.add(key)
+        self.watch.track(job.view.job_id, job.attempt, bid, urgent=True)
+
+    async def finish(self, job_id: str, attempt: int, bid: str, status: BackendStatus) -> bool:
+        """X6: record the attempt's end once; True when it is recorded (now or before)."""
+        async with self._locks[job_id]:
+            for _ in range(_RETRIES):
+                job = await self.read(job_id)
+                if job is None or job.attempt != attempt or job.started is None:
+                    return True  # the attempt is no longer this one's to end
+                if next_action(job) not in ("watch", "cancel"):
+                    return True  # already ended (by an earlier run of this agent)
+                try:
+                    await self._append_end(
+                        job, job_ended(job, status, self._tier(job), bid, self.now())
+                    )
+                    self._cancel_sent.discard((job_id, attempt))
+                    return True
+                except ConcurrencyConflict:
+                    continue
+            return False
+
+    async def _append_end(self, job: AgentJob, event: JobEnded) -> None:
+        await self.bus.append(event, expected_last_subject_seq=job.last_seq)
+        log.info(
+            "job %s attempt %d ended %s (%s)",
+            event.job_id,
+            event.attempt,
+            event.state,
+            event.reason,
+        )
+
+    def _tier(self, job: AgentJob) -> Tier:
+        assert job.dispatched is not None
+        return self.tiers[job.dispatched.tier]
+
+    def now(self) -> float:
+        return self.clock.now()

@@ -1,0 +1,83 @@
+"""A backend's final status → the attempt's JobEnded (SPEC X6, X7, F2, F4). Pure.
+
+`usage` is what this end charges: the run (num_gpus × run seconds × the tier's TFLOPS) plus the
+attempt's reservation time not already charged (R4 swap / dispatched releases, at the tflops of
+each reservation's own tier). R3-like releases were charged when they happened and are excluded.
+"""
+
+from __future__ import annotations
+
+from jpu.backends import BackendStatus
+from jpu.config import Tier
+from jpu.events import JobEnded, JobEndState, new_event_id
+from jpu.policy.oom import is_gpu_oom
+from jpu_services.slurm_agent.jobstate import AgentJob
+
+_REASONS = {
+    "TIMEOUT": "TIMEOUT",
+    "NODE_FAIL": "NODE_FAIL",
+    "PREEMPTED": "PREEMPTED",
+    "OUT_OF_MEMORY": "HOST_OOM",
+}
+
+
+def end_state(status: BackendStatus) -> JobEndState:
+    if status.state in ("COMPLETED", "CANCELLED"):
+        return status.state
+    return "FAILED"
+
+
+def end_reason(status: BackendStatus, oom: bool) -> str | None:
+    if oom:
+        return "OOM"
+    if status.state == "FAILED":
+        return "NonZeroExitCode"
+    if status.state == "CANCELLED":
+        return "kill_failed" if status.kill_failed else "cancelled"
+    reason = _REASONS.get(status.state, status.reason)
+    if status.state == "NODE_FAIL" and status.reason:
+        return f"NODE_FAIL: {status.reason}"  # e.g. why a launch failed, for `jpu show`
+    return reason
+
+
+def run_seconds(status: BackendStatus) -> float:
+    if status.started_at is None or status.ended_at is None:
+        return 0.0
+    return max(status.ended_at - status.started_at, 0.0)
+
+
+def job_ended(
+    job: AgentJob, status: BackendStatus, tier: Tier, bid: str | None, now: float
+) -> JobEnded:
+    d = job.dispatched
+    assert d is not None
+    gpus = len(d.gpus) or job.submitted.num_gpus
+    gpu_s_run = gpus * run_seconds(status)
+    oom = is_gpu_oom(status.state == "FAILED", status.output_tail)  # X7
+    return JobEnded(
+        event_id=new_event_id(),
+        ts=now,
+        job_id=job.submitted.job_id,
+        attempt=d.attempt,
+        state=end_state(status),
+        exit_code=status.exit_code,
+        node=d.node,
+        tier=d.tier,
+        gpus=list(d.gpus),
+        gpu_seconds_run=gpu_s_run,
+        gpu_seconds_reserved=job.reserved_gpu_s,
+        tflops=tier.tflops,
+        usage=gpu_s_run * tier.tflops + job.reserved_usage,  # F1, F2, F4
+        oom=oom,
+        host_oom=status.state == "OUT_OF_MEMORY",  # X7: reported, never escalated
+        reason=end_reason(status, oom),
+        kill_failed=status.kill_failed,
+        backend_job_id=bid,
+    )
+
+
+def cancelled_unstarted(job: AgentJob, tier: Tier, now: float) -> JobEnded:
+    """A cancel reached a dispatched attempt before the backend ran it: nothing ran; the
+    reservation part of the attempt is still charged now (F4, R5)."""
+    status = BackendStatus(state="CANCELLED")
+    return job_ended(job, status, tier, None, now)

@@ -1,0 +1,80 @@
+"""What the agent knows of one job: a fold of the job's events, and what to do about it. Pure.
+
+The job's state machine is the shared one (jpu.fold_jobs, SPEC S1–S3); on top of it the agent
+keeps what it needs to execute: the request (command, env, user), the current attempt's dispatch
+and start, and the part of the attempt's reservations not yet charged (F4, R4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from jpu.bus import Delivered
+from jpu.config import Tier
+from jpu.events import JobDispatched, JobEnded, JobStarted, JobSubmitted, ReservationReleased
+from jpu.fold_jobs import JobView, apply_job_event
+
+Action = Literal["submit", "watch", "cancel", "cancel_unstarted"]
+
+
+@dataclass
+class AgentJob:
+    view: JobView
+    submitted: JobSubmitted
+    dispatched: JobDispatched | None = None  # of the current attempt
+    started: JobStarted | None = None  # of the current attempt
+    reserved_gpu_s: float = 0.0  # released with charged_now=False, since the last JobEnded
+    reserved_usage: float = 0.0  # the same in TFLOP-s, at each reservation's tier
+
+    @property
+    def last_seq(self) -> int:
+        return self.view.last_seq
+
+    @property
+    def attempt(self) -> int:
+        return self.view.attempt
+
+    def apply(self, delivered: Delivered, tiers: Mapping[str, Tier]) -> None:
+        if delivered.seq <= self.view.last_seq:
+            return  # redelivery of something already folded
+        apply_job_event(self.view, delivered)
+        e = delivered.event
+        if isinstance(e, JobDispatched) and self.view.placement is not None:
+            if self.dispatched is None or e.attempt > self.dispatched.attempt:
+                self.dispatched, self.started = e, None
+        elif isinstance(e, JobStarted) and self.dispatched and e.attempt == self.dispatched.attempt:
+            self.started = e
+        elif isinstance(e, ReservationReleased) and not e.charged_now:
+            tflops = e.tflops or (tiers[e.tier].tflops if e.tier in tiers else 0.0)
+            self.reserved_gpu_s += e.gpu_seconds
+            self.reserved_usage += e.gpu_seconds * tflops
+        elif isinstance(e, JobEnded):
+            self.reserved_gpu_s = self.reserved_usage = 0.0  # charged with that end (F4)
+
+
+def fold_job(events: Iterable[Delivered], tiers: Mapping[str, Tier]) -> AgentJob | None:
+    """The job from its own events in order; None when it has no JobSubmitted (yet)."""
+    job: AgentJob | None = None
+    for d in events:
+        if job is None:
+            if isinstance(d.event, JobSubmitted):
+                job = AgentJob(JobView.submitted(d.event, d.seq), d.event)
+            continue
+        job.apply(d, tiers)
+    return job
+
+
+def next_action(job: AgentJob) -> Action | None:
+    """What the agent owes this job now (SPEC §5); None when it owes nothing."""
+    v = job.view
+    if v.placement is None or job.dispatched is None:
+        return None  # never dispatched, or its attempt ended: not the agent's business
+    if v.state == "DISPATCHED":
+        return "submit" if job.started is None else "watch"
+    if v.state == "RUNNING":
+        return "watch"
+    if v.state == "CANCELLING":
+        return "cancel" if job.started is not None else "cancel_unstarted"
+    return None

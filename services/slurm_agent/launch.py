@@ -1,0 +1,36 @@
+"""A dispatched attempt → the backend's LaunchSpec (SPEC X1, X2). Pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jpu.backends import LaunchSpec
+from jpu.config import Tier
+from jpu_services.slurm_agent.jobstate import AgentJob
+
+
+def output_dir(root: Path, job_id: str, attempt: int) -> Path:
+    """JOB_OUTPUT_DIR: one directory per job and attempt (X2)."""
+    return root / job_id / str(attempt)
+
+
+def launch_spec(job: AgentJob, tier: Tier, output_root: Path) -> LaunchSpec:
+    d, s = job.dispatched, job.submitted
+    assert d is not None, "only a dispatched attempt is launched"
+    n = len(d.gpus) or s.num_gpus
+    return LaunchSpec(
+        job_id=s.job_id,
+        attempt=d.attempt,
+        user=s.user,
+        node=d.node,
+        tier=d.tier,
+        gpus=list(d.gpus),
+        num_gpus=n,
+        command=s.command,
+        env=dict(s.env),
+        time_limit_s=float(s.time_limit_s) if s.time_limit_s else None,
+        cpus=n * tier.cpus_per_gpu,  # X1: CPU and RAM proportional to the GPUs
+        mem_gb=n * tier.mem_gb_per_gpu,
+        output_dir=str(output_dir(output_root, s.job_id, d.attempt)),
+        partition=tier.partition,
+    )

@@ -1,0 +1,172 @@
+"""`run_agent`: the slurm-agent's three loops over one backend (SPEC E4, §5).
+
+  1. inventory: NodeInventoryObserved for every node at start, then for a node whose view changed;
+  2. recovery, then the durable consumer of job events: JobDispatched → launch,
+     JobCancelRequested → cancel (handled by JobAgent on a fresh read of the job);
+  3. the watch loop: poll running backend jobs with backoff, JobEnded when one ends.
+
+Restart (SPEC O5): recovery folds every job subject of the log; an attempt the log says is
+launched and not ended is watched again (re-adopted), one dispatched and not started is launched
+(the backend's `find` and idempotent submit prevent a second run), and a backend job the log does
+not account for is cancelled (no orphan holds GPUs the dispatcher believes free).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, UnknownBackendJob
+from jpu.bus import Delivered, EventBus
+from jpu.clock import Clock
+from jpu.config import Config
+from jpu.events import JobCancelRequested, JobDispatched, NodeInventoryObserved, new_event_id
+from jpu_services.slurm_agent.agent import JobAgent
+from jpu_services.slurm_agent.jobstate import AgentJob, next_action
+from jpu_services.slurm_agent.options import AgentOptions
+from jpu_services.slurm_agent.recovery import fold_log
+
+log = logging.getLogger(__name__)
+
+
+async def run_agent(
+    bus: EventBus,
+    config: Config,
+    backend: ExecutionBackend,
+    clock: Clock,
+    stop: asyncio.Event,
+    options: AgentOptions | None = None,
+) -> None:
+    """Run until `stop` is set. The caller owns (and closes) the bus and the backend."""
+    options = options or AgentOptions.from_config(config)
+    agent = JobAgent(bus, {t.name: t for t in config.tiers}, backend, clock, options)
+    inventory = InventoryReporter(bus, backend, clock)
+    await inventory.report(force=True)
+    recovered_to = await recover(agent, bus, config)
+
+    async def handle(batch: list[Delivered]) -> None:
+        for job_id in _jobs_to_reconcile(batch, recovered_to):
+            await agent.reconcile(job_id)
+
+    tasks = [
+        asyncio.create_task(
+            bus.consume(
+                options.durable, handle, stop=stop, filter_subject=f"{config.subject_prefix}.job.>"
+            ),
+            name="agent-consume",
+        ),
+        asyncio.create_task(watch_loop(agent, inventory, stop), name="agent-watch"),
+        asyncio.create_task(inventory.loop(stop, options.inventory_every_s), name="agent-inv"),
+    ]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()  # a crashed loop crashes the service (the supervisor restarts it)
+    finally:
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _jobs_to_reconcile(batch: list[Delivered], recovered_to: int) -> list[str]:
+    """Jobs a batch concerns, in order, once each; recovery already handled older events."""
+    ids: dict[str, None] = {}
+    for d in batch:
+        if d.seq > recovered_to and isinstance(d.event, JobDispatched | JobCancelRequested):
+            ids[d.event.job_id] = None
+    return list(ids)
+
+
+async def recover(agent: JobAgent, bus: EventBus, config: Config) -> int:
+    """Re-adopt from the log; cancel backend jobs the log does not account for."""
+    jobs, last = await fold_log(bus, config)
+    active: list[AgentJob] = [j for j in jobs.values() if next_action(j) is not None]
+    for job in active:
+        await agent.reconcile(job.view.job_id, job)
+    await _cancel_orphans(agent, bus, config)
+    log.info("recovered: %d active attempts, log at seq %d", len(active), last)
+    return last
+
+
+async def _cancel_orphans(agent: JobAgent, bus: EventBus, config: Config) -> None:
+    """A backend job no active attempt of the log owns holds GPUs the dispatcher thinks free.
+    The log is read again first: an attempt launched meanwhile (another agent) is not an orphan."""
+    suspects = set(await agent.backend.running()) - set(agent.watch.jobs)
+    if not suspects:
+        return
+    jobs, _ = await fold_log(bus, config)
+    for job in jobs.values():
+        if next_action(job) is not None:
+            suspects.discard(await agent.backend.find(job.view.job_id, job.attempt) or "")
+    for bid in sorted(suspects):
+        log.warning("backend job %s is not accounted for by the log: cancelling it", bid)
+        with contextlib.suppress(UnknownBackendJob):
+            await agent.backend.cancel(bid, agent.options.cancel_grace_s)
+
+
+async def watch_loop(agent: JobAgent, inventory: InventoryReporter, stop: asyncio.Event) -> None:
+    watch = agent.watch
+    while not stop.is_set():
+        for w in watch.due():
+            status = await _poll(agent, w.backend_job_id)
+            if status is None or not status.terminal:
+                watch.backoff(w)
+                continue
+            if await agent.finish(w.job_id, w.attempt, w.backend_job_id, status):
+                watch.drop(w.backend_job_id)
+            if status.kill_failed:
+                inventory.poke()  # X5: the node was drained
+        await watch.wait(stop)
+
+
+async def _poll(agent: JobAgent, bid: str) -> BackendStatus | None:
+    """The backend's status; None when the backend cannot answer now (retried with backoff)."""
+    try:
+        return await agent.backend.poll(bid)
+    except UnknownBackendJob:
+        return BackendStatus(state="NODE_FAIL", reason="the backend lost the job")
+    except Exception:
+        log.exception("polling %s failed; retrying", bid)
+        return None
+
+
+class InventoryReporter:
+    """NodeInventoryObserved at start and whenever a node's view changes."""
+
+    def __init__(self, bus: EventBus, backend: ExecutionBackend, clock: Clock) -> None:
+        self.bus, self.backend, self.clock = bus, backend, clock
+        self._last: dict[str, NodeInventory] = {}
+        self._poke = asyncio.Event()
+
+    def poke(self) -> None:
+        self._poke.set()
+
+    async def report(self, force: bool = False) -> None:
+        for inv in await self.backend.inventory():
+            if not force and self._last.get(inv.node) == inv:
+                continue
+            await self.bus.append(
+                NodeInventoryObserved(
+                    event_id=new_event_id(),
+                    ts=self.clock.now(),
+                    node=inv.node,
+                    gpus=dict(inv.gpus),
+                    down=dict(inv.down),
+                    state=inv.state,
+                )
+            )
+            self._last[inv.node] = inv
+
+    async def loop(self, stop: asyncio.Event, every_s: float) -> None:
+        while not stop.is_set():
+            waits = [asyncio.ensure_future(self._poke.wait()), asyncio.ensure_future(stop.wait())]
+            try:
+                await asyncio.wait(waits, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+            self._poke.clear()
+            if not stop.is_set():
+                await self.report()

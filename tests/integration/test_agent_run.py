@@ -1,0 +1,359 @@
+"""The slurm-agent over real NATS JetStream and real local processes (SPEC §5, E2, O5)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+import pytest_asyncio
+
+from jpu.backends import LaunchSpec
+from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.bus import Delivered, EventBus
+from jpu.clock import SystemClock
+from jpu.config import Config, load_config
+from jpu.events import (
+    Event,
+    JobCancelRequested,
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobRetryScheduled,
+    JobStarted,
+    JobSubmitted,
+    NodeInventoryObserved,
+    ReservationReleased,
+    ReservationStarted,
+    new_event_id,
+)
+from jpu_services.slurm_agent.options import AgentOptions
+from jpu_services.slurm_agent.run import run_agent
+
+NODE, TIER, TFLOPS = "gpu-4090x2-01", "rtx4090", 82.6
+
+
+def _root_dir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o711)  # the job's account must reach its output dir
+    return path
+
+
+@dataclass
+class World:
+    bus: EventBus
+    config: Config
+    data_dir: Path
+    out_root: Path
+    backend: LocalBackend
+    agents: list[tuple[asyncio.Event, asyncio.Task[None]]] = field(default_factory=list)
+
+    def options(self, **kw: object) -> AgentOptions:
+        base: dict[str, object] = {
+            "cancel_grace_s": 2.0, "poll_min_s": 0.1, "poll_max_s": 0.5,
+            "output_root": self.out_root,
+        }  # fmt: skip
+        base.update(kw)
+        return AgentOptions(**base)  # type: ignore[arg-type]
+
+    def start_agent(self, **kw: object) -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_agent(self.bus, self.config, self.backend, SystemClock(), stop, self.options(**kw))
+        )
+        self.agents.append((stop, task))
+
+    async def stop_agents(self) -> None:
+        for stop, task in self.agents:
+            stop.set()
+            await asyncio.wait_for(task, 15)
+        self.agents.clear()
+
+    async def append(self, *events: Event) -> None:
+        for e in events:
+            await self.bus.append(e)
+
+
+def new_backend(data_dir: Path, config: Config) -> LocalBackend:
+    settings = LocalSettings(data_dir=data_dir, nodes=list(config.nodes), timeout_grace_s=1.0)
+    return LocalBackend(settings)
+
+
+@pytest_asyncio.fixture
+async def world(bus: EventBus) -> AsyncIterator[World]:
+    data_dir, out_root = _root_dir("jpu-agent-data-"), _root_dir("jpu-agent-out-")
+    config = msgspec.structs.replace(
+        load_config(), stream_name=bus.stream, subject_prefix=bus.prefix, data_dir=str(data_dir)
+    )
+    w = World(bus, config, data_dir, out_root, new_backend(data_dir, config))
+    try:
+        yield w
+    finally:
+        await w.stop_agents()
+        for bid in await w.backend.running():
+            await w.backend.cancel(bid, 0.0)
+        await asyncio.sleep(0.3)
+        await w.backend.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(out_root, ignore_errors=True)
+
+
+def _e(cls: type[Event], **kw: object) -> Event:
+    return cls(event_id=new_event_id(), ts=time.time(), **kw)
+
+
+def submitted(job_id: str, command: str, num_gpus: int = 1, **kw: object) -> list[Event]:
+    return [
+        _e(JobSubmitted, job_id=job_id, lab="BCG", user="alice", name=job_id, command=command,
+           num_gpus=num_gpus, **kw),
+        _e(JobPromoted, job_id=job_id, queue_entered_at=time.time()),
+    ]  # fmt: skip
+
+
+def dispatched(job_id: str, gpus: list[int], attempt: int = 1, node: str = NODE) -> Event:
+    return _e(JobDispatched, job_id=job_id, attempt=attempt, node=node, tier=TIER, gpus=gpus)
+
+
+async def wait_events(
+    bus: EventBus, job_id: str, done: Callable[[list[Delivered]], bool], timeout: float = 20.0
+) -> list[Delivered]:
+    deadline = time.monotonic() + timeout
+    while True:
+        events = await bus.job_events(job_id)
+        if done(events):
+            return events
+        assert time.monotonic() < deadline, [type(d.event).__name__ for d in events]
+        await asyncio.sleep(0.2)
+
+
+def of(events: list[Delivered], cls: type[Event]) -> list:  # type: ignore[type-arg]
+    return [d.event for d in events if isinstance(d.event, cls)]
+
+
+def ended(events: list[Delivered]) -> bool:
+    return bool(of(events, JobEnded))
+
+
+async def test_X6_dispatched_job_starts_runs_and_ends_with_its_cost(world: World) -> None:
+    job = "jrun"
+    await world.append(
+        *submitted(job, "sleep 1.2", num_gpus=2),
+        _e(ReservationStarted, job_id=job, node=NODE, tier=TIER, gpus=[0]),
+        _e(ReservationReleased, job_id=job, node=NODE, tier=TIER, gpus=[0], reason="demoted",
+           gpu_seconds=5.0, charged_now=True, tflops=TFLOPS),  # R3: charged already
+        _e(ReservationStarted, job_id=job, node=NODE, tier=TIER, gpus=[0]),
+        _e(ReservationReleased, job_id=job, node=NODE, tier=TIER, gpus=[0, 1],
+           reason="dispatched", gpu_seconds=10.0, charged_now=False, tflops=TFLOPS),
+        dispatched(job, [0, 1]),
+    )  # fmt: skip
+    world.start_agent()
+    events = await wait_events(world.bus, job, ended)
+    (started,) = of(events, JobStarted)
+    (end,) = of(events, JobEnded)
+    assert started.attempt == 1 and started.isolation in ("netns", "none")
+    assert end.state == "COMPLETED" and end.exit_code == 0 and end.attempt == 1
+    assert (end.node, end.tier, end.gpus) == (NODE, TIER, [0, 1])
+    assert 2 * 1.2 <= end.gpu_seconds_run < 2 * 3.0  # num_gpus × run seconds
+    assert end.gpu_seconds_reserved == 10.0  # F4: only the uncharged reservation part
+    assert end.tflops == TFLOPS
+    assert abs(end.usage - (end.gpu_seconds_run + 10.0) * TFLOPS) < 1e-6  # F1, F2
+    assert end.backend_job_id == started.backend_job_id and not end.oom
+    inventory = [d.event async for d in world.bus.replay(filter_subject=f"{world.bus.prefix}.>")]
+    nodes = {e.node for e in inventory if isinstance(e, NodeInventoryObserved)}
+    assert nodes == {n.name for n in world.config.nodes}
+
+
+async def test_X7_gpu_oom_attempt_ends_failed_with_oom(world: World) -> None:
+    job = "joom"
+    cmd = 'echo "torch.OutOfMemoryError: CUDA out of memory." >&2\nexit 1\n'
+    await world.append(*submitted(job, cmd), dispatched(job, [1]))
+    world.start_agent()
+    (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
+    assert end.state == "FAILED" and end.exit_code == 1
+    assert end.oom and end.reason == "OOM" and not end.host_oom
+
+
+async def test_time_limit_ends_attempt_failed_TIMEOUT(world: World) -> None:
+    job = "jtime"
+    await world.append(*submitted(job, "sleep 30", time_limit_s=1), dispatched(job, [0]))
+    world.start_agent()
+    (end,) = of(await wait_events(world.bus, job, ended, timeout=15), JobEnded)
+    assert end.state == "FAILED" and end.reason == "TIMEOUT"
+    assert 1.0 <= end.gpu_seconds_run < 5
+
+
+async def test_X5_cancel_of_running_job_lets_it_checkpoint(world: World) -> None:
+    job = "jcancel"
+    cmd = "trap 'echo ok > \"$JOB_OUTPUT_DIR/ckpt\"; exit 0' TERM\nsleep 60 & wait\n"
+    await world.append(*submitted(job, cmd), dispatched(job, [0]))
+    world.start_agent()
+    await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)))
+    await world.append(_e(JobCancelRequested, job_id=job, by="alice"))
+    (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
+    assert end.state == "CANCELLED" and end.reason == "cancelled" and not end.kill_failed
+    assert (world.out_root / job / "1" / "ckpt").read_text() == "ok\n"
+    assert end.gpu_seconds_run > 0
+
+
+async def test_X5_cancel_before_launch_ends_attempt_without_running_it(world: World) -> None:
+    job = "jearly"
+    await world.append(
+        *submitted(job, "touch ran"), dispatched(job, [0]),
+        _e(JobCancelRequested, job_id=job, by="alice"),
+    )  # fmt: skip
+    world.start_agent()
+    events = await wait_events(world.bus, job, ended)
+    (end,) = of(events, JobEnded)
+    assert of(events, JobStarted) == []
+    assert end.state == "CANCELLED" and end.gpu_seconds_run == 0.0
+    assert not (world.out_root / job / "1").exists()
+
+
+async def test_launch_failure_ends_attempt_failed(world: World) -> None:
+    job = "jnonode"
+    await world.append(*submitted(job, "true"), dispatched(job, [0], node="gpu-unknown-01"))
+    world.start_agent()
+    (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
+    assert end.state == "FAILED" and end.gpu_seconds_run == 0.0
+    assert end.reason is not None and end.reason.startswith("NODE_FAIL: launch failed")
+    assert "gpu-unknown-01" in end.reason
+
+
+_AGENT_PROC = """
+import asyncio, sys
+from pathlib import Path
+import msgspec
+from jpu.bus import EventBus
+from jpu.clock import SystemClock
+from jpu.config import load_config
+from jpu.backends.local import LocalBackend, LocalSettings
+from jpu_services.slurm_agent.options import AgentOptions
+from jpu_services.slurm_agent.run import run_agent
+
+async def main():
+    url, stream, prefix, data, out = sys.argv[1:6]
+    cfg = msgspec.structs.replace(load_config(), stream_name=stream, subject_prefix=prefix,
+                                  data_dir=data)
+    bus = await EventBus.connect(url, stream=stream, prefix=prefix)
+    backend = LocalBackend(LocalSettings(data_dir=Path(data), nodes=list(cfg.nodes)))
+    opts = AgentOptions(poll_min_s=0.1, poll_max_s=0.5, output_root=Path(out))
+    await run_agent(bus, cfg, backend, SystemClock(), asyncio.Event(), opts)
+
+asyncio.run(main())
+"""
+
+
+async def test_O5_agent_killed_mid_job_is_restarted_and_readopts_it(
+    world: World, nats_url: str
+) -> None:
+    job = "jadopt"
+    await world.append(*submitted(job, "sleep 3\nexit 5\n"), dispatched(job, [1]))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _AGENT_PROC, nats_url, world.bus.stream, world.bus.prefix,
+        str(world.data_dir), str(world.out_root),
+    )  # fmt: skip
+    try:
+        await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)), timeout=30)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a crash: no drain, no goodbye
+        await proc.wait()
+    world.start_agent()  # a new agent (and a new backend instance) on the same log and data
+    events = await wait_events(world.bus, job, ended)
+    assert len(of(events, JobStarted)) == 1  # re-adopted, never launched again
+    (end,) = of(events, JobEnded)
+    assert end.state == "FAILED" and end.exit_code == 5  # the real exit of the same process
+    assert 3.0 <= end.gpu_seconds_run < 6
+
+
+async def test_O5_launched_but_unrecorded_attempt_is_adopted_not_relaunched(world: World) -> None:
+    job = "jwindow"
+    cmd = 'echo run >> "$JOB_OUTPUT_DIR/runs"; sleep 0.5'
+    await world.append(*submitted(job, cmd), dispatched(job, [0]))
+    # An agent died between the backend submit and the JobStarted append:
+    spec = LaunchSpec(
+        job_id=job, attempt=1, user="alice", node=NODE, tier=TIER, gpus=[0], num_gpus=1,
+        command=cmd, output_dir=str(world.out_root / job / "1"),
+    )  # fmt: skip
+    bid = await world.backend.submit(spec)
+    world.start_agent()
+    events = await wait_events(world.bus, job, ended)
+    (started,) = of(events, JobStarted)
+    assert started.backend_job_id == bid
+    assert (world.out_root / job / "1" / "runs").read_text() == "run\n"
+
+
+async def test_O5_backend_job_unknown_to_the_log_is_cancelled(world: World) -> None:
+    spec = LaunchSpec(
+        job_id="ghost", attempt=1, user="alice", node=NODE, tier=TIER, gpus=[1], num_gpus=1,
+        command="sleep 60", output_dir=str(world.out_root / "ghost" / "1"),
+    )  # fmt: skip
+    bid = await world.backend.submit(spec)
+    world.start_agent(cancel_grace_s=0.5)
+    deadline = time.monotonic() + 10
+    while not (status := await world.backend.poll(bid)).terminal:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    assert status.state == "CANCELLED"
+
+
+async def test_E2_two_agents_record_one_start_and_one_end(world: World) -> None:
+    job = "jtwo"
+    await world.append(*submitted(job, "sleep 1"), dispatched(job, [0]))
+    world.start_agent(durable="agent-a")
+    world.start_agent(durable="agent-b")
+    events = await wait_events(world.bus, job, ended)
+    await asyncio.sleep(1.5)  # give a duplicate every chance to appear
+    events = await world.bus.job_events(job)
+    assert len(of(events, JobStarted)) == 1
+    assert len(of(events, JobEnded)) == 1
+
+
+async def test_X8_retried_attempt_runs_as_attempt_2_in_its_own_dir(world: World) -> None:
+    job = "jretry"
+    cmd = 'echo "attempt=$JOB_ATTEMPT dir=$JOB_OUTPUT_DIR"'
+    await world.append(
+        *submitted(job, cmd), dispatched(job, [0]),
+        _e(JobStarted, job_id=job, attempt=1, backend_job_id="elsewhere-1"),
+        _e(JobEnded, job_id=job, attempt=1, state="FAILED", exit_code=1, oom=True, reason="OOM"),
+        _e(JobRetryScheduled, job_id=job, attempt=2, min_vram_gb=25),
+        dispatched(job, [1], attempt=2),
+    )  # fmt: skip
+    world.start_agent()
+    events = await wait_events(world.bus, job, lambda ev: len(of(ev, JobEnded)) == 2)
+    started = of(events, JobStarted)
+    assert [s.attempt for s in started] == [1, 2]
+    end = of(events, JobEnded)[-1]
+    assert end.attempt == 2 and end.state == "COMPLETED" and end.gpus == [1]
+    out = (world.out_root / job / "2" / "stdout").read_text()
+    assert out == f"attempt=2 dir={world.out_root / job / '2'}\n"
+
+
+async def test_X5_kill_failed_is_recorded_and_the_node_drained(world: World) -> None:
+    await world.backend.close()
+    world.backend = LocalBackend(
+        LocalSettings(data_dir=world.data_dir, nodes=list(world.config.nodes),
+                      kill_failed_after_s=0.0)
+    )  # fmt: skip
+    job = "jstuck"
+    await world.append(*submitted(job, "trap '' TERM\nwhile true; do sleep 0.2; done\n"),
+                       dispatched(job, [0]))  # fmt: skip
+    world.start_agent(cancel_grace_s=0.5)
+    await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)))
+    await world.append(_e(JobCancelRequested, job_id=job, by="admin"))
+    (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
+    assert end.state == "CANCELLED" and end.kill_failed and end.reason == "kill_failed"
+    subject = f"{world.bus.prefix}.inventory.{NODE}"
+    deadline = time.monotonic() + 10
+    while True:
+        states = [d.event.state async for d in world.bus.replay(filter_subject=subject)]
+        if states[-1:] == ["drain"]:
+            break
+        assert time.monotonic() < deadline, states
+        await asyncio.sleep(0.2)

@@ -1,0 +1,199 @@
+"""SPEC §8 read views through HTTP: queue (D1, D7), placements (P1, P2), labs (F3), backfill."""
+
+from __future__ import annotations
+
+import pytest
+from test_api_support import DEFAULT_NODES, Api, api_fixture, assert_error, bearer  # noqa: F401
+
+from jpu.events import (
+    BackfillStarted,
+    JobDispatched,
+    JobPromoted,
+    JobSubmitted,
+    MaintenanceChanged,
+    ReservationStarted,
+    UsageCharged,
+)
+
+HOUR = 3600.0
+HALF_LIFE = 7 * 24 * HOUR
+
+
+async def _job(
+    api: Api,
+    job_id: str,
+    lab: str,
+    user: str,
+    n: int = 1,
+    *,
+    entered: float,
+    tiers: list[str] | None = None,
+    promote: bool = True,
+) -> None:
+    events = [
+        JobSubmitted(
+            **api.kw(),
+            job_id=job_id,
+            lab=lab,
+            user=user,
+            name=job_id,
+            command="SECRET",
+            num_gpus=n,
+            tiers=tiers,
+        )
+    ]
+    if promote:
+        events.append(JobPromoted(**api.kw(), job_id=job_id, queue_entered_at=entered))
+    await api.append(*events)
+
+
+async def _charge(api: Api, lab: str, value: float, at: float) -> None:
+    await api.append(
+        UsageCharged(
+            event_id=f"u-{lab}-{at}",
+            ts=at,
+            lab=lab,
+            amount=value,
+            value_after=value,
+            as_of=at,
+            job_id=None,
+        ),
+        projection="lab_usage",
+    )
+
+
+async def test_D1_queue_in_fair_share_order_with_reasons(api: Api) -> None:
+    t = api.clock.now()
+    await _charge(api, "BCG", 500_000.0, t - HOUR)  # BCG used more: KDG ranks first (D1)
+    await _charge(api, "KDG", 100_000.0, t - HOUR)
+    # 3 GPUs taken so that the 4-GPU-wide rtx4090 pool has only one idle GPU left
+    for i, (node, gpu) in enumerate(
+        (("gpu-4090x2-01", 0), ("gpu-4090x2-01", 1), ("gpu-4090x2-02", 0))
+    ):
+        await _job(api, f"run{i}", "OSL", "osl-erin", entered=t - 10)
+        await api.append(
+            JobDispatched(
+                **api.kw(), job_id=f"run{i}", attempt=1, node=node, tier="rtx4090", gpus=[gpu]
+            )
+        )
+    await _job(api, "b-old", "BCG", "bcg-alice", 2, entered=t - 50, tiers=["rtx4090"])
+    await _job(api, "k-new", "KDG", "kdg-carol", 2, entered=t - 5, tiers=["rtx4090"])
+    await _job(api, "k-newer", "KDG", "kdg-carol", 2, entered=t - 4, tiers=["rtx4090"])
+    await _job(api, "b-personal", "BCG", "bcg-zoe", entered=0.0, promote=False)
+    r = await api.client.get("/v1/queue", headers=bearer("carol"))  # any user sees the queue
+    assert r.status_code == 200, r.text
+    q = r.json()
+    assert q["maintenance"] == "NORMAL" and q["global_length"] == 3
+    assert q["personal_length"] == 1
+    rows = q["queue"]
+    assert [(e["rank"], e["job_id"]) for e in rows] == [
+        (1, "k-new"),
+        (2, "k-newer"),
+        (3, "b-old"),
+        (None, "b-personal"),
+    ]
+    assert all("command" not in e for e in rows)  # commands hidden
+    assert rows[0]["lab_usage"] == pytest.approx(100_000.0 * 0.5 ** (HOUR / HALF_LIFE))
+    assert rows[2]["lab_usage"] == pytest.approx(500_000.0 * 0.5 ** (HOUR / HALF_LIFE))
+    # one idle rtx4090 GPU, 2 needed: rank 1 would start a reservation there (D3.c), the others
+    # have no placement with enough idle GPUs (D7)
+    assert [e["pending_reason"] for e in rows] == [
+        "Reservation",
+        "Resources",
+        "Resources",
+        "ConcurrencyLimit",
+    ]
+    assert {"num_gpus", "user", "lab", "state", "queue_entered_at"} <= set(rows[0])
+    # rank-1 reserving holds its reservation; the others are behind it (R1, D7)
+    await api.append(
+        ReservationStarted(
+            **api.kw(), job_id="k-new", node="gpu-4090x2-02", tier="rtx4090", gpus=[1]
+        )
+    )
+    rows = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()["queue"]
+    assert [(e["job_id"], e["state"], e["pending_reason"]) for e in rows[:3]] == [
+        ("k-new", "RESERVING", "Reservation"),
+        ("k-newer", "GLOBAL_QUEUE_WAIT", "Resources"),
+        ("b-old", "GLOBAL_QUEUE_WAIT", "Resources"),
+    ]
+    assert rows[0]["reservation"]["gpus"] == [1]
+
+
+async def test_D7_maintenance_is_every_queued_jobs_reason(api: Api) -> None:
+    await _job(api, "a", "BCG", "bcg-alice", entered=api.clock.now())
+    await api.append(
+        MaintenanceChanged(**api.kw(), state="DRAINING", by="admin"), projection="maintenance"
+    )
+    q = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()
+    assert q["maintenance"] == "DRAINING"
+    assert [e["pending_reason"] for e in q["queue"]] == ["Maintenance"]
+
+
+async def test_P1_placements_by_node_and_tier(api: Api) -> None:
+    t = api.clock.now()
+    await _job(api, "r1", "BCG", "bcg-alice", 2, entered=t)
+    await api.append(
+        JobDispatched(
+            **api.kw(), job_id="r1", attempt=1, node="gpu-4090x2-01", tier="rtx4090", gpus=[0, 1]
+        )
+    )
+    await _job(api, "r2", "KDG", "kdg-carol", 2, entered=t)
+    await api.append(
+        ReservationStarted(**api.kw(), job_id="r2", node="gpu-4090x2-02", tier="rtx4090", gpus=[0])
+    )
+    await api.append(
+        BackfillStarted(
+            **api.kw(), backfill_id="bf-1", node="gpu-3080tix2-01", tier="rtx3080ti", gpu=1
+        ),
+        projection="gpu_resources",
+    )
+    r = await api.client.get("/v1/placements", headers=bearer("bob"))
+    assert r.status_code == 200, r.text
+    by = {(p["node"], p["tier"]): p for p in r.json()["placements"]}
+    assert set(by) == set(DEFAULT_NODES.items())  # P1: one placement per (node, tier)
+    full, reserving = by[("gpu-4090x2-01", "rtx4090")], by[("gpu-4090x2-02", "rtx4090")]
+    assert (full["capacity"], full["idle"]) == (2, 0)
+    assert full["running"] == [{"job_id": "r1", "gpus": [0, 1]}]
+    assert (reserving["capacity"], reserving["idle"]) == (2, 1)
+    assert reserving["reserved"] == [{"job_id": "r2", "gpus": [0]}]
+    assert [g["state"] for g in reserving["gpus"]] == ["reserved:r2", "free"]
+    bf = by[("gpu-3080tix2-01", "rtx3080ti")]
+    assert (bf["capacity"], bf["idle"]) == (2, 2)  # P2: backfill always yields
+    assert bf["backfilled"] == [{"backfill_id": "bf-1", "gpu": 1}]
+    live = (await api.client.get("/v1/backfill", headers=bearer("bob"))).json()
+    assert live == {
+        "backfill": [
+            {"backfill_id": "bf-1", "node": "gpu-3080tix2-01", "tier": "rtx3080ti", "gpu": 1}
+        ]
+    }
+
+
+async def test_F3_labs_show_decayed_usage_raw_value_and_counts(api: Api) -> None:
+    t = api.clock.now()
+    await _charge(api, "BCG", 297_360.0, t - HALF_LIFE)  # one half-life ago
+    await _job(api, "q1", "BCG", "bcg-alice", entered=t)
+    await _job(api, "q2", "BCG", "bcg-zoe", entered=t, promote=False)
+    await _job(api, "run", "BCG", "bcg-bob", entered=t)
+    await api.append(
+        JobDispatched(
+            **api.kw(), job_id="run", attempt=1, node="gpu-4090x2-01", tier="rtx4090", gpus=[0]
+        )
+    )
+    labs = (await api.client.get("/v1/labs", headers=bearer("carol"))).json()
+    by = {lab["lab"]: lab for lab in labs["labs"]}
+    assert {"BCG", "KDG", "OSL"} <= set(by)  # F6: labs without usage are listed with 0
+    bcg = by["BCG"]
+    assert bcg["usage"] == pytest.approx(148_680.0)  # F3: half of it after one half-life
+    assert (bcg["raw_value"], bcg["as_of"]) == (297_360.0, t - HALF_LIFE)
+    assert (bcg["running"], bcg["queued"], bcg["personal_queue"]) == (1, 1, 1)
+    assert (by["KDG"]["usage"], by["KDG"]["as_of"], by["KDG"]["running"]) == (0.0, None, 0)
+    one = await api.client.get("/v1/labs/BCG", headers=bearer("carol"))
+    assert one.json()["usage"] == pytest.approx(148_680.0)
+    assert_error(await api.client.get("/v1/labs/NOPE", headers=bearer("carol")), 404, "NOT_FOUND")
+    hist = (
+        await api.client.get("/v1/usage/history?hours=336&points=3", headers=bearer("carol"))
+    ).json()
+    series = hist["series"]["BCG"]
+    assert series[0][1] == 0.0  # before the charge
+    assert [t - HALF_LIFE, 297_360.0] in series  # the charge itself
+    assert series[-1] == [t, pytest.approx(148_680.0)]  # decayed to now

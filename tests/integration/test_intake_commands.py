@@ -1,0 +1,205 @@
+"""Intake over NATS request/reply on a real JetStream (SPEC Q1–Q6, §8 error codes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import msgspec
+
+from jpu.bus import EventBus
+from jpu.clock import FakeClock
+from jpu.commands import (
+    CancelCommand,
+    CommandReply,
+    SubmitCommand,
+    cancel_subject,
+    decode_reply,
+    encode,
+    submit_subject,
+)
+from jpu.config import Config, LabConfig, UserConfig, load_config
+from jpu.events import JobSubmitted, MaintenanceChanged, new_event_id
+from jpu.fold_testing import Watcher, end_job, start_job
+from jpu_services.dispatcher.service import run_dispatcher
+from jpu_services.intake.service import run_intake
+
+BODY = {"name": "train", "command": "python train.py", "num_gpus": 1}
+
+
+def config_with_limits() -> Config:
+    return msgspec.structs.replace(
+        load_config(env={}),
+        labs=[LabConfig(name="BCG", users=[UserConfig(name="alice", max_active_jobs=3)])],
+        cycle_s=0.5,
+        min_cycle_gap_s=0.02,
+    )
+
+
+@asynccontextmanager
+async def running(fn, *args, **kw) -> AsyncIterator[asyncio.Task]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(fn(*args, stop, **kw))
+    try:
+        yield task
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+
+
+async def submit(bus: EventBus, body: dict, user="alice", lab="BCG", key=None) -> CommandReply:
+    cmd = SubmitCommand(user=user, lab=lab, body=body, idempotency_key=key)
+    msg = await bus.nc.request(submit_subject(bus.prefix), encode(cmd), timeout=10)
+    return decode_reply(msg.data)
+
+
+async def cancel(bus: EventBus, job_id: str, by="alice") -> CommandReply:
+    cmd = CancelCommand(job_id=job_id, by=by)
+    msg = await bus.nc.request(cancel_subject(bus.prefix), encode(cmd), timeout=10)
+    return decode_reply(msg.data)
+
+
+async def wait_subscribed(bus: EventBus) -> None:
+    """Intake answers once it has caught up and subscribed."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            await bus.nc.request(submit_subject(bus.prefix), b"{}", timeout=0.5)
+            return
+        except Exception:
+            await asyncio.sleep(0.05)
+    raise TimeoutError("intake did not answer")
+
+
+async def test_Q1_validation_errors_name_the_field(bus: EventBus):
+    config, clock = config_with_limits(), FakeClock(10.0)
+    async with running(run_intake, bus, config, clock):
+        await wait_subscribed(bus)
+        cases = {
+            "num_gpus": {**BODY, "num_gpus": 0},
+            "command": {**BODY, "command": ""},
+            "name": {**BODY, "name": "bad name!"},
+            "tiers": {**BODY, "tiers": ["h100"]},
+            "env.SLURM_JOB_ID": {**BODY, "env": {"SLURM_JOB_ID": "1"}},
+            "env.CUDA_VISIBLE_DEVICES": {**BODY, "env": {"CUDA_VISIBLE_DEVICES": "0"}},
+        }
+        for field, body in cases.items():
+            reply = await submit(bus, body)
+            assert reply.status == 422 and reply.error is not None, field
+            assert reply.error.code == "VALIDATION_ERROR"
+            assert reply.error.details["field"] == field, reply.error
+        assert [d async for d in bus.replay()] == []  # nothing is queued (Q1: before any event)
+
+
+async def test_Q2_no_fit_placement_for_four_gpus_on_the_default_cluster(bus: EventBus):
+    config, clock = config_with_limits(), FakeClock(10.0)
+    async with running(run_intake, bus, config, clock):
+        await wait_subscribed(bus)
+        reply = await submit(bus, {**BODY, "num_gpus": 4})
+        assert (reply.status, reply.error.code) == (422, "NO_FIT_PLACEMENT")
+        reply = await submit(bus, {**BODY, "num_gpus": 1, "min_vram_gb": 40})
+        assert reply.error.code == "NO_FIT_PLACEMENT"
+        ok = await submit(bus, {**BODY, "num_gpus": 2, "tiers": ["rtx3080ti"]})
+        assert ok.status == 201 and ok.error is None
+
+
+async def test_Q3_submission_during_maintenance_is_503(bus: EventBus):
+    config, clock = config_with_limits(), FakeClock(10.0)
+    drain = MaintenanceChanged(event_id=new_event_id(), ts=1.0, state="DRAINING", by="root")
+    await bus.append(drain)
+    async with running(run_intake, bus, config, clock):
+        await wait_subscribed(bus)
+        reply = await submit(bus, BODY)
+        assert (reply.status, reply.error.code) == (503, "SERVICE_MAINTENANCE")
+
+
+async def test_Q4_Q5_fourth_job_waits_in_personal_queue_and_is_promoted_when_one_ends(
+    bus: EventBus,
+):
+    config, clock = config_with_limits(), FakeClock(10.0)
+    async with (
+        Watcher(bus, config) as w,
+        running(run_intake, bus, config, clock),
+        running(run_dispatcher, bus, config, clock),
+    ):
+        await wait_subscribed(bus)
+        replies = [await submit(bus, {**BODY, "name": f"j{i}"}) for i in range(4)]
+        assert [r.status for r in replies] == [201] * 4
+        ids = [r.job_id for r in replies]
+        await w.until(lambda s: all(s.jobs.get(j) and s.jobs[j].placement for j in ids[:3]))
+        await asyncio.sleep(0.3)
+        assert w.state.jobs[ids[3]].state == "PERSONAL_QUEUE_WAIT"  # ConcurrencyLimit
+        assert w.state.slots["alice"] == 3
+        await start_job(bus, w.state, clock, ids[0])
+        await w.until(lambda s: s.jobs[ids[0]].state == "RUNNING")
+        clock.advance(30)
+        await end_job(bus, w.state, config, clock, ids[0])
+        t0 = time.monotonic()
+        await w.until(lambda s: s.jobs[ids[3]].state != "PERSONAL_QUEUE_WAIT", timeout=5)
+        assert time.monotonic() - t0 < 0.5  # Q5: at once, not at the next cycle
+        assert w.state.jobs[ids[3]].queue_entered_at == clock.now()  # promotion time
+        await w.until(lambda s: s.jobs[ids[3]].state == "DISPATCHED")
+
+
+async def test_Q6_idempotency_key_replays_or_conflicts_even_across_replicas(bus: EventBus):
+    config, clock = config_with_limits(), FakeClock(10.0)
+    async with running(run_intake, bus, config, clock), running(run_intake, bus, config, clock):
+        await wait_subscribed(bus)
+        first = await submit(bus, BODY, key="k-1")
+        again = await submit(bus, BODY, key="k-1")
+        assert (first.status, first.replayed) == (201, False)
+        assert (again.status, again.replayed, again.job_id) == (200, True, first.job_id)
+        other = await submit(bus, {**BODY, "num_gpus": 2}, key="k-1")
+        assert (other.status, other.error.code) == (409, "IDEMPOTENCY_CONFLICT")
+        mine = await submit(bus, BODY, user="bob", key="k-1")  # keys are per user
+        assert mine.status == 201 and mine.job_id != first.job_id
+        # many concurrent submits with one key over two replicas: one job
+        race = await asyncio.gather(*(submit(bus, BODY, key="k-race") for _ in range(8)))
+        assert len({r.job_id for r in race}) == 1
+        assert sorted(r.status for r in race) == [200] * 7 + [201]
+    submitted = [d.event async for d in bus.replay() if isinstance(d.event, JobSubmitted)]
+    assert len(submitted) == 3
+
+
+async def test_cancel_is_idempotent_and_409_once_terminal(bus: EventBus):
+    clock = FakeClock(10.0)
+    config = msgspec.structs.replace(load_config(env={}), cycle_s=0.5, min_cycle_gap_s=0.02)
+    async with (
+        Watcher(bus, config) as w,
+        running(run_intake, bus, config, clock),
+        running(run_dispatcher, bus, config, clock),
+    ):
+        await wait_subscribed(bus)
+        queued = [await submit(bus, {**BODY, "name": f"q{i}"}) for i in range(4)]
+        personal = queued[3].job_id  # 4th job of a default (3) user waits in the personal queue
+        await w.until(lambda s: s.jobs.get(personal) is not None)
+        assert w.state.jobs[personal].state == "PERSONAL_QUEUE_WAIT"
+        assert (await cancel(bus, personal, by="mallory")).error.code == "FORBIDDEN"
+        first = await cancel(bus, personal)
+        assert (first.status, first.state) == (202, "CANCELLING")
+        second = await cancel(bus, personal)
+        assert (second.status, second.replayed) == (202, True)
+        # the dispatcher ends a queued job (nothing ran, nothing to charge)
+        await w.until(lambda s: s.jobs[personal].state == "CANCELLED")
+        done = await cancel(bus, personal)
+        assert (done.status, done.error.code) == (409, "ALREADY_TERMINAL")
+        assert (await cancel(bus, "nope")).error.code == "NOT_FOUND"
+
+
+async def test_S1_per_user_limit_from_the_users_table(bus: EventBus, pool):
+    await pool.execute("INSERT INTO labs (name) VALUES ('BCG')")
+    await pool.execute(
+        "INSERT INTO users (name, lab, role, max_active_jobs) VALUES ('erin', 'BCG', 'user', 1)"
+    )
+    config, clock = config_with_limits(), FakeClock(10.0)
+    async with Watcher(bus, config) as w, running(run_intake, bus, config, clock, pool=pool):
+        await wait_subscribed(bus)
+        first = await submit(bus, BODY, user="erin")
+        second = await submit(bus, {**BODY, "name": "two"}, user="erin")
+        assert (first.state, second.state) == ("GLOBAL_QUEUE_WAIT", "PERSONAL_QUEUE_WAIT")
+        await w.until(lambda s: s.jobs.get(second.job_id) is not None)
+        await asyncio.sleep(0.3)
+        assert w.state.jobs[second.job_id].state == "PERSONAL_QUEUE_WAIT"
+        assert w.state.slots["erin"] == 1

@@ -1,0 +1,237 @@
+"""`python -m jpu.stack run` (what `make run` calls) as a real process tree (SPEC O2, O5).
+
+Each test starts the stack, waits for the ready banner, talks to the gateway, then sends SIGINT
+and checks that every process the stack started is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from jpu.bus import EventBus
+from jpu.embedded.nats import free_port
+from jpu.testing.nats_fixtures import unique_names
+
+READY_TIMEOUT_S = 60.0
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def descendants(root: int) -> set[int]:
+    parents = {int(p): _ppid(int(p)) for p in os.listdir("/proc") if p.isdigit()}
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def processes_mentioning(text: str) -> set[int]:
+    pids = set()
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if text in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace"):
+                pids.add(int(p))
+        except OSError:
+            continue
+    return pids - {os.getpid()}
+
+
+class Stack:
+    """A running `python -m jpu.stack run` with its stdout collected by a thread."""
+
+    def __init__(self, env: dict[str, str | None], data_dir: Path) -> None:
+        self.port = free_port()
+        self.data_dir = data_dir
+        self.url = f"http://127.0.0.1:{self.port}"
+        merged = {
+            **os.environ,
+            **env,
+            "JPU_DATA_DIR": str(data_dir),
+            "JPU_GATEWAY_PORT": str(self.port),
+        }
+        full_env = {k: v for k, v in merged.items() if v is not None}  # None: unset it
+        self.stderr = open(data_dir / "stack.stderr", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jpu.stack", "run"],
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_banner(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not any(line.startswith("JPU-Share is up:") for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"stack not ready (rc={self.proc.returncode}):\n{self.log_tail()}")
+            time.sleep(0.2)
+
+    def token(self, user: str) -> str:
+        row = next(line.split() for line in self.lines if line.split()[:1] == [user])
+        return row[-1]
+
+    def supervisor_log(self) -> list[dict]:
+        text = (self.data_dir / "stack.stderr").read_text()
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+    def log_tail(self) -> str:
+        self.stderr.flush()
+        return (self.data_dir / "stack.stderr").read_text()[-4000:]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # what Ctrl-C does
+        try:
+            return self.proc.wait(timeout=45)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.stderr.close()
+
+
+def world_searchable_tmpdir() -> Path:
+    # Not pytest's tmp_path: as root the embedded PostgreSQL runs as `postgres` (see pg_fixtures).
+    d = Path(tempfile.mkdtemp(prefix="jpu-stack-test-"))
+    d.chmod(0o755)
+    return d
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    d = world_searchable_tmpdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def check_gateway(stack: Stack) -> None:
+    with httpx.Client(base_url=stack.url, timeout=10) as http:
+        assert http.get("/healthz").json() == {"status": "ok"}
+        assert http.get("/readyz").status_code == 200
+        assert http.get("/v1/maintenance/status").json()["state"] == "NORMAL"
+        token = stack.token("bcg-alice")
+        assert token == "demo-bcg-alice"
+        me = http.get("/v1/me", headers={"Authorization": f"Bearer {token}"})
+        assert me.status_code == 200, me.text
+        assert me.json()["user"] == "bcg-alice" and me.json()["lab"] == "BCG"
+
+
+def stop_and_check_nothing_left(stack: Stack, started: set[int]) -> None:
+    assert stack.stop() == 0, stack.log_tail()
+    deadline = time.monotonic() + 5
+    left = {p for p in started if _alive(p)}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = {p for p in left if _alive(p)}
+    assert not left, f"processes left behind: {left}"
+    assert not processes_mentioning(str(stack.data_dir))
+
+
+def service_pids(stack: Stack, name: str) -> list[int]:
+    return [
+        e["pid"]
+        for e in stack.supervisor_log()
+        if e.get("child") == name and e["msg"] == "service started"
+    ]
+
+
+def connected(log: Path) -> int:
+    return sum(json.loads(line)["msg"] == "connected" for line in log.read_text().splitlines())
+
+
+async def test_O2_stack_up_answers_healthz(nats_url: str, pg_dsn: str, data_dir: Path) -> None:
+    """Against the session's servers (faster): services, readiness, demo tokens, restarts."""
+    stream, prefix = unique_names()
+    stack = Stack(
+        {
+            "JPU_NATS_URL": nats_url,
+            "JPU_DATABASE_URL": pg_dsn,
+            "JPU_STREAM_NAME": stream,
+            "JPU_SUBJECT_PREFIX": prefix,
+        },
+        data_dir,
+    )
+    started: set[int] = set()
+    try:
+        stack.wait_banner()
+        started = descendants(stack.proc.pid)
+        check_gateway(stack)
+        assert len(started) >= 6  # six services, no embedded servers
+        for name in ("gateway", "intake", "dispatcher", "slurm_agent", "accounting", "backfill"):
+            assert (data_dir / "logs" / f"{name}.log").exists()
+
+        # SPEC O5: a killed service is restarted by the supervisor.
+        [intake] = service_pids(stack, "intake")
+        os.kill(intake, signal.SIGKILL)
+        deadline = time.monotonic() + 20
+        while connected(data_dir / "logs" / "intake.log") < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(service_pids(stack, "intake")) == 2, stack.log_tail()
+        assert connected(data_dir / "logs" / "intake.log") == 2
+        started |= descendants(stack.proc.pid)
+    finally:
+        stop_and_check_nothing_left(stack, started)
+    for name in ("intake", "gateway", "accounting"):  # SIGTERM -> drain -> exit 0
+        last = (data_dir / "logs" / f"{name}.log").read_text().splitlines()[-1]
+        assert json.loads(last)["msg"] == "stopped", last
+    bus = await EventBus.connect(nats_url, stream=stream, prefix=prefix)
+    try:
+        for node in ("gpu-4090x2-01", "gpu-4090x2-02", "gpu-3080tix2-01", "gpu-3080tix2-02"):
+            assert await bus.last_subject_seq(f"{prefix}.inventory.{node}") > 0  # SPEC §1.2
+        await bus.delete_stream()
+    finally:
+        await bus.close()
+
+
+def test_O2_stack_starts_its_own_nats_and_postgres(data_dir: Path) -> None:
+    """No URLs given: embedded NATS + PostgreSQL under the data dir, reused on the next run."""
+    env: dict[str, str | None] = {"JPU_NATS_URL": None, "JPU_DATABASE_URL": None}
+    for run in (1, 2):
+        stack = Stack(env, data_dir)
+        started: set[int] = set()
+        try:
+            stack.wait_banner()
+            started = descendants(stack.proc.pid)
+            assert any("(embedded)" in line for line in stack.lines)
+            check_gateway(stack)
+        finally:
+            stop_and_check_nothing_left(stack, started)
+        assert (data_dir / "pg" / "pgdata" / "PG_VERSION").exists(), run
+        assert (data_dir / "nats").is_dir()

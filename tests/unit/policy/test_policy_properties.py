@@ -1,0 +1,228 @@
+"""Property tests (hypothesis): the optimised cycle equals the literal reading of D3, and the
+invariants of §1.2, §3 and §4 hold over many cycles on random small clusters and queues."""
+
+from __future__ import annotations
+
+import random
+
+from builders import tier
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference import ref_cycle
+from simdriver import Sim
+
+from jpu.policy import cycle
+from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+LABS = ["A", "B", "C", "D"]
+
+
+@st.composite
+def snapshots(draw) -> tuple[Snapshot, float]:
+    n_tiers = draw(st.integers(1, 3))
+    ts = {}
+    for k in range(n_tiers):
+        name = f"t{k}"
+        ts[name] = tier(
+            name,
+            draw(st.sampled_from([12, 24, 48])),
+            draw(st.sampled_from([10.0, 34.1, 82.6])),
+            draw(st.integers(0, 2)),
+            max_gpus=draw(st.integers(1, 4)),
+            active=draw(st.booleans()) or draw(st.booleans()),
+        )
+    gpus: list[Gpu] = []
+    for n in range(draw(st.integers(1, 5))):
+        for t in draw(st.sets(st.sampled_from(sorted(ts)), min_size=1, max_size=2)):
+            for i in range(draw(st.integers(1, 4))):
+                s = draw(st.sampled_from(["free", "free", "free", "job:r", "backfill:b", "down"]))
+                s = f"{s}{n}{t}{i}" if s in ("job:r", "backfill:b") else s
+                gpus.append(Gpu(f"n{n}", t, i, s))
+    now = 1000.0
+    queue: list[QueuedJob] = []
+    for k in range(draw(st.integers(0, 10))):
+        tf = draw(st.none() | st.sets(st.sampled_from([*sorted(ts), "zz"]), min_size=1))
+        queue.append(
+            QueuedJob(
+                job_id=f"j{k}",
+                lab=draw(st.sampled_from(LABS)),
+                user="u",
+                num_gpus=draw(st.integers(1, 4)),
+                queue_entered_at=float(draw(st.integers(0, 5))),
+                tiers=frozenset(tf) if tf is not None else None,
+                min_vram_gb=draw(st.none() | st.sampled_from([12, 24, 40])),
+                attempt=draw(st.integers(1, 3)),
+            )
+        )
+    # reservations on free GPUs, one placement each (R2); sometimes a GPU goes down afterwards
+    for k in range(min(len(queue), draw(st.integers(0, 2)))):
+        free = [g for g in gpus if g.state == "free"]
+        if not free:
+            break
+        g0 = draw(st.sampled_from(free))
+        same = [g for g in free if (g.node, g.tier) == (g0.node, g0.tier)]
+        take = same[: draw(st.integers(1, len(same)))]
+        j = queue[k]
+        idx = tuple(g.index for g in take)
+        since = draw(st.sampled_from([0.0, 400.0, 990.0]))
+        joined = tuple(since + 5 * i for i in range(len(idx))) if draw(st.booleans()) else ()
+        queue[k] = QueuedJob(
+            job_id=j.job_id,
+            lab=j.lab,
+            user=j.user,
+            num_gpus=max(j.num_gpus, len(idx) + 1),
+            queue_entered_at=j.queue_entered_at,
+            tiers=None,
+            min_vram_gb=None,
+            reservation=Reservation(g0.node, g0.tier, idx, since, joined),
+        )
+        bf = draw(st.none() | st.just(f"bfres{k}"))
+        down = draw(st.booleans()) and draw(st.booleans())
+        gpus = [
+            (
+                Gpu(g.node, g.tier, g.index, "down" if down else f"reserved:{j.job_id}", bf)
+                if g in take
+                else g
+            )
+            for g in gpus
+        ]
+    usage = {
+        lab: LabUsage(
+            float(draw(st.sampled_from([0, 100, 250, 1000]))), draw(st.sampled_from([0.0, 900.0]))
+        )
+        for lab in draw(st.sets(st.sampled_from(LABS)))
+    }
+    maint = draw(st.sampled_from(["NORMAL"] * 8 + ["DRAINING", "ACTIVE"]))
+    draw(st.randoms()).shuffle(queue)
+    snap = Snapshot(
+        tiers=ts, gpus=gpus, queue=queue, usage=usage, half_life_s=3600.0, maintenance=maint
+    )
+    return snap, now
+
+
+@SETTINGS
+@given(snapshots())
+def test_D3_cycle_equals_literal_reading(case):
+    snap, now = case
+    assert cycle(snap, now) == ref_cycle(snap, now)
+
+
+def check_invariants(snap: Snapshot, res) -> None:
+    """No GPU given twice; only idle/own/just-released GPUs; R1; R2; D5; D7 complete."""
+    state = {(g.node, g.tier, g.index): g.state for g in snap.gpus}
+    holders = {j.job_id: j for j in snap.queue if j.reservation}
+    released = {(r.node, r.tier, i) for r in res.releases for i in r.gpus}
+    seen: set[tuple[str, str, int]] = set()
+    for d in [*res.dispatches, *res.starts]:
+        for i in d.gpus:
+            key = (d.node, d.tier, i)
+            assert key not in seen, "a GPU given twice"
+            seen.add(key)
+            s = state[key]
+            own = s == f"reserved:{d.job_id}"
+            assert s == "free" or s.startswith("backfill:") or own or key in released
+    for g in res.grows:
+        for i in g.added:
+            key = (g.node, g.tier, i)
+            assert key not in seen
+            seen.add(key)
+    rank1 = res.order[0] if res.order else None
+    assert all(s.job_id == rank1 for s in res.starts), "R1"
+    assert all(g.job_id == rank1 for g in res.grows), "R1"
+    still = set(holders) - {r.job_id for r in res.releases}
+    assert all(s.job_id not in still for s in res.starts), "R2: one reservation per job"
+    assert len(res.starts) <= 1
+    for j in holders:
+        if j != rank1:
+            assert j in {r.job_id for r in res.releases}, "R3"
+    dispatched = [d.job_id for d in res.dispatches]
+    assert set(dispatched).isdisjoint(res.pending)
+    assert set(dispatched) | set(res.pending) == set(res.order), "D7: every job has a reason"
+    pos = {jid: k for k, jid in enumerate(res.order)}
+    assert [pos[j] for j in dispatched if j != rank1] == sorted(
+        pos[j] for j in dispatched if j != rank1
+    ), "walk in rank order"
+
+
+@SETTINGS
+@given(snapshots())
+def test_invariants_single_cycle(case):
+    snap, now = case
+    check_invariants(snap, cycle(snap, now))
+
+
+def _small_sim(seed: int, n_jobs: int) -> Sim:
+    rnd = random.Random(seed)
+    ts = {"fast": tier("fast", 24, 82.6, 20, 4), "slow": tier("slow", 12, 34.1, 10, 2)}
+    gpus = {}
+    for n in range(rnd.randint(1, 3)):
+        for t in rnd.sample(sorted(ts), rnd.randint(1, 2)):
+            for i in range(rnd.randint(1, 4)):
+                gpus[(f"n{n}", t, i)] = "free"
+    sim = Sim(tiers=ts, gpus=gpus, durations={})
+    for k in range(n_jobs):
+        jid = f"j{k}"
+        sim.durations[jid] = 10.0 * rnd.randint(1, 6)
+        sim.submit(
+            QueuedJob(
+                job_id=jid,
+                lab=rnd.choice(LABS),
+                user="u",
+                num_gpus=rnd.randint(1, 4),
+                queue_entered_at=float(k),
+            )
+        )
+    return sim
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 12))
+def test_F5_every_gpu_second_charged_exactly_once(seed, n_jobs):
+    sim = _small_sim(seed, n_jobs)
+    for _ in range(40):
+        res = sim.step(5.0)
+        check_invariants(*sim.results[-1])
+        assert all(r.gpu_seconds >= 0 for r in res.releases)
+    sim.close()
+    assert abs(sim.charged - sim.truth) <= 1e-6 * max(1.0, sim.truth)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6))
+def test_no_starvation_of_a_2gpu_job_under_1gpu_arrivals(seed):
+    """The lowest-usage lab's 2-GPU job dispatches within one max duration (+ 2 cycles):
+    as rank 1 it reserves GPUs as they free (R1) and no one else may take them (R2)."""
+    rnd = random.Random(seed)
+    ts = {"fast": tier("fast", 24, 82.6, 20, 2)}
+    gpus = {(f"n{n}", "fast", i): "free" for n in range(2) for i in range(2)}
+    sim = Sim(tiers=ts, gpus=gpus, durations={"big": 30.0}, half_life_s=1e9)
+    sim.usage = {"L": LabUsage(0.0, 0.0), "X": LabUsage(1.0, 0.0), "Y": LabUsage(2.0, 0.0)}
+    max_d, dt = 60.0, 5.0
+    k = 0
+    for _ in range(6):  # the cluster is full of 1-GPU jobs first
+        sim.durations[f"s{k}"] = rnd.uniform(10, max_d)
+        sim.submit(
+            QueuedJob(
+                job_id=f"s{k}", lab=rnd.choice("XY"), user="u", num_gpus=1, queue_entered_at=0.0
+            )
+        )
+        k += 1
+    sim.step(dt)
+    sim.submit(QueuedJob(job_id="big", lab="L", user="u", num_gpus=2, queue_entered_at=sim.now))
+    submitted = sim.now
+    while "big" not in sim.dispatched_at and sim.now < submitted + 10 * max_d:
+        for _ in range(rnd.randint(0, 3)):  # 1-GPU jobs keep arriving
+            sim.durations[f"s{k}"] = rnd.uniform(10, max_d)
+            sim.submit(
+                QueuedJob(
+                    job_id=f"s{k}",
+                    lab=rnd.choice("XY"),
+                    user="u",
+                    num_gpus=1,
+                    queue_entered_at=sim.now,
+                )
+            )
+            k += 1
+        sim.step(dt)
+    assert sim.dispatched_at["big"] - submitted <= max_d + 2 * dt

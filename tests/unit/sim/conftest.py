@@ -1,0 +1,13 @@
+"""Fixtures for simulator tests (builders live in simkit.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from simkit import Simulate, make_simulate
+
+
+@pytest.fixture
+def simulate(tmp_path: Path) -> Simulate:
+    return make_simulate(tmp_path)

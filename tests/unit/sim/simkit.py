@@ -1,0 +1,73 @@
+"""Builders for simulator tests: literal workloads on literal clusters, run through `jpu.sim`.
+
+(A uniquely named module, not conftest.py, so tests can import its types.)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jpu.config import DEFAULT_PATH
+from jpu.events import AnyEvent
+from jpu.sim.eventlog import read_events
+from jpu.sim.params import SimParams
+from jpu.sim.run import run_files
+
+DEFAULT_CLUSTER = yaml.safe_load(DEFAULT_PATH.read_text())  # SPEC §1.1 default cluster
+
+
+class Run:
+    def __init__(self, out: Path, summary: dict[str, Any]) -> None:
+        self.out = out
+        self.summary = summary
+        self.events: list[AnyEvent] = read_events(out / "events.jsonl")
+
+    def of(self, type_name: str, job_id: str | None = None) -> list[Any]:
+        return [
+            e
+            for e in self.events
+            if type(e).__name__ == type_name
+            and (job_id is None or getattr(e, "job_id", None) == job_id)
+        ]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return self.summary["jobs"][job_id]
+
+    def usage(self, lab: str) -> float:
+        return self.summary["labs"][lab]["usage_tflop_s"]
+
+
+Simulate = Callable[..., Run]
+
+
+def make_simulate(tmp_path: Path) -> Simulate:
+    """simulate(jobs, labs=None, nodes=None, tiers=None, **params) -> Run."""
+    counter = {"n": 0}
+
+    def run(
+        jobs: list[dict[str, Any]],
+        labs: list[dict[str, Any]] | None = None,
+        nodes: list[dict[str, Any]] | None = None,
+        tiers: list[dict[str, Any]] | None = None,
+        **params: Any,
+    ) -> Run:
+        counter["n"] += 1
+        d = tmp_path / f"run{counter['n']}"
+        d.mkdir()
+        cluster = {
+            "tiers": tiers or DEFAULT_CLUSTER["tiers"],
+            "nodes": nodes or DEFAULT_CLUSTER["nodes"],
+            "labs": labs or [],
+        }
+        (d / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+        (d / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs))
+        params.setdefault("backfill", False)
+        summary = run_files(d / "cluster.yaml", d / "jobs.jsonl", d / "out", SimParams(**params))
+        return Run(d / "out", summary)
+
+    return run
