@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,22 @@ def _port(env: Mapping[str, str], key: str) -> int:
     return int(value) if value else 0
 
 
+def postgres_data_dir(data_dir: Path) -> Path:
+    """Where the embedded cluster lives: `<data_dir>/pg`, unless we are root and the postgres
+    user cannot reach it (a checkout under /root, mode 0700): then a directory of its own under
+    /var/lib/jpu-share, one per checkout, so `make run` works from any folder."""
+    data_dir = data_dir.absolute()
+    reachable = all(os.stat(p).st_mode & 0o001 for p in data_dir.parents if p.exists())
+    if os.geteuid() != 0 or reachable:
+        return data_dir / "pg"
+    digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:10]
+    fallback = Path("/var/lib/jpu-share") / f"pg-{digest}"
+    fallback.parent.mkdir(parents=True, exist_ok=True)
+    fallback.parent.chmod(0o755)
+    log.info("PostgreSQL data outside the checkout", extra={"pg_data_dir": str(fallback)})
+    return fallback
+
+
 def start_servers(data_dir: Path, env: Mapping[str, str]) -> Servers:
     """JPU_NATS_URL / JPU_DATABASE_URL when set; else embedded servers, persisted in data_dir.
 
@@ -49,7 +67,8 @@ def start_servers(data_dir: Path, env: Mapping[str, str]) -> Servers:
             servers.nats_url = servers.nats.start()
             log.info("embedded NATS JetStream started", extra={"url": servers.nats_url})
         if not servers.database_url:
-            servers.postgres = EmbeddedPostgres(data_dir / "pg", port=_port(env, "JPU_PG_PORT"))
+            pg_dir = postgres_data_dir(data_dir)
+            servers.postgres = EmbeddedPostgres(pg_dir, port=_port(env, "JPU_PG_PORT"))
             servers.database_url = servers.postgres.start()
             log.info("embedded PostgreSQL started", extra={"dsn": servers.database_url})
     except BaseException:
