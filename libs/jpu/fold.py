@@ -32,7 +32,8 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
-from jpu.fold_jobs import QUEUED, SLOT_STATES, TERMINAL, JobView, apply_job_event
+from jpu.fold_jobs import QUEUED, SLOT_STATES, TERMINAL, JobView, apply_job_event, queued_job
+from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
 
 GpuKey = tuple[str, str, int]  # (node, tier, index)
@@ -64,6 +65,9 @@ class ClusterState:
     maintenance: Maintenance = field(default_factory=Maintenance)
     personal: dict[str, list[str]] = field(default_factory=dict)  # user -> job ids, oldest first
     slots: dict[str, int] = field(default_factory=dict)  # user -> slot-holding jobs (S1)
+    # the global queue (GLOBAL_QUEUE_WAIT, RESERVING) grouped by lab for the cycle (D1), kept
+    # up to date event by event so a cycle never rebuilds or sorts it
+    queue: LabQueues = field(default_factory=LabQueues)
 
     @classmethod
     def new(cls, cluster: Cluster) -> ClusterState:
@@ -154,6 +158,10 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
     was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
     before = job.gpu_holdings()
     apply_job_event(job, delivered)
+    if job.state in QUEUED:
+        state.queue.put(queued_job(job))  # entered, or its record (reservation, attempt) changed
+    else:
+        state.queue.discard(job.job_id)
     for gpu, tag in before.items():
         if state.holders.get(gpu) == tag:
             del state.holders[gpu]

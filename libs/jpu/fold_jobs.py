@@ -29,7 +29,7 @@ from jpu.events import (
     ReservationReleased,
     ReservationStarted,
 )
-from jpu.policy.model import Reservation
+from jpu.policy.model import QueuedJob, Reservation
 
 GpuKey = tuple[str, str, int]
 SLOT_STATES = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"})
@@ -125,6 +125,24 @@ class JobView:
             node, tier, gpus = self.placement
             held.update({(node, tier, i): f"job:{self.job_id}" for i in gpus})
         return held
+
+
+def queued_job(j: JobView) -> QueuedJob:
+    """The policy core's record of a job in the global queue (SPEC D1: queue_entered_at,
+    falling back to the submit time for a job promoted before it was recorded)."""
+    entered = j.queue_entered_at if j.queue_entered_at is not None else j.submitted_at
+    return QueuedJob(
+        job_id=j.job_id,
+        lab=j.lab,
+        user=j.user,
+        num_gpus=j.num_gpus,
+        queue_entered_at=entered,
+        tiers=j.tiers,
+        min_vram_gb=j.min_vram_gb,
+        attempt=j.attempt,
+        time_limit_s=j.time_limit_s,
+        reservation=j.reservation,
+    )
 
 
 def apply_job_event(job: JobView, delivered: Delivered) -> None:

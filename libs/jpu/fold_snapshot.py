@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from jpu.config import Cluster
 from jpu.fold import ClusterState
-from jpu.fold_jobs import QUEUED
-from jpu.policy.model import Gpu, LabUsage, MaintenanceState, QueuedJob, RunningJob, Snapshot
+from jpu.policy.labqueues import LabQueues
+from jpu.policy.model import Gpu, LabUsage, MaintenanceState, RunningJob, Snapshot
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 
@@ -29,28 +29,10 @@ def gpus(state: ClusterState) -> list[Gpu]:
     return rows
 
 
-def queue(state: ClusterState) -> list[QueuedJob]:
-    """The global queue: GLOBAL_QUEUE_WAIT and RESERVING (a cancel request takes a job out)."""
-    return [
-        QueuedJob(
-            job_id=j.job_id,
-            lab=j.lab,
-            user=j.user,
-            num_gpus=j.num_gpus,
-            queue_entered_at=_entered(j.queue_entered_at, j.submitted_at),
-            tiers=j.tiers,
-            min_vram_gb=j.min_vram_gb,
-            attempt=j.attempt,
-            time_limit_s=j.time_limit_s,
-            reservation=j.reservation,
-        )
-        for j in state.jobs.values()
-        if j.state in QUEUED
-    ]
-
-
-def _entered(queue_entered_at: float | None, submitted_at: float) -> float:
-    return queue_entered_at if queue_entered_at is not None else submitted_at
+def queue(state: ClusterState) -> LabQueues:
+    """The global queue: GLOBAL_QUEUE_WAIT and RESERVING (a cancel request takes a job out),
+    kept grouped by lab by the fold itself (`ClusterState.queue`)."""
+    return state.queue
 
 
 def running(state: ClusterState) -> list[RunningJob]:

@@ -104,7 +104,7 @@ class Dispatcher:
         result = cycle(snapshot(self.state, self.config), now)
         before = self.writer.appended
         ok = await self.writer.append_all(cycle_events(result, tiers, now))
-        await self.view.publish(now, self.state.seq, result.order, dict(result.pending))
+        await self.view.publish(now, self.state.seq, result.order, dict(result.pending.items()))
         self.stats.dispatched += sum(1 for _ in result.dispatches) if ok else 0
         if not ok:
             self.wake.set()

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from jpu.policy.baselines import fifo_cycle, slurm_like_cycle
 from jpu.policy.cycle import cycle
 from jpu.policy.fairshare import attempt_cost, charge, cost, decayed
+from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import CycleResult, Snapshot
+from jpu.policy.pending import Pending
 from jpu.policy.placements import Placement, ever_fits, fits, placements
 
 Policy = Callable[[Snapshot, float], CycleResult]
@@ -15,6 +17,8 @@ POLICIES: dict[str, Policy] = {"jpu": cycle, "fifo": fifo_cycle, "slurm-like": s
 
 __all__ = [
     "POLICIES",
+    "LabQueues",
+    "Pending",
     "Placement",
     "Policy",
     "attempt_cost",

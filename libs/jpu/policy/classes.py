@@ -52,14 +52,15 @@ class ClassTable(dict[int, RequestClass]):
     """Class id -> class, built on first use. Plain requests (no tiers filter, no min_vram) use
     num_gpus as id; the others get negative ids from `id_of`. `baseline` (per tier, the most
     GPUs any placement has idle or reserved by rank 1 at the start of the walk) must be set
-    before the first class is built."""
+    before the first class is built. `keys` seeds the table with ids interned elsewhere
+    (`LabQueues.class_keys`)."""
 
-    def __init__(self, tiers: Mapping[str, Tier]) -> None:
+    def __init__(self, tiers: Mapping[str, Tier], keys: Mapping[int, Key] | None = None) -> None:
         super().__init__()
         self.tiers = tiers
         self.baseline: Mapping[str, int] = {}
-        self._ids: dict[Key, int] = {}
-        self._keys: dict[int, Key] = {}
+        self._keys: dict[int, Key] = dict(keys or {})
+        self._ids: dict[Key, int] = {k: c for c, k in self._keys.items()}
 
     def __missing__(self, cid: int) -> RequestClass:
         key = self._keys.get(cid, (cid, None, None))

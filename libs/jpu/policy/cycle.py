@@ -11,24 +11,26 @@ Phase 2 runs first in code because phase 1 needs to know which queued jobs hold 
 from __future__ import annotations
 
 from jpu.policy.classes import ClassTable
+from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import CycleResult, Snapshot
+from jpu.policy.pending import Pending
 from jpu.policy.placements import scan
 from jpu.policy.pool import Pool
 from jpu.policy.release import hold, release, release_phase
-from jpu.policy.view import QueueView
+from jpu.policy.view import AnyView, LabView, QueueView
 from jpu.policy.walk import Walk
 
 
 def cycle(snapshot: Snapshot, now: float) -> CycleResult:
     tiers = snapshot.tiers
     # 2. D1 — rank order
-    view = QueueView(snapshot.queue, ClassTable(tiers), snapshot.usage, now, snapshot.half_life_s)
+    view = queue_view(snapshot, now)
     out = CycleResult(order=view.order)
     holders = view.holders
     if snapshot.maintenance != "NORMAL":
         # D6, M1: no dispatch, no new reservation; every reservation released, charged like R3
         out.releases = [release(j, "maintenance", now, tiers) for j in holders]
-        out.pending = dict.fromkeys(view.ids, "Maintenance")
+        out.pending = Pending(view.order, view.cid_rank, dict.fromkeys(view.present, "Maintenance"))
         return out
     # 1. placements; reserved GPUs are not idle for anyone else (P2, R2)
     pool = Pool(scan(snapshot.gpus, tiers), tiers)
@@ -39,3 +41,14 @@ def cycle(snapshot: Snapshot, now: float) -> CycleResult:
     # 4. walk from rank 1 (D3.4), pending reasons (D7)
     Walk(pool, view, now, out).run(kept)
     return out
+
+
+def queue_view(snapshot: Snapshot, now: float) -> AnyView:
+    """D1 rank order: merged by lab when the caller keeps the queue grouped (`LabQueues`),
+    sorted from the flat list otherwise."""
+    q, tiers = snapshot.queue, snapshot.tiers
+    if isinstance(q, LabQueues):
+        return LabView(
+            q, ClassTable(tiers, q.class_keys), snapshot.usage, now, snapshot.half_life_s
+        )
+    return QueueView(q, ClassTable(tiers), snapshot.usage, now, snapshot.half_life_s)

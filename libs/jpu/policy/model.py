@@ -10,11 +10,15 @@ collector nothing on every cycle.
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from jpu.config import Tier
+
+if TYPE_CHECKING:
+    from jpu.policy.labqueues import LabQueues
 
 GpuState = str  # "free" | "job:<id>" | "reserved:<id>" | "backfill:<id>" | "down"  (SPEC §1.2)
 PendingReason = Literal["Priority", "Resources", "Reservation", "Maintenance", "ConcurrencyLimit"]
@@ -82,7 +86,9 @@ class LabUsage(msgspec.Struct, frozen=True, gc=False):
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     tiers: dict[str, Tier]
     gpus: list[Gpu]
-    queue: list[QueuedJob]
+    # The global queue, in any order; or kept grouped by lab by the caller (LabQueues: the
+    # cycle then merges labs instead of sorting jobs, D1). Not to be changed during a cycle.
+    queue: list[QueuedJob] | LabQueues
     usage: dict[str, LabUsage]
     half_life_s: float = 7 * 24 * 3600.0
     maintenance: MaintenanceState = "NORMAL"
@@ -139,4 +145,6 @@ class CycleResult(msgspec.Struct, kw_only=True):
     starts: list[ReservationStart] = []
     grows: list[ReservationGrow] = []
     dispatches: list[Dispatch] = []
-    pending: dict[str, PendingReason] = {}
+    # job id -> D7 reason for every job not dispatched; the cycle gives a lazy `Pending`
+    # (jpu.policy.pending) — a read-only Mapping; copy with `dict(pending.items())`.
+    pending: Mapping[str, PendingReason] = {}

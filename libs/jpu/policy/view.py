@@ -7,12 +7,15 @@ permutation of positions, so nothing touches the 100k job records in random orde
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain, groupby
 from operator import attrgetter
 
 from jpu.policy.classes import ClassTable
+from jpu.policy.labqueues import LabQueue, LabQueues, entry_key
 from jpu.policy.model import LabUsage, QueuedJob
-from jpu.policy.ordering import in_entry_order, rank_permutation
+from jpu.policy.ordering import in_entry_order, lab_usage_at, rank_permutation
 
 _KEY = attrgetter("num_gpus", "tiers", "min_vram_gb")
 
@@ -20,7 +23,7 @@ _KEY = attrgetter("num_gpus", "tiers", "min_vram_gb")
 class QueueView:
     def __init__(
         self,
-        queue: Sequence[QueuedJob],
+        queue: Iterable[QueuedJob],
         classes: ClassTable,
         usage: Mapping[str, LabUsage] | None = None,
         now: float = 0.0,
@@ -28,7 +31,7 @@ class QueueView:
     ) -> None:
         """With `usage`: D1 rank order; without: entry order (the FIFO baseline)."""
         self.classes = classes
-        seq = self.seq = in_entry_order(queue)
+        seq = self.seq = in_entry_order(queue if isinstance(queue, Sequence) else list(queue))
         self.ids = [j.job_id for j in seq]
         cid = [
             j.num_gpus if j.tiers is None and j.min_vram_gb is None and j.reservation is None else 0
@@ -51,6 +54,7 @@ class QueueView:
             self.cid_rank = [cid[i] for i in self.perm]
         # reservation holders by rank (there are few: phase 3 keeps at most one per cycle)
         self.holders = [seq[i] for i in sorted(held, key=self.perm.index)]
+        self.present = set(cid)  # the request classes in the queue
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -58,3 +62,70 @@ class QueueView:
     def job(self, rank: int) -> QueuedJob:
         """The job at `rank` (0-based)."""
         return self.seq[self.perm[rank]]
+
+
+class LabView:
+    """The same view of a queue kept grouped by lab (`LabQueues`): the labs are merged by
+    decayed usage, each lab's jobs already being in entry order — no per-job sort (SPEC D1).
+    Labs of exactly equal usage are merged by (queue_entered_at, job_id)."""
+
+    def __init__(
+        self,
+        queues: LabQueues,
+        classes: ClassTable,
+        usage: Mapping[str, LabUsage],
+        now: float,
+        half_life_s: float,
+    ) -> None:
+        self.classes = classes
+        at = lab_usage_at(queues.labs, usage, now, half_life_s)
+        self.order: list[str] = []
+        self.cid_rank: list[int] = []
+        self._starts: list[int] = []  # first rank of each chunk (a lab, or labs tied on usage)
+        self._chunks: list[LabQueue] = []
+        chunk_of: dict[str, int] = {}
+        for _, tied in groupby(sorted(queues.labs, key=at.__getitem__), key=at.__getitem__):
+            group = list(tied)
+            chunk = queues.labs[group[0]] if len(group) == 1 else _merged(queues, group)
+            chunk_of.update(dict.fromkeys(group, len(self._chunks)))
+            self._starts.append(len(self.order))
+            self._chunks.append(chunk)
+            self.order += chunk.ids
+            self.cid_rank += chunk.cids
+        self.present: set[int] = set()
+        for chunk in self._chunks:
+            self.present.update(chunk.cids)
+
+        def rank(j: QueuedJob) -> int:
+            k = chunk_of[j.lab]
+            return self._starts[k] + self._chunks[k].index(entry_key(j))
+
+        self.holders = sorted(queues.holders.values(), key=rank)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def job(self, rank: int) -> QueuedJob:
+        k = bisect_right(self._starts, rank) - 1
+        return self._chunks[k].jobs[rank - self._starts[k]]
+
+
+def _merged(queues: LabQueues, labs: list[str]) -> LabQueue:
+    """Labs of equal usage as one chunk in (queue_entered_at, job_id) order (entry keys are
+    unique, so the tuples compare on them alone)."""
+    out = LabQueue()
+    rows = sorted(
+        chain.from_iterable(
+            zip(lq.keys, lq.ids, lq.cids, lq.jobs, strict=True)
+            for lq in map(queues.labs.__getitem__, labs)
+        )
+    )
+    for key, jid, cid, job in rows:
+        out.keys.append(key)
+        out.ids.append(jid)
+        out.cids.append(cid)
+        out.jobs.append(job)
+    return out
+
+
+AnyView = QueueView | LabView

@@ -15,14 +15,16 @@ from collections.abc import Sequence
 from jpu.policy.model import (
     CycleResult,
     Dispatch,
+    PendingReason,
     QueuedJob,
     ReservationGrow,
     ReservationStart,
 )
+from jpu.policy.pending import Pending
 from jpu.policy.placements import Slot
 from jpu.policy.pool import Pool
 from jpu.policy.release import Kept, release
-from jpu.policy.view import QueueView
+from jpu.policy.view import AnyView
 
 
 def dispatch_of(job: QueuedJob, slot: Slot, gpus: Sequence[int]) -> Dispatch:
@@ -40,7 +42,7 @@ def dispatch_of(job: QueuedJob, slot: Slot, gpus: Sequence[int]) -> Dispatch:
 
 
 class Walk:
-    def __init__(self, pool: Pool, view: QueueView, now: float, out: CycleResult):
+    def __init__(self, pool: Pool, view: AnyView, now: float, out: CycleResult):
         self.pool = pool
         self.view = view
         self.now = now
@@ -58,7 +60,7 @@ class Walk:
         view = self.view
         self.classes = view.classes
         self.classes.baseline = baseline
-        self.present = set(view.cid)
+        self.present = view.present
         if len(view) and reservations:
             self.rank1(view.cid_rank[0], kept)
             self.rest(view.cid_rank, 1)
@@ -147,13 +149,8 @@ class Walk:
                     del alive[c2]
 
     def pending(self) -> None:
-        """SPEC D7 for every job not dispatched (built in queue order: sequential reads)."""
+        """SPEC D7 for every job not dispatched: its class's reason, looked up lazily."""
         classes, view = self.classes, self.view
-        reason_of = {c: classes[c].reason for c in self.present}
-        pending = dict(zip(view.ids, map(reason_of.__getitem__, view.cid), strict=True))
-        order = self.out.order
-        for i in self.dispatched:
-            del pending[order[i]]
-        if self.reserving:
-            pending[order[0]] = "Reservation"
-        self.out.pending = pending
+        reasons = {c: classes[c].reason for c in self.present}
+        first: PendingReason | None = "Reservation" if self.reserving else None
+        self.out.pending = Pending(view.order, view.cid_rank, reasons, self.dispatched, first)

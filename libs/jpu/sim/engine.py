@@ -19,7 +19,8 @@ from typing import Any
 from jpu.config import Cluster
 from jpu.events import UsageCharged
 from jpu.policy import POLICIES, fairshare
-from jpu.policy.model import LabUsage, QueuedJob, RunningJob, Snapshot
+from jpu.policy.labqueues import LabQueues
+from jpu.policy.model import LabUsage, RunningJob, Snapshot
 from jpu.policy.queue import promotions
 from jpu.sim import attempts, backfill, cycles
 from jpu.sim.cluster import SimCluster
@@ -58,7 +59,7 @@ class Simulator:
         }
         self.personal: dict[str, deque[SimJob]] = {}
         self.active: dict[str, int] = {}  # user -> slot-holding jobs (SPEC S1)
-        self.queue: dict[str, QueuedJob] = {}  # the global queue, kept up to date in place
+        self.queue = LabQueues()  # the global queue by job id, kept up to date in place
         self.running: dict[str, RunningJob] = {}
         self.reserving = 0
         self.fit_cache: dict[tuple[int, frozenset[str] | None, int | None], bool] = {}
@@ -202,7 +203,7 @@ class Simulator:
         snapshot = Snapshot(
             tiers=self.tiers,
             gpus=list(self.cluster.gpus),
-            queue=list(self.queue.values()),
+            queue=self.queue,  # grouped by lab: the cycle merges labs, never sorts jobs (D1)
             usage=dict(self.usage),
             half_life_s=self.params.half_life_s,
             running=list(self.running.values()),

@@ -8,10 +8,14 @@ nothing is appended, the gateway only reads (the dispatcher alone acts).
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import asyncpg
+from fastapi import Request
 
 from jpu.config import Tier
 from jpu.policy.cycle import cycle
@@ -36,14 +40,18 @@ class QueueView:
     personal: list[Any]  # personal-queue rows (Q4), oldest first
     usage: dict[str, float]  # lab -> decayed usage now
     reasons: dict[str, str] = field(default_factory=dict)
+    _ranks: dict[str, int] | None = None  # job id -> rank, built on first use (shared views)
 
     def rank_of(self, job_id: str) -> tuple[int | None, str | None]:
-        for i, row in enumerate(self.ordered, start=1):
-            if row["job_id"] == job_id:
-                return i, self.reasons.get(job_id)
-        if any(r["job_id"] == job_id for r in self.personal):
+        if self._ranks is None:
+            self._ranks = {row["job_id"]: i for i, row in enumerate(self.ordered, start=1)}
+            self._ranks.update((r["job_id"], 0) for r in self.personal)
+        rank = self._ranks.get(job_id)
+        if rank is None:
+            return None, None
+        if rank == 0:
             return None, "ConcurrencyLimit"
-        return None, None
+        return rank, self.reasons.get(job_id)
 
 
 def _queued(row: Any) -> QueuedJob:
@@ -103,7 +111,8 @@ async def queue_view(
     # (read-only). A job the cycle would dispatch now has no reason to wait: "None" (as Slurm
     # says) until the dispatcher starts it.
     result = cycle(snap, now)
-    reasons = {j: str(result.pending.get(j, "None")) for j in result.order}
+    reasons: dict[str, str] = dict.fromkeys(result.order, "None")
+    reasons.update(result.pending.items())
     labs = {r["lab"] for r in rows} | set(usage)
     return QueueView(
         now=now,
@@ -113,3 +122,49 @@ async def queue_view(
         usage={lab: decayed(usage.get(lab, ZERO_USAGE), now, half_life_s) for lab in labs},
         reasons=reasons,
     )
+
+
+class SharedView:
+    """One queue view computation serves every request waiting at once (single flight).
+
+    A request joins the next computation that has not started yet; a computation starts only
+    once the previous one finished, so every view a request gets was read from the database
+    after the request asked — read-your-writes is kept (a job just submitted has its rank).
+    Under load the O(queue) cost is shared by all the requests that came in meanwhile, instead
+    of being paid once per request.
+    """
+
+    def __init__(self, compute: Callable[[], Awaitable[QueueView]]) -> None:
+        self.compute = compute
+        self._next: asyncio.Future[QueueView] | None = None
+        self._one_at_a_time = asyncio.Lock()
+
+    async def get(self) -> QueueView:
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+            asyncio.create_task(self._run(self._next))  # noqa: RUF006 (the future holds it)
+        return await asyncio.shield(self._next)
+
+    async def _run(self, fut: asyncio.Future[QueueView]) -> None:
+        async with self._one_at_a_time:
+            self._next = None  # from now on, newcomers wait for a later computation
+            try:
+                fut.set_result(await self.compute())
+            except Exception as e:
+                fut.set_exception(e)
+
+
+def shared_view(request: Request) -> SharedView:
+    """The app's SharedView (created on first use) over its pool, tiers, half-life and clock."""
+    app = request.app
+    view: SharedView | None = getattr(app.state, "queue_view", None)
+    if view is None:
+
+        async def compute() -> QueueView:
+            base = app.state.settings.base
+            clock = getattr(app.state, "clock", None)
+            now = float(clock.now()) if clock is not None else time.time()
+            return await queue_view(app.state.edges.pool, base.tiers, base.half_life_s, now)
+
+        view = app.state.queue_view = SharedView(compute)
+    return view
