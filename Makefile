@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help deps install run servers test test-unit lint fmt schemas bench simulate clean
+.PHONY: help deps install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,11 +28,22 @@ run: deps  ## start NATS, PostgreSQL, all services and the demo; Ctrl-C stops ev
 servers: deps  ## start only the embedded NATS JetStream and PostgreSQL (prints their URLs)
 	$(PY) -m jpu.stack servers
 
-test: deps  ## the whole test suite against real NATS and PostgreSQL (what CI runs)
+test: deps  ## the whole suite against real NATS, PostgreSQL and Slurm daemons (what CI runs)
 	$(PY) -m pytest -q tests
 
 test-unit: install  ## the pure-core tests only (no servers)
 	$(PY) -m pytest -q tests/unit
+
+test-e2e: deps  ## the platform as processes, driven through HTTP only
+	$(PY) -m pytest -q tests/e2e
+
+test-slurm: deps  ## the Slurm backend on a real local Slurm cluster (installs Debian's Slurm)
+	bash scripts/slurm-testcluster install
+	JPU_TEST_SLURM_REQUIRED=1 $(PY) -m pytest -q tests/slurm tests/integration/test_backend_contract.py -k slurm
+
+slurm-testcluster: ## start a local Slurm test cluster (fake GPUs) for JPU_SLURM_BACKEND=slurm
+	bash scripts/slurm-testcluster install
+	bash scripts/slurm-testcluster start
 
 lint: install  ## ruff (lint + format check) and mypy
 	$(VENV)/bin/ruff check .

@@ -1,7 +1,9 @@
 """OpenTelemetry at the edges (SPEC E5, O4): setup, tracers/meters, trace context in headers.
 
 Exporters: console when JPU_OTEL_CONSOLE=1; OTLP when its package is installed and
-OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise spans and metrics are recorded nowhere (cheap).
+OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise spans are not recorded at all (a sampler that
+samples nothing new: spans cost almost nothing) while W3C trace context still flows through event
+headers (SPEC E5): trace ids are still created and propagated, only not recorded.
 The pure core never imports this module.
 """
 
@@ -24,6 +26,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 log = logging.getLogger(__name__)
@@ -40,14 +43,23 @@ def setup_telemetry(service_name: str) -> None:
         return
     _configured = True
     resource = Resource.create({"service.name": service_name})
-    provider = TracerProvider(resource=resource)
-    for exporter in _span_exporters():
+    exporters = _span_exporters()
+    provider = TracerProvider(resource=resource, sampler=_sampler(exporters))
+    for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     readers: list[MetricReader] = [
         PeriodicExportingMetricReader(e, export_interval_millis=15_000) for e in _metric_exporters()
     ]
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
+
+
+def _sampler(exporters: list[SpanExporter]) -> Sampler | None:
+    """With nowhere to send spans, record none of our own: a root span gets a valid, unsampled
+    context (its trace id still propagates, SPEC E5); a caller's sampled trace is kept as the
+    caller decided. With an exporter: the SDK default (OTEL_TRACES_SAMPLER, else parent-based
+    always-on)."""
+    return None if exporters else ParentBased(ALWAYS_OFF)
 
 
 def _console() -> bool:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
+from jpu.backends import make_backend
+from jpu.backends.backfill import BackfillBackend
+from jpu.clock import SystemClock
 from jpu.edges import Edges, connect_edges
 from jpu.service import Worker
 from jpu_services.backfill.config import BackfillConfig
+from jpu_services.backfill.service import run_backfill
+
+log = logging.getLogger(__name__)
 
 
 async def bootstrap(config: BackfillConfig, stop: asyncio.Event | None = None) -> Edges:
@@ -14,7 +21,21 @@ async def bootstrap(config: BackfillConfig, stop: asyncio.Event | None = None) -
     return await connect_edges(config.base, name="backfill", stop=stop)
 
 
-def workers(edges: Edges) -> dict[str, Worker]:
-    """Nothing to run yet: the backfill duties (SPEC E4) come with the service logic;
-    until then the process holds its connections and idles until stopped."""
-    return {}
+def workers(edges: Edges, config: BackfillConfig | None = None) -> dict[str, Worker]:
+    """The backfill loop (SPEC §6) over the configured backend's backfill extension. Stopping
+    the service never stops the instances: a restarted service re-adopts them."""
+    config = config or BackfillConfig.from_config(edges.config)
+    backend = make_backend(edges.config)
+
+    async def backfill(stop: asyncio.Event) -> None:
+        try:
+            if not isinstance(backend, BackfillBackend):
+                log.warning("backend %s runs no backfill: idle", backend.name)
+                await stop.wait()
+                return
+            options = config.options()
+            await run_backfill(edges.bus, edges.config, backend, SystemClock(), stop, options)
+        finally:
+            await backend.close()
+
+    return {"backfill": backfill}

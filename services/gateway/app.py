@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from jpu.service import run_workers
+from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.errors import install_error_handlers
@@ -36,6 +37,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         edges = await bootstrap.bootstrap(settings)
         stop = asyncio.Event()
         app.state.edges, app.state.crashed = edges, False
+        app.state.positions = await PositionWatch.start(settings.base.database_url)
         projector = asyncio.create_task(
             run_workers(stop, bootstrap.workers(settings, edges)), name="projector"
         )
@@ -45,6 +47,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         finally:
             stop.set()  # drain: projections finish their batch and commit (SPEC E3)
             await asyncio.gather(projector, return_exceptions=True)
+            await app.state.positions.close()
             await edges.close()
 
     app = FastAPI(

@@ -7,7 +7,7 @@ import asyncio
 from jpu.edges import Edges, connect_edges
 from jpu.service import Worker
 from jpu.store.projection import Projection, run_projection
-from jpu.store.projections import gpu_resources, jobs, maintenance
+from jpu.store.projections import backfill, gpu_resources, jobs, maintenance
 from jpu_services.gateway.config import GatewayConfig
 
 # The read models the API serves; lab_usage is accounting's (SPEC E4).
@@ -15,6 +15,7 @@ PROJECTIONS: dict[str, Projection] = {
     "jobs": jobs.projection,
     "maintenance": maintenance.projection,
     "gpu_resources": gpu_resources.projection,
+    "backfill": backfill.projection,
 }
 
 

@@ -14,7 +14,7 @@ class GatewayConfig:
     base: Config  # bus and database URLs, stream, tiers, default max_active_jobs
     host: str
     port: int
-    # The jobs / maintenance / gpu_resources projections run inside the gateway for now (one
+    # The jobs / maintenance / gpu_resources / backfill projections run inside the gateway (one
     # `projector` role); JPU_GATEWAY_PROJECTOR=0 turns it off on extra replicas.
     projector: bool = True
     readiness_timeout_s: float = 2.0

@@ -1,4 +1,7 @@
-"""`Annotated` dependencies for routes: the adapters from the lifespan, and the caller."""
+"""`Annotated` dependencies for routes: the adapters from the lifespan, and the caller.
+
+All are `async def`: FastAPI runs a plain `def` dependency in a worker thread, a thread hop per
+dependency per request."""
 
 from __future__ import annotations
 
@@ -13,16 +16,17 @@ from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.errors import unauthenticated
 
 
-def _edges(request: Request) -> Edges:
+async def _edges(request: Request) -> Edges:
     edges: Edges = request.app.state.edges
     return edges
 
 
-def _pool(request: Request) -> asyncpg.Pool:
-    return _edges(request).pool
+async def _pool(request: Request) -> asyncpg.Pool:
+    edges: Edges = request.app.state.edges
+    return edges.pool
 
 
-def _settings(request: Request) -> GatewayConfig:
+async def _settings(request: Request) -> GatewayConfig:
     settings: GatewayConfig = request.app.state.settings
     return settings
 

@@ -10,6 +10,7 @@ Per-user limit: the `users` table (migration 0100_auth.sql) when it has a value,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -68,16 +69,18 @@ class Promoter:
         }
         if not personal:
             return []
-        done: list[str] = []
         chosen = promotions(personal, self.state.slots, self.limits.mapping(), self.limits.default)
-        for jid in chosen:
-            job = self.state.jobs[jid]
-            event = JobPromoted(event_id=new_event_id(), ts=now, job_id=jid, queue_entered_at=now)
-            try:
-                seq = await self.bus.append(event, expected_last_subject_seq=job.last_seq)
-            except ConcurrencyConflict:
-                continue  # another replica promoted it (or it was cancelled): decided again later
-            self.max_seq = max(self.max_seq, seq)
-            self.promoted += 1
-            done.append(jid)
+        # Different job subjects: the appends are independent, so their acks are awaited together.
+        seqs = await asyncio.gather(*(self._promote_one(jid, now) for jid in chosen))
+        done = [jid for jid, seq in zip(chosen, seqs, strict=True) if seq is not None]
+        self.max_seq = max([self.max_seq, *(s for s in seqs if s is not None)])
+        self.promoted += len(done)
         return done
+
+    async def _promote_one(self, jid: str, now: float) -> int | None:
+        job = self.state.jobs[jid]
+        event = JobPromoted(event_id=new_event_id(), ts=now, job_id=jid, queue_entered_at=now)
+        try:
+            return await self.bus.append(event, expected_last_subject_seq=job.last_seq)
+        except ConcurrencyConflict:
+            return None  # another replica promoted it (or it was cancelled): decided again later

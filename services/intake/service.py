@@ -39,6 +39,10 @@ from jpu_services.intake.submit import cancel, submit
 
 log = logging.getLogger(__name__)
 
+# nats-py awaits a subscription's callback before it delivers the next message; commands are
+# handed to tasks instead, so a burst of submits waits on the log together rather than in turn.
+MAX_IN_FLIGHT = 256
+
 _SLOT_EVENTS = (JobSubmitted, JobEnded, JobCancelRequested, JobRetryScheduled)
 
 
@@ -53,6 +57,11 @@ class Intake:
         self.follower = Follower(bus, self.state, self._on_event)
         self.promoter = Promoter(bus, self.state, Limits(config, pool))
         self.lock = asyncio.Lock()  # one promotion round at a time per process
+        self._round: asyncio.Future[list[str]] | None = None  # the next round, not yet started
+        self._round_users: set[str] = set()
+        self._rounds: set[asyncio.Task[None]] = set()
+        self.in_flight: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)  # beyond it, the subscription waits
 
     def _on_event(self, d: Delivered) -> None:
         if isinstance(d.event, _SLOT_EVENTS):
@@ -66,7 +75,40 @@ class Intake:
             await self.follower.wait_for(self.promoter.max_seq)  # see our own promotions
             return await self.promoter.promote(users, self.clock.now())
 
+    async def promote_joined(self, user: str) -> list[str]:
+        """Promote for `user` in the next round (single flight): submits arriving while a round
+        runs share the following one, instead of one round (a follower wait and an append) each.
+        Q5 is per user, so one round over the union decides what rounds per user would."""
+        self._round_users.add(user)
+        if self._round is None:
+            self._round = asyncio.get_running_loop().create_future()
+            task = asyncio.create_task(self._run_round(self._round))
+            self._rounds.add(task)  # a reference, so the task is not collected mid-round
+            task.add_done_callback(self._rounds.discard)
+        return await asyncio.shield(self._round)
+
+    async def _run_round(self, fut: asyncio.Future[list[str]]) -> None:
+        async with self.lock:
+            users, self._round_users, self._round = self._round_users, set(), None
+            try:
+                await self.follower.wait_for(self.promoter.max_seq)  # see our own promotions
+                fut.set_result(await self.promoter.promote(users, self.clock.now()))
+            except Exception as e:
+                fut.set_exception(e)
+
     async def handle(self, msg: Msg) -> None:
+        """Subscription callback: answer `msg` in its own task. Concurrent decisions are safe:
+        every append carries the job subject's expected sequence (SPEC E2)."""
+        await self._slots.acquire()
+        task = asyncio.create_task(self.answer(msg))
+        self.in_flight.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.in_flight.discard(task)
+        self._slots.release()
+
+    async def answer(self, msg: Msg) -> None:
         try:
             cmd = decode_command(msg.data)
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
@@ -93,9 +135,12 @@ class Intake:
                 self.dirty.add(cmd.user)
                 self.wake.set()
                 return reply
-            promoted = await self.promote({cmd.user})  # Q5: promoted at once if a slot is free
+            promoted = await self.promote_joined(cmd.user)  # Q5: at once if a slot is free
+            job = self.state.jobs.get(reply.job_id or "")
             if reply.job_id in promoted:
                 reply = msgspec.structs.replace(reply, state="GLOBAL_QUEUE_WAIT")
+            elif job is not None and job.state != reply.state:  # by a concurrent submit's round
+                reply = msgspec.structs.replace(reply, state=job.state)
         return reply
 
 
@@ -125,5 +170,7 @@ async def run_intake(
         for sub in subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+        if intake.in_flight:  # answer what was accepted before the follower stops
+            await asyncio.wait(set(intake.in_flight), timeout=10.0)
         follow.cancel()
         await asyncio.gather(follow, return_exceptions=True)

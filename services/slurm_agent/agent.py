@@ -1,7 +1,8 @@
 """The slurm-agent's duties for one job (SPEC §5): launch a dispatched attempt, cancel it, record
-its end. Every decision is taken on a fresh read of the job's events and appended with the job
-subject's expected last sequence (SPEC E2), so a restarted or concurrent agent can never record
-a second JobStarted or JobEnded for one attempt (SPEC O5).
+its end. Every append carries the job subject's expected last sequence (SPEC E2), so a restarted
+or concurrent agent can never record a second JobStarted or JobEnded for one attempt (SPEC O5).
+A decision to act is taken on the agent's own fold of the consumed events (cache.py; a stale
+fold makes the append conflict), any other decision on a fresh read of the job's events.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from jpu.backends import BackendError, BackendStatus, ExecutionBackend
-from jpu.bus import ConcurrencyConflict, EventBus
+from jpu.backends.backfill import BackfillBackend
+from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.clock import Clock
 from jpu.config import Tier
-from jpu.events import JobEnded, JobStarted, new_event_id
+from jpu.events import JobEnded, JobStarted, new_event_id, subject_for
+from jpu_services.slurm_agent.cache import JobCache
 from jpu_services.slurm_agent.ending import cancelled_unstarted, job_ended
 from jpu_services.slurm_agent.jobstate import AgentJob, fold_job, next_action
 from jpu_services.slurm_agent.launch import launch_spec
@@ -40,6 +43,7 @@ class JobAgent:
         self.watch = WatchList(options.poll_min_s, options.poll_max_s)
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._cancel_sent: set[tuple[str, int]] = set()
+        self.cache = JobCache(tiers)  # fed by the consumer (run.py)
 
     async def read(self, job_id: str) -> AgentJob | None:
         return fold_job(await self.bus.job_events(job_id), self.tiers)
@@ -47,6 +51,7 @@ class JobAgent:
     async def reconcile(self, job_id: str, job: AgentJob | None = None) -> None:
         """Do what the job's events say the agent owes it; re-read and retry on a conflict."""
         async with self._locks[job_id]:
+            job = job or self.cache.owed(job_id)  # else: nothing owed, or not folded → read
             for _ in range(_RETRIES):
                 job = job or await self.read(job_id)
                 if job is None:
@@ -82,6 +87,8 @@ class JobAgent:
         spec = launch_spec(job, self._tier(job), self.options.output_root)
         try:
             bid = await self.backend.find(spec.job_id, spec.attempt)
+            if bid is None:
+                await self._preempt_backfill(spec.node, spec.tier, spec.gpus)
             bid = bid or await self.backend.submit(spec)
         except BackendError as e:
             log.error("job %s attempt %d: launch failed: %s", spec.job_id, spec.attempt, e)
@@ -91,6 +98,13 @@ class JobAgent:
             return
         await self._started(job, bid)
         self.watch.track(spec.job_id, spec.attempt, bid)
+
+    async def _preempt_backfill(self, node: str, tier: str, gpus: list[int]) -> None:
+        """SPEC B2: research wins — LLM backfill on these GPUs ends before the job starts. The
+        backfill service sees the dispatch and records BackfillEnded(preempted)."""
+        if isinstance(self.backend, BackfillBackend):
+            grace = self.options.backfill_grace_s
+            await self.backend.preempt_backfill(node, tier, gpus, grace)
 
     async def _started(self, job: AgentJob, bid: str) -> None:
         status = await self.backend.poll(bid)
@@ -102,7 +116,7 @@ class JobAgent:
             backend_job_id=bid,
             isolation=status.isolation,
         )
-        await self.bus.append(event, expected_last_subject_seq=job.last_seq)
+        await self._append(job, event)
         log.info(
             "job %s attempt %d started as %s (%s)", event.job_id, job.attempt, bid, status.isolation
         )
@@ -117,11 +131,16 @@ class JobAgent:
     async def finish(self, job_id: str, attempt: int, bid: str, status: BackendStatus) -> bool:
         """X6: record the attempt's end once; True when it is recorded (now or before)."""
         async with self._locks[job_id]:
-            for _ in range(_RETRIES):
-                job = await self.read(job_id)
+            for i in range(_RETRIES + 1):
+                # first the fold; "nothing to record" is only ever concluded on a fresh read
+                job = self.cache.owed(job_id) if i == 0 else await self.read(job_id)
                 if job is None or job.attempt != attempt or job.started is None:
+                    if i == 0:
+                        continue
                     return True  # the attempt is no longer this one's to end
                 if next_action(job) not in ("watch", "cancel"):
+                    if i == 0:
+                        continue
                     return True  # already ended (by an earlier run of this agent)
                 try:
                     await self._append_end(
@@ -134,7 +153,7 @@ class JobAgent:
             return False
 
     async def _append_end(self, job: AgentJob, event: JobEnded) -> None:
-        await self.bus.append(event, expected_last_subject_seq=job.last_seq)
+        await self._append(job, event)
         log.info(
             "job %s attempt %d ended %s (%s)",
             event.job_id,
@@ -142,6 +161,14 @@ class JobAgent:
             event.state,
             event.reason,
         )
+
+    async def _append(self, job: AgentJob, event: JobStarted | JobEnded) -> None:
+        """Append after the job's last folded event (SPEC E2) and fold it at once."""
+        expected = job.last_seq
+        seq = await self.bus.append(event, expected_last_subject_seq=expected)
+        d = Delivered(seq, subject_for(event, self.bus.prefix), event, {})
+        job.apply(d, self.tiers)
+        self.cache.appended(event.job_id, expected, d)
 
     def _tier(self, job: AgentJob) -> Tier:
         assert job.dispatched is not None

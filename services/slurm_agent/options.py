@@ -14,6 +14,7 @@ from jpu.config import Config
 class AgentOptions:
     durable: str = "slurm-agent"
     cancel_grace_s: float = 30.0  # X5: SIGTERM → SIGKILL
+    backfill_grace_s: float = 5.0  # B2: SIGTERM → SIGKILL for backfill on a dispatched GPU
     poll_min_s: float = 0.25  # first poll of a job after it starts or is cancelled
     poll_max_s: float = 5.0  # backoff ceiling (×1.5 per unchanged poll)
     inventory_every_s: float = 30.0  # NodeInventoryObserved when it changed

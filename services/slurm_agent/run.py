@@ -1,8 +1,9 @@
 """`run_agent`: the slurm-agent's three loops over one backend (SPEC E4, §5).
 
   1. inventory: NodeInventoryObserved for every node at start, then for a node whose view changed;
-  2. recovery, then the durable consumer of job events: JobDispatched → launch,
-     JobCancelRequested → cancel (handled by JobAgent on a fresh read of the job);
+  2. recovery, then the durable consumer of job events: every event feeds the agent's fold of
+     the jobs (cache.py); JobDispatched → launch, JobCancelRequested → cancel (JobAgent), the
+     jobs of one batch concurrently (each job has its own lock);
   3. the watch loop: poll running backend jobs with backoff, JobEnded when one ends.
 
 Restart (SPEC O5): recovery folds every job subject of the log; an attempt the log says is
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Iterable
 
 from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, UnknownBackendJob
 from jpu.bus import Delivered, EventBus
@@ -26,6 +28,7 @@ from jpu_services.slurm_agent.agent import JobAgent
 from jpu_services.slurm_agent.jobstate import AgentJob, next_action
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.recovery import fold_log
+from jpu_services.slurm_agent.watchlist import Watched
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,9 @@ async def run_agent(
     recovered_to = await recover(agent, bus, config)
 
     async def handle(batch: list[Delivered]) -> None:
-        for job_id in _jobs_to_reconcile(batch, recovered_to):
-            await agent.reconcile(job_id)
+        for d in batch:
+            agent.cache.observe(d)
+        await _all(agent.reconcile(job_id) for job_id in _jobs_to_reconcile(batch, recovered_to))
 
     tasks = [
         asyncio.create_task(
@@ -82,6 +86,7 @@ def _jobs_to_reconcile(batch: list[Delivered], recovered_to: int) -> list[str]:
 async def recover(agent: JobAgent, bus: EventBus, config: Config) -> int:
     """Re-adopt from the log; cancel backend jobs the log does not account for."""
     jobs, last = await fold_log(bus, config)
+    agent.cache.seed(jobs.values())
     active: list[AgentJob] = [j for j in jobs.values() if next_action(j) is not None]
     for job in active:
         await agent.reconcile(job.view.job_id, job)
@@ -107,18 +112,28 @@ async def _cancel_orphans(agent: JobAgent, bus: EventBus, config: Config) -> Non
 
 
 async def watch_loop(agent: JobAgent, inventory: InventoryReporter, stop: asyncio.Event) -> None:
-    watch = agent.watch
     while not stop.is_set():
-        for w in watch.due():
-            status = await _poll(agent, w.backend_job_id)
-            if status is None or not status.terminal:
-                watch.backoff(w)
-                continue
-            if await agent.finish(w.job_id, w.attempt, w.backend_job_id, status):
-                watch.drop(w.backend_job_id)
-            if status.kill_failed:
-                inventory.poke()  # X5: the node was drained
-        await watch.wait(stop)
+        await _all(_check(agent, inventory, w) for w in agent.watch.due())
+        await agent.watch.wait(stop)
+
+
+async def _check(agent: JobAgent, inventory: InventoryReporter, w: Watched) -> None:
+    status = await _poll(agent, w.backend_job_id)
+    if status is None or not status.terminal:
+        agent.watch.backoff(w)
+        return
+    if await agent.finish(w.job_id, w.attempt, w.backend_job_id, status):
+        agent.watch.drop(w.backend_job_id)
+    if status.kill_failed:
+        inventory.poke()  # X5: the node was drained
+
+
+async def _all(work: Iterable[Awaitable[None]]) -> None:
+    """Run concurrently; once all settled, raise the first failure (the consumer retries the
+    batch; reconciling is idempotent)."""
+    for result in await asyncio.gather(*work, return_exceptions=True):
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def _poll(agent: JobAgent, bid: str) -> BackendStatus | None:

@@ -14,6 +14,7 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
+from jpu.store.projection import wait_applied
 
 HOUR = 3600.0
 HALF_LIFE = 7 * 24 * HOUR
@@ -141,12 +142,13 @@ async def test_P1_placements_by_node_and_tier(api: Api) -> None:
     await api.append(
         ReservationStarted(**api.kw(), job_id="r2", node="gpu-4090x2-02", tier="rtx4090", gpus=[0])
     )
-    await api.append(
+    seq = await api.append(
         BackfillStarted(
             **api.kw(), backfill_id="bf-1", node="gpu-3080tix2-01", tier="rtx3080ti", gpu=1
         ),
         projection="gpu_resources",
     )
+    await wait_applied(api.pool, "backfill", seq, timeout=15)
     r = await api.client.get("/v1/placements", headers=bearer("bob"))
     assert r.status_code == 200, r.text
     by = {(p["node"], p["tier"]): p for p in r.json()["placements"]}
@@ -160,12 +162,10 @@ async def test_P1_placements_by_node_and_tier(api: Api) -> None:
     bf = by[("gpu-3080tix2-01", "rtx3080ti")]
     assert (bf["capacity"], bf["idle"]) == (2, 2)  # P2: backfill always yields
     assert bf["backfilled"] == [{"backfill_id": "bf-1", "gpu": 1}]
-    live = (await api.client.get("/v1/backfill", headers=bearer("bob"))).json()
-    assert live == {
-        "backfill": [
-            {"backfill_id": "bf-1", "node": "gpu-3080tix2-01", "tier": "rtx3080ti", "gpu": 1}
-        ]
-    }
+    live = (await api.client.get("/v1/backfill", headers=bearer("bob"))).json()["backfill"]
+    assert [{k: b[k] for k in ("backfill_id", "node", "tier", "gpu")} for b in live] == [
+        {"backfill_id": "bf-1", "node": "gpu-3080tix2-01", "tier": "rtx3080ti", "gpu": 1}
+    ]
 
 
 async def test_F3_labs_show_decayed_usage_raw_value_and_counts(api: Api) -> None:

@@ -1,7 +1,8 @@
 """The execution backend contract (SPEC X9), written once, run against every backend.
 
-Only the local backend exists now; the Slurm backend joins by adding its name to BACKENDS and a
-branch in `make_backend` (real processes here, a real slurmctld there — never mocks).
+"local" runs jobs as local processes; "slurm" runs them on the real multi-node Slurm test cluster
+the session fixture `slurm_cluster` starts (scripts/slurm-testcluster; skipped, with the reason,
+only where Slurm cannot be installed or started). Never mocks.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from jpu.backends import (
     UnknownBackendJob,
 )
 from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.backends.slurm import SlurmBackend, SlurmSettings
 from jpu.config import load_config
 from jpu.policy.oom import is_gpu_oom
+from jpu.testing.slurm_fixtures import SlurmCluster
 
-BACKENDS = ["local"]
+BACKENDS = ["local", "slurm"]
 NODE, TIER = "gpu-4090x2-01", "rtx4090"
 
 
@@ -41,7 +44,20 @@ def _root_dir(prefix: str) -> Path:
     return path
 
 
-def make_backend(name: str, data_dir: Path, kill_failed_after_s: float = 10.0) -> ExecutionBackend:
+def make_backend(
+    name: str,
+    data_dir: Path,
+    kill_failed_after_s: float = 10.0,
+    cluster: SlurmCluster | None = None,
+) -> ExecutionBackend:
+    if name == "slurm":
+        assert cluster is not None
+        return SlurmBackend(
+            SlurmSettings(
+                data_dir=data_dir, conf=cluster.conf, timeout_grace_s=1.0,
+                kill_failed_after_s=kill_failed_after_s,
+            )
+        )  # fmt: skip
     assert name == "local"
     settings = LocalSettings(
         data_dir=data_dir,
@@ -53,12 +69,22 @@ def make_backend(name: str, data_dir: Path, kill_failed_after_s: float = 10.0) -
 
 
 class Env:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, cluster: SlurmCluster | None = None) -> None:
         self.name = name
+        self.cluster = cluster
         self.data_dir = _root_dir("jpu-backend-data-")
         self.out_root = _root_dir("jpu-backend-out-")
-        self.backend = make_backend(name, self.data_dir)
+        self.backend = self.make_backend()
         self._n = 0
+
+    def make_backend(self, kill_failed_after_s: float = 10.0) -> ExecutionBackend:
+        return make_backend(self.name, self.data_dir, kill_failed_after_s, self.cluster)
+
+    @property
+    def node_names(self) -> set[str]:
+        if self.cluster is not None:
+            return set(self.cluster.nodes)
+        return {n.name for n in load_config().nodes}
 
     def spec(self, command: str, **kw: object) -> LaunchSpec:
         self._n += 1
@@ -95,7 +121,8 @@ async def wait_file(path: Path, timeout: float = 10.0) -> None:
 
 @pytest_asyncio.fixture(params=BACKENDS)
 async def env(request: pytest.FixtureRequest) -> AsyncIterator[Env]:
-    e = Env(request.param)
+    cluster = request.getfixturevalue("slurm_cluster") if request.param == "slurm" else None
+    e = Env(request.param, cluster)
     try:
         yield e
     finally:
@@ -103,6 +130,10 @@ async def env(request: pytest.FixtureRequest) -> AsyncIterator[Env]:
             await e.backend.cancel(bid, 0.0)
             await wait_end(e.backend, bid, 10)
         await e.backend.close()
+        if cluster is not None:  # a kill_failed test drained a node: give it back
+            for node in await e.backend.inventory():
+                if node.state == "drain":
+                    cluster.scontrol("update", f"nodename={node.node}", "state=resume")
         shutil.rmtree(e.data_dir, ignore_errors=True)
         shutil.rmtree(e.out_root, ignore_errors=True)
 
@@ -229,7 +260,7 @@ async def test_O5_a_new_backend_instance_readopts_running_jobs(env: Env) -> None
     bid = await env.backend.submit(spec)
     await wait_file(Path(spec.output_dir) / "ready")
     await env.backend.close()  # the agent goes away; the job does not
-    env.backend = make_backend(env.name, env.data_dir)
+    env.backend = env.make_backend()
     assert bid in await env.backend.running()
     status = await wait_end(env.backend, bid)
     assert status.state == "FAILED" and status.exit_code == 4  # exit code survived the restart
@@ -241,7 +272,7 @@ async def test_O5_a_new_backend_instance_readopts_running_jobs(env: Env) -> None
 async def test_inventory_lists_the_configured_nodes(env: Env) -> None:
     inventory = {n.node: n for n in await env.backend.inventory()}
     assert inventory[NODE].gpus == {TIER: 2} and inventory[NODE].state == "up"
-    assert set(inventory) == {n.name for n in load_config().nodes}
+    assert set(inventory) == env.node_names
 
 
 async def test_unknown_backend_job_is_an_error(env: Env) -> None:
@@ -252,7 +283,7 @@ async def test_unknown_backend_job_is_an_error(env: Env) -> None:
 async def test_X5_a_job_outliving_the_kill_is_kill_failed_and_drains_its_node(env: Env) -> None:
     """kill_failed_after_s=0: the job is recorded the moment SIGKILL is sent, before its death
     could be observed — the path a job stuck in the kernel (D state) takes after 5 minutes."""
-    env.backend = make_backend(env.name, env.data_dir, kill_failed_after_s=0.0)
+    env.backend = env.make_backend(kill_failed_after_s=0.0)
     spec = env.spec("trap '' TERM\ntouch ready\nwhile true; do sleep 0.2; done\n")
     bid = await env.backend.submit(spec)
     await wait_file(Path(spec.output_dir) / "ready")

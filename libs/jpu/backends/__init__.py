@@ -1,9 +1,14 @@
 """Execution backends (SPEC X9): the contract (base.py) and the local backend (local.py).
 
-`make_backend(config)` picks one by `slurm_backend` (local | slurm). Local-backend settings not in
+`make_backend(config)` picks one by `slurm_backend` (local | slurm). Backend settings not in
 the shared configuration are read from the environment:
-  JPU_LOCAL_ISOLATION (auto | none), JPU_LOCAL_ACCOUNT_TEMPLATE (default "jpu-{user}"),
-  JPU_LOCAL_CREATE_ACCOUNTS (1 | 0), JPU_LOCAL_FALLBACK_ACCOUNT (default "nobody").
+  local: JPU_LOCAL_ISOLATION (auto | none), JPU_LOCAL_ACCOUNT_TEMPLATE (default "jpu-{user}"),
+         JPU_LOCAL_CREATE_ACCOUNTS (1 | 0), JPU_LOCAL_FALLBACK_ACCOUNT (default "nobody").
+  slurm: JPU_SLURM_CONF (else SLURM_CONF, else Slurm's default), JPU_SLURM_ISOLATION (auto | none),
+         JPU_SLURM_ACCOUNT_TEMPLATE (default "jpu-{user}"; "{user}" where users have cluster
+         accounts), JPU_SLURM_CREATE_ACCOUNTS (1 | 0), JPU_SLURM_FALLBACK_ACCOUNT ("nobody"),
+         JPU_SLURM_PYSLURM (auto | off), JPU_SLURM_TIMEOUT_GRACE_S (sub-minute limits; default
+         the cancel grace).
 """
 
 from __future__ import annotations
@@ -54,4 +59,20 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 fallback_account=env.get("JPU_LOCAL_FALLBACK_ACCOUNT", "nobody"),
             )
         )
-    raise ConfigError(f"slurm_backend: {config.slurm_backend!r} is not available (local)")
+    if config.slurm_backend == "slurm":
+        from jpu.backends.slurm import SlurmBackend, SlurmSettings
+
+        return SlurmBackend(
+            SlurmSettings(
+                data_dir=Path(config.data_dir),
+                conf=env.get("JPU_SLURM_CONF") or env.get("SLURM_CONF") or None,
+                timeout_grace_s=float(env.get("JPU_SLURM_TIMEOUT_GRACE_S", config.cancel_grace_s)),
+                kill_failed_after_s=config.kill_failed_after_s,
+                isolation=env.get("JPU_SLURM_ISOLATION", "auto"),
+                account_template=env.get("JPU_SLURM_ACCOUNT_TEMPLATE", "jpu-{user}"),
+                create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
+                fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),
+                pyslurm=env.get("JPU_SLURM_PYSLURM", "auto"),
+            )
+        )
+    raise ConfigError(f"slurm_backend: {config.slurm_backend!r} is not available (local | slurm)")

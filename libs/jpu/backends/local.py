@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from jpu.backends.base import (
     NodeInventory,
     UnknownBackendJob,
 )
+from jpu.backends.local_backfill import LocalBackfill
 from jpu.backends.outputs import create_private, open_output_dir
 from jpu.backends.records import JobRecord, RecordStore
 from jpu.backends.watch import Watcher
@@ -51,7 +53,7 @@ class LocalSettings:
     tail_bytes: int = 16 * 1024
 
 
-class LocalBackend:
+class LocalBackend(LocalBackfill):
     name = "local"
 
     def __init__(self, settings: LocalSettings) -> None:
@@ -65,22 +67,24 @@ class LocalBackend:
         self._watchers: dict[str, Watcher] = {}
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
-        self._submit_lock = asyncio.Lock()
+        # per attempt: submits of different attempts proceed concurrently (the fsyncs overlap)
+        self._submit_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     # --- ExecutionBackend -------------------------------------------------------------------
 
     async def submit(self, spec: LaunchSpec) -> str:
-        async with self._submit_lock:  # two submits of one attempt must not both spawn
+        bid = _backend_id(spec.job_id, spec.attempt)
+        async with self._submit_locks[bid]:  # two submits of one attempt must not both spawn
             self._load()
             self._validate(spec)
-            bid = _backend_id(spec.job_id, spec.attempt)
             if bid in self._records:
                 return bid  # idempotent per (job_id, attempt)
             try:
                 record, fds = await asyncio.to_thread(self._prepare, spec, bid)
             except OSError as e:
                 raise BackendError(f"cannot prepare {bid}: {e}") from e
-            self.store.save(record)  # before the spawn: a crash in between reads as NODE_FAIL
+            # before the spawn: a crash in between reads as NODE_FAIL; fsync off the event loop
+            await asyncio.to_thread(self.store.save, record)
             started_at = time.time()
             try:
                 process = await self._spawn(record, spec, fds)
@@ -92,7 +96,7 @@ class LocalBackend:
                     os.close(fd)
             record.pid, record.started_at = process.pid, started_at
             record.ticks = proc_.start_ticks(process.pid) or 0
-            self.store.save(record)
+            await asyncio.to_thread(self.store.save, record)
             self._watch(record, process)
         log.info("started %s pid=%d as %s", bid, process.pid, record.account)
         return bid
@@ -140,6 +144,7 @@ class LocalBackend:
         for w in self._watchers.values():
             await w.stop()
         self._watchers.clear()
+        await self.close_backfill()
 
     # --- internals --------------------------------------------------------------------------
 

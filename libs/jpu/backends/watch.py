@@ -81,7 +81,8 @@ class Watcher:
             now = time.time()
             self._escalate(now)
             if r.final is None and await self._exited(self._timeout(now)):
-                self._finish()
+                self._finish(save=False)
+                await asyncio.to_thread(self.store.save, r)  # the fsync off the event loop
 
     def _escalate(self, now: float) -> None:
         r, s = self.record, self.settings
@@ -124,7 +125,9 @@ class Watcher:
             return self._reaped.done()
         return not proc_.is_alive(self.record.pid, self.record.ticks)
 
-    def _finish(self, *, kill_failed: bool = False, reason: str | None = None) -> None:
+    def _finish(
+        self, *, kill_failed: bool = False, reason: str | None = None, save: bool = True
+    ) -> None:
         r = self.record
         rc, written_at = proc_.read_status(self.store.status_file(r.backend_job_id))
         sig = None
@@ -152,7 +155,8 @@ class Watcher:
             isolation=r.isolation,
             reason=reason,
         )
-        self.store.save(r)
+        if save:
+            self.store.save(r)
         log.info("%s ended %s exit=%s", r.backend_job_id, state, rc)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from jpu.admin import DemoUser
+from jpu.backends.local_stop import terminate_all
 from jpu.config import ConfigError, load_config
 from jpu.service import install_stop_signals
 from jpu.stack.prepare import prepare
@@ -23,6 +24,9 @@ from jpu.stack.servers import Servers, start_servers
 from jpu.stack.supervisor import Supervisor
 
 log = logging.getLogger("jpu.stack")
+# SPEC O2: Ctrl-C leaves no process behind. Local jobs and backfill run in their own sessions
+# (they survive a service restart within the stack); the stack ends them when it stops.
+LOCAL_JOBS_GRACE_S = 5.0
 
 
 async def wait_ready(url: str, stop: asyncio.Event, timeout_s: float) -> bool:
@@ -61,6 +65,7 @@ async def run(
     stop = asyncio.Event()
     install_stop_signals(stop)
     supervisor: Supervisor | None = None
+    local = False
     try:
         child_env = {
             **env,
@@ -68,6 +73,7 @@ async def run(
             "JPU_DATABASE_URL": servers.database_url,
         }
         config = load_config(env=child_env)
+        local = config.slurm_backend == "local"
         users = await prepare(config)
         supervisor = Supervisor(child_env, data_dir / "logs")
         supervisor.start(stop)
@@ -84,6 +90,8 @@ async def run(
     finally:
         if supervisor is not None:
             await supervisor.stop()
+            if local:  # only once no agent can re-adopt them: the services have exited
+                await asyncio.to_thread(terminate_all, data_dir, LOCAL_JOBS_GRACE_S)
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -24,10 +24,18 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         await conn.set_type_codec(typ, encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """On release, asyncpg always ends an open transaction; its default reset then also sends
+    `pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL` — a round trip after every
+    pooled query (a third of the gateway's time under load). Nothing here leaves session state
+    on a pooled connection (no SET, LISTEN or cursors; `migrate` unlocks its own advisory lock),
+    so that round trip is skipped."""
+
+
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """A pool whose connections map json/jsonb to Python objects."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection, reset=_keep_session
     )
     assert pool is not None
     return pool

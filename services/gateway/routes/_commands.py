@@ -17,6 +17,7 @@ from fastapi import Request
 
 from jpu import commands
 from jpu.edges import Edges
+from jpu.store.positions import PositionWatch
 from jpu.store.projection import wait_applied
 from jpu_services.gateway.errors import ApiError
 
@@ -56,12 +57,21 @@ def _unavailable(message: str) -> ApiError:
     )
 
 
-async def caught_up(edges: Edges, seq: int | None, projection: str = "jobs") -> bool:
-    """Read-your-writes: True once `projection` applied `seq`; False (logged) on timeout."""
+async def caught_up(
+    edges: Edges, seq: int | None, projection: str = "jobs", request: Request | None = None
+) -> bool:
+    """Read-your-writes: True once `projection` applied `seq`; False (logged) on timeout.
+    Woken by the projection's NOTIFY when the app has a PositionWatch, else polls."""
     if not seq:
         return True
+    watch: PositionWatch | None = (
+        getattr(request.app.state, "positions", None) if request is not None else None
+    )
     try:
-        await wait_applied(edges.pool, projection, seq, timeout=READ_YOUR_WRITES_TIMEOUT_S)
+        if watch is not None:
+            await watch.wait(edges.pool, projection, seq, timeout=READ_YOUR_WRITES_TIMEOUT_S)
+        else:
+            await wait_applied(edges.pool, projection, seq, timeout=READ_YOUR_WRITES_TIMEOUT_S)
     except TimeoutError:
         log.warning("projection lag", extra={"projection": projection, "seq": seq})
         return False

@@ -72,6 +72,6 @@ async def maintenance(
         raise ApiError(
             409, "CONFLICT", "maintenance changed concurrently; retry", {"action": body.action}
         ) from e
-    await caught_up(edges, seq, projection="maintenance")
+    await caught_up(edges, seq, projection="maintenance", request=request)
     status = await read_maintenance(edges.pool)
     return {**status, "seq": seq}

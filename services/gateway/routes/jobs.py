@@ -19,7 +19,7 @@ from jpu_services.gateway.errors import ApiError
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._jobview import job_out, list_jobs, load_visible
-from jpu_services.gateway.routes._queueview import queue_view
+from jpu_services.gateway.routes._queueview import shared_view
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -75,11 +75,19 @@ async def _job_body(
 ) -> dict[str, Any]:
     rank = reason = None
     if row["state"] in ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"):
-        view = await queue_view(
-            pool, settings.base.tiers, settings.base.half_life_s, cmd.now(request)
-        )
+        view = await shared_view(request).get()  # read after this request's write (see there)
         rank, reason = view.rank_of(row["job_id"])
+        if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
+            rank, reason = None, "ConcurrencyLimit"  # already be promoted; show the row's state
     return job_out(row, rank, reason, detail=detail)
+
+
+def _submitted_body(row: Any) -> dict[str, Any]:
+    """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
+    on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
+    cycle has seen yet has no D7 reason but its personal queue's (D7 ConcurrencyLimit)."""
+    reason = "ConcurrencyLimit" if row["state"] == "PERSONAL_QUEUE_WAIT" else None
+    return job_out(row, None, reason, detail=True)
 
 
 @router.post(
@@ -126,9 +134,9 @@ async def submit(
     )
     status = 200 if reply.replayed else 201
     headers = {"Location": f"/v1/jobs/{reply.job_id}"}
-    if await cmd.caught_up(edges, reply.seq):
+    if await cmd.caught_up(edges, reply.seq, request=request):
         row = await load_visible(edges.pool, user, str(reply.job_id))
-        out = await _job_body(request, edges.pool, settings, row)
+        out = _submitted_body(row)
     else:  # the projection lags: answer with what intake told us (the GET will catch up)
         out = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
     return JSONResponse(out, status_code=status, headers=headers)
@@ -185,6 +193,6 @@ async def cancel(
         commands.cancel_subject(settings.base.subject_prefix),
         commands.CancelCommand(job_id=job_id, by=user.name, role=user.role, lab=user.lab),
     )
-    await cmd.caught_up(edges, reply.seq)
+    await cmd.caught_up(edges, reply.seq, request=request)
     row = await load_visible(edges.pool, user, job_id)
     return JSONResponse(await _job_body(request, edges.pool, settings, row), status_code=202)

@@ -13,6 +13,7 @@ from fastapi import APIRouter
 
 from jpu.policy.model import Gpu
 from jpu.policy.placements import placements as compute_placements
+from jpu.store.projections.backfill import live_instances
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
 
 router = APIRouter(prefix="/v1", tags=["pool"])
@@ -69,19 +70,7 @@ async def placements(_: CurrentUser, pool: PoolDep, settings: SettingsDep) -> di
 
 @router.get("/backfill")
 async def backfill(_: CurrentUser, pool: PoolDep) -> dict[str, Any]:
-    """LLM inference running on idle GPUs now (B1): from the `backfill:<id>` GPU rows."""
-    rows = await pool.fetch(
-        "SELECT node, tier, index, substr(state, 10) AS backfill_id FROM gpu_resources "
-        "WHERE state LIKE 'backfill:%' ORDER BY node, tier, index"
-    )
-    return {
-        "backfill": [
-            {
-                "backfill_id": r["backfill_id"],
-                "node": r["node"],
-                "tier": r["tier"],
-                "gpu": r["index"],
-            }
-            for r in rows
-        ]
-    }
+    """LLM inference running on idle GPUs now (B1), from the `backfill` projection: each live
+    instance with its endpoint, backend job and its GPU's state now (a reserved GPU keeps its
+    instance until the dispatch, R2/B4)."""
+    return {"backfill": await live_instances(pool)}

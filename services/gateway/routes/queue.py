@@ -7,8 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
-from jpu_services.gateway.routes._commands import now
-from jpu_services.gateway.routes._queueview import queue_view
+from jpu_services.gateway.routes._queueview import shared_view
 
 router = APIRouter(prefix="/v1", tags=["queue"])
 
@@ -46,7 +45,7 @@ async def queue(
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
     by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit)."""
-    view = await queue_view(pool, settings.base.tiers, settings.base.half_life_s, now(request))
+    view = await shared_view(request).get()
     entries = [
         _entry(r, i, view.reasons.get(r["job_id"]), view.usage.get(r["lab"], 0.0))
         for i, r in enumerate(view.ordered, start=1)

@@ -66,7 +66,10 @@ def snapshots(draw) -> tuple[Snapshot, float]:
         j = queue[k]
         idx = tuple(g.index for g in take)
         since = draw(st.sampled_from([0.0, 400.0, 990.0]))
-        joined = tuple(since + 5 * i for i in range(len(idx))) if draw(st.booleans()) else ()
+        # GPUs join the reservation over time, never after `now`
+        joined = (
+            tuple(min(since + 5 * i, now) for i in range(len(idx))) if draw(st.booleans()) else ()
+        )
         queue[k] = QueuedJob(
             job_id=j.job_id,
             lab=j.lab,

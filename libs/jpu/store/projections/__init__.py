@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Final
 
 from jpu.store.projection import Projection
-from jpu.store.projections import gpu_resources, jobs, lab_usage, maintenance
+from jpu.store.projections import backfill, gpu_resources, jobs, lab_usage, maintenance
 
 ALL: Final[tuple[Projection, ...]] = (
     jobs.projection,
     lab_usage.projection,
     maintenance.projection,
     gpu_resources.projection,
+    backfill.projection,
 )
 
 BY_NAME: Final[dict[str, Projection]] = {p.name: p for p in ALL}
 
-__all__ = ["ALL", "BY_NAME", "gpu_resources", "jobs", "lab_usage", "maintenance"]
+__all__ = ["ALL", "BY_NAME", "backfill", "gpu_resources", "jobs", "lab_usage", "maintenance"]

@@ -1,0 +1,337 @@
+"""The real Slurm backend (SPEC X9): attempts are Slurm batch jobs, driven through the CLI.
+
+  submit    sbatch (slurm_submit.py: X1–X3), as the user's mapped Unix account (runuser when the
+            agent is root, like the local backend's setpriv); idempotent per attempt by job name.
+  poll      one shared `squeue --json` snapshot (refreshed at most every `refresh_s`), then the
+            jobcomp log (`sacct -c`) for jobs slurmctld has forgotten; states mapped (slurm_parse).
+  cancel    X5: SIGTERM at once, SIGKILL after the grace, kill_failed + drain after
+            `kill_failed_after_s` (slurm_escalate.py, which also enforces sub-minute limits).
+  inventory `sinfo --json`: nodes × GPU types; drained/down nodes' GPUs are down.
+  running   our attempts (records under data_dir, or adopted by name through `find`) that Slurm
+            still runs: re-adoption after an agent restart. Other jpu-* jobs on the cluster
+            (another deployment, LLM backfill) are never ours to cancel.
+
+Times and files of one attempt: slurm_jobs.py. Jobs are read through pyslurm instead of squeue
+where it matches the cluster's Slurm (slurm_pyslurm.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from jpu.backends import slurm_jobs as jobs_
+from jpu.backends import slurm_submit as submit_
+from jpu.backends.accounts import Account, AccountMap, current_account
+from jpu.backends.base import (
+    BackendError,
+    BackendStatus,
+    LaunchSpec,
+    NodeInventory,
+    UnknownBackendJob,
+)
+from jpu.backends.slurm_cli import SlurmCli
+from jpu.backends.slurm_escalate import Escalator
+from jpu.backends.slurm_parse import (
+    SlurmJob,
+    inventory_from_sinfo,
+    jobs_from_squeue,
+    used_gpus,
+)
+from jpu.backends.slurm_pyslurm import cluster_version, load_jobs, pyslurm_usable
+from jpu.backends.slurm_records import SlurmRecord, SlurmRecordStore
+
+log = logging.getLogger(__name__)
+
+_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    data_dir: Path
+    conf: str | None = None  # SLURM_CONF for the CLI; None: the machine's default
+    timeout_grace_s: float = 30.0  # SIGTERM → SIGKILL when a sub-minute time limit is hit
+    kill_failed_after_s: float = 300.0  # X5
+    isolation: str = "auto"  # auto (a network namespace when the kernel allows) | none
+    account_template: str = "jpu-{user}"
+    create_accounts: bool = True
+    fallback_account: str = "nobody"
+    refresh_s: float = 0.25  # oldest squeue snapshot a poll accepts
+    tail_bytes: int = 16 * 1024
+    pyslurm: str = "auto"  # auto: read jobs through pyslurm where it matches the cluster | off
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(self, settings: SlurmSettings, cli: SlurmCli | None = None) -> None:
+        self.settings = settings
+        self.cli = cli or SlurmCli(settings.conf)
+        self.store = SlurmRecordStore(Path(settings.data_dir) / "slurm-backend")
+        self.accounts = AccountMap(
+            settings.account_template, settings.create_accounts, settings.fallback_account
+        )
+        self._agent = current_account()
+        self._isolation: dict[str, list[str]] = {}
+        self._records: dict[str, SlurmRecord] = {}  # by Slurm job name
+        self._by_id: dict[int, str] = {}
+        self._loaded = False
+        self._snapshot: dict[int, SlurmJob] = {}
+        self._snapshot_at = -1e9  # time.monotonic()
+        self._snapshot_lock = asyncio.Lock()
+        self._submit_lock = asyncio.Lock()
+        self._seen_end: dict[int, float] = {}  # Slurm id → wall clock when seen terminal
+        self._reader: str | None = None  # "pyslurm" | "squeue", chosen on first use
+        self.escalator = Escalator(self)
+
+    # --- ExecutionBackend -------------------------------------------------------------------
+
+    async def submit(self, spec: LaunchSpec) -> str:
+        async with self._submit_lock:  # two submits of one attempt must not both sbatch
+            self._load()
+            _validate(spec)
+            name = submit_.job_name(spec.job_id, spec.attempt)
+            existing = await self._find(name)
+            if existing is not None:
+                return str(existing)  # idempotent per (job_id, attempt)
+            account = self.accounts.account_for(spec.user)
+            isolation = await self._isolation_for(account)
+            try:
+                await asyncio.to_thread(jobs_.prepare_output, spec, account)
+            except OSError as e:
+                raise BackendError(f"cannot prepare {name}: {e}") from e
+            record = SlurmRecord(
+                name=name, job_id=spec.job_id, attempt=spec.attempt, user=spec.user,
+                account=account.name, node=spec.node, output_dir=spec.output_dir,
+                isolation="netns" if isolation else "none", time_limit_s=spec.time_limit_s,
+                submitted_at=time.time(),
+            )  # fmt: skip
+            self.store.save(record)  # before sbatch: a crash in between is found by name
+            try:
+                record.slurm_id = await self._sbatch(spec, account, isolation, record)
+            except BackendError:
+                self.store.forget(name)
+                raise
+            self._snapshot_at = -1e9  # the next look must see the new job
+            self.store.save(record)
+            self._remember(record)
+        log.info("submitted %s as Slurm job %d (%s)", name, record.slurm_id, account.name)
+        if submit_.enforced_by_backend(spec.time_limit_s):
+            self.escalator.kick()
+        return str(record.slurm_id)
+
+    async def find(self, job_id: str, attempt: int) -> str | None:
+        self._load()
+        found = await self._find(submit_.job_name(job_id, attempt))
+        return None if found is None else str(found)
+
+    async def poll(self, backend_job_id: str) -> BackendStatus:
+        jid = _parse_id(backend_job_id)
+        self._load()
+        record = self._record_of(jid)
+        if record is not None and record.final is not None:
+            return record.final
+        job = (await self.snapshot()).get(jid)
+        if job is None and record is not None:
+            job = (await self.snapshot(0.0)).get(jid)  # the snapshot may predate the sbatch
+        if job is None:
+            job = await self.cli.sacct_job(jid)  # older than MinJobAge: the jobcomp log
+        if job is None and record is not None:  # ours, but Slurm lost it (state wiped?)
+            status = BackendStatus(
+                state="NODE_FAIL", node=record.node, isolation=record.isolation,
+                reason=f"Slurm no longer knows job {jid}",
+            )  # fmt: skip
+        elif job is None or (record is None and not job.name.startswith(submit_.NAME_PREFIX)):
+            raise UnknownBackendJob(backend_job_id)
+        else:
+            seen = self._seen_end.get(jid)
+            status = jobs_.status_of(job, record, seen, self.settings.tail_bytes)
+        if status.terminal and record is not None:
+            record.final = status  # kept: slurmctld forgets the job after MinJobAge
+            self.store.save(record)
+        return status
+
+    async def cancel(self, backend_job_id: str, grace_s: float) -> None:
+        jid = _parse_id(backend_job_id)
+        self._load()
+        job = (await self.snapshot(0.0)).get(jid)
+        record = self._record_of(jid) or (self._adopt(job) if job is not None else None)
+        if record is None:
+            if job is None and await self.cli.sacct_job(jid) is None:
+                raise UnknownBackendJob(backend_job_id)
+            return  # not one of ours, or long over
+        if record.final is not None or job is None or job.terminal:
+            return
+        await self.escalator.request(record, "cancel", grace_s, pending=job.state == "PENDING")
+
+    async def inventory(self) -> list[NodeInventory]:
+        return inventory_from_sinfo(await self.cli.sinfo())
+
+    async def gpus_in_use(self) -> dict[str, dict[str, int]]:
+        """node → tier → GPUs Slurm has allocated (any partition, LLM backfill included)."""
+        return used_gpus((await self.cli.sinfo()).get("nodes", []))
+
+    async def running(self) -> list[str]:
+        """Our attempts (in our records, or adopted by `find`) that Slurm has not ended."""
+        self._load()
+        out = []
+        for jid, job in (await self.snapshot()).items():
+            record = self._record_of(jid) or self._claim(job)
+            if record is not None and record.final is None and not job.terminal:
+                out.append(jid)
+        return [str(j) for j in sorted(out)]
+
+    async def close(self) -> None:
+        """Stop watching; the jobs keep running (they are the cluster's) and a new backend
+        re-adopts them and continues any escalation from the records."""
+        await self.escalator.stop()
+
+    # --- shared with the escalator ----------------------------------------------------------
+
+    async def snapshot(self, max_age_s: float | None = None) -> dict[int, SlurmJob]:
+        """Our jobs as slurmctld sees them; one squeue serves every concurrent caller."""
+        max_age = self.settings.refresh_s if max_age_s is None else max_age_s
+        async with self._snapshot_lock:
+            if time.monotonic() - self._snapshot_at > max_age:
+                started = time.monotonic()
+                self._snapshot = await self._load_jobs()
+                self._snapshot_at = started
+                now, seen = time.time(), self._seen_end
+                self._seen_end = {
+                    jid: seen.get(jid, now) for jid, job in self._snapshot.items() if job.terminal
+                }
+            return self._snapshot
+
+    def active_records(self) -> list[SlurmRecord]:
+        self._load()
+        return [r for r in self._records.values() if r.slurm_id is not None and r.final is None]
+
+    def save(self, record: SlurmRecord) -> None:
+        self.store.save(record)
+
+    # --- internals --------------------------------------------------------------------------
+
+    async def _load_jobs(self) -> dict[int, SlurmJob]:
+        if self._reader is None:
+            self._reader = "squeue"
+            if self.settings.pyslurm != "off":
+                usable, why = pyslurm_usable(await cluster_version(self.cli))
+                self._reader = "pyslurm" if usable else "squeue"
+                log.info("Slurm jobs are read through %s (%s)", self._reader, why)
+        if self._reader == "pyslurm":
+            return await load_jobs(submit_.NAME_PREFIX)
+        return jobs_from_squeue(await self.cli.squeue(), submit_.NAME_PREFIX)
+
+    def _load(self) -> None:
+        """Once: our records of earlier runs, and resume any escalation they were in (X5)."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for record in self.store.all():
+            self._remember(record)
+        if any(
+            r.intent or submit_.enforced_by_backend(r.time_limit_s) for r in self.active_records()
+        ):
+            self.escalator.kick()
+
+    def _remember(self, record: SlurmRecord) -> None:
+        self._records[record.name] = record
+        if record.slurm_id is not None:
+            self._by_id[record.slurm_id] = record.name
+
+    def _record_of(self, jid: int) -> SlurmRecord | None:
+        name = self._by_id.get(jid)
+        return self._records.get(name) if name else None
+
+    async def _find(self, name: str) -> int | None:
+        record = self._records.get(name)
+        if record is not None and record.slurm_id is not None:
+            return record.slurm_id
+        for jid, job in (await self.snapshot(0.0)).items():
+            if job.name == name and not jobs_.never_ran(job):
+                if record is not None:  # submitted by an agent that died before recording it
+                    record.slurm_id = jid
+                    self.store.save(record)
+                    self._remember(record)
+                else:
+                    self._adopt(job)
+                return jid
+        return None
+
+    def _claim(self, job: SlurmJob) -> SlurmRecord | None:
+        """Our record written before an sbatch whose answer the agent did not live to save."""
+        record = self._records.get(job.name)
+        if record is None or record.slurm_id is not None or jobs_.never_ran(job):
+            return None
+        record.slurm_id = job.job_id
+        self.store.save(record)
+        self._remember(record)
+        return record
+
+    def _adopt(self, job: SlurmJob) -> SlurmRecord | None:
+        record = jobs_.adopt(job)
+        if record is not None:
+            self.store.save(record)
+            self._remember(record)
+            log.info("adopted Slurm job %d (%s)", job.job_id, job.name)
+        return record
+
+    async def _isolation_for(self, account: Account) -> list[str]:
+        """X4: a network namespace when the account may create one (an unprivileged user
+        namespace keeps the job's own UID), else none — and the job's record says which."""
+        if self.settings.isolation == "none":
+            return []
+        if account.name not in self._isolation:
+            prefix = ["unshare", "--user", "--map-current-user", "--net", "--"]
+            rc, _, _ = await self.cli.run([*self._as(account), *prefix, "true"], check=False)
+            self._isolation[account.name] = prefix if rc == 0 else []
+        return self._isolation[account.name]
+
+    def _as(self, account: Account) -> list[str]:
+        """Run a command as the job's account (root agent) or as ourselves."""
+        if self._agent.is_root and account.uid != self._agent.uid:
+            return ["runuser", "-u", account.name, "--"]
+        return []
+
+    async def _sbatch(
+        self, spec: LaunchSpec, account: Account, isolation: list[str], record: SlurmRecord
+    ) -> int:
+        env = submit_.export_file(submit_.job_env(spec, account.name))
+        comment = jobs_.comment_for(record.isolation, spec.time_limit_s)
+        read_fd, write_fd = os.pipe()
+        try:
+            os.write(write_fd, env)  # small (the user's env): fits the pipe buffer
+            os.close(write_fd)
+            write_fd = -1
+            argv = [*self._as(account), *submit_.sbatch_argv(spec, read_fd, comment)]
+            _, out, _ = await self.cli.run(
+                argv, stdin=submit_.wrapper(isolation), pass_fds=[read_fd]
+            )
+        finally:
+            os.close(read_fd)
+            if write_fd >= 0:
+                os.close(write_fd)
+        try:
+            return int(out.strip().split(";")[0])
+        except ValueError as e:
+            raise BackendError(f"sbatch printed no job id: {out!r}") from e
+
+
+def _validate(spec: LaunchSpec) -> None:
+    if not _SAFE_ID.match(spec.job_id) or spec.attempt < 1:
+        raise BackendError(f"bad job id or attempt: {spec.job_id!r} {spec.attempt}")
+    if not spec.node or not spec.tier or spec.num_gpus < 1:
+        raise BackendError(f"bad placement: {spec.node!r} {spec.tier!r} × {spec.num_gpus}")
+    if not spec.output_dir:
+        raise BackendError("output_dir is required")
+
+
+def _parse_id(backend_job_id: str) -> int:
+    if not backend_job_id.isdigit():
+        raise UnknownBackendJob(backend_job_id)
+    return int(backend_job_id)

@@ -1,0 +1,56 @@
+"""The backfill service's decisions, as pure functions of the folded log (SPEC B1–B3, R2, M2).
+
+Starts come from the policy core (`plan_backfill`); this module adds what the service must
+cancel and how an ended instance is recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from jpu.backends import BackendStatus
+from jpu.events import BackfillStarted
+from jpu.fold import ClusterState
+from jpu.fold_snapshot import gpus
+from jpu.policy.backfill import BackfillPlan, plan_backfill
+from jpu.policy.model import MaintenanceState
+from jpu_services.backfill.tracker import GpuKey, Tracker
+
+EndReason = Literal["preempted", "reclaimed", "exited", "failed"]  # BackfillEnded.reason
+
+
+def plan(tracker: Tracker, now: float, settle_s: float) -> BackfillPlan:
+    idle = {k: v.since for k, v in tracker.idle.items()}
+    maintenance: MaintenanceState = tracker.state.maintenance.state
+    return plan_backfill(gpus(tracker.state), idle, now, settle_s, maintenance)
+
+
+def to_cancel(state: ClusterState, p: BackfillPlan) -> dict[str, EndReason]:
+    """M2: in BACKFILL_RECOVERY/ACTIVE every instance is reclaimed. B2: an instance on a GPU a
+    research job now holds is preempted (the agent normally ended it already; this is the net
+    for backends that cannot, and for a start that raced a dispatch). R2: a reserved GPU keeps
+    its backfill."""
+    out: dict[str, EndReason] = dict.fromkeys(p.reclaim, "reclaimed")
+    for key, bf in state.backfill.items():
+        if state.holders.get(key, "").startswith("job:"):
+            out.setdefault(bf, "preempted")
+    return out
+
+
+def end_reason(
+    state: ClusterState,
+    start: BackfillStarted,
+    status: BackendStatus | None,
+    requested: Mapping[str, EndReason],
+) -> EndReason:
+    """How an instance that is gone is recorded: what we asked for, else what the log says (a
+    research job on its GPU: preempted by the agent), else its own exit."""
+    if start.backfill_id in requested:
+        return requested[start.backfill_id]
+    key: GpuKey = (start.node, start.tier, start.gpu)
+    if state.holders.get(key, "").startswith("job:"):
+        return "preempted"
+    if status is not None and status.state == "COMPLETED":
+        return "exited"
+    return "failed"

@@ -1,0 +1,294 @@
+"""The running platform as real processes, driven through HTTP (tests/e2e).
+
+`Stack` is one `python -m jpu.stack run` (all six services as child processes) on the session's
+NATS JetStream and PostgreSQL, with its own stream, database, data dir and gateway port.
+`Api` is one demo user's HTTP client (token `demo-<user>`). Jobs that must stay busy until the test
+says so wait on a *gate*: a file the test creates in a world-readable directory
+(`Stack.hold(name)` in the job's command, `Stack.release(name)` in the test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+import pytest
+import yaml
+
+from jpu.bus import EventBus
+from jpu.embedded.nats import free_port
+
+READY_TIMEOUT_S = 60.0
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+ACTIVE = (
+    "PERSONAL_QUEUE_WAIT",
+    "GLOBAL_QUEUE_WAIT",
+    "RESERVING",
+    "DISPATCHED",
+    "RUNNING",
+    "CANCELLING",
+)
+T = TypeVar("T")
+
+
+def wait_until(fn: Callable[[], T | None], timeout: float, what: Callable[[], str] | str) -> T:
+    """Poll `fn` until it returns something truthy; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            said = what if isinstance(what, str) else what()
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {said}")
+        time.sleep(0.05)
+
+
+def world_searchable_tmpdir(prefix: str) -> Path:
+    # Not pytest's tmp_path: its parents are 0700, and as root the embedded PostgreSQL and the
+    # jobs (run as the users' own UIDs, SPEC X4) must reach files under it.
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    d.chmod(0o755)
+    return d
+
+
+class Api:
+    """One user's view of the REST API (SPEC §8)."""
+
+    def __init__(self, url: str, user: str, token: str | None = None) -> None:
+        self.user = user
+        headers = {"Authorization": f"Bearer {token or f'demo-{user}'}"}
+        self.http = httpx.Client(base_url=url, headers=headers, timeout=15.0)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def post_job(self, body: dict[str, Any], **headers: str) -> httpx.Response:
+        return self.http.post("/v1/jobs", json=body, headers=headers)
+
+    def submit(self, command: str, num_gpus: int = 1, **fields: Any) -> dict[str, Any]:
+        """POST /v1/jobs; must be accepted (201). Returns the job body."""
+        body = {"name": fields.pop("name", "e2e"), "command": command, "num_gpus": num_gpus}
+        r = self.post_job({**body, **fields})
+        assert r.status_code == 201, f"{self.user} submit: {r.status_code} {r.text}"
+        return dict(r.json())
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        r = self.http.get(f"/v1/jobs/{job_id}")
+        assert r.status_code == 200, f"GET job {job_id}: {r.status_code} {r.text}"
+        return dict(r.json())
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        r = self.http.get(f"/v1/jobs/{job_id}/events")
+        assert r.status_code == 200, f"GET events {job_id}: {r.status_code} {r.text}"
+        return list(r.json()["events"])
+
+    def cancel(self, job_id: str) -> httpx.Response:
+        return self.http.post(f"/v1/jobs/{job_id}/cancel")
+
+    def lab(self, lab: str) -> dict[str, Any]:
+        r = self.http.get(f"/v1/labs/{lab}")
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def get(self, path: str, **params: Any) -> Any:
+        r = self.http.get(path, params=params)
+        assert r.status_code == 200, f"GET {path}: {r.status_code} {r.text}"
+        return r.json()
+
+    def wait(
+        self,
+        job_id: str,
+        done: Callable[[dict[str, Any]], bool] | Iterable[str],
+        timeout: float = 20.0,
+        what: str = "",
+    ) -> dict[str, Any]:
+        """Poll GET /v1/jobs/{id} until `done(job)` (or its state is one of `done`)."""
+        if not callable(done):
+            states = tuple(done)
+            what = what or f"state in {states}"
+
+            def done(j: dict[str, Any]) -> bool:
+                return j["state"] in states
+
+        last: dict[str, Any] = {}
+
+        def check() -> dict[str, Any] | None:
+            nonlocal last
+            last = self.job(job_id)
+            return last if done(last) else None
+
+        return wait_until(
+            check,
+            timeout,
+            lambda: (
+                f"job {job_id} ({self.user}): {what}; last seen: {_brief(last)}; events: "
+                f"{[e['type'] for e in self.events(job_id)]}"
+            ),
+        )
+
+
+def _brief(job: dict[str, Any]) -> str:
+    keys = ("state", "attempt", "pending_reason", "rank", "placement", "reservation", "reason")
+    return json.dumps({k: job.get(k) for k in keys})
+
+
+class Stack:
+    """A running `python -m jpu.stack run`; stdout (the ready banner) collected by a thread."""
+
+    def __init__(self, env: dict[str, str], config: dict[str, Any] | None = None) -> None:
+        self.data_dir = world_searchable_tmpdir("jpu-e2e-")
+        self.gates = self.data_dir / "gates"
+        self.gates.mkdir()
+        self.gates.chmod(0o755)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {
+            **os.environ,
+            **env,
+            "JPU_DATA_DIR": str(self.data_dir),
+            "JPU_GATEWAY_PORT": str(self.port),
+        }
+        if config is not None:
+            path = self.data_dir / "config.yaml"
+            path.write_text(yaml.safe_dump(config))
+            self.env["JPU_CONFIG"] = str(path)
+        self.stderr = open(self.data_dir / "stack.stderr", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jpu.stack", "run"],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+        self._clients: dict[str, Api] = {}
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not any(line.startswith("JPU-Share is up:") for line in self.lines):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"stack not ready (rc={self.proc.returncode}):\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def api(self, user: str) -> Api:
+        """The HTTP client of demo user `user` (token `demo-<user>`), cached."""
+        if user not in self._clients:
+            self._clients[user] = Api(self.url, user)
+        return self._clients[user]
+
+    # --- gates: jobs that run until the test releases them ----------------------------------
+
+    def hold(self, name: str, then: str = "") -> str:
+        """Shell text that waits until `release(name)`, then runs `then`."""
+        return f"while [ ! -e {self.gates / name} ]; do sleep 0.05; done\n{then}\n"
+
+    def release(self, *names: str) -> None:
+        for name in names:
+            (self.gates / name).touch()
+
+    # --- what the processes wrote -------------------------------------------------------------
+
+    def placement(self, node: str) -> dict[str, Any]:
+        """GET /v1/placements, the one of `node` (the gpu_resources projection)."""
+        pool = self.api("admin").get("/v1/placements")["placements"]
+        return dict(next(p for p in pool if p["node"] == node))
+
+    def service_log(self, name: str) -> list[dict[str, Any]]:
+        path = self.data_dir / "logs" / f"{name}.log"
+        if not path.exists():
+            return []
+        return [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+
+    def supervisor_log(self) -> list[dict[str, Any]]:
+        self.stderr.flush()
+        text = (self.data_dir / "stack.stderr").read_text()
+        return [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+
+    def service_pids(self, name: str) -> list[int]:
+        return [
+            e["pid"]
+            for e in self.supervisor_log()
+            if e.get("child") == name and e["msg"] == "service started"
+        ]
+
+    def output_dir(self, job_id: str, attempt: int = 1) -> Path:
+        """JOB_OUTPUT_DIR of an attempt (SPEC X2): <data_dir>/outputs/<job>/<attempt>."""
+        return self.data_dir / "outputs" / job_id / str(attempt)
+
+    def log_tail(self) -> str:
+        self.stderr.flush()
+        return (self.data_dir / "stack.stderr").read_text()[-4000:]
+
+    # --- cleanup ------------------------------------------------------------------------------
+
+    def settle(self, timeout: float = 30.0) -> None:
+        """Cancel every job still active (as the admin), open every gate, wait until none is."""
+        for name in os.listdir(self.gates):
+            (self.gates / name).touch()
+        admin = self.api("admin")
+        active = ",".join(ACTIVE)
+
+        def left() -> list[dict[str, Any]]:
+            return list(admin.get("/v1/jobs", state=active, limit=500)["jobs"])
+
+        for job in left():
+            r = admin.cancel(job["id"])
+            assert r.status_code in (202, 409), r.text
+        wait_until(lambda: not left(), timeout, lambda: f"jobs to end: {left()}")
+
+    def stop(self) -> int:
+        for client in self._clients.values():
+            client.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # what Ctrl-C does
+        try:
+            return self.proc.wait(timeout=45)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.stderr.close()
+
+
+def by_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in events if e["type"] == kind]
+
+
+def one(events: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_type(events, kind)
+    assert len(found) == 1, f"expected one {kind}, got {[e['type'] for e in events]}"
+    return found[0]
+
+
+async def lab_charges(stack: Stack, lab: str) -> list[dict[str, Any]]:
+    """The lab's UsageCharged events read from the log itself (what an auditor replays, E6)."""
+    prefix = stack.env["JPU_SUBJECT_PREFIX"]
+    bus = await EventBus.connect(
+        stack.env["JPU_NATS_URL"], stream=stack.env["JPU_STREAM_NAME"], prefix=prefix, name="e2e"
+    )
+    try:
+        return [
+            {"seq": d.seq, **msgspec.to_builtins(d.event)}
+            async for d in bus.replay(filter_subject=f"{prefix}.lab.{lab}")
+        ]
+    finally:
+        await bus.close()

@@ -1,0 +1,207 @@
+"""A whole JPU-Share stack in-process for the backfill and maintenance tests (SPEC §6, §7).
+
+Real NATS JetStream and PostgreSQL, the real gateway app (over ASGI, with its projections), the
+real intake, dispatcher, slurm-agent on the local backend (research jobs are local processes),
+accounting, and the backfill service running `python -m jpu.backfill_stub` on idle GPUs. Every
+service runs with the system clock, as in production; only the periods are short.
+
+Import into a test module: `from test_backfill_support import Stack, start_stack`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+
+from jpu.admin import seed_demo
+from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.backends.local_stop import terminate_all
+from jpu.bus import EventBus
+from jpu.clock import SystemClock
+from jpu.config import Config, load_config
+from jpu.edges import Edges, connect_edges
+from jpu.events import BackfillEnded, BackfillStarted, Event, MaintenanceChanged
+from jpu.fold import ClusterState
+from jpu.fold_testing import Watcher
+from jpu.service import run_workers
+from jpu.testing.nats_fixtures import unique_names
+from jpu_services.accounting import bootstrap as accounting
+from jpu_services.backfill.service import BackfillOptions, BackfillStats, run_backfill
+from jpu_services.dispatcher.service import run_dispatcher
+from jpu_services.gateway.app import create_app
+from jpu_services.gateway.config import GatewayConfig
+from jpu_services.intake import bootstrap as intake
+from jpu_services.slurm_agent.options import AgentOptions
+from jpu_services.slurm_agent.run import run_agent
+
+NODE, TIER = "gpu-4090x2-01", "rtx4090"
+ONE_NODE = f"[{{name: {NODE}, gpus: {{{TIER}: 2}}}}]"
+
+
+def bearer(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer demo-{user}"}
+
+
+@dataclass
+class Stack:
+    config: Config
+    bus: EventBus  # the test's own connection
+    pool: asyncpg.Pool
+    client: httpx.AsyncClient  # the gateway
+    watcher: Watcher  # the log as a fold, what the test observes
+    data_dir: Path
+    backfill_stats: BackfillStats
+
+    @property
+    def state(self) -> ClusterState:
+        return self.watcher.state
+
+    async def until(self, pred: Callable[[ClusterState], Any], timeout: float = 30.0) -> Any:
+        return await self.watcher.until(pred, timeout)
+
+    async def submit(self, user: str, command: str, num_gpus: int = 1, **kw: Any) -> str:
+        body = {"name": "t", "command": command, "num_gpus": num_gpus, **kw}
+        r = await self.client.post("/v1/jobs", json=body, headers=bearer(user))
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    async def maintenance(self, action: str, message: str = "") -> httpx.Response:
+        body = {"action": action, "message": message}
+        return await self.client.post("/v1/admin/maintenance", json=body, headers=bearer("admin"))
+
+    async def events(self, *types: type[Event]) -> list[Any]:
+        await self.watcher.synced()
+        return [d.event async for d in self.bus.replay() if isinstance(d.event, types)]
+
+    async def backfill_events(self) -> list[BackfillStarted | BackfillEnded]:
+        return await self.events(BackfillStarted, BackfillEnded)
+
+    async def maintenance_states(self) -> list[str]:
+        return [e.state for e in await self.events(MaintenanceChanged)]
+
+    def gpu_state(self, gpu: int, node: str = NODE, tier: str = TIER) -> str:
+        key = (node, tier, gpu)
+        held = self.state.holders.get(key)
+        bf = self.state.backfill.get(key)
+        return held or (f"backfill:{bf}" if bf else "free")
+
+
+def _config(nats_url: str, pg_dsn: str, data_dir: Path, **over: str) -> Config:
+    stream, prefix = unique_names()
+    env = {
+        "JPU_NATS_URL": nats_url,
+        "JPU_DATABASE_URL": pg_dsn,
+        "JPU_STREAM_NAME": stream,
+        "JPU_SUBJECT_PREFIX": prefix,
+        "JPU_DATA_DIR": str(data_dir),
+        "JPU_NODES": ONE_NODE,
+        "JPU_CYCLE_S": "1",
+        "JPU_MIN_CYCLE_GAP_S": "0.05",
+        "JPU_BACKFILL_SETTLE_S": "1",
+        "JPU_CANCEL_GRACE_S": "2",
+        "JPU_KILL_FAILED_AFTER_S": "5",
+        "JPU_SUBMIT_RATE_PER_S": "0",
+        **{f"JPU_{k.upper()}": v for k, v in over.items()},
+    }
+    return load_config(env=env)
+
+
+def _workers(config: Config, edges: Edges, data_dir: Path, stats: BackfillStats) -> dict[str, Any]:
+    clock = SystemClock()
+    settings = LocalSettings(data_dir=data_dir, nodes=list(config.nodes), timeout_grace_s=1.0)
+    agent_backend, backfill_backend = LocalBackend(settings), LocalBackend(settings)
+    options = AgentOptions(
+        cancel_grace_s=config.cancel_grace_s, poll_min_s=0.05, poll_max_s=0.3,
+        inventory_every_s=5.0, output_root=data_dir / "outputs", backfill_grace_s=2.0,
+    )  # fmt: skip
+    bf_options = BackfillOptions(
+        enabled=config.backfill_enabled, command=config.backfill_command,
+        settle_s=config.backfill_settle_s, grace_s=2.0, poll_s=0.1,
+    )  # fmt: skip
+
+    async def dispatcher(stop: asyncio.Event) -> None:
+        await run_dispatcher(edges.bus, config, clock, stop, lease_ttl_s=2.0, lease_renew_s=0.5)
+
+    async def agent(stop: asyncio.Event) -> None:
+        try:
+            await run_agent(edges.bus, config, agent_backend, clock, stop, options)
+        finally:
+            await agent_backend.close()
+
+    async def backfill(stop: asyncio.Event) -> None:
+        try:
+            await run_backfill(edges.bus, config, backfill_backend, clock, stop, bf_options, stats)
+        finally:
+            await backfill_backend.close()
+
+    return {
+        **intake.workers(edges),
+        **accounting.workers(edges),
+        "dispatcher": dispatcher,
+        "agent": agent,
+        "backfill": backfill,
+    }
+
+
+@contextlib.asynccontextmanager
+async def start_stack(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, **over: str
+) -> AsyncIterator[Stack]:
+    data_dir = Path(tempfile.mkdtemp(prefix="jpu-bf-", dir="/tmp"))
+    data_dir.chmod(0o711)  # the job accounts must reach their output directories
+    config = _config(nats_url, pg_dsn, data_dir, **over)
+    await seed_demo(pool)
+    app = create_app(GatewayConfig.from_config(config, env={}))
+    edges = await connect_edges(config, name="services")
+    bus = await EventBus.connect(nats_url, stream=config.stream_name, prefix=config.subject_prefix)
+    stop, stats = asyncio.Event(), BackfillStats()
+    task = asyncio.create_task(run_workers(stop, _workers(config, edges, data_dir, stats), 10.0))
+    try:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
+            Watcher(bus, config) as w,
+        ):
+            yield Stack(config, bus, pool, c, w, data_dir, stats)
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 15)
+        await _kill_leftovers(data_dir, config)
+        await edges.close()
+        await bus.delete_stream()
+        await bus.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def _kill_leftovers(data_dir: Path, config: Config) -> None:
+    """Jobs and backfill instances outlive their services by design; a test must not."""
+    await asyncio.to_thread(terminate_all, data_dir, 2.0)
+
+
+@contextlib.asynccontextmanager
+async def another_backfill(s: Stack) -> AsyncIterator[BackfillStats]:
+    """A second backfill service (a replica, or the restarted one) on the same cluster."""
+    backend = LocalBackend(LocalSettings(data_dir=s.data_dir, nodes=list(s.config.nodes)))
+    options = BackfillOptions(
+        command=s.config.backfill_command, settle_s=s.config.backfill_settle_s, poll_s=0.1
+    )
+    stop, stats = asyncio.Event(), BackfillStats()
+    task = asyncio.create_task(
+        run_backfill(s.bus, s.config, backend, SystemClock(), stop, options, stats)
+    )
+    try:
+        yield stats
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await backend.close()

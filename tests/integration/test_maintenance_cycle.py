@@ -1,0 +1,101 @@
+"""The full maintenance cycle on the running services (SPEC M1–M5, Q3, D6, R5, B1/M2)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+from test_backfill_support import NODE, TIER, Stack, bearer, start_stack
+
+from jpu.events import (
+    BackfillEnded,
+    BackfillStarted,
+    JobDispatched,
+    MaintenanceChanged,
+    ReservationReleased,
+    ReservationStarted,
+    UsageCharged,
+)
+
+
+async def status(s: Stack) -> dict:
+    r = await s.client.get("/v1/maintenance/status")  # anonymous (M5)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+async def until_status(s: Stack, state: str, timeout: float = 30.0) -> dict:
+    async def poll() -> dict:
+        while (body := await status(s))["state"] != state:
+            await asyncio.sleep(0.05)
+        return body
+
+    return await asyncio.wait_for(poll(), timeout)
+
+
+async def submit_refused(s: Stack) -> None:
+    body = {"name": "late", "command": "true", "num_gpus": 1}
+    r = await s.client.post("/v1/jobs", json=body, headers=bearer("osl-erin"))
+    assert r.status_code == 503 and r.json()["error"]["code"] == "SERVICE_MAINTENANCE", r.text
+
+
+async def test_M1_to_M4_full_maintenance_cycle_with_running_job_and_backfill(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    async with start_stack(nats_url, pool, pg_dsn) as s:
+        await s.until(lambda st: len(st.backfill) == 2)
+        running = await s.submit("bcg-alice", "sleep 5")
+        await s.until(lambda st: st.jobs[running].state == "RUNNING")
+        queued = await s.submit("kdg-carol", "sleep 30", num_gpus=2)  # rank 1: reserves (R2)
+        await s.until(lambda st: st.jobs[queued].state == "RESERVING")
+        doomed = await s.submit("bcg-bob", "sleep 30")  # waits behind the reservation
+        (res,) = [e for e in await s.events(ReservationStarted) if e.job_id == queued]
+        kept = s.state.backfill[(NODE, TIER, res.gpus[0])]  # R2: backfill under the reservation
+
+        # M1: DRAINING — 503 on submit, reservation released and charged, backfill continues
+        r = await s.maintenance("start", "NFS volume swap")
+        assert r.status_code == 200 and r.json()["state"] == "DRAINING", r.text
+        assert (await status(s))["message"] == "NFS volume swap"
+        await submit_refused(s)
+        await s.until(lambda st: st.jobs[queued].state == "GLOBAL_QUEUE_WAIT")
+        (rel,) = [e for e in await s.events(ReservationReleased) if e.job_id == queued]
+        assert rel.reason == "maintenance" and rel.charged_now  # R5: charged like R3
+        await s.until(lambda st: "KDG" in st.usage)
+        charge = [c for c in await s.events(UsageCharged) if c.job_id == queued]
+        assert [c.reason for c in charge] == ["maintenance"]
+        r = await s.client.post(f"/v1/jobs/{doomed}/cancel", headers=bearer("bcg-bob"))
+        assert r.status_code == 202, r.text  # M1: cancellation is allowed
+        await s.until(lambda st: st.jobs[doomed].state == "CANCELLED")
+        assert s.state.jobs[running].state == "RUNNING"  # running jobs finish normally
+        assert kept in s.state.backfill.values()  # LLM backfill keeps running while draining
+
+        # M2 → M3: the running job ends; backfill is reclaimed; ACTIVE once none remains
+        await until_status(s, "ACTIVE", timeout=30)
+        assert s.state.jobs[running].state == "COMPLETED"
+        assert not s.state.backfill
+        reclaimed = [e for e in await s.events(BackfillEnded) if e.reason == "reclaimed"]
+        assert kept in {e.backfill_id for e in reclaimed}
+        await submit_refused(s)  # Q3 in every maintenance state
+        starts = len(await s.events(BackfillStarted))
+        await asyncio.sleep(2 * s.config.backfill_settle_s)
+        assert len(await s.events(BackfillStarted)) == starts  # M2: no new backfill
+        assert not await s.events(JobDispatched) or all(
+            e.job_id != queued for e in await s.events(JobDispatched)
+        )  # D6: nothing dispatched during maintenance
+        r = await s.client.get("/v1/queue", headers=bearer("bcg-alice"))
+        (entry,) = r.json()["queue"]
+        assert entry["job_id"] == queued and entry["pending_reason"] == "Maintenance"
+
+        # M4: NORMAL — the queued job dispatches
+        r = await s.maintenance("end", "done")
+        assert r.status_code == 200 and r.json()["state"] == "NORMAL", r.text
+        await s.until(lambda st: st.jobs[queued].state == "RUNNING", timeout=30)
+        changes = await s.events(MaintenanceChanged)
+        assert [(c.state, c.by) for c in changes] == [
+            ("DRAINING", "admin"),
+            ("BACKFILL_RECOVERY", "dispatcher"),
+            ("ACTIVE", "dispatcher"),
+            ("NORMAL", "admin"),
+        ]
+        assert all(c.message for c in changes)
+        assert (await status(s))["state"] == "NORMAL"

@@ -1,0 +1,146 @@
+"""What only a real Slurm shows: the sbatch request (X1), placement of multi-GPU jobs (P3),
+drained nodes in the inventory, slurmctld outages, the jobcomp fallback (SPEC X1, X6, X9)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SlurmEnv, wait_end, wait_file
+
+from jpu.backends import BackendError
+from jpu.backends.slurm import SlurmBackend, SlurmSettings
+from jpu.backends.slurm_cli import SlurmCli
+
+
+def squeue_job(env: SlurmEnv, bid: str) -> dict:  # type: ignore[type-arg]
+    done = subprocess.run(
+        ["squeue", "--json"], env={**os.environ, "SLURM_CONF": env.cluster.conf},
+        capture_output=True, text=True, check=True, timeout=30,
+    )  # fmt: skip
+    (job,) = [j for j in json.loads(done.stdout)["jobs"] if str(j["job_id"]) == bid]
+    return job  # type: ignore[no-any-return]
+
+
+async def test_X1_sbatch_asks_for_partition_node_gres_and_proportional_cpu_memory(
+    slurm: SlurmEnv,
+) -> None:
+    backend = slurm.new_backend()
+    spec = slurm.spec(
+        'echo "cvd=$CUDA_VISIBLE_DEVICES node=$SLURM_JOB_NODELIST att=$JOB_ATTEMPT"\n'
+        "touch ready; sleep 2\n",
+        node="gpu-4090x2-02", num_gpus=2, time_limit_s=90.0,
+    )  # fmt: skip
+    bid = await backend.submit(spec)
+    await wait_file(Path(spec.output_dir) / "ready")
+    job = squeue_job(slurm, bid)
+    assert job["name"] == f"jpu-{spec.job_id}-1" and job["partition"] == "rtx4090"
+    assert job["required_nodes"] == "gpu-4090x2-02" and job["nodes"] == "gpu-4090x2-02"
+    assert job["tres_per_node"] == "gres:gpu:rtx4090:2"
+    assert job["cpus"] == 2 * 8 and job["memory_per_node"] == 2 * 32 * 1024  # X1
+    assert job["time_limit"] == 2  # 90 s → whole minutes, rounded up
+    assert job["requeue"] is False  # the platform decides retries (X8)
+    assert job["user_name"] == "jpu-alice"  # the user's mapped account, never root (X4)
+    status = await wait_end(backend, bid)
+    assert status.state == "COMPLETED" and status.node == "gpu-4090x2-02"
+    # P3: both GPUs of one node; X2 as the job sees it
+    assert "cvd=0,1 node=gpu-4090x2-02 att=1" in status.output_tail
+
+
+async def test_X1_a_job_runs_in_its_tiers_partition_on_its_node(slurm: SlurmEnv) -> None:
+    backend = slurm.new_backend()
+    spec = slurm.spec('echo "p=$SLURM_JOB_PARTITION n=$SLURMD_NODENAME"', node="gpu-3080tix2-01")
+    status = await wait_end(backend, await backend.submit(spec))
+    assert status.state == "COMPLETED"
+    assert "p=rtx3080ti n=gpu-3080tix2-01" in status.output_tail
+
+
+async def test_X1_a_request_no_node_can_hold_fails_at_submit(slurm: SlurmEnv) -> None:
+    backend = slurm.new_backend()
+    spec = slurm.spec("true", node="gpu-4090x2-01", num_gpus=3)  # the node has 2
+    with pytest.raises(BackendError):
+        await backend.submit(spec)
+    assert await backend.find(spec.job_id, 1) is None
+
+
+async def test_inventory_shows_a_drained_nodes_gpus_down(slurm: SlurmEnv) -> None:
+    backend = slurm.new_backend()
+    node = "gpu-4090x2-02"
+    slurm.cluster.scontrol("update", f"nodename={node}", "state=drain", "reason=test maintenance")
+    try:
+        inventory = {n.node: n for n in await backend.inventory()}
+        drained = inventory[node]
+        assert drained.state == "drain" and drained.reason == "test maintenance"
+        assert drained.gpus == {"rtx4090": 2} and drained.down == {"rtx4090": [0, 1]}
+        assert inventory["gpu-3080tix2-01"].gpus == {"rtx3080ti": 2}
+        assert all(inventory[n].state == "up" for n in inventory if n != node)
+    finally:
+        slurm.cluster.scontrol("update", f"nodename={node}", "state=resume")
+    deadline = time.monotonic() + 10  # resumed, it answers Slurm's next ping (NOT_RESPONDING)
+    while (back := {n.node: n for n in await backend.inventory()}[node]).state != "up":
+        assert time.monotonic() < deadline, back
+        await asyncio.sleep(0.2)
+    assert back.down == {} and back.reason is None
+
+
+async def test_gpus_in_use_counts_what_slurm_allocated(slurm: SlurmEnv) -> None:
+    backend = slurm.new_backend()
+    spec = slurm.spec("touch ready; sleep 30", node="gpu-4090x2-02", num_gpus=2)
+    bid = await backend.submit(spec)
+    await wait_file(Path(spec.output_dir) / "ready")
+    assert (await backend.gpus_in_use())["gpu-4090x2-02"] == {"rtx4090": 2}
+    await backend.cancel(bid, 0.0)
+    assert (await wait_end(backend, bid)).state == "CANCELLED"
+
+
+async def test_slurmctld_unreachable_is_an_error_not_an_empty_cluster(
+    slurm: SlurmEnv, tmp_path: Path
+) -> None:
+    """squeue/sinfo --json exit 0 with an `errors` list when slurmctld does not answer."""
+    conf = Path(slurm.cluster.conf).read_text()
+    port = next(line for line in conf.splitlines() if line.startswith("SlurmctldPort="))
+    wrong = tmp_path / "slurm.conf"
+    wrong.write_text(conf.replace(port, "SlurmctldPort=9\nMessageTimeout=2"))  # nobody listens
+    cli = SlurmCli(str(wrong))
+    with pytest.raises(BackendError):
+        await cli.squeue()
+    backend = SlurmBackend(SlurmSettings(data_dir=slurm.data_dir, conf=str(wrong)), cli)
+    with pytest.raises(BackendError):
+        await backend.inventory()
+
+
+async def test_X6_a_forgotten_job_is_answered_from_the_jobcomp_log(slurm: SlurmEnv) -> None:
+    """After MinJobAge slurmctld no longer knows a job; `sacct -c` still does."""
+    backend = slurm.new_backend()
+    bid = await backend.submit(slurm.spec("exit 7"))
+    assert (await wait_end(backend, bid)).exit_code == 7
+    job = await backend.cli.sacct_job(int(bid))
+    assert job is not None and job.state == "FAILED" and job.exit_status == 7 << 8
+    assert job.name.startswith("jpu-")
+    fresh = SlurmBackend(  # another agent's data dir: nothing of ours remembers the job
+        SlurmSettings(data_dir=slurm.out_root / "other", conf=slurm.cluster.conf)
+    )
+    fresh._snapshot_at = 1e18  # an empty snapshot that never refreshes: as if forgotten
+    status = await fresh.poll(bid)
+    assert status.state == "FAILED" and status.exit_code == 7
+
+
+async def test_X5_cancel_of_a_pending_job_ends_it_at_once(slurm: SlurmEnv) -> None:
+    backend = slurm.new_backend()
+    node = "gpu-4090x2-02"
+    slurm.cluster.scontrol("update", f"nodename={node}", "state=drain", "reason=hold jobs")
+    try:
+        spec = slurm.spec("touch ran", node=node)
+        bid = await backend.submit(spec)
+        assert (await backend.poll(bid)).state == "PENDING"
+        await backend.cancel(bid, 30.0)  # no grace: nothing runs that could checkpoint
+        status = await wait_end(backend, bid, 10)
+        assert status.state == "CANCELLED" and status.cancelled_by_us
+        assert not (Path(spec.output_dir) / "ran").exists()
+    finally:
+        slurm.cluster.scontrol("update", f"nodename={node}", "state=resume")
