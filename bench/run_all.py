@@ -23,6 +23,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "sim": ([], ["--jobs", "0"]),
     "gateway": ([], ["--requests", "10000", "--seconds", "60"]),
     "e2e": ([], ["--jobs", "3000", "--timeout", "240"]),
+    "slurm": ([], ["--preempt-rounds", "20", "--watch-s", "60"]),
 }
 
 

@@ -65,7 +65,6 @@ class BackfillService:
         self.requested: dict[str, EndReason] = {}  # cancels we asked for, by backfill id
         self.expected: dict[str, int] = {}  # subject → expected last seq within a round
         self.max_seq = 0
-        self.tiers = {t.name: t for t in config.tiers}
 
     def _on_event(self, d: Delivered) -> None:
         self.tracker.on_event(d)
@@ -161,14 +160,13 @@ class BackfillService:
         idle = self.tracker.idle[key]
         handle = self.pending.get(bf)
         if handle is None:
-            tier = self.tiers.get(gpu.tier)
-            spec = BackfillSpec(
+            spec = BackfillSpec(  # no partition: the tier's is the research one; the backend
+                # knows its preemptible one (Slurm: `llm`, B2)
                 backfill_id=bf,
                 node=gpu.node,
                 tier=gpu.tier,
                 gpu=gpu.index,
                 command=self.options.command,
-                partition=tier.partition if tier else None,
             )
             try:
                 handle = await self.backend.submit_backfill(spec)

@@ -8,7 +8,7 @@ the shared configuration are read from the environment:
          JPU_SLURM_ACCOUNT_TEMPLATE (default "jpu-{user}"; "{user}" where users have cluster
          accounts), JPU_SLURM_CREATE_ACCOUNTS (1 | 0), JPU_SLURM_FALLBACK_ACCOUNT ("nobody"),
          JPU_SLURM_PYSLURM (auto | off), JPU_SLURM_TIMEOUT_GRACE_S (sub-minute limits; default
-         the cancel grace).
+         the cancel grace), JPU_SLURM_BACKFILL_PARTITION (the preemptible one; default "llm").
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),
                 pyslurm=env.get("JPU_SLURM_PYSLURM", "auto"),
+                backfill_partition=env.get("JPU_SLURM_BACKFILL_PARTITION", "llm"),
             )
         )
     raise ConfigError(f"slurm_backend: {config.slurm_backend!r} is not available (local | slurm)")

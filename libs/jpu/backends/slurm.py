@@ -10,6 +10,7 @@
   running   our attempts (records under data_dir, or adopted by name through `find`) that Slurm
             still runs: re-adoption after an agent restart. Other jpu-* jobs on the cluster
             (another deployment, LLM backfill) are never ours to cancel.
+  backfill  LLM instances in the `llm` partition (slurm_backfill.py, SPEC B1–B3).
 
 Times and files of one attempt: slurm_jobs.py. Jobs are read through pyslurm instead of squeue
 where it matches the cluster's Slurm (slurm_pyslurm.py).
@@ -35,6 +36,7 @@ from jpu.backends.base import (
     NodeInventory,
     UnknownBackendJob,
 )
+from jpu.backends.slurm_backfill import SlurmBackfill
 from jpu.backends.slurm_cli import SlurmCli
 from jpu.backends.slurm_escalate import Escalator
 from jpu.backends.slurm_parse import (
@@ -64,9 +66,12 @@ class SlurmSettings:
     refresh_s: float = 0.25  # oldest squeue snapshot a poll accepts
     tail_bytes: int = 16 * 1024
     pyslurm: str = "auto"  # auto: read jobs through pyslurm where it matches the cluster | off
+    backfill_partition: str = "llm"  # SPEC B1: the preemptible partition (PriorityTier below)
+    backfill_cpus: int = 1  # per LLM instance: small, so it never blocks a research job's CPUs
+    backfill_mem_gb: int = 1
 
 
-class SlurmBackend:
+class SlurmBackend(SlurmBackfill):
     name = "slurm"
 
     def __init__(self, settings: SlurmSettings, cli: SlurmCli | None = None) -> None:
