@@ -162,3 +162,19 @@ def run_service(name: str, main: Callable[[asyncio.Event], Awaitable[None]]) -> 
         sys.exit(1)
     log.info("stopped", extra={"uptime_s": round(time.monotonic() - started, 3)})
     sys.exit(0)
+
+
+def serve_workers(name: str, package: str) -> None:
+    """The whole `__main__` of a worker service: load its config, wire its edges
+    (`<package>.bootstrap.bootstrap`), run its workers until SIGTERM, then close the edges."""
+    config = importlib.import_module(f"{package}.config")
+    bootstrap = importlib.import_module(f"{package}.bootstrap")
+
+    async def main(stop: asyncio.Event) -> None:
+        edges = await bootstrap.bootstrap(config.load(), stop)
+        try:
+            await run_workers(stop, bootstrap.workers(edges))
+        finally:
+            await edges.close()
+
+    run_service(name, main)

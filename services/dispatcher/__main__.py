@@ -1,21 +1,6 @@
 """`python -m jpu_services.dispatcher`: the dispatcher process (SIGTERM → drain → exit 0)."""
 
-from __future__ import annotations
-
-import asyncio
-
-from jpu.service import run_service, run_workers
-from jpu_services.dispatcher import bootstrap, config
-
-
-async def main(stop: asyncio.Event) -> None:
-    settings = config.load()
-    edges = await bootstrap.bootstrap(settings, stop)
-    try:
-        await run_workers(stop, bootstrap.workers(edges))
-    finally:
-        await edges.close()
-
+from jpu.service import serve_workers
 
 if __name__ == "__main__":
-    run_service("dispatcher", main)
+    serve_workers("dispatcher", "jpu_services.dispatcher")
