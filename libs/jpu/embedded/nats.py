@@ -14,7 +14,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
+
+from jpu.embedded.base import EmbeddedServer, free_port
 
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 5.0
@@ -38,13 +39,6 @@ def find_nats_server() -> str:
     )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _accepts(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.2) as s:
@@ -55,7 +49,7 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-class EmbeddedNats:
+class EmbeddedNats(EmbeddedServer):
     """`nats-server -js -sd <data_dir> -a <host> -p <port>` as a child process."""
 
     def __init__(self, data_dir: Path, port: int = 0, host: str = "127.0.0.1") -> None:
@@ -133,13 +127,6 @@ class EmbeddedNats:
         self._proc = None
         raise EmbeddedNatsError(f"{why}; log tail ({self._log_path}):\n{self.log_tail()}")
 
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
     def stop(self) -> None:
         """SIGTERM, wait up to 5 s, then SIGKILL. Safe to call twice."""
         proc, self._proc = self._proc, None
@@ -151,15 +138,3 @@ class EmbeddedNats:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=_STOP_TIMEOUT_S)
-
-    def __enter__(self) -> EmbeddedNats:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

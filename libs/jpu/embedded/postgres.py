@@ -17,12 +17,12 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
+
+from jpu.embedded.base import EmbeddedServer, free_port
 
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 15.0
@@ -53,12 +53,6 @@ def find_pg_bin_dir() -> Path:
     )
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _ensure_postgres_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam("postgres")
@@ -71,7 +65,7 @@ def _ensure_postgres_user() -> pwd.struct_passwd:
         return pwd.getpwnam("postgres")
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(EmbeddedServer):
     """initdb (once) + a `postgres` child process on `host:port` (port 0 = a free one)."""
 
     def __init__(
@@ -116,7 +110,7 @@ class EmbeddedPostgres:
             self._initdb()
         self._stop_stale_postmaster()
         if self._requested_port == 0:
-            self.port = _free_port(self.host)
+            self.port = free_port(self.host)
         self._spawn()
         self._wait_ready()
         self.create_database(self.database)
@@ -157,25 +151,6 @@ class EmbeddedPostgres:
         if out.returncode != 0:
             raise EmbeddedPostgresError(f"psql failed: {sql!r}: {out.stderr.strip()}")
         return out.stdout
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self._log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> EmbeddedPostgres:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # --- steps ---------------------------------------------------------------------------------
 
