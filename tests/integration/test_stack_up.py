@@ -68,14 +68,15 @@ def processes_mentioning(text: str) -> set[int]:
 class Stack:
     """A running `python -m jpu.stack run` with its stdout collected by a thread."""
 
-    def __init__(self, env: dict[str, str | None], data_dir: Path) -> None:
+    def __init__(self, env: dict[str, str | None], data_dir: Path, relative: bool = False) -> None:
         self.port = free_port()
         self.data_dir = data_dir
         self.url = f"http://127.0.0.1:{self.port}"
         merged = {
             **os.environ,
             **env,
-            "JPU_DATA_DIR": str(data_dir),
+            # relative: like `make run`, whose data dir is `.jpu` in the working directory
+            "JPU_DATA_DIR": data_dir.name if relative else str(data_dir),
             "JPU_GATEWAY_PORT": str(self.port),
         }
         full_env = {k: v for k, v in merged.items() if v is not None}  # None: unset it
@@ -87,6 +88,7 @@ class Stack:
             stderr=self.stderr,
             text=True,
             start_new_session=True,
+            cwd=data_dir.parent,
         )
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -220,17 +222,35 @@ async def test_O2_stack_up_answers_healthz(nats_url: str, pg_dsn: str, data_dir:
         await bus.close()
 
 
+def job_completes(stack: Stack) -> None:
+    """A job submitted through the API runs to COMPLETED with its output where it belongs."""
+    auth = {"Authorization": f"Bearer {stack.token('bcg-alice')}"}
+    body = {"name": "hello", "command": "echo attempt=$JOB_ATTEMPT", "num_gpus": 1}
+    job = httpx.post(f"{stack.url}/v1/jobs", json=body, headers=auth, timeout=10).json()
+    deadline = time.monotonic() + 30
+    while (state := job.get("state")) not in ("COMPLETED", "FAILED") and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+        job = httpx.get(f"{stack.url}/v1/jobs/{job['id']}", headers=auth, timeout=10).json()
+    assert state == "COMPLETED", job
+    out = stack.data_dir / "outputs" / job["id"] / "1" / "stdout"
+    assert out.read_text().strip() == "attempt=1"
+
+
 def test_O2_stack_starts_its_own_nats_and_postgres(data_dir: Path) -> None:
     """No URLs given: embedded NATS + PostgreSQL under the data dir, reused on the next run."""
     env: dict[str, str | None] = {"JPU_NATS_URL": None, "JPU_DATABASE_URL": None}
     for run in (1, 2):
-        stack = Stack(env, data_dir)
+        stack = Stack(env, data_dir, relative=True)
         started: set[int] = set()
         try:
             stack.wait_banner()
             started = descendants(stack.proc.pid)
             assert any("(embedded)" in line for line in stack.lines)
             check_gateway(stack)
+            if run == 1:
+                job_completes(stack)
         finally:
             stop_and_check_nothing_left(stack, started)
         assert (data_dir / "pg" / "pgdata" / "PG_VERSION").exists(), run

@@ -47,3 +47,10 @@ def test_O1_cluster_file_with_lab_usage(tmp_path: Path) -> None:
     )
     c = load_cluster(f)
     assert c.labs[0].usage == 24000 and c.labs[0].users[1].max_active_jobs is None
+
+
+def test_O1_data_dir_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs run with another working directory: a relative data_dir would break their paths."""
+    monkeypatch.chdir(tmp_path)
+    c = load_config(env={"JPU_DATA_DIR": ".jpu"})
+    assert c.data_dir == str(tmp_path / ".jpu")

@@ -143,7 +143,9 @@ def load_config(path: str | Path | None = None, env: Mapping[str, str] | None = 
     if path != DEFAULT_PATH:
         raw.update(_read_yaml(path))
     _env_overrides(raw, env, set(Config.__struct_fields__))
-    return _convert(raw, Config, str(path))
+    config: Config = _convert(raw, Config, str(path))
+    # Jobs run in other working directories: every path a service hands on must be absolute.
+    return msgspec.structs.replace(config, data_dir=str(Path(config.data_dir).absolute()))
 
 
 def load_cluster(path: str | Path) -> Cluster:
