@@ -10,14 +10,13 @@ forgotten (MinJobAge) still answers `poll`.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
 from jpu.backends.base import BackendStatus
+from jpu.backends.jsonstore import JsonRecordStore
 
 Intent = Literal["cancel", "timeout"]
 
@@ -42,50 +41,12 @@ class SlurmRecord(msgspec.Struct, kw_only=True):
     final: BackendStatus | None = None
 
 
-_enc = msgspec.json.Encoder()
-_dec = msgspec.json.Decoder(SlurmRecord)
-
-
-class SlurmRecordStore:
+class SlurmRecordStore(JsonRecordStore[SlurmRecord]):
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.jobs = root / "jobs"
-        self.jobs.mkdir(mode=0o700, parents=True, exist_ok=True)
-        root.chmod(0o700)
-        self.jobs.chmod(0o700)
+        super().__init__(root, SlurmRecord)
 
-    def save(self, record: SlurmRecord) -> None:
-        """Atomic: a crash leaves the old or the new record, never half of one."""
-        target = self.jobs / f"{record.name}.json"
-        tmp = target.with_suffix(".json.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(_enc.encode(record))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-
-    def forget(self, name: str) -> None:
-        (self.jobs / f"{name}.json").unlink(missing_ok=True)
-
-    def all(self) -> list[SlurmRecord]:
-        out = []
-        for path in sorted(self.jobs.glob("*.json")):
-            try:
-                out.append(_dec.decode(path.read_bytes()))
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-                continue
-        return out
-
-    def drained(self) -> dict[str, str]:
-        """Nodes this backend drained (X5 kill_failed) → reason, for the operator's record."""
-        try:
-            data = json.loads((self.root / "drained.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): str(v) for k, v in data.items()}
+    def key(self, record: SlurmRecord) -> str:
+        return record.name
 
     def note_drained(self, node: str, reason: str) -> None:
-        drained = self.drained()
-        drained[node] = reason
-        (self.root / "drained.json").write_text(json.dumps(drained))
+        self.set_drained(node, reason)
