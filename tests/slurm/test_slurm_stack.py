@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
+import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,14 @@ from jpu.bus import EventBus
 from jpu.clock import SystemClock
 from jpu.config import Config, load_config
 from jpu.edges import connect_edges
-from jpu.events import BackfillEnded, BackfillStarted, JobEnded, JobStarted, UsageCharged
+from jpu.events import (
+    BackfillEnded,
+    BackfillStarted,
+    JobEnded,
+    JobStarted,
+    JobSubmitted,
+    UsageCharged,
+)
 from jpu.fold_testing import Watcher
 from jpu.service import run_workers
 from jpu.testing.nats_fixtures import unique_names
@@ -170,3 +180,136 @@ async def test_B2_X2_job_submitted_over_http_runs_on_slurm_over_backfill_and_is_
         await bus.delete_stream()
         await bus.close()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+CAROL = {"Authorization": "Bearer demo-kdg-carol"}
+
+
+@contextlib.asynccontextmanager
+async def _stack(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, cluster: SlurmCluster
+) -> AsyncIterator[tuple[Path, httpx.AsyncClient, Watcher, EventBus]]:
+    """The whole stack in-process with a gateway client; everything torn down after."""
+    data_dir = root_dir("jpu-slurm-stack-")
+    config = _config(nats_url, pg_dsn, data_dir)
+    await seed_demo(pool)
+    app = create_app(GatewayConfig.from_config(config, env={}))
+    edges = await connect_edges(config, name="services")
+    bus = await EventBus.connect(nats_url, stream=config.stream_name, prefix=config.subject_prefix)
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_workers(stop, _workers(config, edges, cluster, data_dir / "outputs"), 10.0)
+    )
+    try:
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
+            Watcher(bus, config) as w,
+        ):
+            yield data_dir, c, w, bus
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 15)
+        await _leave_nothing(config, cluster)
+        await edges.close()
+        await bus.delete_stream()
+        await bus.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def _submit(c: httpx.AsyncClient, body: dict[str, Any]) -> str:
+    r = await c.post("/v1/jobs", json={"name": "t", **body}, headers=CAROL)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+OOM_SCRIPT = (
+    'if [ "$JOB_ATTEMPT" = 1 ]; then echo "CUDA out of memory"; exit 1; fi; '
+    'echo "JOB_ATTEMPT=$JOB_ATTEMPT"'
+)
+
+
+async def test_X8_oom_on_slurm_rtx3080ti_retries_on_rtx4090_with_job_attempt_2(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, slurm_cluster: SlurmCluster
+) -> None:
+    async with _stack(nats_url, pool, pg_dsn, slurm_cluster) as (data_dir, c, w, bus):
+        # The 4 rtx4090 GPUs are held by two jobs, so attempt 1 can only land on the 3080 Ti.
+        blockers = [await _submit(c, {"command": "sleep 6", "num_gpus": 2, "tier": "rtx4090"})
+                    for _ in range(2)]  # fmt: skip
+        await w.until(lambda st: all(st.jobs[b].state == "RUNNING" for b in blockers), timeout=30)
+        body = {"command": OOM_SCRIPT, "num_gpus": 1, "tiers": ["rtx3080ti", "rtx4090"]}
+        job = await _submit(c, body)
+        await w.until(lambda st: st.jobs[job].state == "COMPLETED", timeout=45)
+        events = [d.event async for d in bus.replay() if getattr(d.event, "job_id", None) == job]
+        ends = sorted((e for e in events if isinstance(e, JobEnded)), key=lambda e: e.attempt)
+        assert [(e.attempt, e.state, e.tier) for e in ends] == [
+            (1, "FAILED", "rtx3080ti"),
+            (2, "COMPLETED", "rtx4090"),
+        ], ends
+        assert sum(isinstance(e, JobSubmitted) for e in events) == 1  # the user never resubmits
+        stdout = (data_dir / "outputs" / job / "2" / "stdout").read_text()
+        assert "JOB_ATTEMPT=2" in stdout, stdout
+
+
+def _scontrol(cluster: SlurmCluster, state: str, check: bool = True) -> None:
+    env = {**os.environ, "SLURM_CONF": cluster.conf}
+    cmd = ["scontrol", "update", "nodename=gpu-3080tix2-01", f"state={state}"]
+    subprocess.run(cmd + (["reason=test"] if state == "drain" else []), env=env, check=check)
+
+
+async def _placement(c: httpx.AsyncClient, node: str) -> dict[str, Any]:
+    r = await c.get("/v1/placements", headers=CAROL)
+    assert r.status_code == 200, r.text
+    rows = [p for p in r.json()["placements"] if p["node"] == node]
+    return dict(rows[0]) if rows else {}
+
+
+async def _view(c: httpx.AsyncClient, job: str) -> dict[str, Any]:
+    r = await c.get(f"/v1/jobs/{job}", headers=CAROL)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+async def _poll(fetch: Any, pred: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = await fetch()
+        if pred(got) or time.monotonic() > deadline:
+            return got
+        await asyncio.sleep(0.3)
+
+
+async def test_P2_drained_node_leaves_placements_and_job_waits_for_resources(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, slurm_cluster: SlurmCluster
+) -> None:
+    node, tier = "gpu-3080tix2-01", "rtx3080ti"
+    async with _stack(nats_url, pool, pg_dsn, slurm_cluster) as (_, c, w, _bus):
+        try:
+            # Q2 rejects a job no placement can ever run, so the job is accepted while a blocker
+            # holds both GPUs, the node is drained under it, then the blocker is cancelled
+            # once the drain shows.
+            blocker = await _submit(c, {"command": "sleep 60", "num_gpus": 2, "tiers": [tier]})
+            await w.until(lambda st: st.jobs[blocker].state == "RUNNING", timeout=30)
+            job = await _submit(c, {"command": "echo ok", "num_gpus": 1, "tiers": [tier]})
+            _scontrol(slurm_cluster, "drain")
+            p = await _poll(lambda: _placement(c, node), lambda p: p.get("capacity") == 0, 20)
+            assert p["capacity"] == 0 and p["down"] == 2, p  # P2: down GPUs are no capacity
+            # only then free the blocker's GPUs: the job must not get them (P2)
+            r = await c.post(f"/v1/jobs/{blocker}/cancel", headers=CAROL)
+            assert r.status_code == 202, r.text
+            await w.until(lambda st: st.jobs[blocker].state == "CANCELLED", timeout=20)
+            r = await c.post("/v1/jobs", json={"command": "true", "num_gpus": 1, "tiers": [tier]},
+                             headers=CAROL)  # fmt: skip
+            assert r.status_code == 422 and "NO_FIT_PLACEMENT" in r.text, r.text  # Q2
+            v = await _poll(
+                lambda: _view(c, job), lambda v: v.get("pending_reason") == "Resources", 10
+            )
+            assert v["state"] == "GLOBAL_QUEUE_WAIT" and v["pending_reason"] == "Resources", v
+            await asyncio.sleep(2)  # several cycles: still waiting, never started
+            v = await _view(c, job)
+            assert v["state"] == "GLOBAL_QUEUE_WAIT" and v["pending_reason"] == "Resources", v
+            _scontrol(slurm_cluster, "resume")
+            await w.until(lambda st: st.jobs[job].state == "COMPLETED", timeout=30)
+        finally:
+            _scontrol(slurm_cluster, "resume", check=False)  # never leave the node drained
