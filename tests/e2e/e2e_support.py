@@ -11,11 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -27,9 +22,8 @@ import pytest
 import yaml
 
 from jpu.bus import EventBus
-from jpu.embedded.nats import free_port
+from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
 
-READY_TIMEOUT_S = 60.0
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
 ACTIVE = (
     "PERSONAL_QUEUE_WAIT",
@@ -53,14 +47,6 @@ def wait_until(fn: Callable[[], T | None], timeout: float, what: Callable[[], st
             said = what if isinstance(what, str) else what()
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {said}")
         time.sleep(0.05)
-
-
-def world_searchable_tmpdir(prefix: str) -> Path:
-    # Not pytest's tmp_path: its parents are 0700, and as root the embedded PostgreSQL and the
-    # jobs (run as the users' own UIDs, SPEC X4) must reach files under it.
-    d = Path(tempfile.mkdtemp(prefix=prefix))
-    d.chmod(0o755)
-    return d
 
 
 class Api:
@@ -144,51 +130,22 @@ def _brief(job: dict[str, Any]) -> str:
     return json.dumps({k: job.get(k) for k in keys})
 
 
-class Stack:
-    """A running `python -m jpu.stack run`; stdout (the ready banner) collected by a thread."""
+class Stack(StackProcess):
+    """A running `python -m jpu.stack run` with its own data dir, optional config file, gates and
+    one HTTP client per demo user."""
 
     def __init__(self, env: dict[str, str], config: dict[str, Any] | None = None) -> None:
-        self.data_dir = world_searchable_tmpdir("jpu-e2e-")
-        self.gates = self.data_dir / "gates"
+        data_dir = world_searchable_tmpdir("jpu-e2e-")
+        self.gates = data_dir / "gates"
         self.gates.mkdir()
         self.gates.chmod(0o755)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {
-            **os.environ,
-            **env,
-            "JPU_DATA_DIR": str(self.data_dir),
-            "JPU_GATEWAY_PORT": str(self.port),
-        }
+        env = dict(env)
         if config is not None:
-            path = self.data_dir / "config.yaml"
+            path = data_dir / "config.yaml"
             path.write_text(yaml.safe_dump(config))
-            self.env["JPU_CONFIG"] = str(path)
-        self.stderr = open(self.data_dir / "stack.stderr", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jpu.stack", "run"],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-            start_new_session=True,
-        )
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+            env["JPU_CONFIG"] = str(path)
+        super().__init__(env, data_dir)
         self._clients: dict[str, Api] = {}
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not any(line.startswith("JPU-Share is up:") for line in self.lines):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"stack not ready (rc={self.proc.returncode}):\n{self.log_tail()}")
-            time.sleep(0.1)
 
     def api(self, user: str) -> Api:
         """The HTTP client of demo user `user` (token `demo-<user>`), cached."""
@@ -213,31 +170,9 @@ class Stack:
         pool = self.api("admin").get("/v1/placements")["placements"]
         return dict(next(p for p in pool if p["node"] == node))
 
-    def service_log(self, name: str) -> list[dict[str, Any]]:
-        path = self.data_dir / "logs" / f"{name}.log"
-        if not path.exists():
-            return []
-        return [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
-
-    def supervisor_log(self) -> list[dict[str, Any]]:
-        self.stderr.flush()
-        text = (self.data_dir / "stack.stderr").read_text()
-        return [json.loads(x) for x in text.splitlines() if x.startswith("{")]
-
-    def service_pids(self, name: str) -> list[int]:
-        return [
-            e["pid"]
-            for e in self.supervisor_log()
-            if e.get("child") == name and e["msg"] == "service started"
-        ]
-
     def output_dir(self, job_id: str, attempt: int = 1) -> Path:
         """JOB_OUTPUT_DIR of an attempt (SPEC X2): <data_dir>/outputs/<job>/<attempt>."""
         return self.data_dir / "outputs" / job_id / str(attempt)
-
-    def log_tail(self) -> str:
-        self.stderr.flush()
-        return (self.data_dir / "stack.stderr").read_text()[-4000:]
 
     # --- cleanup ------------------------------------------------------------------------------
 
@@ -259,14 +194,7 @@ class Stack:
     def stop(self) -> int:
         for client in self._clients.values():
             client.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # what Ctrl-C does
-        try:
-            return self.proc.wait(timeout=45)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.stderr.close()
+        return super().stop()
 
 
 def by_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import shutil
 import signal
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -17,27 +16,30 @@ import pytest_asyncio
 
 from jpu.backends import LaunchSpec
 from jpu.backends.local import LocalBackend, LocalSettings
-from jpu.bus import Delivered, EventBus
-from jpu.clock import SystemClock
+from jpu.bus import EventBus
 from jpu.config import Config, load_config
 from jpu.events import (
-    Event,
     JobCancelRequested,
-    JobDispatched,
     JobEnded,
-    JobPromoted,
     JobRetryScheduled,
     JobStarted,
-    JobSubmitted,
     NodeInventoryObserved,
     ReservationReleased,
     ReservationStarted,
-    new_event_id,
 )
-from jpu_services.slurm_agent.options import AgentOptions
-from jpu_services.slurm_agent.run import run_agent
+from jpu.testing.agent_world import (
+    NODE,
+    TIER,
+    AgentWorld,
+    dispatched,
+    ended,
+    event,
+    of,
+    submitted,
+    wait_events,
+)
 
-NODE, TIER, TFLOPS = "gpu-4090x2-01", "rtx4090", 82.6
+TFLOPS = 82.6
 
 
 def _root_dir(prefix: str) -> Path:
@@ -47,38 +49,8 @@ def _root_dir(prefix: str) -> Path:
 
 
 @dataclass
-class World:
-    bus: EventBus
-    config: Config
-    data_dir: Path
-    out_root: Path
-    backend: LocalBackend
-    agents: list[tuple[asyncio.Event, asyncio.Task[None]]] = field(default_factory=list)
-
-    def options(self, **kw: object) -> AgentOptions:
-        base: dict[str, object] = {
-            "cancel_grace_s": 2.0, "poll_min_s": 0.1, "poll_max_s": 0.5,
-            "output_root": self.out_root,
-        }  # fmt: skip
-        base.update(kw)
-        return AgentOptions(**base)  # type: ignore[arg-type]
-
-    def start_agent(self, **kw: object) -> None:
-        stop = asyncio.Event()
-        task = asyncio.create_task(
-            run_agent(self.bus, self.config, self.backend, SystemClock(), stop, self.options(**kw))
-        )
-        self.agents.append((stop, task))
-
-    async def stop_agents(self) -> None:
-        for stop, task in self.agents:
-            stop.set()
-            await asyncio.wait_for(task, 15)
-        self.agents.clear()
-
-    async def append(self, *events: Event) -> None:
-        for e in events:
-            await self.bus.append(e)
+class World(AgentWorld):
+    data_dir: Path = Path()
 
 
 def new_backend(data_dir: Path, config: Config) -> LocalBackend:
@@ -92,7 +64,7 @@ async def world(bus: EventBus) -> AsyncIterator[World]:
     config = msgspec.structs.replace(
         load_config(), stream_name=bus.stream, subject_prefix=bus.prefix, data_dir=str(data_dir)
     )
-    w = World(bus, config, data_dir, out_root, new_backend(data_dir, config))
+    w = World(bus, config, new_backend(data_dir, config), out_root, data_dir=data_dir)
     try:
         yield w
     finally:
@@ -105,51 +77,15 @@ async def world(bus: EventBus) -> AsyncIterator[World]:
         shutil.rmtree(out_root, ignore_errors=True)
 
 
-def _e(cls: type[Event], **kw: object) -> Event:
-    return cls(event_id=new_event_id(), ts=time.time(), **kw)
-
-
-def submitted(job_id: str, command: str, num_gpus: int = 1, **kw: object) -> list[Event]:
-    return [
-        _e(JobSubmitted, job_id=job_id, lab="BCG", user="alice", name=job_id, command=command,
-           num_gpus=num_gpus, **kw),
-        _e(JobPromoted, job_id=job_id, queue_entered_at=time.time()),
-    ]  # fmt: skip
-
-
-def dispatched(job_id: str, gpus: list[int], attempt: int = 1, node: str = NODE) -> Event:
-    return _e(JobDispatched, job_id=job_id, attempt=attempt, node=node, tier=TIER, gpus=gpus)
-
-
-async def wait_events(
-    bus: EventBus, job_id: str, done: Callable[[list[Delivered]], bool], timeout: float = 20.0
-) -> list[Delivered]:
-    deadline = time.monotonic() + timeout
-    while True:
-        events = await bus.job_events(job_id)
-        if done(events):
-            return events
-        assert time.monotonic() < deadline, [type(d.event).__name__ for d in events]
-        await asyncio.sleep(0.2)
-
-
-def of(events: list[Delivered], cls: type[Event]) -> list:  # type: ignore[type-arg]
-    return [d.event for d in events if isinstance(d.event, cls)]
-
-
-def ended(events: list[Delivered]) -> bool:
-    return bool(of(events, JobEnded))
-
-
 async def test_X6_dispatched_job_starts_runs_and_ends_with_its_cost(world: World) -> None:
     job = "jrun"
     await world.append(
         *submitted(job, "sleep 1.2", num_gpus=2),
-        _e(ReservationStarted, job_id=job, node=NODE, tier=TIER, gpus=[0]),
-        _e(ReservationReleased, job_id=job, node=NODE, tier=TIER, gpus=[0], reason="demoted",
+        event(ReservationStarted, job_id=job, node=NODE, tier=TIER, gpus=[0]),
+        event(ReservationReleased, job_id=job, node=NODE, tier=TIER, gpus=[0], reason="demoted",
            gpu_seconds=5.0, charged_now=True, tflops=TFLOPS),  # R3: charged already
-        _e(ReservationStarted, job_id=job, node=NODE, tier=TIER, gpus=[0]),
-        _e(ReservationReleased, job_id=job, node=NODE, tier=TIER, gpus=[0, 1],
+        event(ReservationStarted, job_id=job, node=NODE, tier=TIER, gpus=[0]),
+        event(ReservationReleased, job_id=job, node=NODE, tier=TIER, gpus=[0, 1],
            reason="dispatched", gpu_seconds=10.0, charged_now=False, tflops=TFLOPS),
         dispatched(job, [0, 1]),
     )  # fmt: skip
@@ -195,7 +131,7 @@ async def test_X5_cancel_of_running_job_lets_it_checkpoint(world: World) -> None
     await world.append(*submitted(job, cmd), dispatched(job, [0]))
     world.start_agent()
     await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)))
-    await world.append(_e(JobCancelRequested, job_id=job, by="alice"))
+    await world.append(event(JobCancelRequested, job_id=job, by="alice"))
     (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
     assert end.state == "CANCELLED" and end.reason == "cancelled" and not end.kill_failed
     assert (world.out_root / job / "1" / "ckpt").read_text() == "ok\n"
@@ -206,7 +142,7 @@ async def test_X5_cancel_before_launch_ends_attempt_without_running_it(world: Wo
     job = "jearly"
     await world.append(
         *submitted(job, "touch ran"), dispatched(job, [0]),
-        _e(JobCancelRequested, job_id=job, by="alice"),
+        event(JobCancelRequested, job_id=job, by="alice"),
     )  # fmt: skip
     world.start_agent()
     events = await wait_events(world.bus, job, ended)
@@ -226,39 +162,12 @@ async def test_launch_failure_ends_attempt_failed(world: World) -> None:
     assert "gpu-unknown-01" in end.reason
 
 
-_AGENT_PROC = """
-import asyncio, sys
-from pathlib import Path
-import msgspec
-from jpu.bus import EventBus
-from jpu.clock import SystemClock
-from jpu.config import load_config
-from jpu.backends.local import LocalBackend, LocalSettings
-from jpu_services.slurm_agent.options import AgentOptions
-from jpu_services.slurm_agent.run import run_agent
-
-async def main():
-    url, stream, prefix, data, out = sys.argv[1:6]
-    cfg = msgspec.structs.replace(load_config(), stream_name=stream, subject_prefix=prefix,
-                                  data_dir=data)
-    bus = await EventBus.connect(url, stream=stream, prefix=prefix)
-    backend = LocalBackend(LocalSettings(data_dir=Path(data), nodes=list(cfg.nodes)))
-    opts = AgentOptions(poll_min_s=0.1, poll_max_s=0.5, output_root=Path(out))
-    await run_agent(bus, cfg, backend, SystemClock(), asyncio.Event(), opts)
-
-asyncio.run(main())
-"""
-
-
 async def test_O5_agent_killed_mid_job_is_restarted_and_readopts_it(
     world: World, nats_url: str
 ) -> None:
     job = "jadopt"
     await world.append(*submitted(job, "sleep 3\nexit 5\n"), dispatched(job, [1]))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _AGENT_PROC, nats_url, world.bus.stream, world.bus.prefix,
-        str(world.data_dir), str(world.out_root),
-    )  # fmt: skip
+    proc = await world.spawn_agent_process(nats_url)
     try:
         await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)), timeout=30)
     finally:
@@ -320,9 +229,9 @@ async def test_X8_retried_attempt_runs_as_attempt_2_in_its_own_dir(world: World)
     cmd = 'echo "attempt=$JOB_ATTEMPT dir=$JOB_OUTPUT_DIR"'
     await world.append(
         *submitted(job, cmd), dispatched(job, [0]),
-        _e(JobStarted, job_id=job, attempt=1, backend_job_id="elsewhere-1"),
-        _e(JobEnded, job_id=job, attempt=1, state="FAILED", exit_code=1, oom=True, reason="OOM"),
-        _e(JobRetryScheduled, job_id=job, attempt=2, min_vram_gb=25),
+        event(JobStarted, job_id=job, attempt=1, backend_job_id="elsewhere-1"),
+        event(JobEnded, job_id=job, attempt=1, state="FAILED", exit_code=1, oom=True, reason="OOM"),
+        event(JobRetryScheduled, job_id=job, attempt=2, min_vram_gb=25),
         dispatched(job, [1], attempt=2),
     )  # fmt: skip
     world.start_agent()
@@ -346,7 +255,7 @@ async def test_X5_kill_failed_is_recorded_and_the_node_drained(world: World) -> 
                        dispatched(job, [0]))  # fmt: skip
     world.start_agent(cancel_grace_s=0.5)
     await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)))
-    await world.append(_e(JobCancelRequested, job_id=job, by="admin"))
+    await world.append(event(JobCancelRequested, job_id=job, by="admin"))
     (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
     assert end.state == "CANCELLED" and end.kill_failed and end.reason == "kill_failed"
     subject = f"{world.bus.prefix}.inventory.{NODE}"

@@ -12,10 +12,11 @@ from typing import TypeVar
 
 import httpx
 import pytest
-from test_stack_up import Stack, _alive, descendants, world_searchable_tmpdir
+from test_stack_up import Stack
 
 from jpu.bus import EventBus
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.stack_process import alive, descendants, world_searchable_tmpdir
 
 WAIT_S = 60.0
 T = TypeVar("T")
@@ -38,7 +39,7 @@ def processes_under(directory: Path) -> dict[int, str]:
             cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if cwd.is_relative_to(directory) and _alive(int(p)):
+        if cwd.is_relative_to(directory) and alive(int(p)):
             found[int(p)] = cmd
     return found
 
@@ -70,7 +71,7 @@ async def test_O2_ctrl_c_stops_running_jobs_and_backfill(
     )
     started: set[int] = set()
     try:
-        stack.wait_banner()
+        stack.wait_ready()
         headers = {"Authorization": f"Bearer {stack.token('bcg-alice')}"}
         with httpx.Client(base_url=stack.url, timeout=10, headers=headers) as http:
             r = http.post("/v1/jobs", json={"name": "long", "command": "sleep 600", "num_gpus": 1})
@@ -101,7 +102,7 @@ async def test_O2_ctrl_c_stops_running_jobs_and_backfill(
     finally:
         assert stack.stop() == 0, stack.log_tail()
     deadline = time.monotonic() + 5
-    while (left := {p for p in started if _alive(p)}) and time.monotonic() < deadline:
+    while (left := {p for p in started if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: { {p: procs.get(p) for p in left} }"
     assert not processes_under(data_dir)

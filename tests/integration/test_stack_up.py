@@ -10,10 +10,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,36 +18,10 @@ import httpx
 import pytest
 
 from jpu.bus import EventBus
-from jpu.embedded.nats import free_port
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.stack_process import StackProcess, alive, descendants, world_searchable_tmpdir
 
-READY_TIMEOUT_S = 60.0
-
-
-def _ppid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def descendants(root: int) -> set[int]:
-    parents = {int(p): _ppid(int(p)) for p in os.listdir("/proc") if p.isdigit()}
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - found
-        found |= frontier
-    return found
+Stack = StackProcess
 
 
 def processes_mentioning(text: str) -> set[int]:
@@ -63,77 +33,6 @@ def processes_mentioning(text: str) -> set[int]:
         except OSError:
             continue
     return pids - {os.getpid()}
-
-
-class Stack:
-    """A running `python -m jpu.stack run` with its stdout collected by a thread."""
-
-    def __init__(self, env: dict[str, str | None], data_dir: Path, relative: bool = False) -> None:
-        self.port = free_port()
-        self.data_dir = data_dir
-        self.url = f"http://127.0.0.1:{self.port}"
-        merged = {
-            **os.environ,
-            **env,
-            # relative: like `make run`, whose data dir is `.jpu` in the working directory
-            "JPU_DATA_DIR": data_dir.name if relative else str(data_dir),
-            "JPU_GATEWAY_PORT": str(self.port),
-        }
-        full_env = {k: v for k, v in merged.items() if v is not None}  # None: unset it
-        self.stderr = open(data_dir / "stack.stderr", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jpu.stack", "run"],
-            env=full_env,
-            stdout=subprocess.PIPE,
-            stderr=self.stderr,
-            text=True,
-            start_new_session=True,
-            cwd=data_dir.parent,
-        )
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_banner(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not any(line.startswith("JPU-Share is up:") for line in self.lines):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"stack not ready (rc={self.proc.returncode}):\n{self.log_tail()}")
-            time.sleep(0.2)
-
-    def token(self, user: str) -> str:
-        row = next(line.split() for line in self.lines if line.split()[:1] == [user])
-        return row[-1]
-
-    def supervisor_log(self) -> list[dict]:
-        text = (self.data_dir / "stack.stderr").read_text()
-        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
-
-    def log_tail(self) -> str:
-        self.stderr.flush()
-        return (self.data_dir / "stack.stderr").read_text()[-4000:]
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # what Ctrl-C does
-        try:
-            return self.proc.wait(timeout=45)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.stderr.close()
-
-
-def world_searchable_tmpdir() -> Path:
-    # Not pytest's tmp_path: as root the embedded PostgreSQL runs as `postgres` (see pg_fixtures).
-    d = Path(tempfile.mkdtemp(prefix="jpu-stack-test-"))
-    d.chmod(0o755)
-    return d
 
 
 @pytest.fixture
@@ -158,20 +57,12 @@ def check_gateway(stack: Stack) -> None:
 def stop_and_check_nothing_left(stack: Stack, started: set[int]) -> None:
     assert stack.stop() == 0, stack.log_tail()
     deadline = time.monotonic() + 5
-    left = {p for p in started if _alive(p)}
+    left = {p for p in started if alive(p)}
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = {p for p in left if _alive(p)}
+        left = {p for p in left if alive(p)}
     assert not left, f"processes left behind: {left}"
     assert not processes_mentioning(str(stack.data_dir))
-
-
-def service_pids(stack: Stack, name: str) -> list[int]:
-    return [
-        e["pid"]
-        for e in stack.supervisor_log()
-        if e.get("child") == name and e["msg"] == "service started"
-    ]
 
 
 def connected(log: Path) -> int:
@@ -192,7 +83,7 @@ async def test_O2_stack_up_answers_healthz(nats_url: str, pg_dsn: str, data_dir:
     )
     started: set[int] = set()
     try:
-        stack.wait_banner()
+        stack.wait_ready()
         started = descendants(stack.proc.pid)
         check_gateway(stack)
         assert len(started) >= 6  # six services, no embedded servers
@@ -200,12 +91,12 @@ async def test_O2_stack_up_answers_healthz(nats_url: str, pg_dsn: str, data_dir:
             assert (data_dir / "logs" / f"{name}.log").exists()
 
         # SPEC O5: a killed service is restarted by the supervisor.
-        [intake] = service_pids(stack, "intake")
+        [intake] = stack.service_pids("intake")
         os.kill(intake, signal.SIGKILL)
         deadline = time.monotonic() + 20
         while connected(data_dir / "logs" / "intake.log") < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert len(service_pids(stack, "intake")) == 2, stack.log_tail()
+        assert len(stack.service_pids("intake")) == 2, stack.log_tail()
         assert connected(data_dir / "logs" / "intake.log") == 2
         started |= descendants(stack.proc.pid)
     finally:
@@ -245,7 +136,7 @@ def test_O2_stack_starts_its_own_nats_and_postgres(data_dir: Path) -> None:
         stack = Stack(env, data_dir, relative=True)
         started: set[int] = set()
         try:
-            stack.wait_banner()
+            stack.wait_ready()
             started = descendants(stack.proc.pid)
             assert any("(embedded)" in line for line in stack.lines)
             check_gateway(stack)

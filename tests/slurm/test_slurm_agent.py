@@ -3,12 +3,10 @@ the same agent that runs the local backend, with `slurm_backend: slurm`."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -17,55 +15,36 @@ from conftest import SlurmEnv, wait_end, wait_file
 
 from jpu.backends import LaunchSpec, make_backend
 from jpu.backends.slurm import SlurmBackend
-from jpu.bus import Delivered, EventBus
-from jpu.clock import SystemClock
+from jpu.bus import EventBus
 from jpu.config import Config, Node, load_config
 from jpu.events import (
-    Event,
     JobCancelRequested,
-    JobDispatched,
     JobEnded,
-    JobPromoted,
     JobStarted,
-    JobSubmitted,
     NodeInventoryObserved,
-    new_event_id,
+)
+from jpu.testing.agent_world import (
+    NODE,
+    TIER,
+    AgentWorld,
+    dispatched,
+    ended,
+    event,
+    of,
+    submitted,
+    wait_events,
 )
 from jpu.testing.slurm_fixtures import SlurmCluster
-from jpu_services.slurm_agent.options import AgentOptions
-from jpu_services.slurm_agent.run import run_agent
-
-NODE, TIER = "gpu-4090x2-01", "rtx4090"
 
 
 @dataclass
-class World:
-    bus: EventBus
-    config: Config
-    env: SlurmEnv
-    backend: SlurmBackend
-    agents: list[tuple[asyncio.Event, asyncio.Task[None]]] = field(default_factory=list)
+class World(AgentWorld):
+    env: SlurmEnv | None = None
 
-    def start_agent(self, **kw: object) -> None:
-        options: dict[str, object] = {
-            "cancel_grace_s": 2.0, "poll_min_s": 0.1, "poll_max_s": 0.5,
-            "output_root": self.env.out_root,
-        }  # fmt: skip
-        options.update(kw)
-        stop = asyncio.Event()
-        opts = AgentOptions(**options)  # type: ignore[arg-type]
-        run = run_agent(self.bus, self.config, self.backend, SystemClock(), stop, opts)
-        self.agents.append((stop, asyncio.create_task(run)))
-
-    async def stop_agents(self) -> None:
-        for stop, task in self.agents:
-            stop.set()
-            await asyncio.wait_for(task, 15)
-        self.agents.clear()
-
-    async def append(self, *events: Event) -> None:
-        for e in events:
-            await self.bus.append(e)
+    @property
+    def slurm(self) -> SlurmEnv:
+        assert self.env is not None
+        return self.env
 
 
 def cluster_config(bus: EventBus, env: SlurmEnv, cluster: SlurmCluster) -> Config:
@@ -84,47 +63,11 @@ async def world(
     backend = make_backend(config, {"JPU_SLURM_CONF": slurm_cluster.conf})
     assert isinstance(backend, SlurmBackend)  # the real Slurm backend, by configuration (X9)
     slurm.backends.append(backend)
-    w = World(bus, config, slurm, backend)
+    w = World(bus, config, backend, slurm.out_root, env=slurm)
     try:
         yield w
     finally:
         await w.stop_agents()
-
-
-def _e(cls: type[Event], **kw: object) -> Event:
-    return cls(event_id=new_event_id(), ts=time.time(), **kw)
-
-
-def submitted(job_id: str, command: str, num_gpus: int = 1, **kw: object) -> list[Event]:
-    return [
-        _e(JobSubmitted, job_id=job_id, lab="BCG", user="alice", name=job_id, command=command,
-           num_gpus=num_gpus, **kw),
-        _e(JobPromoted, job_id=job_id, queue_entered_at=time.time()),
-    ]  # fmt: skip
-
-
-def dispatched(job_id: str, gpus: list[int], node: str = NODE) -> Event:
-    return _e(JobDispatched, job_id=job_id, attempt=1, node=node, tier=TIER, gpus=gpus)
-
-
-async def wait_events(
-    bus: EventBus, job_id: str, done: Callable[[list[Delivered]], bool], timeout: float = 30.0
-) -> list[Delivered]:
-    deadline = time.monotonic() + timeout
-    while True:
-        events = await bus.job_events(job_id)
-        if done(events):
-            return events
-        assert time.monotonic() < deadline, [type(d.event).__name__ for d in events]
-        await asyncio.sleep(0.2)
-
-
-def of(events: list[Delivered], cls: type[Event]) -> list:  # type: ignore[type-arg]
-    return [d.event for d in events if isinstance(d.event, cls)]
-
-
-def ended(events: list[Delivered]) -> bool:
-    return bool(of(events, JobEnded))
 
 
 async def test_X6_a_dispatch_runs_on_slurm_and_its_end_is_recorded(world: World) -> None:
@@ -145,7 +88,7 @@ async def test_X6_a_dispatch_runs_on_slurm_and_its_end_is_recorded(world: World)
     assert 2 * 1.2 <= end.gpu_seconds_run < 2 * 4.0  # Slurm's whole seconds, within 1 s
     inventory = [d.event async for d in world.bus.replay(filter_subject=f"{world.bus.prefix}.>")]
     observed = {e.node: e for e in inventory if isinstance(e, NodeInventoryObserved)}
-    assert set(observed) == set(world.env.cluster.nodes)
+    assert set(observed) == set(world.slurm.cluster.nodes)
 
 
 async def test_X7_a_cuda_oom_on_slurm_ends_failed_with_oom(world: World) -> None:
@@ -163,38 +106,11 @@ async def test_X5_cancel_through_the_agent_lets_the_slurm_job_checkpoint(world: 
     cmd = "trap 'echo ok > \"$JOB_OUTPUT_DIR/ckpt\"; exit 0' TERM\ntouch ready\nsleep 60 & wait\n"
     await world.append(*submitted(job, cmd), dispatched(job, [0]))
     world.start_agent()
-    await wait_file(world.env.out_root / job / "1" / "ready")  # running, its trap set
-    await world.append(_e(JobCancelRequested, job_id=job, by="alice"))
+    await wait_file(world.slurm.out_root / job / "1" / "ready")  # running, its trap set
+    await world.append(event(JobCancelRequested, job_id=job, by="alice"))
     (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
     assert end.state == "CANCELLED" and end.reason == "cancelled" and not end.kill_failed
-    assert (world.env.out_root / job / "1" / "ckpt").read_text() == "ok\n"
-
-
-_AGENT_PROC = """
-import asyncio, sys
-from pathlib import Path
-import msgspec
-from jpu.backends import make_backend
-from jpu.bus import EventBus
-from jpu.clock import SystemClock
-from jpu.config import Node, load_config
-from jpu_services.slurm_agent.options import AgentOptions
-from jpu_services.slurm_agent.run import run_agent
-
-async def main():
-    url, stream, prefix, data, out, conf = sys.argv[1:7]
-    nodes = [Node(name=n, gpus={t: 2}) for n, t in
-             [("gpu-4090x2-01", "rtx4090"), ("gpu-4090x2-02", "rtx4090"),
-              ("gpu-3080tix2-01", "rtx3080ti")]]
-    cfg = msgspec.structs.replace(load_config(), stream_name=stream, subject_prefix=prefix,
-                                  data_dir=data, nodes=nodes, slurm_backend="slurm")
-    bus = await EventBus.connect(url, stream=stream, prefix=prefix)
-    backend = make_backend(cfg, {"JPU_SLURM_CONF": conf})
-    opts = AgentOptions(poll_min_s=0.1, poll_max_s=0.5, output_root=Path(out))
-    await run_agent(bus, cfg, backend, SystemClock(), asyncio.Event(), opts)
-
-asyncio.run(main())
-"""
+    assert (world.slurm.out_root / job / "1" / "ckpt").read_text() == "ok\n"
 
 
 async def test_O5_an_agent_killed_mid_job_is_replaced_and_the_new_one_readopts_it(
@@ -202,10 +118,7 @@ async def test_O5_an_agent_killed_mid_job_is_replaced_and_the_new_one_readopts_i
 ) -> None:
     job = f"sr{time.monotonic_ns()}"
     await world.append(*submitted(job, "sleep 4\nexit 5\n"), dispatched(job, [1]))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _AGENT_PROC, nats_url, world.bus.stream, world.bus.prefix,
-        str(world.env.data_dir), str(world.env.out_root), world.env.cluster.conf,
-    )  # fmt: skip
+    proc = await world.spawn_agent_process(nats_url, {"JPU_SLURM_CONF": world.slurm.cluster.conf})
     try:
         await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)), timeout=30)
     finally:
@@ -222,7 +135,7 @@ async def test_O5_an_agent_killed_mid_job_is_replaced_and_the_new_one_readopts_i
 
 
 async def test_O5_a_slurm_job_the_log_does_not_account_for_is_cancelled(world: World) -> None:
-    spec = world.env.spec("sleep 60", job_id=f"ghost{time.monotonic_ns()}")
+    spec = world.slurm.spec("sleep 60", job_id=f"ghost{time.monotonic_ns()}")
     bid = await world.backend.submit(spec)
     world.start_agent(cancel_grace_s=0.5)
     status = await wait_end(world.backend, bid, 15)
@@ -237,11 +150,11 @@ async def test_O5_an_attempt_submitted_but_not_recorded_is_adopted_not_resubmitt
     await world.append(*submitted(job, cmd), dispatched(job, [0]))
     spec = LaunchSpec(  # an agent died between sbatch and the JobStarted append
         job_id=job, attempt=1, user="alice", node=NODE, tier=TIER, gpus=[0], num_gpus=1,
-        command=cmd, output_dir=str(world.env.out_root / job / "1"), partition=TIER,
+        command=cmd, output_dir=str(world.slurm.out_root / job / "1"), partition=TIER,
     )  # fmt: skip
     bid = await world.backend.submit(spec)
     world.start_agent()
     events = await wait_events(world.bus, job, ended)
     (started,) = of(events, JobStarted)
     assert started.backend_job_id == bid
-    assert Path(world.env.out_root / job / "1" / "runs").read_text() == "run\n"
+    assert Path(world.slurm.out_root / job / "1" / "runs").read_text() == "run\n"
