@@ -67,8 +67,12 @@ async def _queued_job(
         (job_body(tiers=["h100"]), "tiers"),
         (job_body(command="x" * (64 * 1024 + 1)), "command"),
         (job_body(env={"CUDA_VISIBLE_DEVICES": "0"}), "env"),
+        (job_body(tier="rtx4090"), "tier"),  # misspelt "tiers": never silently any tier
     ],
-    ids=["gpus0", "gpus9", "gpus-string", "unknown-tier", "oversized-command", "env-cuda"],
+    ids=[
+        "gpus0", "gpus9", "gpus-string", "unknown-tier", "oversized-command", "env-cuda",
+        "unknown-field",
+    ],  # fmt: skip
 )
 async def test_Q1_submit_validation_names_the_field(api: Api, body: dict, field: str) -> None:
     api.require_intake()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ MAX_ENV = 64
 NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED_ENV = frozenset({"JOB_ATTEMPT", "JOB_OUTPUT_DIR", "CUDA_VISIBLE_DEVICES"})  # X2
+SUBMIT_FIELDS = ("name", "command", "num_gpus", "tiers", "min_vram_gb", "time_limit_s", "env")
 
 
 class FieldError(msgspec.Struct, frozen=True):
@@ -67,6 +69,19 @@ def _check_env(env: Any) -> list[FieldError]:
     return errors
 
 
+def _check_unknown(body: Mapping[str, Any]) -> list[FieldError]:
+    """A misspelt field must not be dropped silently: `"tier": "rtx4090"` would otherwise run
+    the job on any tier (Q1 names the field; the hint names the one probably meant)."""
+    errors = []
+    for key in sorted(set(body) - set(SUBMIT_FIELDS), key=str):
+        close = difflib.get_close_matches(str(key), SUBMIT_FIELDS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        errors.append(
+            FieldError(str(key), f"unknown field{hint} (known: {', '.join(SUBMIT_FIELDS)})")
+        )
+    return errors
+
+
 def _check_tiers(tiers: Any, known: Collection[str]) -> list[FieldError]:
     if not isinstance(tiers, list | tuple) or not all(isinstance(t, str) for t in tiers):
         return [FieldError("tiers", "must be a list of tier names")]
@@ -102,4 +117,4 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
         errors.append(FieldError("time_limit_s", "must be a positive number of seconds"))
     if body.get("env") is not None:
         errors.extend(_check_env(body["env"]))
-    return errors
+    return errors + _check_unknown(body)

@@ -89,3 +89,10 @@ def test_S1_S2_state_sets():
     } == SLOT_HOLDING_STATES
     assert {"COMPLETED", "FAILED", "CANCELLED"} == TERMINAL_STATES
     assert "PERSONAL_QUEUE_WAIT" not in SLOT_HOLDING_STATES | TERMINAL_STATES
+
+
+def test_Q1_unknown_field_is_rejected_with_the_field_probably_meant():
+    (error,) = validate_submit(OK | {"tier": "rtx4090"}, TIERS)
+    assert error.field == "tier"
+    assert "did you mean 'tiers'?" in error.message
+    assert fields(OK | {"priority": 9, "tier": "x"}) == ["priority", "tier"]
