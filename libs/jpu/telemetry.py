@@ -1,9 +1,10 @@
 """OpenTelemetry at the edges (SPEC E5, O4): setup, tracers/meters, trace context in headers.
 
-Exporters: console when JPU_OTEL_CONSOLE=1; OTLP when its package is installed and
-OTEL_EXPORTER_OTLP_ENDPOINT is set; otherwise spans are not recorded at all (a sampler that
-samples nothing new: spans cost almost nothing) while W3C trace context still flows through event
-headers (SPEC E5): trace ids are still created and propagated, only not recorded.
+Exporters: console when JPU_OTEL_CONSOLE=1; OTLP when its package is installed (the `otlp`
+extra) and OTEL_EXPORTER_OTLP_ENDPOINT is set; metrics (instruments in jpu.metrics) every
+OTEL_METRIC_EXPORT_INTERVAL ms, default 15000. Otherwise spans are not recorded at all (a sampler
+that samples nothing new: spans cost almost nothing) while W3C trace context still flows through
+event headers (SPEC E5): trace ids are still created and propagated, only not recorded.
 The pure core never imports this module.
 """
 
@@ -48,8 +49,10 @@ def setup_telemetry(service_name: str) -> None:
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    every_ms = float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "15000"))
     readers: list[MetricReader] = [
-        PeriodicExportingMetricReader(e, export_interval_millis=15_000) for e in _metric_exporters()
+        PeriodicExportingMetricReader(e, export_interval_millis=every_ms)
+        for e in _metric_exporters()
     ]
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
 

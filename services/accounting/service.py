@@ -19,6 +19,7 @@ from jpu.clock import Clock
 from jpu.config import Config
 from jpu.fold import ClusterState
 from jpu.fold_follow import Follower
+from jpu.metrics import observing_usage
 from jpu.store.projection import run_projection
 from jpu.store.projections import lab_usage
 from jpu_services.accounting.charger import Charger, initial_charges
@@ -55,11 +56,12 @@ async def run_accounting(
     try:
         await follower.catch_up(timeout=120.0)
         charger.add(initial_charges(config, clock.now()))  # "at load" (O1)
-        while not stop.is_set():
-            await charger.drain()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), 1.0)
-            wake.clear()
+        with observing_usage(state.usage, config, clock):  # SPEC O4: usage per lab
+            while not stop.is_set():
+                await charger.drain()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), 1.0)
+                wake.clear()
     finally:
         for t in tasks:
             t.cancel()

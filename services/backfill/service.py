@@ -36,6 +36,7 @@ from jpu.config import Config
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
 from jpu.fold import ClusterState
 from jpu.fold_follow import Follower
+from jpu.metrics import count_preemption
 from jpu.policy.model import Gpu
 from jpu_services.backfill.decide import EndReason, end_reason, plan, to_cancel
 from jpu_services.backfill.options import BackfillOptions, BackfillStats, wait_any
@@ -137,6 +138,8 @@ class BackfillService:
                 return False
             self.requested.pop(bf, None)
             self.stats.ended += 1
+            if reason == "preempted":
+                count_preemption(start.tier)  # SPEC O4
             log.info("backfill %s on %s/%s#%d ended: %s", bf, *_where(start), reason)
         return True
 

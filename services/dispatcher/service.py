@@ -40,6 +40,7 @@ from jpu.events import (
 from jpu.fold import ClusterState
 from jpu.fold_follow import Follower
 from jpu.fold_snapshot import snapshot
+from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
 from jpu_services.dispatcher.decide import (
     cancellations,
@@ -159,7 +160,8 @@ async def run_dispatcher(
     tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(lease.run(stop))]
     try:
         await follower.catch_up(timeout=120.0)
-        await _loop(d, stop)
+        with observing_queue(state.jobs):  # SPEC O4
+            await _loop(d, stop)
     finally:
         for t in tasks:
             t.cancel()
@@ -193,7 +195,9 @@ async def _loop(d: Dispatcher, stop: asyncio.Event) -> None:
                 await d.follower.wait_for(d.writer.max_seq)  # our own appends are in the state
             t0 = time.perf_counter()
             await d.run_cycle()
-            d.stats.cycle_ms.append((time.perf_counter() - t0) * 1000)
+            elapsed = time.perf_counter() - t0
+            d.stats.cycle_ms.append(elapsed * 1000)
+            record_cycle(elapsed)  # SPEC O4
         except LeaseLost:
             leading = d.stats.leader = False
             log.warning("lease lost: standing by")

@@ -18,6 +18,7 @@ import msgspec
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.events import Event, JobEvent, MaintenanceChanged, subject_for
 from jpu.fold import ClusterState
+from jpu.metrics import record_appended
 
 
 class LeaseLost(Exception):
@@ -63,6 +64,7 @@ class Writer:
         self.expected[subject] = seq
         self.max_seq = max(self.max_seq, seq)
         self.appended += 1
+        record_appended(event)  # SPEC O4: dispatches, reservations
         return seq
 
     async def append_all(self, events: list[Event]) -> bool:

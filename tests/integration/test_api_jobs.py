@@ -70,9 +70,14 @@ async def _queued_job(
         (job_body(tier="rtx4090"), "tier"),  # misspelt "tiers": never silently any tier
     ],
     ids=[
-        "gpus0", "gpus9", "gpus-string", "unknown-tier", "oversized-command", "env-cuda",
+        "gpus0",
+        "gpus9",
+        "gpus-string",
+        "unknown-tier",
+        "oversized-command",
+        "env-cuda",
         "unknown-field",
-    ],  # fmt: skip
+    ],
 )
 async def test_Q1_submit_validation_names_the_field(api: Api, body: dict, field: str) -> None:
     api.require_intake()

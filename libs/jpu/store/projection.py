@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, Protocol, cast, runtime_checkable
 import asyncpg
 
 from jpu.bus.model import Delivered
+from jpu.metrics import sample_lag
 
 if TYPE_CHECKING:
     from jpu.bus import EventBus
@@ -102,10 +103,12 @@ async def run_projection(
     batch: int = 512,
     ack_wait_s: float = 30.0,
     after_commit: AfterCommit | None = None,
+    lag_every_s: float = 5.0,
 ) -> None:
     """Follow the log with the durable `proj-<name>`; each batch is acked after its commit (O5).
 
     `after_commit(last_seq)` runs after the commit and before the ack (used by crash tests).
+    Every `lag_every_s` the projection's lag behind the stream is measured (SPEC O4).
     """
 
     async def handle(delivered: list[Delivered]) -> None:
@@ -113,9 +116,18 @@ async def run_projection(
         if after_commit is not None and delivered:
             await after_commit(max(d.seq for d in delivered))
 
-    await bus.consume(
-        f"proj-{projection.name}", handle, stop=stop, batch=batch, ack_wait_s=ack_wait_s
-    )
+    async def lag() -> int:
+        return max(await bus.last_seq() - await last_applied(pool, projection.name), 0)
+
+    sampler = asyncio.create_task(sample_lag(projection.name, lag, stop, lag_every_s))
+    try:
+        await bus.consume(
+            f"proj-{projection.name}", handle, stop=stop, batch=batch, ack_wait_s=ack_wait_s
+        )
+    finally:
+        sampler.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sampler
 
 
 async def _reset(conn: asyncpg.Connection, projection: Projection) -> None:

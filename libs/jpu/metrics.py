@@ -1,0 +1,209 @@
+"""SPEC O4 metrics: the instruments, and the one-line calls the service edges make.
+
+    instrument                   kind              unit           attributes
+    jpu.queue.length             observable gauge  {job}          state
+    jpu.dispatch.cycle.duration  histogram         s              -
+    jpu.dispatches               counter           {dispatch}     tier
+    jpu.reservations             counter           {reservation}  outcome (started|ended), reason
+    jpu.backfill.preemptions     counter           {preemption}   tier
+    jpu.lab.usage                observable gauge  {TFLOP-s}      lab
+    jpu.projection.lag           observable gauge  {event}        projection
+
+Recorded where the fact is known: the dispatcher's writer (each decision appended), its loop
+(each cycle), the backfill service (each preemption it records), the projection runner (lag),
+accounting (lab usage). The gauges read sources the edges register for as long as they run; the
+SDK calls them from its export thread, so a source only copies plain data.
+
+Instruments live on the global MeterProvider (installed by jpu.telemetry.setup_telemetry); a test
+records on its own SDK provider with `use_meter_provider(provider)` instead, since the global one
+can be set only once per process. The pure core never imports this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
+
+from jpu.clock import Clock
+from jpu.config import Config
+from jpu.events import Event, JobDispatched, ReservationReleased, ReservationStarted
+from jpu.fold_jobs import TERMINAL, JobView
+from jpu.policy.fairshare import decayed
+from jpu.policy.model import LabUsage
+
+log = logging.getLogger(__name__)
+
+# Reported even at 0, so a drained queue reads 0 rather than vanishing from the series.
+QUEUE_STATES = (
+    "PERSONAL_QUEUE_WAIT",
+    "GLOBAL_QUEUE_WAIT",
+    "RESERVING",
+    "DISPATCHED",
+    "RUNNING",
+    "CANCELLING",
+)
+# A dispatch cycle takes milliseconds; the SDK's default buckets are sized for milliseconds.
+CYCLE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+Source = Callable[[], Mapping[str, float]]
+
+
+class _Gauge:
+    """The sources behind one observable gauge; a later source wins on the same attribute."""
+
+    def __init__(self, attribute: str) -> None:
+        self.attribute = attribute
+        self._sources: dict[int, Source] = {}
+        self._ids = itertools.count()
+
+    @contextlib.contextmanager
+    def source(self, read: Source) -> Iterator[None]:
+        _instruments()  # the gauges exist once anything is observed
+        key = next(self._ids)
+        self._sources[key] = read
+        try:
+            yield
+        finally:
+            self._sources.pop(key, None)
+
+    def observe(self, _: CallbackOptions) -> Iterable[Observation]:
+        merged: dict[str, float] = {}
+        for read in list(self._sources.values()):  # one C-level copy: safe from another thread
+            merged.update(read())
+        return [Observation(v, {self.attribute: k}) for k, v in merged.items()]
+
+
+_queue, _usage, _lag = _Gauge("state"), _Gauge("lab"), _Gauge("projection")
+
+
+@dataclass(frozen=True)
+class _Instruments:
+    cycle_duration: Histogram
+    dispatches: Counter
+    reservations: Counter
+    preemptions: Counter
+
+
+def _create(meter: Meter) -> _Instruments:
+    meter.create_observable_gauge(
+        "jpu.queue.length", [_queue.observe], unit="{job}", description="jobs per live state"
+    )
+    meter.create_observable_gauge(
+        "jpu.lab.usage", [_usage.observe], unit="{TFLOP-s}", description="decayed lab usage (F3)"
+    )
+    meter.create_observable_gauge(
+        "jpu.projection.lag",
+        [_lag.observe],
+        unit="{event}",
+        description="events between the stream's last sequence and the projection's position",
+    )
+    return _Instruments(
+        cycle_duration=meter.create_histogram(
+            "jpu.dispatch.cycle.duration",
+            unit="s",
+            description="one dispatch cycle: duties, policy, appends (D3)",
+            explicit_bucket_boundaries_advisory=list(CYCLE_BUCKETS_S),
+        ),
+        dispatches=meter.create_counter(
+            "jpu.dispatches", unit="{dispatch}", description="JobDispatched appended"
+        ),
+        reservations=meter.create_counter(
+            "jpu.reservations", unit="{reservation}", description="reservations started / ended"
+        ),
+        preemptions=meter.create_counter(
+            "jpu.backfill.preemptions",
+            unit="{preemption}",
+            description="backfill instances ended by a research dispatch (B2)",
+        ),
+    )
+
+
+_global: _Instruments | None = None  # on the global provider, created on first use
+_override: _Instruments | None = None  # a test's own provider
+
+
+def _instruments() -> _Instruments:
+    global _global
+    if _override is not None:
+        return _override
+    if _global is None:  # a proxy until setup_telemetry installs the SDK provider
+        _global = _create(metrics.get_meter("jpu"))
+    return _global
+
+
+def use_meter_provider(provider: metrics.MeterProvider | None) -> None:
+    """Record on `provider` from now on (a test's SDK provider); None: the global one again."""
+    global _override
+    _override = None if provider is None else _create(provider.get_meter("jpu"))
+
+
+# --- calls at the edges ------------------------------------------------------------------------
+
+
+def record_cycle(seconds: float) -> None:
+    _instruments().cycle_duration.record(seconds)
+
+
+def record_appended(event: Event) -> None:
+    """A decision the dispatcher appended (once: after the append succeeded)."""
+    m = _instruments()
+    if isinstance(event, JobDispatched):
+        m.dispatches.add(1, {"tier": event.tier})
+    elif isinstance(event, ReservationStarted):
+        m.reservations.add(1, {"outcome": "started", "tier": event.tier})
+    elif isinstance(event, ReservationReleased):
+        m.reservations.add(1, {"outcome": "ended", "reason": event.reason, "tier": event.tier})
+
+
+def count_preemption(tier: str) -> None:
+    _instruments().preemptions.add(1, {"tier": tier})
+
+
+def queue_lengths(jobs: Mapping[str, JobView]) -> dict[str, int]:
+    counts = dict.fromkeys(QUEUE_STATES, 0)
+    for job in list(jobs.values()):  # a copy: the event loop may add jobs meanwhile
+        if job.state not in TERMINAL:
+            counts[job.state] = counts.get(job.state, 0) + 1
+    return counts
+
+
+def observing_queue(jobs: Mapping[str, JobView]) -> contextlib.AbstractContextManager[None]:
+    """`jpu.queue.length{state}` from a followed state's jobs while the context is open."""
+    return _queue.source(lambda: queue_lengths(jobs))
+
+
+def observing_usage(
+    usage: Mapping[str, LabUsage], config: Config, clock: Clock
+) -> contextlib.AbstractContextManager[None]:
+    """`jpu.lab.usage{lab}`: each lab's stored usage decayed to now (F3); 0 without any (F6)."""
+
+    def read() -> dict[str, float]:
+        now = clock.now()
+        out = dict.fromkeys((lab.name for lab in config.labs), 0.0)
+        for lab, u in list(usage.items()):
+            out[lab] = decayed(u, now, config.half_life_s)
+        return out
+
+    return _usage.source(read)
+
+
+async def sample_lag(
+    projection: str, measure: Callable[[], Awaitable[int]], stop: asyncio.Event, every_s: float
+) -> None:
+    """Keep `jpu.projection.lag{projection}` fresh: `measure()` every `every_s` until `stop`."""
+    last: dict[str, float] = {}
+    with _lag.source(lambda: dict(last)):
+        while not stop.is_set():
+            try:
+                last[projection] = float(await measure())
+            except Exception as e:  # a metric never stops a projection
+                log.debug("projection lag of %s not measured: %r", projection, e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
