@@ -2,6 +2,7 @@
 a private directory and stopped at the end), against raw Slurm in the same run.
 
     python bench/bench_slurm.py [--jobs 100] [--inflight 4] [--preempt-rounds 5] [--watch-s 15]
+    python bench/bench_slurm.py --watch-jobs 1000 [--watch-s 60] [--before-tree DIR]
 
 1. dispatch → RUNNING: `preempt_backfill` (none to end) + `SlurmBackend.submit` of a 1-GPU
    `true` job (partition, node, gres, mapped account, output dir: everything the agent does)
@@ -17,6 +18,15 @@ a private directory and stopped at the end), against raw Slurm in the same run.
    poll schedule (watchlist backoff 0.25 s ×1.5 up to 5 s, inventory every 30 s) over --watch-s;
    CPU seconds per minute of watching, of this process + its children (squeue, sinfo), and of
    slurmctld. Reference: the same schedule with no jobs.
+--watch-jobs N: only 3, at scale, on its own cluster of ⌈N/250⌉ nodes × 250 fake GPUs (declared
+   256 CPUs, 300 GB each): N one-GPU `sleep` jobs (--cpus-per-task=1 --mem=1G) submitted through
+   `SlurmBackend.submit` (timed), then, after a warm-up past the backoff ramp, --watch-s of the
+   agent's schedule (services/slurm_agent/watchlist.py; the polls of a round concurrent, as in
+   watch_loop; jobs tracked one by one as they would start) with: the lean listing and aligned
+   rounds (the agent now), each half alone, and with --before-tree DIR the code of DIR (a
+   PYTHONPATH holding an older `jpu` and `jpu_services`, e.g. from `git archive`) in a child
+   process on the same cluster and jobs; plus one refresh of each listing (bytes, squeue wall
+   time, parse time).
 Progress on stderr.
 """
 
@@ -43,12 +53,16 @@ from jpu.backends import LaunchSpec
 from jpu.backends.backfill import BackfillSpec
 from jpu.backends.slurm import SlurmBackend, SlurmSettings
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_slurm_watch import run_watch
+
 STUB = "python -m jpu.backfill_stub"
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm-testcluster"
 RTX = ["gpu-4090x2-01", "gpu-4090x2-02"]
 ALL = [*RTX, "gpu-3080tix2-01"]
 TIER = {"gpu-4090x2-01": "rtx4090", "gpu-4090x2-02": "rtx4090", "gpu-3080tix2-01": "rtx3080ti"}
+PER_NODE = 250  # fake GPUs per node of the --watch-jobs cluster
 
 
 def progress(msg: str) -> None:
@@ -79,10 +93,18 @@ def _free_base(count: int) -> int:
 
 
 @contextmanager
-def cluster() -> Iterator[Path]:
+def cluster(nodes: list[str] | None = None) -> Iterator[Path]:
+    """The test cluster; `nodes`: the scaled one of --watch-jobs (250 GPUs each)."""
     directory = Path(tempfile.mkdtemp(prefix="jpu-slurm-bench-", dir="/var/tmp"))
     directory.chmod(0o755)
-    env = {**os.environ, "JPU_SLURM_DIR": str(directory), "JPU_SLURM_PORT": str(_free_base(5))}
+    count = len(nodes) if nodes else 3
+    port = _free_base(count + 2)
+    env = {**os.environ, "JPU_SLURM_DIR": str(directory), "JPU_SLURM_PORT": str(port)}
+    if nodes:
+        env |= {
+            "JPU_SLURM_NODES": " ".join(f"{n}:rtx4090:{PER_NODE}" for n in nodes),
+            "JPU_SLURM_NODE_CPUS": str(PER_NODE + 6), "JPU_SLURM_NODE_MEM_MB": "300000",
+        }  # fmt: skip
 
     def script(cmd: str, timeout: float) -> None:
         quiet = subprocess.DEVNULL if cmd == "install" else None  # `sbatch --version` w/o conf
@@ -287,10 +309,19 @@ def main() -> int:
     parser.add_argument("--inflight", type=int, default=4)
     parser.add_argument("--preempt-rounds", type=int, default=5)
     parser.add_argument("--watch-s", type=float, default=15.0)
+    parser.add_argument("--watch-jobs", type=int, default=0, help="only 3, at this scale")
+    parser.add_argument(
+        "--before-tree", default="", help="with --watch-jobs: PYTHONPATH of older code to compare"
+    )
     args = parser.parse_args()
     if os.getuid() != 0:
         print("bench_slurm needs root (the test cluster runs munged, slurmd)", file=sys.stderr)
         return 2
+    if args.watch_jobs:
+        nodes = [f"w{i + 1:02d}" for i in range(-(-args.watch_jobs // PER_NODE))]
+        with cluster(nodes) as directory:
+            asyncio.run(run_watch(args, directory, nodes))
+        return 0
     with cluster() as directory:
         asyncio.run(run(args, directory))
     return 0

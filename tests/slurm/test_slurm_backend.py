@@ -125,7 +125,7 @@ async def test_X6_a_forgotten_job_is_answered_from_the_jobcomp_log(slurm: SlurmE
     fresh = SlurmBackend(  # another agent's data dir: nothing of ours remembers the job
         SlurmSettings(data_dir=slurm.out_root / "other", conf=slurm.cluster.conf)
     )
-    fresh._snapshot_at = 1e18  # an empty snapshot that never refreshes: as if forgotten
+    fresh.full.at = fresh.lean.at = 1e18  # empty listings that never refresh: as if forgotten
     status = await fresh.poll(bid)
     assert status.state == "FAILED" and status.exit_code == 7
 

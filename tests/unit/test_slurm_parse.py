@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from jpu.backends import LaunchSpec
+from jpu.backends.isolation import NONE, netns
 from jpu.backends.slurm_jobs import adopt, comment_for, never_ran, parse_comment, status_of
 from jpu.backends.slurm_parse import (
     SlurmJob,
@@ -123,8 +124,8 @@ def test_X1_X3_sbatch_argv_carries_the_placement_and_no_user_text() -> None:
     assert "--export=NIL" in argv and "--open-mode=append" in argv
     joined = " ".join(argv)
     assert "rm -rf" not in joined and "x,y z" not in joined  # X3: command and env off the line
-    assert b"rm -rf" not in wrapper(["unshare", "--net", "--"])
-    assert wrapper([]).startswith(b"#!/bin/bash\n")
+    assert b"rm -rf" not in wrapper(netns(["unshare", "--net", "--"]))
+    assert wrapper(NONE).startswith(b"#!/bin/bash\n")
 
 
 def test_X2_environment_platform_variables_win_and_slurm_sets_the_gpus() -> None:

@@ -1,10 +1,12 @@
 """Execution backends (SPEC X9): the contract (base.py) and the local backend (local.py).
 
-`make_backend(config)` picks one by `slurm_backend` (local | slurm). Backend settings not in
-the shared configuration are read from the environment:
-  local: JPU_LOCAL_ISOLATION (auto | none), JPU_LOCAL_ACCOUNT_TEMPLATE (default "jpu-{user}"),
-         JPU_LOCAL_CREATE_ACCOUNTS (1 | 0), JPU_LOCAL_FALLBACK_ACCOUNT (default "nobody").
-  slurm: JPU_SLURM_CONF (else SLURM_CONF, else Slurm's default), JPU_SLURM_ISOLATION (auto | none),
+`make_backend(config)` picks one by `slurm_backend` (local | slurm). Isolation (X4) comes from
+the shared configuration (`isolation`, `apptainer_image`, `apptainer_bin`, `apptainer_args`;
+JPU_LOCAL_ISOLATION / JPU_SLURM_ISOLATION override `isolation` per backend). Backend settings
+not in the shared configuration are read from the environment:
+  local: JPU_LOCAL_ACCOUNT_TEMPLATE (default "jpu-{user}"), JPU_LOCAL_CREATE_ACCOUNTS (1 | 0),
+         JPU_LOCAL_FALLBACK_ACCOUNT (default "nobody").
+  slurm: JPU_SLURM_CONF (else SLURM_CONF, else Slurm's default),
          JPU_SLURM_ACCOUNT_TEMPLATE (default "jpu-{user}"; "{user}" where users have cluster
          accounts), JPU_SLURM_CREATE_ACCOUNTS (1 | 0), JPU_SLURM_FALLBACK_ACCOUNT ("nobody"),
          JPU_SLURM_PYSLURM (auto | off), JPU_SLURM_TIMEOUT_GRACE_S (sub-minute limits; default
@@ -27,6 +29,7 @@ from jpu.backends.base import (
     NodeInventory,
     UnknownBackendJob,
 )
+from jpu.backends.isolation import Apptainer
 from jpu.config import Config, ConfigError
 
 __all__ = [
@@ -42,6 +45,13 @@ __all__ = [
 ]
 
 
+def apptainer_of(config: Config) -> Apptainer | None:
+    """X4: Apptainer is configured where `apptainer_image` is set."""
+    if not config.apptainer_image:
+        return None
+    return Apptainer(config.apptainer_image, config.apptainer_bin, tuple(config.apptainer_args))
+
+
 def make_backend(config: Config, env: Mapping[str, str] | None = None) -> ExecutionBackend:
     env = os.environ if env is None else env
     if config.slurm_backend == "local":
@@ -53,7 +63,8 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 nodes=list(config.nodes),
                 timeout_grace_s=config.cancel_grace_s,
                 kill_failed_after_s=config.kill_failed_after_s,
-                isolation=env.get("JPU_LOCAL_ISOLATION", "auto"),
+                isolation=env.get("JPU_LOCAL_ISOLATION", config.isolation),
+                apptainer=apptainer_of(config),
                 account_template=env.get("JPU_LOCAL_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_LOCAL_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_LOCAL_FALLBACK_ACCOUNT", "nobody"),
@@ -68,7 +79,8 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 conf=env.get("JPU_SLURM_CONF") or env.get("SLURM_CONF") or None,
                 timeout_grace_s=float(env.get("JPU_SLURM_TIMEOUT_GRACE_S", config.cancel_grace_s)),
                 kill_failed_after_s=config.kill_failed_after_s,
-                isolation=env.get("JPU_SLURM_ISOLATION", "auto"),
+                isolation=env.get("JPU_SLURM_ISOLATION", config.isolation),
+                apptainer=apptainer_of(config),
                 account_template=env.get("JPU_SLURM_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),

@@ -19,8 +19,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from jpu.backends import isolation as iso_
 from jpu.backends import process as proc_
-from jpu.backends.accounts import AccountMap, current_account
+from jpu.backends.accounts import Account, AccountMap, current_account
 from jpu.backends.base import (
     BackendError,
     BackendStatus,
@@ -45,7 +46,8 @@ class LocalSettings:
     nodes: list[Node]
     timeout_grace_s: float = 30.0  # SIGTERM → SIGKILL when a time limit is hit (like KillWait)
     kill_failed_after_s: float = 300.0  # X5
-    isolation: str = "auto"  # auto (netns when the kernel allows) | none
+    isolation: str = "auto"  # X4: auto | apptainer | none (isolation.py)
+    apptainer: iso_.Apptainer | None = None  # set: Apptainer is configured
     account_template: str = "jpu-{user}"
     create_accounts: bool = True
     fallback_account: str = "nobody"
@@ -63,7 +65,11 @@ class LocalBackend(LocalBackfill):
             settings.account_template, settings.create_accounts, settings.fallback_account
         )
         self._agent = current_account()
-        self._isolation: list[str] | None = None
+        self._isolation: iso_.Isolation | None = None
+        if iso_.wants(settings.isolation, settings.apptainer) == "apptainer":
+            assert settings.apptainer is not None
+            iso_.check_apptainer(settings.apptainer)  # X4: unusable is an error at start
+            self._isolation = iso_.container(settings.apptainer)
         self._watchers: dict[str, Watcher] = {}
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
@@ -178,10 +184,12 @@ class LocalBackend(LocalBackfill):
         if not spec.output_dir:
             raise BackendError("output_dir is required")
 
-    def _isolation_prefix(self) -> list[str]:
+    def _isolation_for(self) -> iso_.Isolation:
+        """X4: Apptainer (decided at start), else a netns when the kernel allows, else none."""
         if self._isolation is None:
-            wanted = self.settings.isolation != "none"
-            self._isolation = proc_.netns_prefix(self._agent) if wanted else []
+            wanted = iso_.wants(self.settings.isolation, self.settings.apptainer)
+            prefix = proc_.netns_prefix(self._agent) if wanted == "netns" else []
+            self._isolation = iso_.netns(prefix)
         return self._isolation
 
     def _prepare(self, spec: LaunchSpec, bid: str) -> tuple[JobRecord, tuple[int, int]]:
@@ -189,9 +197,11 @@ class LocalBackend(LocalBackfill):
         Returns the record and the open stdout/stderr fds the job inherits."""
         account = self.accounts.account_for(spec.user)
         out = Path(spec.output_dir)
+        env = proc_.env_records(self._job_env(spec, account))
         dir_fd = open_output_dir(out, account, levels=2)
         try:
             os.close(create_private(dir_fd, "job.sh", account, spec.command.encode()))
+            os.close(create_private(dir_fd, proc_.ENV_FILE, account, env))
             stdout = create_private(dir_fd, "stdout", account)
             stderr = create_private(dir_fd, "stderr", account)
         finally:
@@ -208,7 +218,7 @@ class LocalBackend(LocalBackfill):
             tier=spec.tier,
             gpus=list(spec.gpus),
             output_dir=str(out),
-            isolation="netns" if self._isolation_prefix() else "none",
+            isolation=self._isolation_for().name,
             time_limit_s=spec.time_limit_s,
         )
         return record, (stdout, stderr)
@@ -218,20 +228,9 @@ class LocalBackend(LocalBackfill):
     ) -> asyncio.subprocess.Process:
         account = self.accounts.account_for(spec.user)
         out = Path(record.output_dir)
+        isolation = self._isolation_for()
         argv = proc_.launch_argv(
-            self.store.status_file(record.backend_job_id),
-            out / "job.sh",
-            account,
-            self._agent,
-            self._isolation_prefix(),
-        )
-        env = proc_.job_env(
-            job_id=spec.job_id,
-            attempt=spec.attempt,
-            gpus=spec.gpus,
-            output_dir=str(out),
-            account=account,
-            user_env=spec.env,
+            self.store.status_file(record.backend_job_id), out, account, self._agent, isolation
         )
         try:
             return await asyncio.create_subprocess_exec(
@@ -240,11 +239,22 @@ class LocalBackend(LocalBackfill):
                 stdout=fds[0],
                 stderr=fds[1],
                 cwd=out,
-                env=env,
+                env=proc_.ROOT_ENV,  # the job's own env is in its ENV_FILE
                 start_new_session=True,
             )
         except OSError as e:
             raise BackendError(f"cannot start {record.backend_job_id}: {e}") from e
+
+    def _job_env(self, spec: LaunchSpec, account: Account) -> dict[str, str]:
+        env = proc_.job_env(
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            gpus=spec.gpus,
+            output_dir=spec.output_dir,
+            account=account,
+            user_env=spec.env,
+        )
+        return iso_.job_env(self._isolation_for(), env)
 
     def _watch(self, record: JobRecord, process: asyncio.subprocess.Process | None) -> None:
         self._records[record.backend_job_id] = record

@@ -2,22 +2,30 @@
 signals to a process group, and identifying a pid after an agent restart.
 
 Launch chain (every program execs the next; nothing of the user's is ever interpolated — X3):
-    [unshare --net --]  bash -c WRAPPER jpu-job STATUS_FILE  [setpriv --reuid … --]  bash SCRIPT
+    [unshare --net --]  bash -p -c WRAPPER jpu-job STATUS_FILE  [setpriv --reuid … --]
+        bash -c LOADER jpu-env ENV_FILE  JOB
+where JOB is `/bin/bash SCRIPT`, or `apptainer exec … IMAGE /bin/bash SCRIPT` (isolation.py, X4).
 The wrapper stays root (when the agent is root) in the job's process group: it waits for the
 job and writes its exit status to a root-owned file, so a restarted agent that is no longer the
 parent still learns the exit code. It traps SIGTERM with a no-op (not an ignore, which the job
 would inherit), so a cancel reaches the job and the wrapper still records how it ended.
+The root side starts with a clean environment of our own (ROOT_ENV): the user's variables
+(LD_PRELOAD, BASH_ENV, PATH, GLIBC_TUNABLES, …) would otherwise steer root's unshare, bash or
+setpriv. They reach the job through ENV_FILE (the user's, 0600, NUL-separated NAME=value records),
+which the loader reads and removes only after the drop to the user's account.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from jpu.backends import isolation as iso_
 from jpu.backends.accounts import Account
 from jpu.backends.outputs import read_tail
 
@@ -26,18 +34,36 @@ WRAPPER = (
     'status="$1"; shift\n'
     '"$@"\n'
     "rc=$?\n"
+    f"PATH={iso_.RUNTIME_PATH}\n"  # the job's PATH is the user's: not for root's own mv
     'printf \'%s\\n\' "$rc" > "$status.tmp" && mv -f "$status.tmp" "$status"\n'
     'exit "$rc"\n'
 )
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DEFAULT_PATH = iso_.RUNTIME_PATH
+ROOT_ENV = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
+ENV_FILE = ".jpu-env"
+# runs as the job's account: reads the whole file before exporting anything (the user's PATH
+# must not find `rm`), removes it, exports each record verbatim (`export -- "$kv"` is no eval)
+LOADER = (
+    'f="$1"; shift\n'
+    'mapfile -d "" -t kvs < "$f" && /bin/rm -f -- "$f" || exit 126\n'
+    'for kv in "${kvs[@]}"; do export -- "$kv"; done\n'
+    'exec "$@"\n'
+)
 RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "JOB_ATTEMPT", "JOB_OUTPUT_DIR", "JPU_JOB_ID")
+
+
+def system_path(program: str) -> str:
+    """Absolute, from the system PATH: the job's env (hence the user's PATH) is the environment
+    the root side of the chain starts with, so no root-run program is looked up in it."""
+    return shutil.which(program, path=DEFAULT_PATH) or program
 
 
 def netns_prefix(agent: Account) -> list[str]:
     """The unshare prefix giving a job no network, or [] when the kernel refuses (X4)."""
-    candidates = [["unshare", "--net", "--"]]
+    unshare = system_path("unshare")
+    candidates = [[unshare, "--net", "--"]]
     if not agent.is_root:  # an unprivileged user namespace keeps the job's own UID
-        candidates = [["unshare", "--user", "--map-current-user", "--net", "--"]]
+        candidates = [[unshare, "--user", "--map-current-user", "--net", "--"]]
     for prefix in candidates:
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)
@@ -47,12 +73,12 @@ def netns_prefix(agent: Account) -> list[str]:
 
 
 def launch_argv(
-    status_file: Path, script: Path, account: Account, agent: Account, isolation: list[str]
+    status_file: Path, output_dir: Path, account: Account, agent: Account, isolation: iso_.Isolation
 ) -> list[str]:
     drop = []
     if agent.is_root:
         drop = [
-            "setpriv",
+            system_path("setpriv"),
             f"--reuid={account.uid}",
             f"--regid={account.gid}",
             "--init-groups",
@@ -60,16 +86,26 @@ def launch_argv(
             "--",
         ]
     return [
-        *isolation,
-        "bash",
+        *isolation.netns,
+        system_path("bash"),
+        "-p",
         "-c",
         WRAPPER,
         "jpu-job",
         str(status_file),
         *drop,
-        "bash",
-        str(script),
+        system_path("bash"),
+        "-c",
+        LOADER,
+        "jpu-env",
+        str(output_dir / ENV_FILE),
+        *iso_.job_argv(isolation, str(output_dir)),
     ]
+
+
+def env_records(env: Mapping[str, str]) -> bytes:
+    """NUL-separated NAME=value records: no value is ever parsed by a shell or split."""
+    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
 
 
 def job_env(

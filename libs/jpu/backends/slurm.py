@@ -2,8 +2,10 @@
 
   submit    sbatch (slurm_submit.py: X1–X3), as the user's mapped Unix account (runuser when the
             agent is root, like the local backend's setpriv); idempotent per attempt by job name.
-  poll      one shared `squeue --json` snapshot (refreshed at most every `refresh_s`), then the
+  poll      one shared lean `squeue` listing of the jobs we have records of (slurm_listing.py:
+            refreshed at most every `refresh_s`, longer when a refresh is costly), then the
             jobcomp log (`sacct -c`) for jobs slurmctld has forgotten; states mapped (slurm_parse).
+            Name lookups and adoption read the full `squeue --json`.
   cancel    X5: SIGTERM at once, SIGKILL after the grace, kill_failed + drain after
             `kill_failed_after_s` (slurm_escalate.py, which also enforces sub-minute limits).
   inventory `sinfo --json`: nodes × GPU types; drained/down nodes' GPUs are down.
@@ -26,6 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
+from jpu.backends import isolation as iso_
 from jpu.backends import slurm_jobs as jobs_
 from jpu.backends import slurm_submit as submit_
 from jpu.backends.accounts import Account, AccountMap, current_account
@@ -39,6 +44,7 @@ from jpu.backends.base import (
 from jpu.backends.slurm_backfill import SlurmBackfill
 from jpu.backends.slurm_cli import SlurmCli
 from jpu.backends.slurm_escalate import Escalator
+from jpu.backends.slurm_listing import Listing, note_ends
 from jpu.backends.slurm_parse import (
     SlurmJob,
     inventory_from_sinfo,
@@ -59,11 +65,14 @@ class SlurmSettings:
     conf: str | None = None  # SLURM_CONF for the CLI; None: the machine's default
     timeout_grace_s: float = 30.0  # SIGTERM → SIGKILL when a sub-minute time limit is hit
     kill_failed_after_s: float = 300.0  # X5
-    isolation: str = "auto"  # auto (a network namespace when the kernel allows) | none
+    isolation: str = "auto"  # X4: auto | apptainer | none (isolation.py)
+    apptainer: iso_.Apptainer | None = None  # set: Apptainer is configured
     account_template: str = "jpu-{user}"
     create_accounts: bool = True
     fallback_account: str = "nobody"
     refresh_s: float = 0.25  # oldest squeue snapshot a poll accepts
+    refresh_cost_factor: float = 10.0  # …or factor × a refresh's own wall time, when longer
+    listing: str = "lean"  # lean: poll through SQUEUE_FORMAT | json: every look `squeue --json`
     tail_bytes: int = 16 * 1024
     pyslurm: str = "auto"  # auto: read jobs through pyslurm where it matches the cluster | off
     backfill_partition: str = "llm"  # SPEC B1: the preemptible partition (PriorityTier below)
@@ -82,13 +91,16 @@ class SlurmBackend(SlurmBackfill):
             settings.account_template, settings.create_accounts, settings.fallback_account
         )
         self._agent = current_account()
-        self._isolation: dict[str, list[str]] = {}
+        self._isolation: dict[str, iso_.Isolation] = {}  # by account
+        self._wanted = iso_.wants(settings.isolation, settings.apptainer)
+        if settings.apptainer is not None and self._wanted == "apptainer":
+            iso_.check_apptainer(settings.apptainer)  # X4: unusable is an error at start
         self._records: dict[str, SlurmRecord] = {}  # by Slurm job name
         self._by_id: dict[int, str] = {}
         self._loaded = False
-        self._snapshot: dict[int, SlurmJob] = {}
-        self._snapshot_at = -1e9  # time.monotonic()
-        self._snapshot_lock = asyncio.Lock()
+        factor = settings.refresh_cost_factor
+        self.full = Listing(self._load_jobs, settings.refresh_s, factor)  # our names: --json
+        self.lean = Listing(self._load_states, settings.refresh_s, factor)  # recorded ids only
         self._submit_lock = asyncio.Lock()
         self._seen_end: dict[int, float] = {}  # Slurm id → wall clock when seen terminal
         self._reader: str | None = None  # "pyslurm" | "squeue", chosen on first use
@@ -113,7 +125,7 @@ class SlurmBackend(SlurmBackfill):
             record = SlurmRecord(
                 name=name, job_id=spec.job_id, attempt=spec.attempt, user=spec.user,
                 account=account.name, node=spec.node, output_dir=spec.output_dir,
-                isolation="netns" if isolation else "none", time_limit_s=spec.time_limit_s,
+                isolation=isolation.name, time_limit_s=spec.time_limit_s,
                 submitted_at=time.time(),
             )  # fmt: skip
             self.store.save(record)  # before sbatch: a crash in between is found by name
@@ -122,7 +134,8 @@ class SlurmBackend(SlurmBackfill):
             except BackendError:
                 self.store.forget(name)
                 raise
-            self._snapshot_at = -1e9  # the next look must see the new job
+            self.full.invalidate()  # the next look must see the new job
+            self.lean.invalidate()
             self.store.save(record)
             self._remember(record)
         log.info("submitted %s as Slurm job %d (%s)", name, record.slurm_id, account.name)
@@ -141,7 +154,7 @@ class SlurmBackend(SlurmBackfill):
         record = self._record_of(jid)
         if record is not None and record.final is not None:
             return record.final
-        job = (await self.snapshot()).get(jid)
+        job = (await self.snapshot(full=record is None)).get(jid)  # not ours by record: names
         if job is None and record is not None:
             job = (await self.snapshot(0.0)).get(jid)  # the snapshot may predate the sbatch
         if job is None:
@@ -159,13 +172,15 @@ class SlurmBackend(SlurmBackfill):
         if status.terminal and record is not None:
             record.final = status  # kept: slurmctld forgets the job after MinJobAge
             self.store.save(record)
+            self._seen_end.pop(jid, None)
         return status
 
     async def cancel(self, backend_job_id: str, grace_s: float) -> None:
         jid = _parse_id(backend_job_id)
         self._load()
-        job = (await self.snapshot(0.0)).get(jid)
-        record = self._record_of(jid) or (self._adopt(job) if job is not None else None)
+        record = self._record_of(jid)
+        job = (await self.snapshot(0.0, full=record is None)).get(jid)
+        record = record or (self._adopt(job) if job is not None else None)
         if record is None:
             if job is None and await self.cli.sacct_job(jid) is None:
                 raise UnknownBackendJob(backend_job_id)
@@ -185,7 +200,7 @@ class SlurmBackend(SlurmBackfill):
         """Our attempts (in our records, or adopted by `find`) that Slurm has not ended."""
         self._load()
         out = []
-        for jid, job in (await self.snapshot()).items():
+        for jid, job in (await self.snapshot(full=True)).items():
             record = self._record_of(jid) or self._claim(job)
             if record is not None and record.final is None and not job.terminal:
                 out.append(jid)
@@ -198,19 +213,17 @@ class SlurmBackend(SlurmBackfill):
 
     # --- shared with the escalator ----------------------------------------------------------
 
-    async def snapshot(self, max_age_s: float | None = None) -> dict[int, SlurmJob]:
-        """Our jobs as slurmctld sees them; one squeue serves every concurrent caller."""
-        max_age = self.settings.refresh_s if max_age_s is None else max_age_s
-        async with self._snapshot_lock:
-            if time.monotonic() - self._snapshot_at > max_age:
-                started = time.monotonic()
-                self._snapshot = await self._load_jobs()
-                self._snapshot_at = started
-                now, seen = time.time(), self._seen_end
-                self._seen_end = {
-                    jid: seen.get(jid, now) for jid, job in self._snapshot.items() if job.terminal
-                }
-            return self._snapshot
+    async def snapshot(
+        self, max_age_s: float | None = None, *, full: bool = False
+    ) -> dict[int, SlurmJob]:
+        """Our jobs as slurmctld sees them; one squeue serves every concurrent caller. Default:
+        the jobs we have records of, from the lean listing; `full`: every job named as ours,
+        with name, comment and paths (finding and adopting by name)."""
+        full = full or self.settings.listing == "json"
+        jobs, refreshed = await (self.full if full else self.lean).get(max_age_s)
+        if refreshed:
+            note_ends(self._seen_end, jobs, lambda j: full or j in self._by_id)
+        return jobs
 
     def active_records(self) -> list[SlurmRecord]:
         self._load()
@@ -231,6 +244,19 @@ class SlurmBackend(SlurmBackfill):
         if self._reader == "pyslurm":
             return await load_jobs(submit_.NAME_PREFIX)
         return jobs_from_squeue(await self.cli.squeue(), submit_.NAME_PREFIX)
+
+    async def _load_states(self) -> dict[int, SlurmJob]:
+        """The lean listing, for the jobs of our records (their name, comment and output dir
+        are the record's: the listing carries no text a job could write)."""
+        out = {}
+        for jid, job in (await self.cli.squeue_states()).items():
+            record = self._record_of(jid)
+            if record is not None:
+                out[jid] = msgspec.structs.replace(
+                    job, name=record.name, workdir=record.output_dir,
+                    comment=jobs_.comment_for(record.isolation, record.time_limit_s),
+                )  # fmt: skip
+        return out
 
     def _load(self) -> None:
         """Once: our records of earlier runs, and resume any escalation they were in (X5)."""
@@ -257,15 +283,20 @@ class SlurmBackend(SlurmBackfill):
         record = self._records.get(name)
         if record is not None and record.slurm_id is not None:
             return record.slurm_id
-        for jid, job in (await self.snapshot(0.0)).items():
-            if job.name == name and not jobs_.never_ran(job):
+        lean = self.settings.listing != "json" and "," not in name  # --name takes a list
+        # lean: only the jobs of exactly this name, and the full listing only to adopt one
+        named = await (self.cli.squeue_states(name) if lean else self.snapshot(0.0, full=True))
+        for jid, job in named.items():
+            if (lean or job.name == name) and not jobs_.never_ran(job):
                 if record is not None:  # submitted by an agent that died before recording it
                     record.slurm_id = jid
                     self.store.save(record)
                     self._remember(record)
-                else:
-                    self._adopt(job)
-                return jid
+                    return jid
+                found = (await self.snapshot(0.0, full=True)).get(jid) if lean else job
+                if found is not None and found.name == name:
+                    self._adopt(found)
+                    return jid
         return None
 
     def _claim(self, job: SlurmJob) -> SlurmRecord | None:
@@ -286,15 +317,18 @@ class SlurmBackend(SlurmBackfill):
             log.info("adopted Slurm job %d (%s)", job.job_id, job.name)
         return record
 
-    async def _isolation_for(self, account: Account) -> list[str]:
-        """X4: a network namespace when the account may create one (an unprivileged user
-        namespace keeps the job's own UID), else none — and the job's record says which."""
-        if self.settings.isolation == "none":
-            return []
+    async def _isolation_for(self, account: Account) -> iso_.Isolation:
+        """X4: Apptainer when configured (checked at start); else a network namespace when the
+        account may create one (an unprivileged user namespace keeps the job's own UID), else
+        none — and the job's record says which."""
+        if self._wanted == "apptainer" and self.settings.apptainer is not None:
+            return iso_.container(self.settings.apptainer)
+        if self._wanted == "none":
+            return iso_.NONE
         if account.name not in self._isolation:
             prefix = ["unshare", "--user", "--map-current-user", "--net", "--"]
             rc, _, _ = await self.cli.run([*self._as(account), *prefix, "true"], check=False)
-            self._isolation[account.name] = prefix if rc == 0 else []
+            self._isolation[account.name] = iso_.netns(prefix if rc == 0 else [])
         return self._isolation[account.name]
 
     def _as(self, account: Account) -> list[str]:
@@ -304,9 +338,9 @@ class SlurmBackend(SlurmBackfill):
         return []
 
     async def _sbatch(
-        self, spec: LaunchSpec, account: Account, isolation: list[str], record: SlurmRecord
+        self, spec: LaunchSpec, account: Account, isolation: iso_.Isolation, record: SlurmRecord
     ) -> int:
-        env = submit_.export_file(submit_.job_env(spec, account.name))
+        env = submit_.export_file(submit_.job_env(spec, account.name, isolation))
         comment = jobs_.comment_for(record.isolation, spec.time_limit_s)
         read_fd, write_fd = os.pipe()
         try:

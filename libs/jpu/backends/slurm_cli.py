@@ -15,7 +15,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jpu.backends.base import BackendError
-from jpu.backends.slurm_parse import SACCT_FIELDS, SlurmJob, job_from_sacct
+from jpu.backends.slurm_parse import (
+    SACCT_FIELDS,
+    SQUEUE_FORMAT,
+    SlurmJob,
+    job_from_sacct,
+    states_from_squeue,
+)
 
 _TIMEOUT_S = 30.0
 _OPTION_ENV = ("SBATCH_", "SQUEUE_", "SINFO_", "SCANCEL_", "SACCT_", "SLURM_")
@@ -31,6 +37,7 @@ class SlurmCli:
             if key.startswith(_OPTION_ENV) and key != "SLURM_CONF":
                 env.pop(key)
         self.env = env
+        self._epoch_env = {**env, "SLURM_TIME_FORMAT": "%s"}  # squeue times as epochs
 
     async def run(
         self,
@@ -39,6 +46,7 @@ class SlurmCli:
         stdin: bytes | None = None,
         pass_fds: Sequence[int] = (),
         check: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> tuple[int, str, str]:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -46,7 +54,7 @@ class SlurmCli:
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                env=self.env,
+                env=self.env if env is None else env,
                 pass_fds=tuple(pass_fds),
             )
         except OSError as e:
@@ -78,6 +86,16 @@ class SlurmCli:
 
     async def squeue(self) -> Mapping[str, Any]:
         return await self._json(["squeue", "--json"])
+
+    async def squeue_states(self, name: str | None = None) -> dict[int, SlurmJob]:
+        """Every job's state (or those named exactly `name`), lean (SQUEUE_FORMAT). Unlike
+        `--json`, a text squeue exits non-zero when slurmctld does not answer, so an empty
+        listing is a real one."""
+        argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_FORMAT}"]
+        if name is not None:
+            argv.append(f"--name={name}")
+        _, out, _ = await self.run(argv, env=self._epoch_env)
+        return states_from_squeue(out)
 
     async def sinfo(self) -> Mapping[str, Any]:
         return await self._json(["sinfo", "--json"])

@@ -199,3 +199,40 @@ def inventory_from_sinfo(doc: Mapping[str, Any]) -> list[NodeInventory]:
 def used_gpus(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """node → tier → GPUs in use (`gres_used`), e.g. for idle = gres − used."""
     return {str(n["name"]): gres_counts(str(n.get("gres_used", ""))) for n in nodes}
+
+
+# `squeue --noheader --states=all --Format=…` for watching jobs we have records of: only fields
+# Slurm itself writes (no job name, comment or path), so no job's own text can split or forge a
+# line; times as epochs (SLURM_TIME_FORMAT=%s). About 1/50 of `--json`'s bytes per job.
+SQUEUE_FIELDS = (
+    "JobID", "State", "Reason", "UserName", "NodeList", "BatchHost", "Partition", "exit_code",
+    "StartTime", "EndTime", "SubmitTime",
+)  # fmt: skip
+SQUEUE_FORMAT = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)  # no width: "|" ends each
+
+
+def _text_epoch(text: str) -> float | None:
+    return float(text) if text.isdigit() and int(text) > 0 else None  # "NONE", "N/A", "0"
+
+
+def _text_node(text: str) -> str | None:
+    return text if text and text.lower() not in ("n/a", "(null)") else None
+
+
+def states_from_squeue(text: str) -> dict[int, SlurmJob]:
+    """Every job of a SQUEUE_FORMAT listing by Slurm job id. The name, comment and paths are not
+    in it: a caller knows them from its own record of the job."""
+    out = {}
+    width = len(SQUEUE_FIELDS) + 1  # each field ends with "|"
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) != width or not parts[0].isdigit():
+            continue  # e.g. a pending array's "123_[1-9]"
+        jid, state, reason, user, nodes, host, partition, code, start, end, submit, _ = parts
+        out[int(jid)] = SlurmJob(
+            job_id=int(jid), name="", state=state or "PENDING", reason=reason, user=user,
+            node=_text_node(nodes) or _text_node(host), partition=partition,
+            exit_status=int(code) if code.isdigit() else None, start_time=_text_epoch(start),
+            end_time=_text_epoch(end), submit_time=_text_epoch(submit),
+        )  # fmt: skip
+    return out

@@ -9,6 +9,8 @@
   CUDA_VISIBLE_DEVICES is Slurm's to set, from the GPUs it allocated.
 * X3: the command is the file `job.sh` in JOB_OUTPUT_DIR; the batch script sbatch reads on
   stdin is a constant wrapper that execs it (exec: the signals of a cancel reach the job itself).
+* X4: under Apptainer the wrapper execs `apptainer exec --containall … /bin/bash job.sh` and the
+  export file carries the job's variables as APPTAINERENV_<NAME> (isolation.py).
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from jpu.backends import isolation as iso_
 from jpu.backends.base import LaunchSpec
-from jpu.backends.process import DEFAULT_PATH
+from jpu.backends.process import DEFAULT_PATH, env_records
 
 NAME_PREFIX = "jpu-"
 _PLATFORM = ("JOB_ATTEMPT", "JOB_OUTPUT_DIR", "JPU_JOB_ID")
@@ -29,17 +32,18 @@ def job_name(job_id: str, attempt: int) -> str:
     return f"{NAME_PREFIX}{job_id}-{attempt}"
 
 
-def wrapper(isolation: list[str]) -> bytes:
-    """The constant batch script. `isolation` is our own prefix (e.g. unshare), never user text."""
-    prefix = "".join(f"{word} " for word in isolation)
+def wrapper(isolation: iso_.Isolation) -> bytes:
+    """The batch script: constant per isolation; only our own words, never user text."""
     return (
         "#!/bin/bash\n"
         "# JPU-Share batch wrapper: the job's command is job.sh in JOB_OUTPUT_DIR (SPEC X3).\n"
-        f'exec {prefix}/bin/bash "$JOB_OUTPUT_DIR/job.sh"\n'
+        + iso_.slurm_wrapper_line(isolation)
     ).encode()
 
 
-def job_env(spec: LaunchSpec, account_name: str) -> dict[str, str]:
+def job_env(
+    spec: LaunchSpec, account_name: str, isolation: iso_.Isolation = iso_.NONE
+) -> dict[str, str]:
     env = {
         "PATH": DEFAULT_PATH,
         "HOME": spec.output_dir,  # system accounts have no home; the attempt's dir stands in
@@ -60,11 +64,11 @@ def job_env(spec: LaunchSpec, account_name: str) -> dict[str, str]:
             "JPU_JOB_ID": spec.job_id,
         }
     )
-    return env
+    return iso_.job_env(isolation, env)
 
 
 def export_file(env: Mapping[str, str]) -> bytes:
-    return b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
+    return env_records(env)
 
 
 def time_minutes(time_limit_s: float | None) -> int | None:

@@ -85,6 +85,10 @@ class Config(Cluster, frozen=True, kw_only=True):
     data_dir: str = ".jpu"
     submit_rate_per_s: float = 2.0  # per-user token bucket at the gateway (429 RATE_LIMITED)
     submit_burst: int = 20
+    isolation: str = "auto"  # X4: auto | apptainer | none (jpu.backends.isolation)
+    apptainer_image: str = ""  # SIF file or sandbox dir; set: Apptainer is configured
+    apptainer_bin: str = "apptainer"
+    apptainer_args: list[str] = []  # extra `apptainer exec` options, e.g. ["--nv"]
 
 
 def _validate(cluster: Cluster) -> None:
@@ -102,6 +106,15 @@ def _validate(cluster: Cluster) -> None:
                 raise ConfigError(f"nodes[{i}].gpus.{tier}: negative GPU count")
     if len({n.name for n in cluster.nodes}) != len(cluster.nodes):
         raise ConfigError("nodes: duplicate node name")
+    if isinstance(cluster, Config):
+        _validate_isolation(cluster)
+
+
+def _validate_isolation(config: Config) -> None:
+    if config.isolation not in ("auto", "apptainer", "none"):
+        raise ConfigError(f"isolation: {config.isolation!r} is not auto | apptainer | none")
+    if config.isolation == "apptainer" and not config.apptainer_image:
+        raise ConfigError("isolation: apptainer needs apptainer_image (a SIF file or sandbox)")
 
 
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str], fields: set[str]) -> None:

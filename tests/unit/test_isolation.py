@@ -1,0 +1,122 @@
+"""SPEC X4 (and X3): the pure isolation builders both backends share — which isolation a mode
+asks for, the `apptainer exec` argv, the environment it gets, the Slurm wrapper lines."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from jpu.backends import BackendError, make_backend
+from jpu.backends.accounts import Account
+from jpu.backends.isolation import (
+    NONE,
+    RUNTIME_PATH,
+    Apptainer,
+    container,
+    job_argv,
+    job_env,
+    netns,
+    slurm_wrapper_line,
+    wants,
+)
+from jpu.backends.process import LOADER, launch_argv
+from jpu.backends.slurm_submit import wrapper
+from jpu.config import ConfigError, load_config
+
+IMAGE = Apptainer("/opt/images/vllm.sif", "apptainer", ("--nv",))
+OUT = "/data/out/j1/2"
+
+
+def test_X4_apptainer_runs_job_sh_contained_with_no_network() -> None:
+    assert job_argv(container(IMAGE), OUT) == [
+        "apptainer", "exec", "--containall", "--net", "--network", "none", "--no-eval",
+        "--bind", OUT, "--pwd", OUT, "--nv", "/opt/images/vllm.sif",
+        "/bin/bash", f"{OUT}/job.sh",
+    ]  # fmt: skip
+    assert job_argv(NONE, OUT) == job_argv(netns(["unshare", "--net", "--"]), OUT)
+    assert job_argv(NONE, OUT) == ["/bin/bash", f"{OUT}/job.sh"]
+
+
+def test_X4_modes_choose_apptainer_when_configured_never_silently_weaker() -> None:
+    assert wants("auto", None) == "netns"
+    assert wants("auto", IMAGE) == "apptainer"  # configured: Apptainer
+    assert wants("apptainer", IMAGE) == "apptainer"
+    assert wants("none", IMAGE) == "none"
+    with pytest.raises(BackendError, match="apptainer_image"):
+        wants("apptainer", None)
+    with pytest.raises(BackendError, match="not one of"):
+        wants("docker", IMAGE)
+
+
+def test_X4_apptainer_env_carries_every_job_variable_prefixed_and_none_raw() -> None:
+    env = {
+        "PATH": "/home/alice/bin:/usr/bin", "HOME": OUT, "USER": "jpu-alice", "LANG": "C.UTF-8",
+        "JOB_ATTEMPT": "2", "JOB_OUTPUT_DIR": OUT, "CUDA_VISIBLE_DEVICES": "0,1",
+        "MY_VAR": "x,y $(touch /tmp/pwned)", "LD_PRELOAD": "/tmp/evil.so",
+    }  # fmt: skip
+    outside = job_env(container(IMAGE), env)
+    # --containall = --cleanenv: the job's variables reach the container only prefixed
+    assert outside["APPTAINERENV_JOB_ATTEMPT"] == "2"
+    assert outside["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert outside["APPTAINERENV_MY_VAR"] == "x,y $(touch /tmp/pwned)"  # verbatim (--no-eval)
+    assert outside["APPTAINERENV_PATH"] == "/home/alice/bin:/usr/bin"  # the user's PATH inside
+    assert "APPTAINERENV_HOME" not in outside  # apptainer refuses it; it sets HOME itself
+    # apptainer itself runs with our PATH and none of the user's variables
+    assert outside["PATH"] == RUNTIME_PATH
+    assert "LD_PRELOAD" not in outside and "MY_VAR" not in outside
+    assert outside["JOB_OUTPUT_DIR"] == OUT  # the Slurm wrapper's own variable
+    assert job_env(NONE, env) == env  # without a container: as is
+
+
+def test_X3_X4_slurm_wrapper_quotes_operator_words_and_forwards_slurm_gpus() -> None:
+    image = Apptainer("/opt/my images/a'b.sif", "/usr/local/bin/apptainer", ("--bind", "/x y"))
+    lines = slurm_wrapper_line(container(image)).splitlines()
+    assert lines[0] == (
+        'if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then '
+        'export APPTAINERENV_CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"; fi'
+    )
+    words = shlex.split(lines[-1])
+    assert words == [
+        "exec", "/usr/local/bin/apptainer", "exec", "--containall", "--net", "--network", "none",
+        "--no-eval", "--bind", "$JOB_OUTPUT_DIR", "--pwd", "$JOB_OUTPUT_DIR", "--bind", "/x y",
+        "/opt/my images/a'b.sif", "/bin/bash", "$JOB_OUTPUT_DIR/job.sh",
+    ]  # fmt: skip
+    assert '"$JOB_OUTPUT_DIR/job.sh"' in lines[-1]  # expanded by the wrapper, as one word
+    # without Apptainer the wrapper is the one it always was
+    prefix = netns(["unshare", "--user", "--map-current-user", "--net", "--"])
+    assert wrapper(prefix).decode().splitlines()[-1] == (
+        'exec unshare --user --map-current-user --net -- /bin/bash "$JOB_OUTPUT_DIR/job.sh"'
+    )
+    assert wrapper(NONE).decode().splitlines()[-1] == 'exec /bin/bash "$JOB_OUTPUT_DIR/job.sh"'
+
+
+def test_X4_local_chain_drops_to_the_user_before_apptainer() -> None:
+    root = Account("root", 0, 0, "/root")
+    alice = Account("jpu-alice", 999, 995, "/nonexistent")
+    argv = launch_argv(Path("/st/status"), Path(OUT), alice, root, container(IMAGE))
+    setpriv = next(i for i, w in enumerate(argv) if w.endswith("setpriv"))
+    assert argv[setpriv + 1 : setpriv + 3] == ["--reuid=999", "--regid=995"]
+    loader = argv[setpriv + 6 : setpriv + 11]  # the user's env is loaded after the drop
+    assert loader[1:] == ["-c", LOADER, "jpu-env", f"{OUT}/.jpu-env"]
+    assert argv[setpriv + 11 :] == job_argv(container(IMAGE), OUT)  # apptainer runs as alice
+    assert argv[0].startswith("/") and argv[1:3] == ["-p", "-c"]  # bash -p: no BASH_ENV as root
+
+
+def test_X4_isolation_is_configured_in_the_config_file(tmp_path: Path) -> None:
+    assert load_config(env={}).isolation == "auto"
+    c = load_config(env={"JPU_APPTAINER_IMAGE": "/opt/x.sif", "JPU_APPTAINER_ARGS": '["--nv"]'})
+    assert (c.apptainer_image, c.apptainer_bin, c.apptainer_args) == (
+        "/opt/x.sif", "apptainer", ["--nv"],
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="isolation"):
+        load_config(env={"JPU_ISOLATION": "docker"})
+    with pytest.raises(ConfigError, match="apptainer_image"):
+        load_config(env={"JPU_ISOLATION": "apptainer"})
+    # configured but unusable: a clear error when the agent builds its backend
+    bad = load_config(
+        env={"JPU_APPTAINER_IMAGE": str(tmp_path / "missing.sif"), "JPU_DATA_DIR": str(tmp_path)}
+    )
+    with pytest.raises(BackendError, match="apptainer"):
+        make_backend(bad, env={})
