@@ -11,7 +11,10 @@ every `poll_s`:
   3. cancel what must go: reclaimed (M2), or on a GPU a research job holds (B2 — the slurm-agent
      normally ended it before launching; this is the safety net);
   4. start what the plan says: submit (idempotent per deterministic backfill id), then append
-     BackfillStarted on the node's subject with its expected last sequence (E2).
+     BackfillStarted on the node's subject with its expected last sequence (E2). Once the live
+     state leaves NORMAL/DRAINING mid-round, nothing more is launched (M2); an instance already
+     launched is still recorded — it exists — so the next round reclaims it and ACTIVE (M3,
+     decided on the log) never comes while it runs.
 
 Exactly once: the backfill id is derived from (GPU, stream seq at which it became free), so two
 replicas or a restart deciding on the same log submit the same instance (the backend's submit is
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import cast
 
 from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillHandle, BackfillSpec
@@ -37,7 +41,8 @@ from jpu.events import BackfillEnded, BackfillStarted, subject_for
 from jpu.fold import ClusterState
 from jpu.fold_follow import Follower
 from jpu.metrics import count_preemption
-from jpu.policy.model import Gpu
+from jpu.policy.maintenance import backfill_allowed
+from jpu.policy.model import Gpu, MaintenanceState
 from jpu_services.backfill.decide import EndReason, end_reason, plan, to_cancel
 from jpu_services.backfill.options import BackfillOptions, BackfillStats, wait_any
 from jpu_services.backfill.tracker import WAKE_EVENTS, GpuKey, Tracker, backfill_id
@@ -162,6 +167,9 @@ class BackfillService:
         key = _key(gpu)
         idle = self.tracker.idle[key]
         handle = self.pending.get(bf)
+        live = cast(MaintenanceState, self.state.maintenance.state)  # not the plan's
+        if handle is None and not backfill_allowed(live):
+            return True  # M2: maintenance moved on during this round's earlier launches
         if handle is None:
             spec = BackfillSpec(  # no partition: the tier's is the research one; the backend
                 # knows its preemptible one (Slurm: `llm`, B2)

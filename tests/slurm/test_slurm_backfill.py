@@ -81,6 +81,12 @@ async def test_B1_backfill_on_slurm_runs_in_llm_partition(
     await backend.cancel_backfill(handle.backend_job_id, 1.0)
     assert await _wait_bf_end(backend, handle.backend_job_id) == "CANCELLED"
     assert handle.backend_job_id not in await backend.running_backfill()
+    # the ended job is still listed (MinJobAge), but the same id again (a new log's ids repeat)
+    # is a new instance, not the ended one adopted
+    assert handle.backend_job_id in squeue(slurm)
+    fresh = await backend.submit_backfill(spec)
+    assert fresh.backend_job_id != handle.backend_job_id
+    assert (await backend.poll_backfill(fresh.backend_job_id)).state == "RUNNING"
 
 
 async def test_B2_research_onto_backfilled_gpu_on_slurm_preempts_within_3s(

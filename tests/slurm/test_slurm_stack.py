@@ -7,26 +7,15 @@ HTTP then preempts one, runs as a Slurm job, ends COMPLETED and is charged (B2, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import shutil
 import subprocess
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
-from conftest import root_dir
+from stack_support import CAROL, N4090, slurm_stack
 
-from jpu.admin import seed_demo
-from jpu.backends import make_backend
-from jpu.backends.slurm import SlurmBackend
-from jpu.bus import EventBus
-from jpu.clock import SystemClock
-from jpu.config import Config, load_config
-from jpu.edges import connect_edges
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -35,77 +24,7 @@ from jpu.events import (
     JobSubmitted,
     UsageCharged,
 )
-from jpu.fold_testing import Watcher
-from jpu.service import run_workers
-from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.slurm_fixtures import SlurmCluster
-from jpu_services.accounting import bootstrap as accounting
-from jpu_services.backfill.service import BackfillOptions, run_backfill
-from jpu_services.dispatcher.service import run_dispatcher
-from jpu_services.gateway.app import create_app
-from jpu_services.gateway.config import GatewayConfig
-from jpu_services.intake import bootstrap as intake
-from jpu_services.slurm_agent.options import AgentOptions
-from jpu_services.slurm_agent.run import run_agent
-
-NODES = (
-    "[{name: gpu-4090x2-01, gpus: {rtx4090: 2}}, {name: gpu-4090x2-02, gpus: {rtx4090: 2}},"
-    " {name: gpu-3080tix2-01, gpus: {rtx3080ti: 2}}]"
-)
-
-
-def _config(nats_url: str, pg_dsn: str, data_dir: Path) -> Config:
-    stream, prefix = unique_names()
-    return load_config(
-        env={
-            "JPU_NATS_URL": nats_url, "JPU_DATABASE_URL": pg_dsn, "JPU_STREAM_NAME": stream,
-            "JPU_SUBJECT_PREFIX": prefix, "JPU_DATA_DIR": str(data_dir), "JPU_NODES": NODES,
-            "JPU_SLURM_BACKEND": "slurm", "JPU_CYCLE_S": "1", "JPU_MIN_CYCLE_GAP_S": "0.05",
-            "JPU_BACKFILL_SETTLE_S": "1", "JPU_CANCEL_GRACE_S": "2",
-            "JPU_SUBMIT_RATE_PER_S": "0",
-        }
-    )  # fmt: skip
-
-
-def _workers(config: Config, edges: Any, cluster: SlurmCluster, out: Path) -> dict[str, Any]:
-    env = {"JPU_SLURM_CONF": cluster.conf}
-    agent_backend, bf_backend = make_backend(config, env), make_backend(config, env)
-    assert isinstance(agent_backend, SlurmBackend) and isinstance(bf_backend, SlurmBackend)
-    clock = SystemClock()
-    options = AgentOptions(
-        cancel_grace_s=2.0, poll_min_s=0.05, poll_max_s=0.3, inventory_every_s=5.0,
-        output_root=out, backfill_grace_s=2.0,
-    )  # fmt: skip
-    bf_options = BackfillOptions(
-        command=config.backfill_command, settle_s=config.backfill_settle_s, grace_s=2.0, poll_s=0.2
-    )
-
-    async def dispatcher(stop: asyncio.Event) -> None:
-        await run_dispatcher(edges.bus, config, clock, stop, lease_ttl_s=2.0, lease_renew_s=0.5)
-
-    async def agent(stop: asyncio.Event) -> None:
-        try:
-            await run_agent(edges.bus, config, agent_backend, clock, stop, options)
-        finally:
-            await agent_backend.close()
-
-    async def backfill(stop: asyncio.Event) -> None:
-        await run_backfill(edges.bus, config, bf_backend, clock, stop, bf_options)
-
-    return {**intake.workers(edges), **accounting.workers(edges), "dispatcher": dispatcher,
-            "agent": agent, "backfill": backfill}  # fmt: skip
-
-
-async def _leave_nothing(config: Config, cluster: SlurmCluster) -> None:
-    """Instances and jobs outlive their services by design; a test must not."""
-    backend = make_backend(config, {"JPU_SLURM_CONF": cluster.conf})
-    assert isinstance(backend, SlurmBackend)
-    for bid in await backend.running_backfill():
-        await backend.cancel_backfill(bid, 0.0)
-    deadline = time.monotonic() + 20
-    while await backend.running_backfill() and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    await backend.close()
 
 
 def _preempted_twice(events: list[Any]) -> bool:
@@ -116,106 +35,35 @@ def _preempted_twice(events: list[Any]) -> bool:
     )
 
 
-async def _events_until(bus: EventBus, w: Watcher, pred: Any, timeout: float) -> list[Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        await w.synced()
-        events = [d.event async for d in bus.replay()]
-        if pred(events) or time.monotonic() > deadline:
-            return events
-        await asyncio.sleep(0.2)
-
-
 async def test_B2_X2_job_submitted_over_http_runs_on_slurm_over_backfill_and_is_charged(
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str, slurm_cluster: SlurmCluster
 ) -> None:
-    data_dir = root_dir("jpu-slurm-stack-")
-    config = _config(nats_url, pg_dsn, data_dir)
-    await seed_demo(pool)
-    app = create_app(GatewayConfig.from_config(config, env={}))
-    edges = await connect_edges(config, name="services")
-    bus = await EventBus.connect(nats_url, stream=config.stream_name, prefix=config.subject_prefix)
-    stop = asyncio.Event()
-    workers = _workers(config, edges, slurm_cluster, data_dir / "outputs")
-    task = asyncio.create_task(run_workers(stop, workers, 10.0))
-    try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
-            Watcher(bus, config) as w,
-        ):
-            n4090 = [(n, "rtx4090", g) for n in ("gpu-4090x2-01", "gpu-4090x2-02") for g in (0, 1)]
-            await w.until(lambda st: all(g in st.backfill for g in n4090), timeout=30)
-            body = {"name": "t", "command": 'echo "cvd=$CUDA_VISIBLE_DEVICES att=$JOB_ATTEMPT"',
-                    "num_gpus": 2, "tier": "rtx4090"}  # fmt: skip
-            r = await c.post(
-                "/v1/jobs", json=body, headers={"Authorization": "Bearer demo-kdg-carol"}
-            )
-            assert r.status_code == 201, r.text
-            job = str(r.json()["id"])
-            await w.until(lambda st: st.jobs[job].state == "COMPLETED", timeout=30)
-            await w.until(lambda st: "KDG" in st.usage, timeout=10)
-            events = await _events_until(bus, w, _preempted_twice, timeout=15)
-            (started,) = [e for e in events if isinstance(e, JobStarted)]
-            (end,) = [e for e in events if isinstance(e, JobEnded)]
-            (charge,) = [e for e in events if isinstance(e, UsageCharged)]
-            assert started.backend_job_id.isdigit()  # a Slurm job id
-            assert end.state == "COMPLETED" and charge.lab == "KDG" and charge.job_id == job
-            assert abs(charge.amount - end.usage) < 1e-9 and charge.amount > 0
-            stdout = (data_dir / "outputs" / job / "1" / "stdout").read_text()
-            assert "cvd=0,1 att=1" in stdout, stdout  # X2, on the Slurm node's GPUs
-            # B2: the backfill on the job's node ended (preempted), and was never charged (B5)
-            bf_started = [e for e in events if isinstance(e, BackfillStarted)]
-            ended = [e for e in events if isinstance(e, BackfillEnded) and e.node == end.node]
-            assert len(ended) == 2 and {e.reason for e in ended} == {"preempted"}, ended
-            assert all(e.endpoint for e in bf_started if e.node != "gpu-3080tix2-01")
-            r = await c.get(f"/v1/jobs/{job}", headers={"Authorization": "Bearer demo-kdg-carol"})
-            assert r.json()["state"] == "COMPLETED"
-    finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
-        await _leave_nothing(config, slurm_cluster)
-        await edges.close()
-        await bus.delete_stream()
-        await bus.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-CAROL = {"Authorization": "Bearer demo-kdg-carol"}
-
-
-@contextlib.asynccontextmanager
-async def _stack(
-    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, cluster: SlurmCluster
-) -> AsyncIterator[tuple[Path, httpx.AsyncClient, Watcher, EventBus]]:
-    """The whole stack in-process with a gateway client; everything torn down after."""
-    data_dir = root_dir("jpu-slurm-stack-")
-    config = _config(nats_url, pg_dsn, data_dir)
-    await seed_demo(pool)
-    app = create_app(GatewayConfig.from_config(config, env={}))
-    edges = await connect_edges(config, name="services")
-    bus = await EventBus.connect(nats_url, stream=config.stream_name, prefix=config.subject_prefix)
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        run_workers(stop, _workers(config, edges, cluster, data_dir / "outputs"), 10.0)
-    )
-    try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
-            Watcher(bus, config) as w,
-        ):
-            yield data_dir, c, w, bus
-    finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
-        await _leave_nothing(config, cluster)
-        await edges.close()
-        await bus.delete_stream()
-        await bus.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    async with slurm_stack(nats_url, pool, pg_dsn, slurm_cluster) as s:
+        c, w = s.client, s.watcher
+        await w.until(lambda st: all(g in st.backfill for g in N4090), timeout=30)
+        body = {"name": "t", "command": 'echo "cvd=$CUDA_VISIBLE_DEVICES att=$JOB_ATTEMPT"',
+                "num_gpus": 2, "tiers": ["rtx4090"]}  # fmt: skip
+        r = await c.post("/v1/jobs", json=body, headers=CAROL)
+        assert r.status_code == 201, r.text
+        job = str(r.json()["id"])
+        await w.until(lambda st: st.jobs[job].state == "COMPLETED", timeout=30)
+        await w.until(lambda st: "KDG" in st.usage, timeout=10)
+        events = await s.events_until(_preempted_twice, timeout=15)
+        (started,) = [e for e in events if isinstance(e, JobStarted)]
+        (end,) = [e for e in events if isinstance(e, JobEnded)]
+        (charge,) = [e for e in events if isinstance(e, UsageCharged)]
+        assert started.backend_job_id.isdigit()  # a Slurm job id
+        assert end.state == "COMPLETED" and charge.lab == "KDG" and charge.job_id == job
+        assert abs(charge.amount - end.usage) < 1e-9 and charge.amount > 0
+        stdout = (s.data_dir / "outputs" / job / "1" / "stdout").read_text()
+        assert "cvd=0,1 att=1" in stdout, stdout  # X2, on the Slurm node's GPUs
+        # B2: the backfill on the job's node ended (preempted), and was never charged (B5)
+        bf_started = [e for e in events if isinstance(e, BackfillStarted)]
+        ended = [e for e in events if isinstance(e, BackfillEnded) and e.node == end.node]
+        assert len(ended) == 2 and {e.reason for e in ended} == {"preempted"}, ended
+        assert all(e.endpoint for e in bf_started if e.node != "gpu-3080tix2-01")
+        r = await c.get(f"/v1/jobs/{job}", headers=CAROL)
+        assert r.json()["state"] == "COMPLETED"
 
 
 async def _submit(c: httpx.AsyncClient, body: dict[str, Any]) -> str:
@@ -233,9 +81,10 @@ OOM_SCRIPT = (
 async def test_X8_oom_on_slurm_rtx3080ti_retries_on_rtx4090_with_job_attempt_2(
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str, slurm_cluster: SlurmCluster
 ) -> None:
-    async with _stack(nats_url, pool, pg_dsn, slurm_cluster) as (data_dir, c, w, bus):
+    async with slurm_stack(nats_url, pool, pg_dsn, slurm_cluster) as s:
+        data_dir, c, w, bus = s.data_dir, s.client, s.watcher, s.bus
         # The 4 rtx4090 GPUs are held by two jobs, so attempt 1 can only land on the 3080 Ti.
-        blockers = [await _submit(c, {"command": "sleep 6", "num_gpus": 2, "tier": "rtx4090"})
+        blockers = [await _submit(c, {"command": "sleep 6", "num_gpus": 2, "tiers": ["rtx4090"]})
                     for _ in range(2)]  # fmt: skip
         await w.until(lambda st: all(st.jobs[b].state == "RUNNING" for b in blockers), timeout=30)
         body = {"command": OOM_SCRIPT, "num_gpus": 1, "tiers": ["rtx3080ti", "rtx4090"]}
@@ -284,7 +133,8 @@ async def test_P2_drained_node_leaves_placements_and_job_waits_for_resources(
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str, slurm_cluster: SlurmCluster
 ) -> None:
     node, tier = "gpu-3080tix2-01", "rtx3080ti"
-    async with _stack(nats_url, pool, pg_dsn, slurm_cluster) as (_, c, w, _bus):
+    async with slurm_stack(nats_url, pool, pg_dsn, slurm_cluster) as s:
+        c, w = s.client, s.watcher
         try:
             # Q2 rejects a job no placement can ever run, so the job is accepted while a blocker
             # holds both GPUs, the node is drained under it, then the blocker is cancelled

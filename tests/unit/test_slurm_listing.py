@@ -89,6 +89,14 @@ async def test_X9_one_refresh_serves_concurrent_callers_and_costly_ones_refresh_
     assert (await listing.get())[1] is True and calls == 3
 
 
+def test_X9_a_slow_refresh_never_makes_the_listing_stale_for_long() -> None:
+    listing = Listing(lambda: asyncio.sleep(0, {}), refresh_s=0.25, cost_factor=10.0)
+    listing.cost_s = 3.0  # one squeue that took 3 s on a busy machine
+    assert listing.max_age() == 2.0  # capped: job ends are still seen within ~2 s
+    listing.cost_s = 0.034  # a typical lean listing of 1,000 jobs
+    assert listing.max_age() == 0.34
+
+
 def test_X9_poll_times_are_aligned_to_a_power_of_two_grid() -> None:
     assert aligned(100.3, 5.0) == 100.0  # step 1 s for the 5 s ceiling
     assert aligned(100.6, 5.0) == 101.0

@@ -71,7 +71,10 @@ class SlurmBackfill:
         name = BF_PREFIX + spec.backfill_id
         out = Path(self.settings.data_dir) / "backfill" / spec.backfill_id
         async with self._submit_lock:  # idempotent per backfill id (Slurm keeps the name)
-            found = [j for j in (await _bf_jobs(self.cli)).values() if j.name == name]
+            # …for a live instance only: slurmctld lists ended jobs for MinJobAge, and the same
+            # id recurs on a new log (ids derive from stream seqs), so an ended one is not ours
+            jobs = (await _bf_jobs(self.cli)).values()
+            found = [j for j in jobs if j.name == name and not j.terminal]
             if found:
                 jid = found[0].job_id
             else:

@@ -4,9 +4,11 @@ The slurm-agent polls each watched job on its own schedule; at 1,000 jobs that i
 second, and each must not cost a `squeue`. A listing is refreshed only when the caller needs it
 fresher than it is, and — for callers that accept the default age — never more often than
 `cost_factor` × what the last refresh took, so watching costs slurmctld and the agent a bounded
-share of a core however large the queue grows (bench/bench_slurm.py --watch-jobs). A caller that
-waited while another refreshed takes that refresh (before, each waiter refreshed again once a
-refresh took longer than `refresh_s`: at 1,000 jobs `squeue --json` ran back to back).
+share of a core however large the queue grows (bench/bench_slurm.py --watch-jobs) — up to
+`max_stale_s`: one slow `squeue` on a busy machine must not leave job ends unseen for long.
+A caller that waited while another refreshed takes that refresh (before, each waiter refreshed
+again once a refresh took longer than `refresh_s`: at 1,000 jobs `squeue --json` ran back to
+back).
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ Jobs = dict[int, SlurmJob]
 
 class Listing:
     def __init__(
-        self, load: Callable[[], Awaitable[Jobs]], refresh_s: float, cost_factor: float
+        self,
+        load: Callable[[], Awaitable[Jobs]],
+        refresh_s: float,
+        cost_factor: float,
+        max_stale_s: float = 2.0,
     ) -> None:
         self._load = load
-        self.refresh_s, self.cost_factor = refresh_s, cost_factor
+        self.refresh_s, self.cost_factor, self.max_stale_s = refresh_s, cost_factor, max_stale_s
         self.jobs: Jobs = {}
         self.at = -1e9  # time.monotonic() when the current listing was asked for
         self.cost_s = 0.0  # wall time of the last refresh
@@ -33,8 +39,10 @@ class Listing:
         self._lock = asyncio.Lock()
 
     def max_age(self) -> float:
-        """The default age a caller accepts: refresh_s, or longer when a refresh is costly."""
-        return max(self.refresh_s, self.cost_factor * self.cost_s)
+        """The default age a caller accepts: refresh_s, or longer when a refresh is costly
+        (never beyond max_stale_s)."""
+        costly = min(self.cost_factor * self.cost_s, self.max_stale_s)
+        return max(self.refresh_s, costly)
 
     def invalidate(self) -> None:
         self.at = -1e9
