@@ -32,6 +32,7 @@ from jpu.backends.slurm import SlurmBackend, SlurmSettings
 from jpu.config import load_config
 from jpu.policy.oom import is_gpu_oom
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.waits import wait_end
 
 BACKENDS = ["local", "slurm"]
 NODE, TIER = "gpu-4090x2-01", "rtx4090"
@@ -100,16 +101,6 @@ class Env:
     async def run(self, spec: LaunchSpec, timeout: float = 20.0) -> BackendStatus:
         bid = await self.backend.submit(spec)
         return await wait_end(self.backend, bid, timeout)
-
-
-async def wait_end(backend: ExecutionBackend, bid: str, timeout: float = 20.0) -> BackendStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = await backend.poll(bid)
-        if status.terminal:
-            return status
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{bid} did not end within {timeout}s")
 
 
 async def wait_file(path: Path, timeout: float = 10.0) -> None:

@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from jpu.backends import BackendError, BackendStatus, LaunchSpec
+from jpu.backends import BackendError, LaunchSpec
 from jpu.backends.isolation import Apptainer
 from jpu.backends.local import LocalBackend, LocalSettings
 from jpu.config import load_config
 from jpu.testing.apptainer_standin import standin_report, write_standin
+from jpu.testing.waits import wait_end
 
 NODE, TIER = "gpu-4090x2-01", "rtx4090"
 PROBE = (
@@ -93,16 +94,6 @@ def listener() -> Iterator[int]:
     """A port that accepts connections on the host's loopback: reachable only with a network."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         yield server.getsockname()[1]
-
-
-async def wait_end(backend: LocalBackend, bid: str, timeout: float = 20.0) -> BackendStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = await backend.poll(bid)
-        if status.terminal:
-            return status
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{bid} did not end within {timeout}s")
 
 
 def _ifaces(out: Path) -> list[str]:

@@ -23,6 +23,7 @@ import pytest_asyncio
 from jpu.backends import BackendStatus, LaunchSpec
 from jpu.backends.slurm import SlurmBackend, SlurmSettings
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.waits import wait_end as _wait_end
 
 TIERS = {"rtx4090": (8, 32), "rtx3080ti": (6, 24)}  # cpus_per_gpu, mem_gb_per_gpu (default.yaml)
 
@@ -77,13 +78,7 @@ class SlurmEnv:
 
 
 async def wait_end(backend: SlurmBackend, bid: str, timeout: float = 20.0) -> BackendStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = await backend.poll(bid)
-        if status.terminal:
-            return status
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{bid} did not end within {timeout}s")
+    return await _wait_end(backend, bid, timeout, every_s=0.1)  # Slurm: no need to hurry
 
 
 async def wait_file(path: Path, timeout: float = 15.0) -> None:

@@ -234,22 +234,31 @@ class SlurmBackend(SlurmBackfill):
 
     # --- internals --------------------------------------------------------------------------
 
-    async def _load_jobs(self) -> dict[int, SlurmJob]:
+    async def _read_through(self) -> str:
+        """X9: "pyslurm" where it matches the cluster's Slurm, else "squeue"; chosen once."""
         if self._reader is None:
             self._reader = "squeue"
             if self.settings.pyslurm != "off":
                 usable, why = pyslurm_usable(await cluster_version(self.cli))
                 self._reader = "pyslurm" if usable else "squeue"
                 log.info("Slurm jobs are read through %s (%s)", self._reader, why)
-        if self._reader == "pyslurm":
+        return self._reader
+
+    async def _load_jobs(self) -> dict[int, SlurmJob]:
+        if await self._read_through() == "pyslurm":
             return await load_jobs(submit_.NAME_PREFIX)
         return jobs_from_squeue(await self.cli.squeue(), submit_.NAME_PREFIX)
 
     async def _load_states(self) -> dict[int, SlurmJob]:
         """The lean listing, for the jobs of our records (their name, comment and output dir
-        are the record's: the listing carries no text a job could write)."""
+        are the record's: the listing carries no text a job could write). Through pyslurm
+        where it works (no process per listing), else the lean `squeue --Format`."""
+        if await self._read_through() == "pyslurm":
+            listed = await load_jobs(submit_.NAME_PREFIX)
+        else:
+            listed = await self.cli.squeue_states()
         out = {}
-        for jid, job in (await self.cli.squeue_states()).items():
+        for jid, job in listed.items():
             record = self._record_of(jid)
             if record is not None:
                 out[jid] = msgspec.structs.replace(
