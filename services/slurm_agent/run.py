@@ -44,7 +44,7 @@ async def run_agent(
     """Run until `stop` is set. The caller owns (and closes) the bus and the backend."""
     options = options or AgentOptions.from_config(config)
     agent = JobAgent(bus, {t.name: t for t in config.tiers}, backend, clock, options)
-    inventory = InventoryReporter(bus, backend, clock)
+    inventory = InventoryReporter(bus, backend, clock, {n.name: dict(n.gpus) for n in config.nodes})
     await inventory.report(force=True)
     recovered_to = await recover(agent, bus, config)
 
@@ -147,11 +147,39 @@ async def _poll(agent: JobAgent, bid: str) -> BackendStatus | None:
         return None
 
 
-class InventoryReporter:
-    """NodeInventoryObserved at start and whenever a node's view changes."""
+def with_missing(
+    observed: list[NodeInventory], configured: dict[str, dict[str, int]]
+) -> list[NodeInventory]:
+    """The backend's nodes, plus every configured node it does not know, all GPUs down (P2):
+    a node in the configuration but not in Slurm (a typo, or not yet added) must take no job."""
+    known = {inv.node for inv in observed}
+    missing = [
+        NodeInventory(
+            node=name,
+            gpus=dict(gpus),
+            down={t: list(range(n)) for t, n in gpus.items()},
+            state="down",
+            reason="not in the backend's inventory",
+        )
+        for name, gpus in sorted(configured.items())
+        if name not in known
+    ]
+    return [*observed, *missing]
 
-    def __init__(self, bus: EventBus, backend: ExecutionBackend, clock: Clock) -> None:
+
+class InventoryReporter:
+    """NodeInventoryObserved at start and whenever a node's view changes (configured nodes the
+    backend does not know included, as down)."""
+
+    def __init__(
+        self,
+        bus: EventBus,
+        backend: ExecutionBackend,
+        clock: Clock,
+        configured: dict[str, dict[str, int]] | None = None,
+    ) -> None:
         self.bus, self.backend, self.clock = bus, backend, clock
+        self.configured = configured or {}
         self._last: dict[str, NodeInventory] = {}
         self._poke = asyncio.Event()
 
@@ -159,7 +187,7 @@ class InventoryReporter:
         self._poke.set()
 
     async def report(self, force: bool = False) -> None:
-        for inv in await self.backend.inventory():
+        for inv in with_missing(await self.backend.inventory(), self.configured):
             if not force and self._last.get(inv.node) == inv:
                 continue
             await self.bus.append(

@@ -3,6 +3,7 @@ the same agent that runs the local backend, with `slurm_backend: slurm`."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -89,6 +90,20 @@ async def test_X6_a_dispatch_runs_on_slurm_and_its_end_is_recorded(world: World)
     inventory = [d.event async for d in world.bus.replay(filter_subject=f"{world.bus.prefix}.>")]
     observed = {e.node: e for e in inventory if isinstance(e, NodeInventoryObserved)}
     assert set(observed) == set(world.slurm.cluster.nodes)
+
+
+async def test_P2_a_configured_node_slurm_does_not_have_is_reported_down(world: World) -> None:
+    ghost = Node(name="gpu-ghost-01", gpus={"rtx3080ti": 2})  # configured, unknown to Slurm
+    world.config = msgspec.structs.replace(world.config, nodes=[*world.config.nodes, ghost])
+    world.start_agent()
+    subject = f"{world.bus.prefix}.inventory.{ghost.name}"
+    deadline = time.monotonic() + 20
+    while not (seen := [d.event async for d in world.bus.replay(filter_subject=subject)]):
+        assert time.monotonic() < deadline, "no inventory of the configured node"
+        await asyncio.sleep(0.2)
+    (inv,) = seen
+    assert isinstance(inv, NodeInventoryObserved)
+    assert (inv.state, inv.gpus, inv.down) == ("down", {"rtx3080ti": 2}, {"rtx3080ti": [0, 1]})
 
 
 async def test_X7_a_cuda_oom_on_slurm_ends_failed_with_oom(world: World) -> None:
