@@ -4,10 +4,11 @@ same NATS server, in the same run.
     python bench/bench_e2e.py [--jobs 600] [--clients 32] [--nodes 16] [--timeout 75]
 
 The stack as `make run` builds it (embedded NATS JetStream + durable PostgreSQL, prepare, the
-services under the stack's supervisor): gateway, intake, dispatcher, slurm-agent (local backend:
-each job is a real local process) and accounting; backfill is off (JPU_BACKFILL_ENABLED=false)
-so idle GPUs stay free for research jobs. The cluster is `--nodes` nodes of 8 rtx4090 each, so
-GPUs do not bound the rate; rate limit off, max_active_jobs high (all six demo users submit).
+services under the stack's supervisor): gateway (2 processes, JPU_GATEWAY_WORKERS), intake,
+dispatcher, slurm-agent (local backend: each job is a real local process) and accounting;
+backfill is off (JPU_BACKFILL_ENABLED=false) so idle GPUs stay free for research jobs. The
+cluster is `--nodes` nodes of 8 rtx4090 each, so GPUs do not bound the rate; rate limit off,
+max_active_jobs high (all six demo users submit).
 
 `--jobs` jobs `{"command": "true", "num_gpus": 1}` are POSTed by `--clients` keep-alive clients;
 an ordered consumer on the log timestamps (on arrival) each job's JobStarted (RUNNING), JobEnded

@@ -3,8 +3,9 @@
     python bench/bench_gateway.py [--clients 32] [--requests 3000] [--seconds 30]
 
 The stack as `make run` builds it (embedded NATS JetStream + durable PostgreSQL, prepare, services
-under the stack's supervisor), with only the services a submit touches: the gateway (uvicorn, one
-worker process, with its jobs/maintenance/gpu_resources projector) and intake. No dispatcher and
+under the stack's supervisor), with only the services a submit touches: the gateway (uvicorn; as
+the stack runs it, JPU_GATEWAY_WORKERS processes on one port, default 2, the first with the
+jobs/maintenance/gpu_resources/backfill projector) and intake. No dispatcher and
 no agent: the submitted jobs stay queued, so the queue grows during the run as it does under a
 burst of submissions. Rate limit off (JPU_SUBMIT_RATE_PER_S=0), max_active_jobs high, so every
 submit is also promoted at once (JobSubmitted + JobPromoted per request).

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 
@@ -49,7 +51,12 @@ def main() -> int:
             timeout_graceful_shutdown=10,
         )
     )
-    server.run()
+    try:
+        sockets = [_shared_socket(settings.host, settings.port)] if _reuse_port() else None
+    except OSError as e:
+        log.error("gateway did not start: %s", e)
+        return 1
+    server.run(sockets=sockets)
     if not server.started:  # port taken, or the lifespan startup failed (bus/db unreachable)
         log.error("gateway did not start")
         return 1
@@ -57,6 +64,26 @@ def main() -> int:
         return 1
     log.info("stopped")
     return 0
+
+
+def _reuse_port() -> bool:
+    return os.environ.get("JPU_GATEWAY_REUSE_PORT", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _shared_socket(host: str, port: int) -> socket.socket:
+    """The listening socket, bound with SO_REUSEPORT: the stack runs several gateway processes
+    on one port and the kernel spreads connections over them (jpu.stack.supervisor)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
 
 
 if __name__ == "__main__":

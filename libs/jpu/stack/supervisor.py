@@ -22,12 +22,15 @@ log = logging.getLogger("jpu.stack")
 SERVICES = ("gateway", "intake", "dispatcher", "slurm_agent", "accounting", "backfill")
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 1.0, 30.0
 _HEALTHY_AFTER_S = 30.0  # a child that ran this long resets its backoff
+DEFAULT_GATEWAY_WORKERS = 2  # JPU_GATEWAY_WORKERS; see _children
 
 
 @dataclass
 class Child:
     name: str
     log_path: Path
+    module: str = ""  # jpu_services.<module>; the name when empty
+    env: dict[str, str] = field(default_factory=dict)  # on top of the supervisor's
     proc: asyncio.subprocess.Process | None = None
     restarts: int = 0
     started_at: float = 0.0
@@ -45,7 +48,7 @@ class Supervisor:
     ) -> None:
         self.env = {**env, "PYTHONUNBUFFERED": "1"}
         self.log_dir = log_dir
-        self.children = [Child(s, log_dir / f"{s}.log") for s in services]
+        self.children = [c for s in services for c in _children(s, log_dir, env)]
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, stop: asyncio.Event) -> None:
@@ -60,8 +63,8 @@ class Supervisor:
             child.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                f"jpu_services.{child.name}",
-                env=self.env,
+                f"jpu_services.{child.module or child.name}",
+                env={**self.env, **child.env},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
@@ -129,6 +132,26 @@ class Supervisor:
                         "service exit code",
                         extra={"child": c.name, "exit_code": c.proc.returncode},
                     )
+
+
+def _children(service: str, log_dir: Path, env: Mapping[str, str]) -> list[Child]:
+    """One child per service, but `JPU_GATEWAY_WORKERS` gateways (default 2): one event loop
+    is the submit path's bottleneck on a 2-core machine. They share the port (SO_REUSEPORT, the
+    kernel spreads connections); only the first runs the projections (one consumer per durable,
+    SPEC E3), the others serve the API and read-your-writes through the same tables."""
+    workers = int(env.get("JPU_GATEWAY_WORKERS", "") or DEFAULT_GATEWAY_WORKERS)
+    if service != "gateway" or workers <= 1:
+        return [Child(service, log_dir / f"{service}.log")]
+    shared = {"JPU_GATEWAY_REUSE_PORT": "1"}
+    return [Child("gateway", log_dir / "gateway.log", env=shared)] + [
+        Child(
+            f"gateway-{i}",
+            log_dir / f"gateway-{i}.log",
+            module="gateway",
+            env={**shared, "JPU_GATEWAY_PROJECTOR": "0"},
+        )
+        for i in range(2, workers + 1)
+    ]
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:
