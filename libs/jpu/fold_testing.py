@@ -46,10 +46,14 @@ class Watcher:
             await self._task
 
     async def until(self, pred: Callable[[ClusterState], Any], timeout: float = 10.0) -> Any:
-        """Poll until `pred(state)` is truthy; returns its value (TimeoutError otherwise)."""
+        """Poll until `pred(state)` is truthy; returns its value (TimeoutError otherwise).
+        A lookup that fails (a job the fold has not seen yet: `st.jobs[j]`) is "not yet"."""
         deadline = time.monotonic() + timeout
         while True:
-            value = pred(self.state)
+            try:
+                value = pred(self.state)
+            except LookupError:
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:
