@@ -26,6 +26,17 @@ log = logging.getLogger("jpu.service")
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
+async def wait_any(timeout: float, *events: asyncio.Event) -> None:
+    """Until any of `events` is set or `timeout` s pass: a service loop's sleep that a wake-up
+    or the stop event cuts short."""
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ts, level, service, logger, msg, extra fields, exc."""
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 
 
@@ -21,12 +20,3 @@ class BackfillStats:
     started: int = 0
     ended: int = 0
     conflicts: int = 0
-
-
-async def wait_any(timeout: float, *events: asyncio.Event) -> None:
-    waits = [asyncio.create_task(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()

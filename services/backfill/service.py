@@ -43,8 +43,9 @@ from jpu.fold_follow import Follower
 from jpu.metrics import count_preemption
 from jpu.policy.maintenance import backfill_allowed
 from jpu.policy.model import Gpu, MaintenanceState
+from jpu.service import wait_any
 from jpu_services.backfill.decide import EndReason, end_reason, plan, to_cancel
-from jpu_services.backfill.options import BackfillOptions, BackfillStats, wait_any
+from jpu_services.backfill.options import BackfillOptions, BackfillStats
 from jpu_services.backfill.tracker import WAKE_EVENTS, GpuKey, Tracker, backfill_id
 
 log = logging.getLogger(__name__)

@@ -42,6 +42,7 @@ from jpu.fold_follow import Follower
 from jpu.fold_snapshot import snapshot
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
+from jpu.service import wait_any
 from jpu_services.dispatcher.decide import (
     cancellations,
     cycle_events,
@@ -121,15 +122,6 @@ def _triggered(wake: asyncio.Event) -> Callable[[Delivered], None]:
     return on_event
 
 
-async def _wait_any(timeout: float, *events: asyncio.Event) -> None:
-    waits = [asyncio.create_task(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-
-
 async def run_dispatcher(
     bus: EventBus,
     config: Config,
@@ -174,7 +166,7 @@ async def _loop(d: Dispatcher, stop: asyncio.Event) -> None:
     last_cycle = float("-inf")
     leading = False
     while not stop.is_set():
-        await _wait_any(d.config.cycle_s, stop, d.wake, d.lease.changed)
+        await wait_any(d.config.cycle_s, stop, d.wake, d.lease.changed)
         d.lease.changed.clear()
         if stop.is_set():
             return

@@ -24,6 +24,7 @@ from jpu.bus import Delivered, EventBus
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.events import JobCancelRequested, JobDispatched, NodeInventoryObserved, new_event_id
+from jpu.service import wait_any
 from jpu_services.slurm_agent.agent import JobAgent
 from jpu_services.slurm_agent.jobstate import AgentJob, next_action
 from jpu_services.slurm_agent.options import AgentOptions
@@ -204,12 +205,7 @@ class InventoryReporter:
 
     async def loop(self, stop: asyncio.Event, every_s: float) -> None:
         while not stop.is_set():
-            waits = [asyncio.ensure_future(self._poke.wait()), asyncio.ensure_future(stop.wait())]
-            try:
-                await asyncio.wait(waits, timeout=every_s, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
+            await wait_any(every_s, self._poke, stop)
             self._poke.clear()
             if not stop.is_set():
                 await self.report()

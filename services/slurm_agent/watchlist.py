@@ -18,6 +18,8 @@ import math
 import time
 from dataclasses import dataclass
 
+from jpu.service import wait_any
+
 _GROWTH = 1.5
 _ALIGN = 0.25  # grid step ≤ this share of the interval
 
@@ -79,9 +81,4 @@ class WatchList:
     async def wait(self, stop: asyncio.Event) -> None:
         """Until the next poll is due, a job is tracked, or stop."""
         self.wake.clear()
-        waits = [asyncio.ensure_future(self.wake.wait()), asyncio.ensure_future(stop.wait())]
-        try:
-            await asyncio.wait(waits, timeout=self.sleep_s(), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+        await wait_any(self.sleep_s(), self.wake, stop)
