@@ -22,26 +22,19 @@ from typing import Any
 import asyncpg
 import httpx
 
-from jpu.admin import seed_demo
 from jpu.backends.local import LocalBackend, LocalSettings
 from jpu.backends.local_stop import terminate_all
 from jpu.bus import EventBus
 from jpu.clock import SystemClock
 from jpu.config import Config, load_config
-from jpu.edges import Edges, connect_edges
+from jpu.edges import Edges
 from jpu.events import BackfillEnded, BackfillStarted, Event, MaintenanceChanged
 from jpu.fold import ClusterState
 from jpu.fold_testing import Watcher
-from jpu.service import run_workers
+from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
-from jpu_services.accounting import bootstrap as accounting
 from jpu_services.backfill.service import BackfillOptions, BackfillStats, run_backfill
-from jpu_services.dispatcher.service import run_dispatcher
-from jpu_services.gateway.app import create_app
-from jpu_services.gateway.config import GatewayConfig
-from jpu_services.intake import bootstrap as intake
 from jpu_services.slurm_agent.options import AgentOptions
-from jpu_services.slurm_agent.run import run_agent
 
 NODE, TIER = "gpu-4090x2-01", "rtx4090"
 ONE_NODE = f"[{{name: {NODE}, gpus: {{{TIER}: 2}}}}]"
@@ -115,10 +108,14 @@ def _config(nats_url: str, pg_dsn: str, data_dir: Path, **over: str) -> Config:
     return load_config(env=env)
 
 
-def _workers(config: Config, edges: Edges, data_dir: Path, stats: BackfillStats) -> dict[str, Any]:
-    clock = SystemClock()
+@contextlib.asynccontextmanager
+async def start_stack(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, **over: str
+) -> AsyncIterator[Stack]:
+    data_dir = Path(tempfile.mkdtemp(prefix="jpu-bf-", dir="/tmp"))
+    data_dir.chmod(0o711)  # the job accounts must reach their output directories
+    config = _config(nats_url, pg_dsn, data_dir, **over)
     settings = LocalSettings(data_dir=data_dir, nodes=list(config.nodes), timeout_grace_s=1.0)
-    agent_backend, backfill_backend = LocalBackend(settings), LocalBackend(settings)
     options = AgentOptions(
         cancel_grace_s=config.cancel_grace_s, poll_min_s=0.05, poll_max_s=0.3,
         inventory_every_s=5.0, output_root=data_dir / "outputs", backfill_grace_s=2.0,
@@ -127,59 +124,18 @@ def _workers(config: Config, edges: Edges, data_dir: Path, stats: BackfillStats)
         enabled=config.backfill_enabled, command=config.backfill_command,
         settle_s=config.backfill_settle_s, grace_s=2.0, poll_s=0.1,
     )  # fmt: skip
+    stats = BackfillStats()
 
-    async def dispatcher(stop: asyncio.Event) -> None:
-        await run_dispatcher(edges.bus, config, clock, stop, lease_ttl_s=2.0, lease_renew_s=0.5)
+    def workers(edges: Edges) -> dict[str, Worker]:
+        backends = LocalBackend(settings), LocalBackend(settings)
+        return service_workers(edges, config, *backends, options, bf_options, stats)
 
-    async def agent(stop: asyncio.Event) -> None:
-        try:
-            await run_agent(edges.bus, config, agent_backend, clock, stop, options)
-        finally:
-            await agent_backend.close()
-
-    async def backfill(stop: asyncio.Event) -> None:
-        try:
-            await run_backfill(edges.bus, config, backfill_backend, clock, stop, bf_options, stats)
-        finally:
-            await backfill_backend.close()
-
-    return {
-        **intake.workers(edges),
-        **accounting.workers(edges),
-        "dispatcher": dispatcher,
-        "agent": agent,
-        "backfill": backfill,
-    }
-
-
-@contextlib.asynccontextmanager
-async def start_stack(
-    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, **over: str
-) -> AsyncIterator[Stack]:
-    data_dir = Path(tempfile.mkdtemp(prefix="jpu-bf-", dir="/tmp"))
-    data_dir.chmod(0o711)  # the job accounts must reach their output directories
-    config = _config(nats_url, pg_dsn, data_dir, **over)
-    await seed_demo(pool)
-    app = create_app(GatewayConfig.from_config(config, env={}))
-    edges = await connect_edges(config, name="services")
-    bus = await EventBus.connect(nats_url, stream=config.stream_name, prefix=config.subject_prefix)
-    stop, stats = asyncio.Event(), BackfillStats()
-    task = asyncio.create_task(run_workers(stop, _workers(config, edges, data_dir, stats), 10.0))
     try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
-            Watcher(bus, config) as w,
-        ):
+        async with inprocess_stack(
+            config, pool, workers, lambda: _kill_leftovers(data_dir, config)
+        ) as (c, w, bus):
             yield Stack(config, bus, pool, c, w, data_dir, stats)
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
-        await _kill_leftovers(data_dir, config)
-        await edges.close()
-        await bus.delete_stream()
-        await bus.close()
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

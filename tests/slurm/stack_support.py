@@ -25,27 +25,19 @@ import httpx
 import msgspec
 from conftest import root_dir
 
-from jpu.admin import seed_demo
 from jpu.backends import make_backend
 from jpu.backends.slurm import SlurmBackend
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.config import Config, load_config
-from jpu.edges import connect_edges
+from jpu.edges import Edges
 from jpu.events import Event, NodeInventoryObserved
 from jpu.fold import ClusterState
 from jpu.fold_testing import Watcher
-from jpu.service import run_workers
+from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.slurm_fixtures import SlurmCluster
-from jpu_services.accounting import bootstrap as accounting
-from jpu_services.backfill.service import BackfillOptions, run_backfill
-from jpu_services.dispatcher.service import run_dispatcher
-from jpu_services.gateway.app import create_app
-from jpu_services.gateway.config import GatewayConfig
-from jpu_services.intake import bootstrap as intake
+from jpu_services.backfill.service import BackfillOptions
 from jpu_services.slurm_agent.options import AgentOptions
-from jpu_services.slurm_agent.run import run_agent
 
 NODES = (
     "[{name: gpu-4090x2-01, gpus: {rtx4090: 2}}, {name: gpu-4090x2-02, gpus: {rtx4090: 2}},"
@@ -77,11 +69,7 @@ def stack_config(nats_url: str, pg_dsn: str, data_dir: Path) -> Config:
     )  # fmt: skip
 
 
-def stack_workers(config: Config, edges: Any, cluster: SlurmCluster, out: Path) -> dict[str, Any]:
-    env = {"JPU_SLURM_CONF": cluster.conf}
-    agent_backend, bf_backend = make_backend(config, env), make_backend(config, env)
-    assert isinstance(agent_backend, SlurmBackend) and isinstance(bf_backend, SlurmBackend)
-    clock = SystemClock()
+def stack_workers(config: Config, cluster: SlurmCluster, out: Path) -> Callable[[Edges], Any]:
     options = AgentOptions(
         cancel_grace_s=2.0, poll_min_s=0.05, poll_max_s=0.3, inventory_every_s=5.0,
         output_root=out, backfill_grace_s=2.0,
@@ -90,20 +78,13 @@ def stack_workers(config: Config, edges: Any, cluster: SlurmCluster, out: Path) 
         command=config.backfill_command, settle_s=config.backfill_settle_s, grace_s=2.0, poll_s=0.2
     )
 
-    async def dispatcher(stop: asyncio.Event) -> None:
-        await run_dispatcher(edges.bus, config, clock, stop, lease_ttl_s=2.0, lease_renew_s=0.5)
+    def workers(edges: Edges) -> dict[str, Worker]:
+        env = {"JPU_SLURM_CONF": cluster.conf}
+        agent_backend, bf_backend = make_backend(config, env), make_backend(config, env)
+        assert isinstance(agent_backend, SlurmBackend) and isinstance(bf_backend, SlurmBackend)
+        return service_workers(edges, config, agent_backend, bf_backend, options, bf_options)
 
-    async def agent(stop: asyncio.Event) -> None:
-        try:
-            await run_agent(edges.bus, config, agent_backend, clock, stop, options)
-        finally:
-            await agent_backend.close()
-
-    async def backfill(stop: asyncio.Event) -> None:
-        await run_backfill(edges.bus, config, bf_backend, clock, stop, bf_options)
-
-    return {**intake.workers(edges), **accounting.workers(edges), "dispatcher": dispatcher,
-            "agent": agent, "backfill": backfill}  # fmt: skip
+    return workers
 
 
 async def leave_nothing(config: Config, cluster: SlurmCluster) -> None:
@@ -195,27 +176,11 @@ async def slurm_stack(
     """The whole stack in-process with a gateway client; everything torn down after."""
     data_dir = root_dir("jpu-slurm-stack-")
     config = stack_config(nats_url, pg_dsn, data_dir)
-    await seed_demo(pool)
-    app = create_app(GatewayConfig.from_config(config, env={}))
-    edges = await connect_edges(config, name="services")
-    bus = await EventBus.connect(nats_url, stream=config.stream_name, prefix=config.subject_prefix)
-    stop = asyncio.Event()
-    task = asyncio.create_task(
-        run_workers(stop, stack_workers(config, edges, cluster, data_dir / "outputs"), 10.0)
-    )
+    workers = stack_workers(config, cluster, data_dir / "outputs")
     try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
-            Watcher(bus, config) as w,
-        ):
+        async with inprocess_stack(
+            config, pool, workers, lambda: leave_nothing(config, cluster)
+        ) as (c, w, bus):
             yield SlurmStack(config, cluster, data_dir, c, w, bus)
     finally:
-        stop.set()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(task, 15)
-        await leave_nothing(config, cluster)
-        await edges.close()
-        await bus.delete_stream()
-        await bus.close()
         shutil.rmtree(data_dir, ignore_errors=True)
