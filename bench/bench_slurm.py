@@ -36,10 +36,8 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +50,7 @@ from pathlib import Path
 from jpu.backends import LaunchSpec
 from jpu.backends.backfill import BackfillSpec
 from jpu.backends.slurm import SlurmBackend, SlurmSettings
+from jpu.testing.slurm_fixtures import free_base_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_slurm_watch import run_watch
@@ -79,26 +78,13 @@ def fmt(xs: list[float]) -> str:
     return f"median {med:.0f} ms, p99 {p99:.0f} ms (n={len(xs)})"
 
 
-def _free_base(count: int) -> int:
-    for _ in range(200):
-        base = random.randrange(20000, 40000)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
-
-
 @contextmanager
 def cluster(nodes: list[str] | None = None) -> Iterator[Path]:
     """The test cluster; `nodes`: the scaled one of --watch-jobs (250 GPUs each)."""
     directory = Path(tempfile.mkdtemp(prefix="jpu-slurm-bench-", dir="/var/tmp"))
     directory.chmod(0o755)
     count = len(nodes) if nodes else 3
-    port = _free_base(count + 2)
+    port = free_base_port(count + 2)
     env = {**os.environ, "JPU_SLURM_DIR": str(directory), "JPU_SLURM_PORT": str(port)}
     if nodes:
         env |= {

@@ -88,6 +88,15 @@ async def wait_file(path: Path, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.05)
 
 
+def unreachable_conf(slurm: SlurmEnv, directory: Path) -> Path:
+    """The cluster's slurm.conf with a slurmctld port nobody listens on (and a short timeout)."""
+    conf = Path(slurm.cluster.conf).read_text()
+    port = next(line for line in conf.splitlines() if line.startswith("SlurmctldPort="))
+    wrong = directory / "slurm.conf"
+    wrong.write_text(conf.replace(port, "SlurmctldPort=9\nMessageTimeout=2"))
+    return wrong
+
+
 @pytest_asyncio.fixture
 async def slurm(slurm_cluster: SlurmCluster) -> AsyncIterator[SlurmEnv]:
     env = SlurmEnv(slurm_cluster)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SlurmEnv, wait_end, wait_file
+from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
 
 from jpu.backends import BackendError
 from jpu.backends.slurm import SlurmBackend, SlurmSettings
@@ -102,10 +102,7 @@ async def test_slurmctld_unreachable_is_an_error_not_an_empty_cluster(
     slurm: SlurmEnv, tmp_path: Path
 ) -> None:
     """squeue/sinfo --json exit 0 with an `errors` list when slurmctld does not answer."""
-    conf = Path(slurm.cluster.conf).read_text()
-    port = next(line for line in conf.splitlines() if line.startswith("SlurmctldPort="))
-    wrong = tmp_path / "slurm.conf"
-    wrong.write_text(conf.replace(port, "SlurmctldPort=9\nMessageTimeout=2"))  # nobody listens
+    wrong = unreachable_conf(slurm, tmp_path)
     cli = SlurmCli(str(wrong))
     with pytest.raises(BackendError):
         await cli.squeue()

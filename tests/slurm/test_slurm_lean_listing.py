@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import SlurmEnv, wait_end, wait_file
+from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
 
 from jpu.backends import BackendError
 from jpu.backends.slurm_cli import SlurmCli
@@ -67,9 +67,6 @@ async def test_X9_lean_listing_slurmctld_unreachable_is_an_error(
     slurm: SlurmEnv, tmp_path: Path
 ) -> None:
     """A text squeue exits non-zero when slurmctld does not answer: never an empty queue."""
-    conf = Path(slurm.cluster.conf).read_text()
-    port = next(line for line in conf.splitlines() if line.startswith("SlurmctldPort="))
-    wrong = tmp_path / "slurm.conf"
-    wrong.write_text(conf.replace(port, "SlurmctldPort=9\nMessageTimeout=2"))  # nobody listens
+    wrong = unreachable_conf(slurm, tmp_path)
     with pytest.raises(BackendError):
         await asyncio.wait_for(SlurmCli(str(wrong)).squeue_states(), 60)

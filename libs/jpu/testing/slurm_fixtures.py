@@ -47,7 +47,7 @@ class SlurmCluster:
         return done.stdout
 
 
-def _free_base_port(count: int) -> int:
+def free_base_port(count: int) -> int:
     """`count` consecutive free TCP ports (slurmctld, then one per slurmd)."""
     for _ in range(200):
         base = random.randrange(20000, 40000)
@@ -58,7 +58,7 @@ def _free_base_port(count: int) -> int:
         except OSError:
             continue
         return base
-    raise RuntimeError("no free port range for the Slurm test cluster")
+    raise RuntimeError("no free port range for a Slurm test cluster")
 
 
 def _script(command: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
@@ -89,7 +89,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     # Under /var/tmp, not pytest's 0700 tmp: job accounts must reach the munge socket.
     directory = Path(tempfile.mkdtemp(prefix="jpu-slurm-test-", dir="/var/tmp"))
     directory.chmod(0o755)
-    env.update(JPU_SLURM_DIR=str(directory), JPU_SLURM_PORT=str(_free_base_port(len(NODES) + 2)))
+    env.update(JPU_SLURM_DIR=str(directory), JPU_SLURM_PORT=str(free_base_port(len(NODES) + 2)))
     try:
         started = _script("start", env, 120)
         if started.returncode != 0:
