@@ -6,10 +6,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help deps install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate clean
+.PHONY: help deps install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
 
 help:  ## list the targets
-	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,9 +60,24 @@ schemas: install  ## regenerate proto-schemas/ from the event structs
 bench: deps  ## benchmarks (ratios against references measured in the same run)
 	$(PY) bench/run_all.py
 
-simulate: install  ## the Philly trace through the simulator (out/philly)
-	$(VENV)/bin/jpu philly-convert --trace ../shared/traces/philly.csv --out out/philly.jsonl
-	$(VENV)/bin/jpu simulate --cluster config/philly-cluster.yaml --workload out/philly.jsonl --out out/philly
+# The bundled sample of the Philly trace (data/README.md); TRACE=data/philly.csv after
+# `make philly-trace` for the whole trace.
+TRACE ?= data/philly-sample.csv
+PHILLY_URL := https://raw.githubusercontent.com/petuum/adaptdl/de25dcc90c350b8ade3a710e437a651a8d2efae6/simulator/traces/philly.csv
+
+simulate: install  ## the Philly trace (bundled sample; TRACE=data/philly.csv) through the simulator
+	mkdir -p out
+	$(VENV)/bin/jpu philly-convert --trace $(TRACE) --out out/philly.jsonl
+	$(VENV)/bin/jpu simulate --cluster config/philly-cluster.yaml --workload out/philly.jsonl --out out/philly --audit
+
+simulate-sample: install  ## the sample workload (data/sample-workload.jsonl) on the default cluster
+	$(VENV)/bin/jpu simulate --cluster config/sample-cluster.yaml --workload data/sample-workload.jsonl --out out/sample --audit
+
+philly-trace:  ## download the whole Philly trace to data/philly.csv, checked by its SHA-256
+	curl -fL --retry 3 -o data/philly.csv.part $(PHILLY_URL)
+	echo "$$(cut -d' ' -f1 data/philly.csv.sha256)  data/philly.csv.part" | sha256sum -c - \
+		|| { rm -f data/philly.csv.part; echo "not the expected file: nothing kept" >&2; exit 1; }
+	mv data/philly.csv.part data/philly.csv
 
 clean:  ## remove the venv and local state (.jpu: embedded NATS/PostgreSQL data)
 	rm -rf $(VENV) .jpu out

@@ -1,4 +1,5 @@
-"""Simulator benchmark (SPEC §10): the Philly trace through jpu, fifo and slurm-like.
+"""Simulator benchmark (SPEC §10): the Philly trace through jpu, fifo and slurm-like — the whole
+trace once `make philly-trace` fetched it to data/philly.csv, else the bundled 2,000-job sample.
 
     python bench/bench_sim.py                 # first 10,000 jobs of the trace (~1 min in all)
     python bench/bench_sim.py --jobs 0        # the whole trace (82,247 jobs)
@@ -25,7 +26,8 @@ from jpu.sim.run import simulate
 from jpu.sim.workload import dump_jobs, load_workload
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACE = ROOT.parent / "shared" / "traces" / "philly.csv"
+FULL_TRACE = ROOT / "data" / "philly.csv"  # `make philly-trace` fetches it (data/README.md)
+TRACE = FULL_TRACE if FULL_TRACE.exists() else ROOT / "data" / "philly-sample.csv"
 CLUSTER = ROOT / "config" / "philly-cluster.yaml"
 
 

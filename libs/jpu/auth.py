@@ -15,6 +15,8 @@ from typing import Any, Final, Literal, cast
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
+from jpu import limits
+
 Role = Literal["user", "lab_admin", "admin"]
 ROLES: Final[tuple[Role, ...]] = ("user", "lab_admin", "admin")
 DEMO_TOKEN_PREFIX: Final = "demo-"
@@ -72,8 +74,9 @@ async def authenticate(db: Db, token: str) -> Principal | None:
 
 async def add_lab(db: Db, name: str) -> bool:
     """Create a lab; False if it already existed."""
-    if not name or not name.strip():
-        raise AuthError("lab name must not be empty")
+    why = limits.name_problem("lab", name)  # a NATS subject token; storable text
+    if why:
+        raise AuthError(f"{why}, not {limits.printable(name)!r}")
     status = await db.execute("INSERT INTO labs (name) VALUES ($1) ON CONFLICT DO NOTHING", name)
     return bool(status.endswith(" 1"))
 
@@ -82,6 +85,9 @@ async def add_user(
     db: Db, name: str, lab: str, role: str = "user", max_active_jobs: int | None = None
 ) -> bool:
     """Create a user in an existing lab; False if the user already existed (left unchanged)."""
+    why = limits.name_problem("user", name) or limits.name_problem("lab", lab)
+    if why:
+        raise AuthError(f"{why} (user {limits.printable(name)!r}, lab {limits.printable(lab)!r})")
     if role not in ROLES:
         raise AuthError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
     if max_active_jobs is not None and max_active_jobs < 0:
@@ -118,6 +124,9 @@ async def list_users(db: Db) -> list[tuple[Principal, int]]:
 
 
 async def _require_user(db: Db, user: str) -> None:
+    why = limits.name_problem("user", user)
+    if why:
+        raise AuthError(f"{why}, not {limits.printable(user)!r}")
     if await db.fetchval("SELECT 1 FROM users WHERE name = $1", user) is None:
         raise AuthError(f"unknown user {user!r}")
 

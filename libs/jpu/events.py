@@ -33,6 +33,10 @@ class JobEvent(Event, frozen=True, kw_only=True):
 
 
 class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
+    """A job accepted by intake (SPEC Q4). v2 added `chdir`: the absolute directory the job
+    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran."""
+
+    schema_version: int = 2
     lab: str
     user: str
     name: str
@@ -43,6 +47,7 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     time_limit_s: int | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     idempotency_key: str | None = None
+    chdir: str | None = None
 
 
 class JobPromoted(JobEvent, frozen=True, kw_only=True, tag="JobPromoted"):
@@ -67,6 +72,19 @@ class ReservationGrown(JobEvent, frozen=True, kw_only=True, tag="ReservationGrow
     tier: str
     gpus: list[int]  # all GPU indices held after growing
     added: list[int] = msgspec.field(default_factory=list)
+
+
+class ReservationShrunk(JobEvent, frozen=True, kw_only=True, tag="ReservationShrunk"):
+    """R5: reserved GPUs lost (down, or taken) while the placement can still fit the job: they
+    leave the reservation and the rest is kept. `gpu_seconds` (held by the removed GPUs so far)
+    is charged with the attempt's end, like a swap's (R4, F4)."""
+
+    node: str
+    tier: str
+    gpus: list[int]  # still held
+    removed: list[int]
+    gpu_seconds: float
+    tflops: float
 
 
 class ReservationReleased(JobEvent, frozen=True, kw_only=True, tag="ReservationReleased"):
@@ -98,8 +116,10 @@ class JobStarted(JobEvent, frozen=True, kw_only=True, tag="JobStarted"):
 
 
 class JobEnded(JobEvent, frozen=True, kw_only=True, tag="JobEnded"):
-    """An attempt ended (SPEC X6). `usage` = TFLOP-s of this attempt not already charged."""
+    """An attempt ended (SPEC X6). `usage` = TFLOP-s of this attempt not already charged:
+    `(gpu_seconds_startup + gpu_seconds_run + gpu_seconds_reserved) × tflops` (F1, F2, F5)."""
 
+    schema_version: int = 2
     attempt: int
     state: JobEndState
     exit_code: int | None = None
@@ -108,6 +128,9 @@ class JobEnded(JobEvent, frozen=True, kw_only=True, tag="JobEnded"):
     gpus: list[int] = msgspec.field(default_factory=list)
     gpu_seconds_run: float = 0.0
     gpu_seconds_reserved: float = 0.0  # the reserved part not already charged (R3 excluded)
+    # F5: GPUs held from the dispatch until the backend started the job (or until the attempt
+    # ended, when it never started): held, so charged, though nothing ran yet (v2)
+    gpu_seconds_startup: float = 0.0
     tflops: float = 0.0
     usage: float = 0.0
     oom: bool = False
@@ -122,6 +145,17 @@ class JobRetryScheduled(JobEvent, frozen=True, kw_only=True, tag="JobRetrySchedu
 
     attempt: int
     min_vram_gb: int
+
+
+class JobRetryDeclined(JobEvent, frozen=True, kw_only=True, tag="JobRetryDeclined"):
+    """OOM escalation refused (SPEC X8): the job stays FAILED with reason OOM, for good.
+
+    The dispatcher records the decision once, when the attempt ends, so it is never re-checked
+    (a bigger tier coming back later must not revive a FAILED job, S2)."""
+
+    attempt: int  # the attempt that ran out of GPU memory
+    reason: Literal["max_attempts", "no_fit"]
+    needed_vram_gb: int  # what a retry would have needed (more than the tier's VRAM)
 
 
 class JobCancelRequested(JobEvent, frozen=True, kw_only=True, tag="JobCancelRequested"):
@@ -186,11 +220,13 @@ AnyEvent = (
     | JobPromoted
     | ReservationStarted
     | ReservationGrown
+    | ReservationShrunk
     | ReservationReleased
     | JobDispatched
     | JobStarted
     | JobEnded
     | JobRetryScheduled
+    | JobRetryDeclined
     | JobCancelRequested
     | UsageCharged
     | BackfillStarted

@@ -22,6 +22,7 @@ from jpu.events import (
     JobDispatched,
     JobEnded,
     JobPromoted,
+    JobRetryDeclined,
     JobRetryScheduled,
     JobStarted,
     JobSubmitted,
@@ -29,10 +30,12 @@ from jpu.events import (
     NodeInventoryObserved,
     ReservationGrown,
     ReservationReleased,
+    ReservationShrunk,
     ReservationStarted,
     UsageCharged,
 )
 from jpu.fold_jobs import QUEUED, SLOT_STATES, TERMINAL, JobView, apply_job_event, queued_job
+from jpu.policy.charging import Charge, charge_for
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
 
@@ -62,20 +65,36 @@ class ClusterState:
     usage: dict[str, LabUsage] = field(default_factory=dict)
     lab_seq: dict[str, int] = field(default_factory=dict)  # lab subject -> last stream seq
     charged_ids: set[str] = field(default_factory=set)  # event_ids of UsageCharged (dedup)
+    # F4: charges the log owes (an attempt ended, a reservation charged at release) that no
+    # UsageCharged has settled yet; the cycle ranks with them (D1, jpu.policy.charging)
+    owed: dict[str, Charge] = field(default_factory=dict)
     maintenance: Maintenance = field(default_factory=Maintenance)
     personal: dict[str, list[str]] = field(default_factory=dict)  # user -> job ids, oldest first
     slots: dict[str, int] = field(default_factory=dict)  # user -> slot-holding jobs (S1)
     # the global queue (GLOBAL_QUEUE_WAIT, RESERVING) grouped by lab for the cycle (D1), kept
     # up to date event by event so a cycle never rebuilds or sorts it
     queue: LabQueues = field(default_factory=LabQueues)
+    # Issue 11: a job that ended for good leaves the hot state (the log and the projections keep
+    # its history), so memory follows the work in flight, not the platform's age. Services fold
+    # with keep_ended=False; tools and tests that look at ended jobs keep them.
+    keep_ended: bool = True
+    # the job the last event dropped (for on_event callbacks); not part of the state proper
+    just_ended: JobView | None = field(default=None, compare=False)
 
     @classmethod
-    def new(cls, cluster: Cluster) -> ClusterState:
-        state = cls()
+    def new(cls, cluster: Cluster, *, keep_ended: bool = True) -> ClusterState:
+        state = cls(keep_ended=keep_ended)
         for node in cluster.nodes:
             for tier, count in node.gpus.items():
                 state.inventory[(node.name, tier)] = count
         return state
+
+    def job_seen(self, job_id: str) -> JobView | None:
+        """The job, or the one the event just applied made leave the hot state (issue 11)."""
+        job = self.jobs.get(job_id)
+        if job is None and self.just_ended is not None and self.just_ended.job_id == job_id:
+            return self.just_ended
+        return job
 
     def slots_of(self, user: str) -> int:
         return self.slots.get(user, 0)
@@ -93,11 +112,13 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
     if delivered.seq <= state.seq:
         return
     state.seq = delivered.seq
+    state.just_ended = None
     event = delivered.event
     if isinstance(event, UsageCharged):
         state.usage[event.lab] = LabUsage(event.value_after, event.as_of)
         state.lab_seq[event.lab] = delivered.seq
         state.charged_ids.add(event.event_id)
+        state.owed.pop(event.event_id, None)
     elif isinstance(event, MaintenanceChanged):
         m = Maintenance(event.state, event.ts, event.message, event.by, delivered.seq)
         state.maintenance = m
@@ -112,7 +133,19 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
     elif isinstance(event, JobSubmitted):
         _submitted(state, event, delivered.seq)
     else:
+        if isinstance(event, JobEnded | ReservationReleased):
+            _owe(state, event)
         _job(state, delivered)
+
+
+def _owe(state: ClusterState, event: JobEnded | ReservationReleased) -> None:
+    def job_of(job_id: str) -> tuple[str, int] | None:
+        job = state.jobs.get(job_id)
+        return None if job is None else (job.lab, job.attempt)
+
+    c = charge_for(event, job_of)
+    if c is not None and c.charge_id not in state.charged_ids:
+        state.owed[c.charge_id] = c
 
 
 def _inventory(state: ClusterState, event: NodeInventoryObserved) -> None:
@@ -139,11 +172,13 @@ _JOB_EVENTS = (
     JobPromoted,
     ReservationStarted,
     ReservationGrown,
+    ReservationShrunk,
     ReservationReleased,
     JobDispatched,
     JobStarted,
     JobEnded,
     JobRetryScheduled,
+    JobRetryDeclined,
     JobCancelRequested,
 )
 
@@ -167,8 +202,17 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
             del state.holders[gpu]
     state.holders.update(job.gpu_holdings())
     if was_slot != job.holds_slot:
-        state.slots[job.user] = state.slots_of(job.user) + (1 if job.holds_slot else -1)
+        slots = state.slots_of(job.user) + (1 if job.holds_slot else -1)
+        if slots:
+            state.slots[job.user] = slots
+        else:  # no empty entries: a state restored from a snapshot has none either
+            state.slots.pop(job.user, None)
     if was_personal and job.state != "PERSONAL_QUEUE_WAIT":
         queue = state.personal.get(job.user, [])
         if job.job_id in queue:
             queue.remove(job.job_id)
+        if not queue:
+            state.personal.pop(job.user, None)
+    if job.terminal and not job.oom_pending and not state.keep_ended:
+        del state.jobs[job.job_id]  # S2: nothing can move it again; its GPUs are released above
+        state.just_ended = job

@@ -4,10 +4,12 @@ Job state machine as folded here:
   JobSubmitted → PERSONAL_QUEUE_WAIT; JobPromoted → GLOBAL_QUEUE_WAIT; ReservationStarted →
   RESERVING; ReservationReleased → GLOBAL_QUEUE_WAIT; JobDispatched → DISPATCHED; JobStarted →
   RUNNING; JobCancelRequested → CANCELLING; JobEnded → COMPLETED | FAILED | CANCELLED.
-  X8: an attempt that ended FAILED with `oom=True` is `oom_pending` until the dispatcher decides:
-  JobRetryScheduled puts it back to GLOBAL_QUEUE_WAIT (attempt + 1, queue_entered_at kept), or
-  no event follows and the job stays FAILED. The job's event list therefore shows the attempt's
-  end and then the retry — the one documented exception to S2.
+  X8: an attempt that ended FAILED with `oom=True` is `oom_pending` until the dispatcher decides,
+  once, and records it: JobRetryScheduled puts it back to GLOBAL_QUEUE_WAIT (attempt + 1,
+  queue_entered_at kept), JobRetryDeclined leaves it FAILED for good. While the decision is
+  pending the job keeps its slot (S1), so the user's next job is not promoted in between. The
+  job's event list therefore shows the attempt's end and then the retry — the one documented
+  exception to S2.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from jpu.events import (
     JobDispatched,
     JobEnded,
     JobPromoted,
+    JobRetryDeclined,
     JobRetryScheduled,
     JobStarted,
     JobSubmitted,
     ReservationGrown,
     ReservationReleased,
+    ReservationShrunk,
     ReservationStarted,
 )
 from jpu.policy.model import QueuedJob, Reservation
@@ -48,6 +52,8 @@ def request_digest(event: JobSubmitted) -> str:
         "time_limit_s": event.time_limit_s,
         "env": dict(sorted(event.env.items())),
     }
+    if event.chdir is not None:  # U5; absent from the digest otherwise (v1 digests unchanged)
+        body["chdir"] = event.chdir
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -78,6 +84,9 @@ class JobView:
     last_end: JobEnded | None = None
     backend_job_id: str | None = None
     events: int = 0
+    started_at: float | None = None  # JobStarted of the current attempt (X6)
+    isolation: str | None = None  # what isolation the current attempt got (X4)
+    cancel_by: str | None = None  # who asked to cancel it
 
     @classmethod
     def submitted(cls, event: JobSubmitted, seq: int) -> JobView:
@@ -107,7 +116,10 @@ class JobView:
 
     @property
     def holds_slot(self) -> bool:
-        """S1; a cancel request on a personal-queue job never took a slot."""
+        """S1; a cancel request on a personal-queue job never took a slot; a job whose OOM
+        retry is not decided yet keeps its slot (X8)."""
+        if self.oom_pending:
+            return True
         if self.state == "CANCELLING":
             return self.cancel_from != "PERSONAL_QUEUE_WAIT"
         return self.state in SLOT_STATES
@@ -152,8 +164,12 @@ def apply_job_event(job: JobView, delivered: Delivered) -> None:
     e = delivered.event
     if isinstance(e, JobRetryScheduled):
         _retry(job, e)
+    elif isinstance(e, JobRetryDeclined):
+        if job.oom_pending and e.attempt == job.attempt:
+            job.oom_pending = False  # X8: decided once; FAILED for good
     elif isinstance(e, JobCancelRequested) and job.oom_pending:
         job.oom_pending = False  # cancelling a job between OOM and retry: it stays FAILED
+        job.cancel_by = e.by
     elif job.terminal:
         return  # S2: a terminal job never changes again (X8 retry above is the exception)
     elif isinstance(e, JobPromoted):
@@ -161,6 +177,8 @@ def apply_job_event(job: JobView, delivered: Delivered) -> None:
             job.state, job.queue_entered_at = "GLOBAL_QUEUE_WAIT", e.queue_entered_at
     elif isinstance(e, ReservationStarted | ReservationGrown):
         _reserve(job, e)
+    elif isinstance(e, ReservationShrunk):
+        _shrunk(job, e)
     elif isinstance(e, ReservationReleased):
         _released(job, e)
     elif isinstance(e, JobDispatched):
@@ -168,12 +186,12 @@ def apply_job_event(job: JobView, delivered: Delivered) -> None:
             job.state, job.attempt, job.dispatched_at = "DISPATCHED", e.attempt, e.ts
             job.placement, job.reservation = (e.node, e.tier, tuple(e.gpus)), None
     elif isinstance(e, JobStarted):
-        job.backend_job_id = e.backend_job_id
+        job.backend_job_id, job.started_at, job.isolation = e.backend_job_id, e.ts, e.isolation
         if job.state == "DISPATCHED":
             job.state = "RUNNING"
     elif isinstance(e, JobCancelRequested):
         if job.state != "CANCELLING":
-            job.cancel_from, job.state = job.state, "CANCELLING"
+            job.cancel_from, job.state, job.cancel_by = job.state, "CANCELLING", e.by
     elif isinstance(e, JobEnded):
         _ended(job, e)
 
@@ -193,6 +211,18 @@ def _reserve(job: JobView, e: ReservationStarted | ReservationGrown) -> None:
     job.reservation = Reservation(
         r.node, r.tier, gpus, r.since, tuple(joined.get(i, e.ts) for i in gpus)
     )
+
+
+def _shrunk(job: JobView, e: ReservationShrunk) -> None:
+    """R5: the lost GPUs leave; their held time is charged with the attempt's end (F4)."""
+    r = job.reservation
+    if r is None:
+        return
+    joined = dict(zip(r.gpus, r.joined or (r.since,) * len(r.gpus), strict=True))
+    gpus = tuple(g for g in r.gpus if g not in e.removed)
+    job.reservation = Reservation(r.node, r.tier, gpus, r.since, tuple(joined[g] for g in gpus))
+    job.uncharged_reserved_gpu_s += e.gpu_seconds
+    job.uncharged_reserved_usage += e.gpu_seconds * e.tflops
 
 
 def _released(job: JobView, e: ReservationReleased) -> None:
@@ -221,3 +251,5 @@ def _retry(job: JobView, e: JobRetryScheduled) -> None:
         return
     job.state, job.attempt, job.min_vram_gb = "GLOBAL_QUEUE_WAIT", e.attempt, e.min_vram_gb
     job.oom_pending = False
+    # the new attempt has not been dispatched or started yet
+    job.dispatched_at = job.started_at = job.isolation = job.backend_job_id = None

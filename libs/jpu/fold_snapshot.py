@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from jpu.config import Cluster
 from jpu.fold import ClusterState
+from jpu.policy.charging import with_owed
 from jpu.policy.labqueues import LabQueues
-from jpu.policy.model import Gpu, LabUsage, MaintenanceState, RunningJob, Snapshot
+from jpu.policy.model import Gpu, MaintenanceState, RunningJob, Snapshot
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 
@@ -62,7 +63,8 @@ def snapshot(state: ClusterState, config: Cluster, half_life_s: float | None = N
         tiers={t.name: t for t in config.tiers},
         gpus=gpus(state),
         queue=queue(state),
-        usage={lab: LabUsage(u.value, u.as_of) for lab, u in state.usage.items()},
+        # D1/F4: with every charge the log owes, before accounting has written it
+        usage=with_owed(state.usage, state.owed.values(), half_life),
         half_life_s=half_life,
         maintenance=maintenance,
         running=running(state),

@@ -8,6 +8,7 @@
     jpu.backfill.preemptions     counter           {preemption}   tier
     jpu.lab.usage                observable gauge  {TFLOP-s}      lab
     jpu.projection.lag           observable gauge  {event}        projection
+    jpu.projection.faults        counter           {event}        projection
 
 Recorded where the fact is known: the dispatcher's writer (each decision appended), its loop
 (each cycle), the backfill service (each preemption it records), the projection runner (lag),
@@ -83,6 +84,7 @@ class _Instruments:
     dispatches: Counter
     reservations: Counter
     preemptions: Counter
+    faults: Counter
 
 
 def _create(meter: Meter) -> _Instruments:
@@ -115,6 +117,11 @@ def _create(meter: Meter) -> _Instruments:
             "jpu.backfill.preemptions",
             unit="{preemption}",
             description="backfill instances ended by a research dispatch (B2)",
+        ),
+        faults=meter.create_counter(
+            "jpu.projection.faults",
+            unit="{event}",
+            description="events a projection could not apply (recorded in projection_faults)",
         ),
     )
 
@@ -154,6 +161,11 @@ def record_appended(event: Event) -> None:
         m.reservations.add(1, {"outcome": "started", "tier": event.tier})
     elif isinstance(event, ReservationReleased):
         m.reservations.add(1, {"outcome": "ended", "reason": event.reason, "tier": event.tier})
+
+
+def count_fault(projection: str) -> None:
+    """An event a projection could not apply (recorded in projection_faults: an alarm)."""
+    _instruments().faults.add(1, {"projection": projection})
 
 
 def count_preemption(tier: str) -> None:

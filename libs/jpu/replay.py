@@ -13,15 +13,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import msgspec
 
-from jpu.store import create_database, create_pool, drop_database, last_applied, migrate, rebuild
-from jpu.store.projection import Projection
+from jpu.store import create_database, create_pool, drop_database, last_applied, migrate
+from jpu.store.projection import Projection, faults, rebuild_many
 from jpu.store.projections import ALL
 
 if TYPE_CHECKING:
@@ -39,15 +40,25 @@ class TableDiff(msgspec.Struct):
     differing: int = 0  # rows in one side only, both sides counted
 
 
+class FaultReport(msgspec.Struct):
+    """An event the rebuilt projection could not apply (SPEC E6: reported, never a crash)."""
+
+    seq: int
+    subject: str
+    event_type: str
+    error: str
+
+
 class ProjectionAudit(msgspec.Struct):
     projection: str
     live_seq: int | None  # None when not compared (until_ts)
     rebuilt_seq: int
     tables: list[TableDiff]
+    faults: list[FaultReport] = []
 
     @property
     def ok(self) -> bool:
-        return all(t.differing == 0 for t in self.tables)
+        return not self.faults and all(t.differing == 0 for t in self.tables)
 
 
 class Report(msgspec.Struct):
@@ -62,6 +73,8 @@ class Report(msgspec.Struct):
         lines = []
         for p in self.projections:
             status = ("OK" if p.ok else "DIFFERENT") if self.compared else "rebuilt"
+            if p.faults:
+                status += f", {len(p.faults)} events it could not apply"
             lines.append(f"{p.projection}: {status} (replayed to seq {p.rebuilt_seq})")
             for t in p.tables:
                 lines.append(
@@ -70,6 +83,10 @@ class Report(msgspec.Struct):
                 )
                 lines += [f"    only live:    {r}" for r in t.only_live]
                 lines += [f"    only rebuilt: {r}" for r in t.only_rebuilt]
+            lines += [
+                f"  could not apply seq {f.seq} ({f.event_type} on {f.subject}): {f.error}"
+                for f in p.faults
+            ]
         return "\n".join(lines)
 
 
@@ -99,26 +116,34 @@ async def compare_table(live: asyncpg.Pool, rebuilt: asyncpg.Pool, table: str) -
     )
 
 
-async def _audit_one(
+async def _audit_all(
     bus: EventBus,
     live: asyncpg.Pool,
     scratch: asyncpg.Pool,
-    p: Projection,
+    projections: Sequence[Projection],
     until_ts: float | None,
     progress: Callable[[int], None] | None,
-) -> ProjectionAudit:
-    for _ in range(3):  # a live projection that moved on during the comparison: try again
-        live_seq = None if until_ts is not None else await last_applied(live, p.name)
-        seq = await rebuild(
-            bus, scratch, p, until_ts=until_ts, until_seq=live_seq, progress=progress
-        )
+) -> list[ProjectionAudit]:
+    """One read of the log rebuilds every projection, each up to the seq its live twin has
+    applied (a live projection that merely lags is not a difference)."""
+    live_seqs: dict[str, int | None] = {
+        p.name: None if until_ts is not None else await last_applied(live, p.name)
+        for p in projections
+    }
+    seqs = await rebuild_many(
+        bus, scratch, projections, until_ts=until_ts, until_seqs=live_seqs, progress=progress
+    )
+    out = []
+    for p in projections:
         tables = [await compare_table(live, scratch, t) for t in p.tables]
         if until_ts is not None:  # reported, not compared
             tables = [TableDiff(t.table, t.live_rows, t.rebuilt_rows) for t in tables]
-        result = ProjectionAudit(p.name, live_seq, seq, tables)
-        if result.ok or live_seq == await last_applied(live, p.name):
-            break
-    return result
+        found = [
+            FaultReport(f.seq, f.subject, f.event_type, f.error)
+            for f in await faults(scratch, p.name)
+        ]
+        out.append(ProjectionAudit(p.name, live_seqs[p.name], seqs[p.name], tables, found))
+    return out
 
 
 async def audit(
@@ -134,10 +159,20 @@ async def audit(
     scratch = await create_pool(scratch_dsn, max_size=2)
     try:
         await migrate(scratch)
-        audits = []
-        for p in projections:
-            step = (lambda seq, name=p.name: progress(name, seq)) if progress else None
-            audits.append(await _audit_one(bus, pool_live, scratch, p, until_ts, step))
+        step = (lambda seq: progress("projections", seq)) if progress else None
+        audits = await _audit_all(bus, pool_live, scratch, projections, until_ts, step)
+        for _ in range(2):  # a live projection that moved on during the comparison: again
+            moved = [
+                p
+                for p, a in zip(projections, audits, strict=True)
+                if not a.ok and a.live_seq != await last_applied(pool_live, p.name)
+            ]
+            if not moved:
+                break
+            again = {a.projection: a for a in await _audit_all(
+                bus, pool_live, scratch, moved, until_ts, step
+            )}  # fmt: skip
+            audits = [again.get(a.projection, a) for a in audits]
         return Report(audits, compared=until_ts is None)
     finally:
         await scratch.close()
@@ -146,8 +181,16 @@ async def audit(
 async def _main(args: argparse.Namespace) -> int:
     from jpu.bus import EventBus
 
-    def show(name: str, seq: int) -> None:
-        print(f"\r{name}: replayed to seq {seq}", end="", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    total = 0
+
+    def show(name: str, seq: int) -> None:  # U3: progress, rate and what is left
+        rate = seq / max(time.monotonic() - t0, 1e-9)
+        left = (total - seq) / rate if rate > 0 else 0.0
+        print(
+            f"\r{name}: seq {seq:,} of {total:,} ({rate:,.0f} events/s, ~{left:,.0f} s left)",
+            end="", file=sys.stderr, flush=True,
+        )  # fmt: skip
 
     bus = await EventBus.connect(
         args.nats, stream=args.stream, prefix=args.prefix, name="jpu-replay"
@@ -159,7 +202,8 @@ async def _main(args: argparse.Namespace) -> int:
         scratch_name = f"jpu_audit_{uuid.uuid4().hex[:12]}"
         scratch_dsn = await create_database(args.db, scratch_name)
     try:
-        print(f"total events in log: {await bus.last_seq()}", file=sys.stderr)
+        total = await bus.last_seq()
+        print(f"total events in log: {total}", file=sys.stderr)
         report = await audit(bus, live, scratch_dsn, until_ts=args.until, progress=show)
         print(file=sys.stderr)
     finally:
@@ -169,7 +213,7 @@ async def _main(args: argparse.Namespace) -> int:
         await bus.close()
     print(report.summary())
     if not report.compared:
-        return 0
+        return 1 if any(p.faults for p in report.projections) else 0
     print("no differences" if report.ok else "DIFFERENCES FOUND")
     return 0 if report.ok else 1
 

@@ -53,11 +53,20 @@ def evolution_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for field, spec in old_props.items():
         if field not in new_props:
             errors.append(f"field {field!r} removed")
+        elif field == "schema_version" and _bumped(spec, new_props[field]):
+            continue  # bumped when the struct gains fields (jpu.events): the one allowed change
         elif new_props[field] != spec:
             errors.append(f"field {field!r} changed type: {spec} -> {new_props[field]}")
     for field in set(new.get("required", [])) - old_required:
         errors.append(f"new field {field!r} has no default")
     return errors
+
+
+def _bumped(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """`schema_version` kept its type and its default only went up."""
+    rest_old = {k: v for k, v in old.items() if k != "default"}
+    rest_new = {k: v for k, v in new.items() if k != "default"}
+    return rest_old == rest_new and int(new.get("default", 0)) >= int(old.get("default", 0))
 
 
 def write(root: Path = ROOT) -> None:

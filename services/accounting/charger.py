@@ -10,54 +10,29 @@ Exactly once, even with several replicas or a restart mid-stream:
     so the stream de-duplicates a repeated append (Nats-Msg-Id), and the fold remembers every
     charge id ever appended (so it holds beyond the de-duplication window);
   * the append expects the lab subject's last sequence the charge was computed on: a charge
-    computed on a stale `(value, as_of)` is refused (ConcurrencyConflict), re-read, re-decided.
+    computed on a stale `(value, as_of)` is refused (ConcurrencyConflict), re-read, re-decided;
+  * an append NATS does not acknowledge (it died or restarts) is retried with the same event,
+    so the same msg id, until it is (EventBus.append_retrying): the service waits for NATS
+    instead of exiting, and the charge lands once (issue 9, finding 4).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
+from jpu.bus.errors import is_unreachable
 from jpu.config import Config
-from jpu.events import ChargeReason, JobEnded, ReservationReleased, UsageCharged
+from jpu.events import UsageCharged
 from jpu.fold import ClusterState
 from jpu.fold_follow import Follower
+from jpu.policy.charging import Charge, charge_id
 from jpu.policy.fairshare import ZERO_USAGE, charge
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Charge:
-    charge_id: str
-    lab: str
-    amount: float
-    at: float
-    job_id: str | None
-    reason: ChargeReason
-    attempt: int | None = None
-
-
-def charge_for(d: Delivered, state: ClusterState) -> Charge | None:
-    """The charge a source event calls for (None: nothing to charge)."""
-    e = d.event
-    if isinstance(e, JobEnded):
-        job = state.jobs.get(e.job_id)
-        amount = e.usage or (e.gpu_seconds_run + e.gpu_seconds_reserved) * e.tflops
-        if job is None or amount <= 0:
-            return None
-        return Charge(f"chg-{e.event_id}", job.lab, amount, e.ts, e.job_id, "job_end", e.attempt)
-    if isinstance(e, ReservationReleased) and e.charged_now:
-        job = state.jobs.get(e.job_id)
-        amount = e.gpu_seconds * e.tflops  # F1
-        if job is None or amount <= 0:
-            return None
-        reason: ChargeReason = "demoted"
-        if e.reason in ("maintenance", "capacity"):
-            reason = e.reason
-        return Charge(f"chg-{e.event_id}", job.lab, amount, e.ts, e.job_id, reason, job.attempt)
-    return None
 
 
 def initial_charges(config: Config, at: float) -> list[Charge]:
@@ -71,8 +46,16 @@ def initial_charges(config: Config, at: float) -> list[Charge]:
 class Charger:
     """Turns pending charges into UsageCharged events, in source order, exactly once."""
 
-    def __init__(self, bus: EventBus, state: ClusterState, follower: Follower, half_life_s: float):
+    def __init__(
+        self,
+        bus: EventBus,
+        state: ClusterState,
+        follower: Follower,
+        half_life_s: float,
+        stop: asyncio.Event | None = None,
+    ):
         self.bus, self.state, self.follower, self.half_life_s = bus, state, follower, half_life_s
+        self.stop = stop  # ends the retries of an unacknowledged append (shutdown)
         self.pending: dict[str, Charge] = {}
         self.appended = 0
         self.conflicts = 0
@@ -81,7 +64,9 @@ class Charger:
         if isinstance(d.event, UsageCharged):
             self.pending.pop(d.event.event_id, None)
             return
-        c = charge_for(d, self.state)
+        # The fold decided what this event owes (jpu.policy.charging) before it could drop the
+        # job (issue 11): the charge is whatever it recorded in `owed`.
+        c = self.state.owed.get(charge_id(d.event.event_id))
         if c is not None and c.charge_id not in self.state.charged_ids:
             self.pending[c.charge_id] = c
 
@@ -101,10 +86,24 @@ class Charger:
                 seq = await self._append(c)
             except ConcurrencyConflict:
                 self.conflicts += 1
-                await self.follower.catch_up()
+                await self._while_unreachable(self.follower.catch_up)
                 continue
-            await self.follower.wait_for(seq)  # the next charge of this lab builds on it
+            # the next charge of this lab builds on it
+            await self._while_unreachable(functools.partial(self.follower.wait_for, seq))
             self.pending.pop(cid, None)
+
+    async def _while_unreachable(self, step: Callable[[], Awaitable[object]]) -> None:
+        """`step` (reading the log back), repeated while NATS does not answer, until `stop`:
+        an outage makes accounting wait, never exit (issue 9, finding 4)."""
+        while True:
+            try:
+                await step()
+                return
+            except Exception as e:
+                if not is_unreachable(e) or (self.stop is not None and self.stop.is_set()):
+                    raise
+                log.warning("waiting for the log", extra={"error": repr(e)})
+            await asyncio.sleep(0.5)
 
     async def _append(self, c: Charge) -> int:
         usage = self.state.usage.get(c.lab, ZERO_USAGE)
@@ -121,6 +120,8 @@ class Charger:
             attempt=c.attempt,
         )
         expected = self.state.lab_seq.get(c.lab, 0)
-        seq = await self.bus.append(event, expected_last_subject_seq=expected)
+        seq = await self.bus.append_retrying(
+            event, expected_last_subject_seq=expected, stop=self.stop
+        )
         self.appended += 1
         return seq

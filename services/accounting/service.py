@@ -18,7 +18,7 @@ from jpu.bus import Delivered, EventBus
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
+from jpu.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.metrics import observing_usage
 from jpu.store.projection import run_projection
 from jpu.store.projections import lab_usage
@@ -36,7 +36,7 @@ async def run_accounting(
     pool: asyncpg.Pool | None = None,
     charger_out: list[Charger] | None = None,
 ) -> None:
-    state = ClusterState.new(config)
+    state = ClusterState.new(config, keep_ended=False)  # issue 11: in-flight jobs only
     wake = asyncio.Event()
     charger: Charger
 
@@ -44,18 +44,22 @@ async def run_accounting(
         charger.observe(d)
         wake.set()
 
-    follower = Follower(bus, state, on_event)
-    charger = Charger(bus, state, follower, config.half_life_s)
+    follower = Follower(bus, state, on_event, snapshots=SnapshotPolicy.from_config(bus, config))
+    charger = Charger(bus, state, follower, config.half_life_s, stop)
     if charger_out is not None:
         charger_out.append(charger)
+    await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop))]
     if pool is not None:
         tasks.append(
             asyncio.create_task(run_projection(bus, pool, lab_usage.projection, stop=stop))
         )
     try:
-        await follower.catch_up(timeout=120.0)
-        charger.add(initial_charges(config, clock.now()))  # "at load" (O1)
+        await caught_up(follower, "accounting")
+        # Whatever the log owes and no UsageCharged settled yet, including charges from before
+        # a restored snapshot (the fold keeps them: ClusterState.owed), then O1's "at load".
+        charger.add(list(state.owed.values()))
+        charger.add(initial_charges(config, clock.now()))
         with observing_usage(state.usage, config, clock):  # SPEC O4: usage per lab
             while not stop.is_set():
                 await charger.drain()

@@ -39,7 +39,7 @@ from jpu.clock import Clock
 from jpu.config import Config
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
+from jpu.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.metrics import count_preemption
 from jpu.policy.maintenance import backfill_allowed
 from jpu.policy.model import Gpu, MaintenanceState
@@ -64,10 +64,12 @@ class BackfillService:
     ) -> None:
         self.bus, self.config, self.backend, self.clock = bus, config, backend, clock
         self.options, self.stats = options, stats or BackfillStats()
-        self.state = ClusterState.new(config)
+        self.state = ClusterState.new(config, keep_ended=False)  # issue 11
         self.tracker = Tracker(self.state)
         self.wake = asyncio.Event()
-        self.follower = Follower(bus, self.state, self._on_event)
+        self.follower = Follower(
+            bus, self.state, self._on_event, snapshots=SnapshotPolicy.from_config(bus, config)
+        )
         self.pending: dict[str, BackfillHandle] = {}  # launched, BackfillStarted not yet seen
         self.requested: dict[str, EndReason] = {}  # cancels we asked for, by backfill id
         self.expected: dict[str, int] = {}  # subject → expected last seq within a round
@@ -79,9 +81,10 @@ class BackfillService:
             self.wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        await self.follower.restore()  # issue 11: the newest snapshot, then only the tail
         follow = asyncio.create_task(self.follower.run(stop), name="backfill-follow")
         try:
-            await self.follower.catch_up(timeout=120.0)
+            await caught_up(self.follower, "backfill")
             self.tracker.refresh(self.clock.now(), 0)  # GPUs free since before any event
             await self._cancel_orphans()
             while not stop.is_set():

@@ -23,6 +23,7 @@ from jpu.events import (
     NodeInventoryObserved,
     ReservationGrown,
     ReservationReleased,
+    ReservationShrunk,
     ReservationStarted,
 )
 from jpu.fold import ClusterState
@@ -36,6 +37,7 @@ GPU_EVENTS = (
     JobEnded,
     ReservationStarted,
     ReservationGrown,
+    ReservationShrunk,
     ReservationReleased,
     BackfillStarted,
     BackfillEnded,

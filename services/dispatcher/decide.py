@@ -13,10 +13,12 @@ from jpu.events import (
     Event,
     JobDispatched,
     JobEnded,
+    JobRetryDeclined,
     JobRetryScheduled,
     MaintenanceChanged,
     ReservationGrown,
     ReservationReleased,
+    ReservationShrunk,
     ReservationStarted,
 )
 from jpu.fold import ClusterState, JobView
@@ -46,6 +48,20 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
                 gpu_seconds=r.gpu_seconds,
                 charged_now=r.reason in CHARGED_AT_RELEASE,
                 tflops=tier.tflops if tier is not None else 0.0,
+            )
+        )
+    for sh in result.shrinks:  # R5: before anything else may take what it frees
+        out.append(
+            ReservationShrunk(
+                event_id="",
+                ts=now,
+                job_id=sh.job_id,
+                node=sh.node,
+                tier=sh.tier,
+                gpus=list(sh.gpus),
+                removed=list(sh.removed),
+                gpu_seconds=sh.gpu_seconds,
+                tflops=sh.tflops,
             )
         )
     for s in result.starts:
@@ -133,7 +149,8 @@ def cancellations(state: ClusterState, tiers: Mapping[str, Tier], now: float) ->
 
 
 def escalations(state: ClusterState, config: Config, now: float) -> list[Event]:
-    """SPEC X8: a GPU OOM retries with more VRAM (queue_entered_at kept) or stays FAILED (OOM)."""
+    """SPEC X8: a GPU OOM retries with more VRAM (queue_entered_at kept) or stays FAILED (OOM);
+    either way the decision is recorded, so it is taken once and never revisited."""
     tiers = {t.name: t for t in config.tiers}
     pool = gpus(state)
     out: list[Event] = []
@@ -153,6 +170,17 @@ def escalations(state: ClusterState, config: Config, now: float) -> list[Event]:
                     job_id=j.job_id,
                     attempt=verdict.attempt,
                     min_vram_gb=verdict.min_vram_gb,
+                )
+            )
+        else:
+            out.append(
+                JobRetryDeclined(
+                    event_id="",
+                    ts=now,
+                    job_id=j.job_id,
+                    attempt=j.attempt,
+                    reason=verdict.why,
+                    needed_vram_gb=verdict.needed_vram_gb,
                 )
             )
     return out

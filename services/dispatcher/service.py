@@ -38,7 +38,7 @@ from jpu.events import (
     UsageCharged,
 )
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
+from jpu.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.fold_snapshot import snapshot
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
@@ -133,9 +133,11 @@ async def run_dispatcher(
     lease_renew_s: float = 1.0,
     stats: DispatcherStats | None = None,
 ) -> None:
-    state = ClusterState.new(config)
+    state = ClusterState.new(config, keep_ended=False)  # issue 11: in-flight jobs only
     wake = asyncio.Event()
-    follower = Follower(bus, state, _triggered(wake))
+    follower = Follower(
+        bus, state, _triggered(wake), snapshots=SnapshotPolicy.from_config(bus, config)
+    )
     lease = Lease(bus.js, f"dispatcher.{bus.stream}", holder, lease_ttl_s, lease_renew_s)
     d = Dispatcher(
         bus,
@@ -149,9 +151,10 @@ async def run_dispatcher(
         wake,
         ViewPublisher(bus.js, bus.stream),
     )
+    await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(lease.run(stop))]
     try:
-        await follower.catch_up(timeout=120.0)
+        await caught_up(follower, "dispatcher")
         with observing_queue(state.jobs):  # SPEC O4
             await _loop(d, stop)
     finally:

@@ -14,6 +14,7 @@ import uvicorn
 
 from jpu.service import setup_logging, setup_telemetry
 from jpu_services.gateway import config
+from jpu_services.gateway import server as server_config
 from jpu_services.gateway.app import create_app
 
 log = logging.getLogger("jpu.gateway")
@@ -39,18 +40,9 @@ def main() -> int:
     settings = config.load()
     app = create_app(settings)
     # uvicorn owns SIGINT/SIGTERM here: it stops accepting, finishes requests, runs the lifespan
-    # shutdown (projector drain, pool and bus closed) and returns.
-    server = _Server(
-        uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=10,
-        )
-    )
+    # shutdown (projector drain, pool and bus closed) and returns. Header/body read timeouts:
+    # jpu_services.gateway.server.
+    server = _Server(server_config.uvicorn_config(app, settings.host, settings.port))
     try:
         sockets = [_shared_socket(settings.host, settings.port)] if _reuse_port() else None
     except OSError as e:

@@ -16,6 +16,8 @@ from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.errors import install_error_handlers
+from jpu_services.gateway.guards import PathTemplates, TextGuard
+from jpu_services.gateway.openapi import install_openapi
 from jpu_services.gateway.routes import (
     admin,
     console,
@@ -60,6 +62,9 @@ def create_app(settings: GatewayConfig) -> FastAPI:
     install_error_handlers(app)
     for module in (health, maintenance, me, jobs, queue, labs, placements, admin, console):
         app.include_router(module.router)
+    install_openapi(app, [t.name for t in settings.base.tiers])
+    app.state.paths = PathTemplates(lambda: app.openapi()["paths"])  # 405 Allow, guard
+    app.add_middleware(TextGuard, templates=app.state.paths)  # NUL in path/query: 422 (§8)
     return app
 
 

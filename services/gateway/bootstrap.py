@@ -6,7 +6,7 @@ import asyncio
 
 from jpu.edges import Edges, connect_edges
 from jpu.service import Worker
-from jpu.store.projection import Projection, run_projection
+from jpu.store.projection import Projection, run_projections
 from jpu.store.projections import backfill, gpu_resources, jobs, maintenance
 from jpu_services.gateway.config import GatewayConfig
 
@@ -25,14 +25,12 @@ async def bootstrap(config: GatewayConfig, stop: asyncio.Event | None = None) ->
 
 
 def workers(config: GatewayConfig, edges: Edges) -> dict[str, Worker]:
-    """The `projector` role: each projection applies every event exactly once (SPEC E3)."""
+    """The `projector` role: one ordered read of the log feeds every projection, each event
+    applied exactly once (SPEC E3)."""
     if not config.projector:
         return {}
 
-    def runner(projection: Projection) -> Worker:
-        async def run(stop: asyncio.Event) -> None:
-            await run_projection(edges.bus, edges.pool, projection, stop=stop)
+    async def run(stop: asyncio.Event) -> None:
+        await run_projections(edges.bus, edges.pool, tuple(PROJECTIONS.values()), stop=stop)
 
-        return run
-
-    return {f"projection.{name}": runner(p) for name, p in PROJECTIONS.items()}
+    return {"projections": run}

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+from jpu import joblogs
 from jpu.config import Config, load_config
 
 
@@ -18,6 +20,8 @@ class GatewayConfig:
     # `projector` role); JPU_GATEWAY_PROJECTOR=0 turns it off on extra replicas.
     projector: bool = True
     readiness_timeout_s: float = 2.0
+    # where the agent writes every JOB_OUTPUT_DIR (X2): GET /v1/jobs/{id}/logs reads there
+    output_root: Path = field(default_factory=lambda: Path(".jpu/outputs").absolute())
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -25,7 +29,11 @@ class GatewayConfig:
         flag = env.get("JPU_GATEWAY_PROJECTOR", "1").strip().lower()
         projector = flag not in {"0", "false", "no"}
         return cls(
-            base=config, host=config.gateway_host, port=config.gateway_port, projector=projector
+            base=config,
+            host=config.gateway_host,
+            port=config.gateway_port,
+            projector=projector,
+            output_root=joblogs.output_root(config, env),
         )
 
 

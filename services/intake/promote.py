@@ -78,7 +78,9 @@ class Promoter:
         return done
 
     async def _promote_one(self, jid: str, now: float) -> int | None:
-        job = self.state.jobs[jid]
+        job = self.state.jobs.get(jid)
+        if job is None:
+            return None  # it ended meanwhile (cancelled): nothing to promote
         event = JobPromoted(event_id=new_event_id(), ts=now, job_id=jid, queue_entered_at=now)
         try:
             return await self.bus.append(event, expected_last_subject_seq=job.last_seq)

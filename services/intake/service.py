@@ -31,9 +31,15 @@ from jpu.commands import (
     submit_subject,
 )
 from jpu.config import Config
-from jpu.events import JobCancelRequested, JobEnded, JobRetryScheduled, JobSubmitted
+from jpu.events import (
+    JobCancelRequested,
+    JobEnded,
+    JobRetryDeclined,
+    JobRetryScheduled,
+    JobSubmitted,
+)
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
+from jpu.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu_services.intake.promote import Limits, Promoter
 from jpu_services.intake.submit import cancel, submit
 
@@ -43,7 +49,8 @@ log = logging.getLogger(__name__)
 # handed to tasks instead, so a burst of submits waits on the log together rather than in turn.
 MAX_IN_FLIGHT = 256
 
-_SLOT_EVENTS = (JobSubmitted, JobEnded, JobCancelRequested, JobRetryScheduled)
+# Events that may free a slot; an OOM end keeps it until the retry is decided (X8).
+_SLOT_EVENTS = (JobSubmitted, JobEnded, JobCancelRequested, JobRetryScheduled, JobRetryDeclined)
 
 
 class Intake:
@@ -51,10 +58,12 @@ class Intake:
         self, bus: EventBus, config: Config, clock: Clock, pool: asyncpg.Pool | None
     ) -> None:
         self.bus, self.config, self.clock = bus, config, clock
-        self.state = ClusterState.new(config)
+        self.state = ClusterState.new(config, keep_ended=False)  # issue 11
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
-        self.follower = Follower(bus, self.state, self._on_event)
+        self.follower = Follower(
+            bus, self.state, self._on_event, snapshots=SnapshotPolicy.from_config(bus, config)
+        )
         self.promoter = Promoter(bus, self.state, Limits(config, pool))
         self.lock = asyncio.Lock()  # one promotion round at a time per process
         self._round: asyncio.Future[list[str]] | None = None  # the next round, not yet started
@@ -65,7 +74,7 @@ class Intake:
 
     def _on_event(self, d: Delivered) -> None:
         if isinstance(d.event, _SLOT_EVENTS):
-            job = self.state.jobs.get(d.event.job_id)
+            job = self.state.job_seen(d.event.job_id)
             if job is not None:
                 self.dirty.add(job.user)
                 self.wake.set()
@@ -153,10 +162,11 @@ async def run_intake(
     pool: asyncpg.Pool | None = None,
 ) -> None:
     intake = Intake(bus, config, clock, pool)
+    await intake.follower.restore()  # issue 11: the newest snapshot, then only the log's tail
     follow = asyncio.create_task(intake.follower.run(stop))
     subs = []
     try:
-        await intake.follower.catch_up(timeout=120.0)
+        await caught_up(intake.follower, "intake")
         for subject in (submit_subject(bus.prefix), cancel_subject(bus.prefix)):
             subs.append(await bus.nc.subscribe(subject, queue=QUEUE_GROUP, cb=intake.handle))
         await intake.promote(None)  # whatever waited while no intake ran

@@ -16,17 +16,18 @@ from typing import Any
 
 import msgspec
 
+from jpu import limits
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.commands import CancelCommand, CommandReply, SubmitCommand, error_reply
 from jpu.config import Config
 from jpu.events import JobCancelRequested, JobSubmitted, new_event_id
 from jpu.fold import ClusterState
 from jpu.fold_follow import Follower
-from jpu.fold_jobs import request_digest
+from jpu.fold_jobs import JobView, apply_job_event, request_digest
 from jpu.fold_snapshot import gpus
 from jpu.policy import maintenance
 from jpu.policy.placements import ever_fits
-from jpu.policy.queue import validate_submit
+from jpu.policy.queue import largest_placement, validate_submit
 
 
 class _Want(msgspec.Struct, frozen=True):
@@ -59,6 +60,7 @@ def to_event(cmd: SubmitCommand, jid: str, now: float) -> JobSubmitted:
         time_limit_s=math.ceil(limit) if limit is not None else None,
         env=dict(b.get("env") or {}),
         idempotency_key=cmd.idempotency_key,
+        chdir=b.get("chdir"),  # U5: validated (jpu.policy.workdir); None: JOB_OUTPUT_DIR
     )
 
 
@@ -78,15 +80,15 @@ async def submit(
     """Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit → JobSubmitted (Q4)."""
     tiers = {t.name: t for t in config.tiers}
     problems = validate_submit(cmd.body, list(tiers))
-    if problems:
-        first = problems[0]
-        return error_reply(
-            "VALIDATION_ERROR",
-            f"{first.field}: {first.message}",
-            {"field": first.field, "errors": [msgspec.to_builtins(p) for p in problems]},
-        )
+    key_problem = limits.idempotency_key_problem(cmd.idempotency_key)
+    if key_problem:
+        problems.append(limits.FieldError("Idempotency-Key", key_problem))
+    if problems:  # nothing reaches the log that a projection could not store (jpu.limits)
+        return error_reply("VALIDATION_ERROR", *limits.error_details(problems))
     event = to_event(cmd, job_id_for(cmd.user, cmd.idempotency_key), now)
     known = state.jobs.get(event.job_id)
+    if cmd.idempotency_key is not None and known is None:
+        known = await _ended_job(bus, event.job_id)  # an ended job left the hot state
     if cmd.idempotency_key is not None and known is not None:
         return _replay(known.digest, event, known.submit_seq, known.state)
     if not maintenance.submit_allowed(state.maintenance.state):  # type: ignore[arg-type]
@@ -100,7 +102,12 @@ async def submit(
         return error_reply(
             "NO_FIT_PLACEMENT",
             "no placement of the cluster can ever run this job",
-            {"num_gpus": event.num_gpus, "tiers": event.tiers, "min_vram_gb": event.min_vram_gb},
+            {
+                "num_gpus": event.num_gpus,
+                "tiers": event.tiers,
+                "min_vram_gb": event.min_vram_gb,
+                "largest_placement": largest_placement(want, gpus(state), tiers),  # the fix
+            },
         )
     try:
         seq = await bus.append(event, expected_last_subject_seq=0)
@@ -110,6 +117,18 @@ async def submit(
         assert isinstance(winner, JobSubmitted)
         return _replay(request_digest(winner), event, first_event.seq, "PERSONAL_QUEUE_WAIT")
     return CommandReply(status=201, job_id=event.job_id, seq=seq, state="PERSONAL_QUEUE_WAIT")
+
+
+async def _ended_job(bus: EventBus, job_id: str) -> JobView | None:
+    """A job the services' fold no longer holds (it ended for good), folded from its own
+    subject of the log; None when the log has no such job."""
+    events = await bus.job_events(job_id)
+    if not events or not isinstance(events[0].event, JobSubmitted):
+        return None
+    job = JobView.submitted(events[0].event, events[0].seq)
+    for d in events[1:]:
+        apply_job_event(job, d)
+    return job
 
 
 def _may_cancel(cmd: CancelCommand, user: str, lab: str) -> bool:
@@ -125,6 +144,8 @@ async def cancel(
         if job is None:
             await follower.catch_up()  # it may have been submitted a moment ago
             job = state.jobs.get(cmd.job_id)
+        if job is None:
+            job = await _ended_job(bus, cmd.job_id)  # gone from the hot state: ended (issue 11)
         if job is None:
             return error_reply("NOT_FOUND", f"no job {cmd.job_id}")
         if not _may_cancel(cmd, job.user, job.lab):

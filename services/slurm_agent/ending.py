@@ -1,8 +1,9 @@
 """A backend's final status → the attempt's JobEnded (SPEC X6, X7, F2, F4). Pure.
 
-`usage` is what this end charges: the run (num_gpus × run seconds × the tier's TFLOPS) plus the
-attempt's reservation time not already charged (R4 swap / dispatched releases, at the tflops of
-each reservation's own tier). R3-like releases were charged when they happened and are excluded.
+`usage` is what this end charges: the GPUs held from the dispatch to the end (num_gpus × (startup
++ run) seconds × the tier's TFLOPS, F5) plus the attempt's reservation time not already charged
+(R4 swap / dispatched releases, at the tflops of each reservation's own tier). R3-like releases
+were charged when they happened and are excluded.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def run_seconds(status: BackendStatus) -> float:
     return max(status.ended_at - status.started_at, 0.0)
 
 
+def startup_seconds(status: BackendStatus, dispatched_at: float, now: float) -> float:
+    """SPEC F5: the GPUs were held from the dispatch, not from the backend's start — a
+    backfill preemption grace, a Slurm job kept pending, a slow launch. Until the start, or
+    until the end when the attempt never started (cancelled first, launch failed)."""
+    until = status.started_at if status.started_at is not None else (status.ended_at or now)
+    return max(until - dispatched_at, 0.0)
+
+
 def job_ended(
     job: AgentJob, status: BackendStatus, tier: Tier, bid: str | None, now: float
 ) -> JobEnded:
@@ -53,6 +62,7 @@ def job_ended(
     assert d is not None
     gpus = len(d.gpus) or job.submitted.num_gpus
     gpu_s_run = gpus * run_seconds(status)
+    gpu_s_startup = gpus * startup_seconds(status, d.ts, now)
     oom = is_gpu_oom(status.state == "FAILED", status.output_tail)  # X7
     return JobEnded(
         event_id=new_event_id(),
@@ -66,8 +76,9 @@ def job_ended(
         gpus=list(d.gpus),
         gpu_seconds_run=gpu_s_run,
         gpu_seconds_reserved=job.reserved_gpu_s,
+        gpu_seconds_startup=gpu_s_startup,
         tflops=tier.tflops,
-        usage=gpu_s_run * tier.tflops + job.reserved_usage,  # F1, F2, F4
+        usage=(gpu_s_startup + gpu_s_run) * tier.tflops + job.reserved_usage,  # F1, F2, F4, F5
         oom=oom,
         host_oom=status.state == "OUT_OF_MEMORY",  # X7: reported, never escalated
         reason=end_reason(status, oom),

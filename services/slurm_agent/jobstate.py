@@ -13,7 +13,14 @@ from typing import Literal
 
 from jpu.bus import Delivered
 from jpu.config import Tier
-from jpu.events import JobDispatched, JobEnded, JobStarted, JobSubmitted, ReservationReleased
+from jpu.events import (
+    JobDispatched,
+    JobEnded,
+    JobStarted,
+    JobSubmitted,
+    ReservationReleased,
+    ReservationShrunk,
+)
 from jpu.fold_jobs import JobView, apply_job_event
 
 Action = Literal["submit", "watch", "cancel", "cancel_unstarted"]
@@ -46,6 +53,9 @@ class AgentJob:
                 self.dispatched, self.started = e, None
         elif isinstance(e, JobStarted) and self.dispatched and e.attempt == self.dispatched.attempt:
             self.started = e
+        elif isinstance(e, ReservationShrunk):  # R5: charged with this attempt's end
+            self.reserved_gpu_s += e.gpu_seconds
+            self.reserved_usage += e.gpu_seconds * e.tflops
         elif isinstance(e, ReservationReleased) and not e.charged_now:
             tflops = e.tflops or (tiers[e.tier].tflops if e.tier in tiers else 0.0)
             self.reserved_gpu_s += e.gpu_seconds

@@ -6,12 +6,13 @@ from pathlib import Path
 
 from jpu.backends import LaunchSpec
 from jpu.config import Tier
+from jpu.joblogs import attempt_dir
 from jpu_services.slurm_agent.jobstate import AgentJob
 
 
 def output_dir(root: Path, job_id: str, attempt: int) -> Path:
-    """JOB_OUTPUT_DIR: one directory per job and attempt (X2)."""
-    return root / job_id / str(attempt)
+    """JOB_OUTPUT_DIR: one directory per job and attempt (X2); the gateway reads it (joblogs)."""
+    return attempt_dir(root, job_id, attempt)
 
 
 def launch_spec(job: AgentJob, tier: Tier, output_root: Path) -> LaunchSpec:
@@ -32,5 +33,6 @@ def launch_spec(job: AgentJob, tier: Tier, output_root: Path) -> LaunchSpec:
         cpus=n * tier.cpus_per_gpu,  # X1: CPU and RAM proportional to the GPUs
         mem_gb=n * tier.mem_gb_per_gpu,
         output_dir=str(output_dir(output_root, s.job_id, d.attempt)),
+        chdir=s.chdir,  # U5: where it was submitted from (None: JOB_OUTPUT_DIR)
         partition=tier.partition,
     )

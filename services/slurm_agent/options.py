@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from jpu import joblogs
 from jpu.config import Config
 
 
@@ -22,10 +23,11 @@ class AgentOptions:
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> AgentOptions:
-        """JPU_AGENT_POLL_MAX_S, JPU_AGENT_OUTPUT_ROOT override what the shared config lacks."""
+        """JPU_AGENT_POLL_MAX_S, JPU_AGENT_OUTPUT_ROOT override what the shared config lacks
+        (the output root is the gateway's too: it serves the logs from there)."""
         env = os.environ if env is None else env
         return cls(
             cancel_grace_s=config.cancel_grace_s,
             poll_max_s=float(env.get("JPU_AGENT_POLL_MAX_S", cls.poll_max_s)),
-            output_root=Path(env.get("JPU_AGENT_OUTPUT_ROOT") or Path(config.data_dir) / "outputs"),
+            output_root=joblogs.output_root(config, env),
         )

@@ -177,3 +177,53 @@ async def test_M5_banner_in_every_state_but_normal(stack: Stack, browser_page: P
     )
     await page.reload()
     await expect(banner).to_be_hidden()
+
+
+async def test_U5_job_page_log_pane_shows_the_attempts_output_and_refreshes_while_it_runs(
+    stack: Stack, browser_page: Page
+) -> None:
+    page = browser_page
+    erin = stack.api("osl-erin")
+    script = 'echo "line one"\necho "err one" >&2\n' + stack.hold("log-pane", 'echo "line two"')
+    job = erin.submit(script, name="log-pane")
+    erin.wait(job["id"], ["RUNNING"], timeout=30)
+    await _login(page, stack, "osl-erin")
+    toggle = page.locator("#lang-toggle")
+    if await toggle.text_content() == "English":  # start from English whatever was saved
+        await toggle.click()
+    await _go(page, stack, f"job/{job['id']}")
+    log, status = page.locator("#job-log"), page.locator("#job-log-status")
+    await expect(log).to_contain_text("line one")
+    await expect(status).to_contain_text("Updating while the attempt runs")
+    await expect(page.locator("#job-log-attempt")).to_have_value("1")
+    stack.release("log-pane")  # the job writes more and ends: the pane follows, no reload
+    await expect(log).to_contain_text("line two")
+    await expect(status).to_contain_text("The attempt has ended")
+    await page.check("input[name=job-log-stream][value=stderr]")
+    await expect(log).to_have_text("err one\n")
+    await page.check("input[name=job-log-stream][value=stdout]")
+    await expect(log).to_have_text("line one\nline two\n")
+    await toggle.click()  # Korean labels like the rest of the console
+    await expect(page.locator("#view-job h3[data-i18n='job.output']")).to_have_text("출력")
+    await expect(status).to_contain_text("이 시도는 끝났습니다")
+    await toggle.click()
+    if artifacts := os.environ.get("JPU_TEST_ARTIFACTS"):  # CI keeps them: what a user saw
+        await page.screenshot(path=os.path.join(artifacts, "console-log-pane.png"), full_page=True)
+
+
+async def test_U5_log_pane_says_when_an_attempt_has_no_output_yet(
+    stack: Stack, browser_page: Page
+) -> None:
+    page = browser_page
+    frank = stack.api("osl-frank")
+    # all 8 GPUs of the default cluster busy, so the next job waits without any output
+    busy = [frank.submit(stack.hold(f"np{i}"), 2, name="np")["id"] for i in range(3)]
+    busy.append(stack.api("osl-erin").submit(stack.hold("np3"), 2, name="np")["id"])
+    for job_id in busy:
+        stack.api("admin").wait(job_id, ["RUNNING"], timeout=30)
+    waiting = stack.api("osl-erin").submit("echo later", 2, name="np-wait")["id"]
+    stack.api("osl-erin").wait(waiting, lambda j: j.get("pending_reason") == "Resources")
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, f"job/{waiting}")
+    await expect(page.locator("#job-log-status")).to_contain_text("No output yet")
+    await expect(page.locator("#job-log")).to_be_empty()

@@ -71,7 +71,12 @@ def test_F1_submit_to_completed_charges_gpus_seconds_tflops(stack: Stack) -> Non
     run_s = ended["gpu_seconds_run"] / 1  # one GPU
     # `sleep 2`, measured from the job's own start/end (mtime resolution, a loaded machine)
     assert run_s >= 1.98 and run_s <= 2.6, ended
-    expected = 1 * run_s * RTX4090_TFLOPS  # F1: gpus × seconds × tflops
+    # F1: gpus × seconds × tflops, held from the dispatch (F5: the launch counts too)
+    startup_s = ended["gpu_seconds_startup"] / 1
+    assert 0.0 <= startup_s < 2.0, ended
+    # startup + run = the backend's end − the dispatch, noticed at or after that end
+    assert one(events, "JobDispatched")["ts"] + startup_s + run_s <= ended["ts"] + 0.05
+    expected = 1 * (startup_s + run_s) * RTX4090_TFLOPS
     assert ended["usage"] == pytest.approx(expected, rel=1e-9)
 
     # F4: charged at the attempt's end, once; visible on the job and on the lab (UsageCharged)

@@ -99,7 +99,10 @@ async def test_X6_dispatched_job_starts_runs_and_ends_with_its_cost(world: World
     assert 2 * 1.2 <= end.gpu_seconds_run < 2 * 3.0  # num_gpus × run seconds
     assert end.gpu_seconds_reserved == 10.0  # F4: only the uncharged reservation part
     assert end.tflops == TFLOPS
-    assert abs(end.usage - (end.gpu_seconds_run + 10.0) * TFLOPS) < 1e-6  # F1, F2
+    # F5: held from the dispatch: the launch before the backend's start is charged too
+    assert 0.0 <= end.gpu_seconds_startup < 2 * 2.0
+    held = end.gpu_seconds_startup + end.gpu_seconds_run + 10.0
+    assert abs(end.usage - held * TFLOPS) < 1e-6  # F1, F2, F5
     assert end.backend_job_id == started.backend_job_id and not end.oom
     inventory = [d.event async for d in world.bus.replay(filter_subject=f"{world.bus.prefix}.>")]
     nodes = {e.node for e in inventory if isinstance(e, NodeInventoryObserved)}

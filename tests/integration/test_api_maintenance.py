@@ -64,3 +64,47 @@ async def test_M1_cancel_is_allowed_while_draining(api: Api) -> None:
     assert (await _maintenance(api, "admin", "start")).status_code == 200
     r = await api.client.post("/v1/jobs/jm/cancel", headers=bearer("alice"))
     assert r.status_code == 202, r.text
+
+
+async def test_M4_an_admin_end_racing_the_automatic_steps_is_decided_again_not_refused(
+    api: Api,
+) -> None:
+    """The dispatcher moves maintenance on by itself (M2/M3). An admin's `end` that loses the
+    race to such a step must be decided again on the new state, not answered 409 CONFLICT."""
+    import asyncio
+
+    from jpu.bus import ConcurrencyConflict
+    from jpu.events import MaintenanceChanged, decode, new_event_id
+
+    steps = ("DRAINING", "BACKFILL_RECOVERY", "ACTIVE")
+    for _ in range(5):
+        assert (await _maintenance(api, "admin", "start", "NFS")).status_code == 200
+        racing = asyncio.Event()
+
+        async def dispatcher_steps(racing: asyncio.Event) -> None:  # the dispatcher, at full speed
+            i = 0
+            subject = f"{api.bus.prefix}.maintenance"
+            while not racing.is_set():
+                msg = await api.bus.js.get_last_msg(api.bus.stream, subject)
+                if decode(msg.data).state == "NORMAL":  # type: ignore[union-attr]
+                    return  # the admin's end won: the dispatcher steps only in maintenance
+                last = int(msg.seq or 0)
+                event = MaintenanceChanged(
+                    event_id=new_event_id(), ts=api.clock.now(), state=steps[i % 3],
+                    by="dispatcher", message="NFS",
+                )  # fmt: skip
+                try:
+                    await api.bus.append(event, expected_last_subject_seq=last)
+                except ConcurrencyConflict:  # the admin's end landed first: look again
+                    continue
+                i += 1
+                await asyncio.sleep(0)
+
+        stepper = asyncio.create_task(dispatcher_steps(racing))
+        await asyncio.sleep(0.01)
+        r = await _maintenance(api, "admin", "end")
+        racing.set()
+        await stepper
+        assert r.status_code == 200, r.text
+        assert r.json()["state"] == "NORMAL"
+        assert (await api.client.get("/v1/maintenance/status")).json()["state"] == "NORMAL"

@@ -110,8 +110,9 @@ def _config(nats_url: str, pg_dsn: str, data_dir: Path, **over: str) -> Config:
 
 @contextlib.asynccontextmanager
 async def start_stack(
-    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, **over: str
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, *, http: bool = False, **over: str
 ) -> AsyncIterator[Stack]:
+    """`http`: the gateway under uvicorn (real HTTP: streamed answers, other processes)."""
     data_dir = Path(tempfile.mkdtemp(prefix="jpu-bf-", dir="/tmp"))
     data_dir.chmod(0o711)  # the job accounts must reach their output directories
     config = _config(nats_url, pg_dsn, data_dir, **over)
@@ -132,7 +133,7 @@ async def start_stack(
 
     try:
         async with inprocess_stack(
-            config, pool, workers, lambda: _kill_leftovers(data_dir, config)
+            config, pool, workers, lambda: _kill_leftovers(data_dir, config), http=http
         ) as (c, w, bus):
             yield Stack(config, bus, pool, c, w, data_dir, stats)
     finally:

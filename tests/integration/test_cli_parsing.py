@@ -5,6 +5,7 @@ test_cli_gateway.py."""
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 import httpx
@@ -58,14 +59,36 @@ def test_U1_submit_body_from_a_script_file(tmp_path: Path) -> None:
         "time_limit_s": 3600,
         "env": {"A": "1", "B": "x=y"},
         "min_vram_gb": 20,
+        "chdir": os.getcwd(),  # U5: like sbatch, the job runs where it was submitted from
     }
 
 
 def test_U1_submit_body_from_wrap_and_stdin() -> None:
     body = submit_body(_args("--wrap", "nvidia-smi; echo 'done'", "-J", "probe"))
-    assert body == {"name": "probe", "command": "nvidia-smi; echo 'done'", "num_gpus": 1}
+    assert body == {
+        "name": "probe", "command": "nvidia-smi; echo 'done'", "num_gpus": 1,
+        "chdir": os.getcwd(),
+    }  # fmt: skip
     body = submit_body(_args("-"), stdin=io.StringIO("echo hi\n"))
     assert body["command"] == "echo hi\n" and body["name"] == "stdin"
+
+
+def test_U5_submit_chdir_is_the_current_directory_or_chdir_made_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert submit_body(_args("--wrap", "true"))["chdir"] == str(tmp_path)
+    assert submit_body(_args("--wrap", "true", "-D", "sub/dir"))["chdir"] == str(
+        tmp_path / "sub" / "dir"
+    )
+    assert submit_body(_args("--wrap", "true", "--chdir", "/data/p"))["chdir"] == "/data/p"
+
+
+def test_U5_logs_arguments() -> None:
+    args = build_parser().parse_args(["logs", "j1"])
+    assert (args.job_id, args.attempt, args.follow, args.stderr) == ("j1", None, False, False)
+    args = build_parser().parse_args(["logs", "j1", "--attempt", "2", "-f", "--stderr"])
+    assert (args.attempt, args.follow, args.stderr) == (2, True, True)
 
 
 @pytest.mark.parametrize(
@@ -131,15 +154,26 @@ QUEUE = {
 
 
 def test_U1_queue_table_like_squeue() -> None:
-    lines = views.queue(QUEUE).splitlines()
+    running = {"rank": None, "job_id": "j4", "name": "run", "lab": "OSL", "user": "erin",
+               "num_gpus": 2, "tiers": None, "state": "RUNNING", "lab_usage": 1000.0,
+               "placement": {"node": "gpu-4090x2-01", "tier": "rtx4090", "gpus": [0, 1]},
+               "elapsed_s": 3725.0}  # fmt: skip
+    lines = views.queue({**QUEUE, "running": [running]}).splitlines()
     assert lines[0].split() == [
-        "RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "LAB_USAGE", "REASON",
+        "RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME", "LAB_USAGE",
+        "NODELIST(REASON)",
     ]  # fmt: skip
     assert lines[1].split() == [
-        "1", "j1", "train", "KDG", "carol", "2", "any", "RESERVING", "28,000", "Reservation",
+        "1", "j1", "train", "KDG", "carol", "2", "any", "RESERVING", "-", "28,000",
+        "(Reservation)",
     ]  # fmt: skip
-    assert lines[2].split()[6] == "rtx4090" and lines[2].split()[8] == "32,000"
-    assert lines[3].split()[0] == "-" and lines[3].split()[-1] == "ConcurrencyLimit"
+    assert lines[2].split()[6] == "rtx4090" and lines[2].split()[9] == "32,000"
+    assert lines[3].split()[0] == "-" and lines[3].split()[-1] == "(ConcurrencyLimit)"
+    # running jobs too, like squeue: run time and where (issue 12 item 4)
+    assert lines[4].split()[1:] == [
+        "j4", "run", "OSL", "erin", "2", "any", "RUNNING", "01:02:05", "1,000",
+        "gpu-4090x2-01[rtx4090:0,1]",
+    ]  # fmt: skip
     draining = views.queue({**QUEUE, "maintenance": "DRAINING"})
     assert draining.startswith("Maintenance: DRAINING")
 

@@ -8,11 +8,23 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import msgspec
+import pytest
 
 from jpu.bus import EventBus
 from jpu.clock import FakeClock
-from jpu.config import Config, load_config
-from jpu.events import JobDispatched, ReservationStarted
+from jpu.config import Config, Node, load_config
+from jpu.events import (
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobSubmitted,
+    NodeInventoryObserved,
+    ReservationReleased,
+    ReservationShrunk,
+    ReservationStarted,
+    UsageCharged,
+    new_event_id,
+)
 from jpu.fold import ClusterState, evolve
 from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
@@ -104,3 +116,123 @@ async def test_R1_R2_two_gpu_job_reserves_then_runs_while_others_arrive(bus: Eve
         async for d in bus.replay():
             evolve(rebuilt, d)
         assert rebuilt == live
+
+
+async def test_D1_F4_R3_worked_example_with_Y_beside_X_ranks_Ys_cost_before_accounting(
+    bus: EventBus,
+):
+    """SPEC R3's worked example with Y on the other GPU of X's placement (issue 10 finding 4).
+
+    Y's end frees the GPU X waits for. The cycle that JobEnded triggers must already rank BCG
+    with Y's cost (32,000 > KDG's 28,000): X is demoted (charged 1 × 300 × 82.6 = 24,780), never
+    dispatched on stale usage. Accounting is not running at all here, so nothing but the log's
+    own JobEnded can carry the cost into the ranking."""
+    nodes = [Node(name="gpu-4090x2-01", gpus={"rtx4090": 2})]
+    config, clock = fast_config(nodes=nodes), FakeClock(10_000.0)
+    await bus.append_many(
+        [
+            UsageCharged(
+                event_id=new_event_id(),
+                ts=clock.now(),
+                lab=lab,
+                amount=v,
+                value_after=v,
+                as_of=clock.now(),
+                reason="initial",
+            )
+            for lab, v in (("BCG", 24_000.0), ("KDG", 28_000.0))
+        ]
+    )
+    async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
+        y, x, k = job_id(), job_id(), job_id()
+        await submit_global(bus, clock, y, "BCG", "bob", 1)
+        await w.until(lambda s: state_of(s, y) == "DISPATCHED")
+        await start_job(bus, w.state, clock, y)
+        await submit_global(bus, clock, x, "BCG", "alice", 2)  # T+0: rank 1, reserves 1 of 2
+        await w.until(lambda s: state_of(s, x) == "RESERVING")
+        assert w.state.jobs[x].reservation.gpus == (1 - w.state.jobs[y].placement[2][0],)
+        await submit_global(bus, clock, k, "KDG", "carol", 2)  # ranked below BCG for now
+        await asyncio.sleep(0.2)
+        assert state_of(w.state, k) == "GLOBAL_QUEUE_WAIT"
+        clock.advance(300)  # T+5min: Y ends; its cost brings BCG to 32,000
+        await end_job(bus, w.state, config, clock, y, usage=8_000.0)
+        await w.until(lambda s: state_of(s, k) in ("DISPATCHED", "RESERVING"))
+        assert state_of(w.state, x) == "GLOBAL_QUEUE_WAIT"
+    log = [d.event async for d in bus.replay()]
+    assert not [e for e in log if isinstance(e, JobDispatched) and e.job_id == x]
+    (released,) = [e for e in log if isinstance(e, ReservationReleased) and e.job_id == x]
+    assert released.reason == "demoted" and released.charged_now
+    assert released.gpu_seconds * released.tflops == pytest.approx(24_780.0, abs=1e-6)
+
+
+def test_F4_an_owed_charge_counts_once_before_and_after_accounting_writes_it() -> None:
+    """The fold's owed charge and accounting's UsageCharged for it never add up twice."""
+    from jpu.bus import Delivered
+    from jpu.fold_snapshot import snapshot
+    from jpu.policy.charging import charge_id
+    from jpu.policy.fairshare import decayed
+
+    config = fast_config()
+    state = ClusterState.new(config)
+    seq = iter(range(1, 100))
+
+    def feed(e) -> None:
+        evolve(state, Delivered(next(seq), f"jpu.job.{getattr(e, 'job_id', '')}", e, {}))
+
+    jid, t = "j1", 1_000.0
+    feed(JobSubmitted(event_id="s", ts=t, job_id=jid, lab="BCG", user="u", name="n",
+                      command="c", num_gpus=1))  # fmt: skip
+    feed(JobPromoted(event_id="p", ts=t, job_id=jid, queue_entered_at=t))
+    feed(JobDispatched(event_id="d", ts=t, job_id=jid, attempt=1, node="n", tier="rtx4090",
+                       gpus=[0]))  # fmt: skip
+    ended = JobEnded(event_id="e", ts=t + 100, job_id=jid, attempt=1, state="COMPLETED",
+                     gpu_seconds_run=100.0, tflops=82.6, usage=8_260.0)  # fmt: skip
+    feed(ended)
+    at = t + 100
+    owed = snapshot(state, config).usage["BCG"]
+    assert decayed(owed, at, config.half_life_s) == pytest.approx(8_260.0)
+    feed(UsageCharged(event_id=charge_id(ended.event_id), ts=at + 1, lab="BCG", amount=8_260.0,
+                      value_after=8_260.0, as_of=at, job_id=jid))  # fmt: skip
+    assert state.owed == {}
+    assert snapshot(state, config).usage["BCG"].value == pytest.approx(8_260.0)
+
+
+async def test_R5_a_lost_reserved_gpu_leaves_the_reservation_and_the_rest_is_kept(bus: EventBus):
+    """Issue 10 finding 5 on the live dispatcher: one reserved GPU goes down while the placement
+    still fits the job; the reservation drops that GPU (ReservationShrunk), keeps the other, and
+    the lost GPU's held time is charged with the attempt's end (F4)."""
+    base = fast_config()
+    big = msgspec.structs.replace(base.tier("rtx4090"), max_gpus=4)
+    config = msgspec.structs.replace(
+        base,
+        tiers=[big, base.tier("rtx3080ti")],
+        nodes=[Node(name="gpu-4090x4-01", gpus={"rtx4090": 4})],
+    )
+    clock = FakeClock(1000.0)
+    async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
+        fillers = [job_id(), job_id()]
+        for f in fillers:
+            await submit_global(bus, clock, f, "OTH", "olga", 1)
+        await w.until(lambda s: all(state_of(s, f) == "DISPATCHED" for f in fillers))
+        x = job_id()
+        await submit_global(bus, clock, x, "BCG", "alice", 3)
+        await w.until(lambda s: state_of(s, x) == "RESERVING")
+        held = w.state.jobs[x].reservation.gpus
+        assert len(held) == 2
+        clock.advance(50)
+        lost = held[1]
+        await bus.append(
+            NodeInventoryObserved(
+                event_id=new_event_id(), ts=clock.now(), node="gpu-4090x4-01",
+                gpus={"rtx4090": 4}, down={"rtx4090": [lost]},
+            )
+        )  # fmt: skip
+        await w.until(lambda s: s.jobs[x].reservation and len(s.jobs[x].reservation.gpus) == 1)
+        assert state_of(w.state, x) == "RESERVING"  # R5: kept, capacity 3 >= 3
+        assert w.state.jobs[x].reservation.gpus == (held[0],)
+        assert w.state.jobs[x].uncharged_reserved_gpu_s == pytest.approx(50.0)
+    log = [d.event async for d in bus.replay()]
+    assert not [e for e in log if isinstance(e, ReservationReleased) and e.job_id == x]
+    (shrunk,) = [e for e in log if isinstance(e, ReservationShrunk)]
+    assert (shrunk.job_id, shrunk.removed, shrunk.gpus) == (x, [lost], [held[0]])
+    assert shrunk.gpu_seconds == pytest.approx(50.0) and shrunk.tflops == 82.6

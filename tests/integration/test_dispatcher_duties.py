@@ -17,8 +17,10 @@ from jpu.events import (
     BackfillStarted,
     JobCancelRequested,
     JobEnded,
+    JobRetryDeclined,
     JobRetryScheduled,
     MaintenanceChanged,
+    NodeInventoryObserved,
     ReservationReleased,
     UsageCharged,
     new_event_id,
@@ -80,6 +82,8 @@ async def test_X8_gpu_oom_retries_with_more_vram_then_fails_when_nothing_bigger(
         assert w.state.jobs[j].state == "FAILED"
     retries = [e for e in await log_of(bus) if isinstance(e, JobRetryScheduled)]
     assert [(r.job_id, r.attempt, r.min_vram_gb) for r in retries] == [(j, 2, 13)]
+    declined = [e for e in await log_of(bus) if isinstance(e, JobRetryDeclined)]
+    assert [(d.job_id, d.attempt, d.reason) for d in declined] == [(j, 2, "no_fit")]
 
 
 async def test_R5_cancelling_a_reserving_job_charges_the_held_time_with_its_end(bus, pool):
@@ -180,3 +184,40 @@ async def test_M1_M2_M3_maintenance_drains_releases_and_advances_automatically(b
     assert [(r.reason, r.charged_now, r.gpu_seconds) for r in rel] == [("maintenance", True, 50.0)]
     maint = [e for e in log if isinstance(e, UsageCharged) and e.reason == "maintenance"]
     assert len(maint) == 1 and abs(maint[0].amount - 50 * 82.6) < 1e-6
+
+
+async def test_X8_no_bigger_tier_is_decided_once_and_a_returning_node_never_revives_the_job(
+    bus: EventBus,
+):
+    """Issue 10 finding 2: "no bigger tier now" was not recorded, so a FAILED job came back as
+    attempt 2 when the rtx4090 nodes returned. Decide once, record it (JobRetryDeclined)."""
+    config, clock = fast(), FakeClock(1000.0)
+    nodes_4090 = [n.name for n in config.nodes if "rtx4090" in n.gpus]
+
+    def inventory(state: str) -> list[NodeInventoryObserved]:
+        return [
+            NodeInventoryObserved(
+                event_id=new_event_id(), ts=clock.now(), node=n, gpus={"rtx4090": 2}, state=state
+            )
+            for n in nodes_4090
+        ]
+
+    await bus.append_many(inventory("down"))
+    async with Watcher(bus, config) as w, running(run_dispatcher, bus, config, clock):
+        j = job_id()
+        await submit_global(bus, clock, j, "BCG", "alice", 1)
+        await w.until(lambda s: s.jobs.get(j) and s.jobs[j].placement)
+        assert w.state.jobs[j].placement[1] == "rtx3080ti"
+        await run_and_end(bus, w, config, clock, j, final="FAILED", oom=True)
+        await w.until(lambda s: s.jobs[j].state == "FAILED" and not s.jobs[j].oom_pending)
+        assert w.state.jobs[j].state == "FAILED" and not w.state.jobs[j].holds_slot
+        clock.advance(86_400)  # a day later the bigger tier is back
+        await bus.append_many(inventory("up"))
+        await asyncio.sleep(1.5)  # several cycles (cycle_s = 0.5)
+        assert w.state.jobs[j].state == "FAILED" and w.state.jobs[j].attempt == 1
+    log = await log_of(bus)
+    assert not [e for e in log if isinstance(e, JobRetryScheduled)]
+    declined = [e for e in log if isinstance(e, JobRetryDeclined)]
+    assert [(d.job_id, d.attempt, d.reason, d.needed_vram_gb) for d in declined] == [
+        (j, 1, "no_fit", 13)
+    ]

@@ -92,6 +92,21 @@ async def test_A_health_ready_openapi_and_tiers(client: httpx.AsyncClient) -> No
     assert tiers[0]["vram_gb"] == 24 and tiers[1]["partition"] == "rtx3080ti"
 
 
+async def test_E3_readyz_is_degraded_while_a_projection_fault_is_recorded(
+    client: httpx.AsyncClient, pool: asyncpg.Pool
+) -> None:
+    await pool.execute(
+        "INSERT INTO projection_faults (projection, seq, subject, event_type, error)"
+        " VALUES ('jobs', 42, 'jpu.job.j1', 'JobSubmitted', 'UntranslatableCharacterError()')"
+    )
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200  # still serving: an alarm, not an outage
+    assert ready.json()["status"] == "degraded"
+    assert ready.json()["projection_faults"] == {"jobs": {"events": 1, "first_seq": 42}}
+    await pool.execute("DELETE FROM projection_faults")
+    assert (await client.get("/readyz")).json()["status"] == "ready"
+
+
 async def test_A_readyz_names_the_failed_dependency(client: httpx.AsyncClient) -> None:
     await client.app.state.edges.pool.close()  # type: ignore[attr-defined]
     r = await client.get("/readyz")

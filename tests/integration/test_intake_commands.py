@@ -22,7 +22,7 @@ from jpu.commands import (
 )
 from jpu.config import Config, LabConfig, UserConfig, load_config
 from jpu.events import JobSubmitted, MaintenanceChanged, new_event_id
-from jpu.fold_testing import Watcher, end_job, start_job
+from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import run_dispatcher
 from jpu_services.intake.service import run_intake
 
@@ -203,3 +203,52 @@ async def test_S1_per_user_limit_from_the_users_table(bus: EventBus, pool):
         await asyncio.sleep(0.3)
         assert w.state.jobs[second.job_id].state == "PERSONAL_QUEUE_WAIT"
         assert w.state.slots["erin"] == 1
+
+
+def _max_slots_over_the_log(events: list, config: Config, user: str) -> int:
+    """The most slots `user` ever held in any prefix of the log (S1 at every moment)."""
+    from jpu.bus import Delivered
+    from jpu.fold import ClusterState, evolve
+
+    state, most = ClusterState.new(config), 0
+    for i, e in enumerate(events, start=1):
+        evolve(state, Delivered(i, f"x.job.{getattr(e, 'job_id', '')}", e, {}))
+        most = max(most, state.slots_of(user))
+    return most
+
+
+async def test_S1_X8_an_oom_retry_keeps_its_slot_so_the_next_job_is_not_promoted_meanwhile(
+    bus: EventBus,
+):
+    """Issue 10 finding 1: the OOM end freed the slot, intake promoted the user's next job, then
+    the retry came back: two slot-holding jobs with max_active_jobs = 1."""
+    config = msgspec.structs.replace(
+        config_with_limits(),
+        labs=[LabConfig(name="BCG", users=[UserConfig(name="alice", max_active_jobs=1)])],
+    )
+    clock = FakeClock(10.0)
+    async with (
+        Watcher(bus, config) as w,
+        running(run_intake, bus, config, clock),
+        running(run_dispatcher, bus, config, clock),
+    ):
+        await wait_subscribed(bus)
+        fillers = [job_id() for _ in range(4)]  # every rtx4090 busy: alice lands on a 3080 Ti
+        for f in fillers:
+            await submit_global(bus, clock, f, "OTH", "olga", 1, tiers=["rtx4090"])
+        await w.until(lambda s: all(s.jobs.get(f) and s.jobs[f].placement for f in fillers))
+        first = (await submit(bus, {**BODY, "name": "big"})).job_id
+        await w.until(lambda s: s.jobs.get(first) and s.jobs[first].placement)
+        assert w.state.jobs[first].placement[1] == "rtx3080ti"
+        second = (await submit(bus, {**BODY, "name": "next"})).job_id
+        await w.until(lambda s: s.jobs.get(second) is not None)
+        await start_job(bus, w.state, clock, first)
+        await w.until(lambda s: s.jobs[first].state == "RUNNING")
+        clock.advance(60)
+        await end_job(bus, w.state, config, clock, first, final="FAILED", oom=True)
+        await w.until(lambda s: s.jobs[first].attempt == 2)
+        await asyncio.sleep(0.5)  # give a wrong promotion every chance to happen
+        assert w.state.jobs[first].state in {"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED"}
+        assert w.state.jobs[second].state == "PERSONAL_QUEUE_WAIT"
+        assert w.state.slots_of("alice") == 1
+    assert _max_slots_over_the_log([d.event async for d in bus.replay()], config, "alice") == 1

@@ -253,3 +253,51 @@ async def test_X4_real_apptainer_runs_the_job_contained(world: World, listener: 
     assert _ifaces(out) == ["lo"] and "connect=failed" in stdout
     if os.getuid() == 0:
         assert int((out / "uid.txt").read_text()) == pwd.getpwnam("jpu-alice").pw_uid
+
+
+async def test_U5_apptainer_job_starts_in_its_chdir_bound_into_the_container(
+    world: World,
+) -> None:
+    standin = write_standin(world.tools)
+    image = world.tools / "image.sif"
+    image.write_bytes(b"SIF stand-in")
+    image.chmod(0o644)
+    project = _root_dir("jpu-iso-project-")
+    project.chmod(0o755)
+    (project / "hello.txt").write_text("inside\n")
+    (project / "hello.txt").chmod(0o644)
+    try:
+        backend = world.backend(apptainer=Apptainer(str(image), str(standin)))
+        spec = world.spec('cat hello.txt; echo "pwd=$(pwd) wd=$JPU_WORKDIR"', chdir=str(project))
+        status = await wait_end(backend, await backend.submit(spec))
+        out = Path(spec.output_dir)
+        stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+        assert status.state == "COMPLETED", (stdout, stderr)
+        assert stdout == f"inside\npwd={project} wd={project}\n"
+        argv = standin_report(stderr)["argv"]
+        assert isinstance(argv, list)
+        i = argv.index("--no-eval")
+        assert argv[i + 1 : i + 7] == ["--bind", str(out), "--bind", str(project), "--pwd",
+                                       str(project)]  # fmt: skip
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+
+
+async def test_U5_a_chdir_the_user_cannot_enter_fails_the_job_with_the_reason(
+    world: World,
+) -> None:
+    private = _root_dir("jpu-iso-private-")
+    private.chmod(0o700)  # root's own
+    try:
+        backend = world.backend(isolation="none")
+        spec = world.spec("echo never", chdir=str(private))
+        status = await wait_end(backend, await backend.submit(spec))
+        out = Path(spec.output_dir)
+        if os.getuid() == 0:  # jobs run as jpu-alice, who may not enter it
+            assert status.state == "FAILED" and status.exit_code == 1
+            assert f"jpu: cannot run in {private} (chdir)" in (out / "stderr").read_text()
+            assert (out / "stdout").read_text() == ""
+        with pytest.raises(BackendError, match="absolute"):
+            await backend.submit(world.spec("true", chdir="relative/dir"))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)

@@ -15,15 +15,15 @@ import asyncpg
 import pytest
 
 from jpu.store.positions import PositionWatch
-from jpu.store.projection import _lock_position, _save_position
+from jpu.store.projection import _lock_positions, _save_positions
 
 
 async def commit_position(pool: asyncpg.Pool, name: str, seq: int) -> None:
     """What a projection's batch commit does to its tracking row (and its NOTIFY)."""
     async with pool.acquire() as proxy, proxy.transaction():
         conn = cast(asyncpg.Connection, proxy)
-        await _lock_position(conn, name)
-        await _save_position(conn, name, seq)
+        before = await _lock_positions(conn, [name])
+        await _save_positions(conn, before, {name: seq})
 
 
 async def test_E3_wait_wakes_on_the_projection_commit(pool: asyncpg.Pool, pg_dsn: str) -> None:

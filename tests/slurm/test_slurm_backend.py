@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
 from jpu.backends import BackendError
 from jpu.backends.slurm import SlurmBackend, SlurmSettings
 from jpu.backends.slurm_cli import SlurmCli
+from jpu.testing.stack_process import world_searchable_tmpdir
 
 
 def squeue_job(env: SlurmEnv, bid: str) -> dict:  # type: ignore[type-arg]
@@ -141,3 +143,31 @@ async def test_X5_cancel_of_a_pending_job_ends_it_at_once(slurm: SlurmEnv) -> No
         assert not (Path(spec.output_dir) / "ran").exists()
     finally:
         slurm.cluster.scontrol("update", f"nodename={node}", "state=resume")
+
+
+async def test_U5_a_job_runs_in_its_chdir_and_one_it_cannot_enter_fails_it(
+    slurm: SlurmEnv,
+) -> None:
+    project = world_searchable_tmpdir("jpu-slurm-chdir-")  # the job's account may enter it
+    (project / "hello.txt").write_text("from the project\n")
+    (project / "hello.txt").chmod(0o644)
+    private = project / "private"
+    private.mkdir(mode=0o700)  # root's: the job's account may not
+    try:
+        backend = slurm.new_backend()
+        spec = slurm.spec('cat hello.txt; echo "pwd=$(pwd) wd=$JPU_WORKDIR"', chdir=str(project))
+        status = await wait_end(backend, await backend.submit(spec))
+        out = Path(spec.output_dir)
+        assert status.state == "COMPLETED", (out / "stderr").read_text()
+        assert (out / "stdout").read_text() == f"from the project\npwd={project} wd={project}\n"
+        # Slurm's WorkDir stays JOB_OUTPUT_DIR: a restarted agent finds the files from it
+        assert squeue_job(slurm, await backend.find(spec.job_id, 1) or "")[
+            "current_working_directory"
+        ] == str(out)
+        bad = slurm.spec("echo never", chdir=str(private))
+        status = await wait_end(backend, await backend.submit(bad))
+        stderr = (Path(bad.output_dir) / "stderr").read_text()
+        assert status.state == "FAILED" and f"jpu: cannot run in {private} (chdir)" in stderr
+        assert (Path(bad.output_dir) / "stdout").read_text() == ""  # never ran elsewhere
+    finally:
+        shutil.rmtree(project, ignore_errors=True)

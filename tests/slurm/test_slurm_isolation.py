@@ -21,6 +21,7 @@ from jpu.backends.isolation import Apptainer
 from jpu.backends.slurm import SlurmBackend, SlurmSettings
 from jpu.backends.slurm_jobs import parse_comment
 from jpu.testing.apptainer_standin import standin_report, write_standin
+from jpu.testing.stack_process import world_searchable_tmpdir
 
 PROBE = (
     'echo "att=$JOB_ATTEMPT cvd=$CUDA_VISIBLE_DEVICES out=$JOB_OUTPUT_DIR id=$JPU_JOB_ID"\n'
@@ -94,3 +95,27 @@ async def test_X4_slurm_unusable_apptainer_is_an_error_at_start(
         )
     with pytest.raises(BackendError, match="needs apptainer_image"):
         SlurmBackend(SlurmSettings(slurm.data_dir, conf, isolation="apptainer"))
+
+
+async def test_U5_slurm_apptainer_job_binds_its_chdir_and_starts_there(
+    slurm: SlurmEnv, tools: tuple[Path, Path]
+) -> None:
+    standin, image = tools
+    project = world_searchable_tmpdir("jpu-slurm-chdir-")
+    (project / "hello.txt").write_text("inside\n")
+    (project / "hello.txt").chmod(0o644)
+    try:
+        backend = slurm.new_backend(apptainer=Apptainer(str(image), str(standin)))
+        spec = slurm.spec('cat hello.txt; echo "pwd=$(pwd)"', chdir=str(project))
+        status = await wait_end(backend, await backend.submit(spec), 30)
+        out = Path(spec.output_dir)
+        stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+        assert status.state == "COMPLETED", (stdout, stderr)
+        assert stdout == f"inside\npwd={project}\n"
+        argv = standin_report(stderr)["argv"]
+        assert isinstance(argv, list)
+        i = argv.index("--no-eval")
+        assert argv[i + 1 : i + 7] == ["--bind", str(out), "--bind", str(project), "--pwd",
+                                       str(project)]  # fmt: skip
+    finally:
+        shutil.rmtree(project, ignore_errors=True)

@@ -39,6 +39,16 @@ def test_X4_apptainer_runs_job_sh_contained_with_no_network() -> None:
     assert job_argv(NONE, OUT) == ["/bin/bash", f"{OUT}/job.sh"]
 
 
+def test_U5_apptainer_binds_the_chdir_once_and_starts_there() -> None:
+    assert job_argv(container(IMAGE), OUT, "/home/alice/proj") == [
+        "apptainer", "exec", "--containall", "--net", "--network", "none", "--no-eval",
+        "--bind", OUT, "--bind", "/home/alice/proj", "--pwd", "/home/alice/proj", "--nv",
+        "/opt/images/vllm.sif", "/bin/bash", f"{OUT}/job.sh",
+    ]  # fmt: skip
+    assert job_argv(container(IMAGE), OUT, OUT) == job_argv(container(IMAGE), OUT)
+    assert job_argv(NONE, OUT, "/home/alice/proj") == ["/bin/bash", f"{OUT}/job.sh"]
+
+
 def test_X4_modes_choose_apptainer_when_configured_never_silently_weaker() -> None:
     assert wants("auto", None) == "netns"
     assert wants("auto", IMAGE) == "apptainer"  # configured: Apptainer
@@ -79,10 +89,25 @@ def test_X3_X4_slurm_wrapper_quotes_operator_words_and_forwards_slurm_gpus() -> 
     )
     words = shlex.split(lines[-1])
     assert words == [
-        "exec", "/usr/local/bin/apptainer", "exec", "--containall", "--net", "--network", "none",
-        "--no-eval", "--bind", "$JOB_OUTPUT_DIR", "--pwd", "$JOB_OUTPUT_DIR", "--bind", "/x y",
-        "/opt/my images/a'b.sif", "/bin/bash", "$JOB_OUTPUT_DIR/job.sh",
-    ]  # fmt: skip
+        "exec",
+        "/usr/local/bin/apptainer",
+        "exec",
+        "--containall",
+        "--net",
+        "--network",
+        "none",
+        "--no-eval",
+        "--bind",
+        "$JOB_OUTPUT_DIR",
+        "$@",
+        "--pwd",
+        "$JPU_WORKDIR",
+        "--bind",
+        "/x y",
+        "/opt/my images/a'b.sif",
+        "/bin/bash",
+        "$JOB_OUTPUT_DIR/job.sh",
+    ]  # fmt: skip  ("$@": `--bind $JPU_WORKDIR` when the job's chdir is not OUT, SPEC U5)
     assert '"$JOB_OUTPUT_DIR/job.sh"' in lines[-1]  # expanded by the wrapper, as one word
     # without Apptainer the wrapper is the one it always was
     prefix = netns(["unshare", "--user", "--map-current-user", "--net", "--"])

@@ -62,7 +62,14 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     cpus: int = 1  # num_gpus × tier.cpus_per_gpu (X1)
     mem_gb: int = 1  # num_gpus × tier.mem_gb_per_gpu (X1)
     output_dir: str = ""  # JOB_OUTPUT_DIR: per job and attempt (X2)
+    chdir: str | None = None  # U5: the absolute directory it runs in; None: output_dir
     partition: str | None = None  # the tier's Slurm partition (X1); the local backend ignores it
+
+    @property
+    def workdir(self) -> str:
+        """Where the job starts (U5, like sbatch's submit directory): its `chdir`, else
+        JOB_OUTPUT_DIR. The job sees it as JPU_WORKDIR; the backend enters it as the user."""
+        return self.chdir or self.output_dir
 
 
 class BackendStatus(msgspec.Struct, frozen=True, kw_only=True):

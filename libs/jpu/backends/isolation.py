@@ -7,12 +7,13 @@ Modes (`isolation` in the configuration):
   none       nothing beyond the user's own Unix account.
 
 Under Apptainer the script runs as
-    apptainer exec --containall --net --network none --no-eval --bind OUT --pwd OUT [args] IMAGE
-        /bin/bash OUT/job.sh
-as the user's mapped account (the setpriv/runuser drop stays outside). `--containall` implies
-`--cleanenv`, so the job's variables travel as APPTAINERENV_<NAME> in apptainer's environment
-(no shell line, no file the runtime would source), and `--no-eval` makes the runtime quote them
-instead of evaluating `$(…)` in them (SPEC X3). Everything here is pure except `check_apptainer`.
+    apptainer exec --containall --net --network none --no-eval --bind OUT [--bind WORKDIR]
+        --pwd WORKDIR [args] IMAGE /bin/bash OUT/job.sh
+(WORKDIR: the job's `chdir`, SPEC U5, else OUT) as the user's mapped account (the
+setpriv/runuser drop stays outside). `--containall` implies `--cleanenv`, so the job's
+variables travel as APPTAINERENV_<NAME> in apptainer's environment (no shell line, no file the
+runtime would source), and `--no-eval` makes the runtime quote them instead of evaluating
+`$(…)` in them (SPEC X3). Everything here is pure except `check_apptainer`.
 """
 
 from __future__ import annotations
@@ -30,12 +31,20 @@ ENV_PREFIX = "APPTAINERENV_"
 # apptainer's own environment: what it needs to run, and JOB_OUTPUT_DIR for the Slurm wrapper;
 # its PATH is ours, never the user's (the user's PATH goes in as APPTAINERENV_PATH)
 RUNTIME_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-RUNTIME_KEYS = ("LANG", "USER", "LOGNAME", "SHELL", "JOB_OUTPUT_DIR")
+RUNTIME_KEYS = ("LANG", "USER", "LOGNAME", "SHELL", "JOB_OUTPUT_DIR", "JPU_WORKDIR")
 # the runtime refuses to override these from APPTAINERENV_ (it sets HOME itself)
 NOT_FORWARDED = frozenset({"HOME"})
 # set by Slurm in the batch step, forwarded into the container by the batch wrapper
 FROM_SLURM = ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID")
 OUT_VAR = "$JOB_OUTPUT_DIR"  # the Slurm wrapper's word for the output directory
+WORK_VAR = "$JPU_WORKDIR"  # …and for the directory the job runs in (U5)
+_EXTRA_BIND = '"$@"'  # the wrapper's `--bind WORKDIR`, set only when it is not OUT
+# U5: the job starts in its working directory, entered as the user (a directory the user may
+# not enter fails the job with this line on its stderr, never runs it elsewhere)
+ENTER_WORKDIR = (
+    'JPU_WORKDIR="${JPU_WORKDIR:-$JOB_OUTPUT_DIR}"\n'
+    'cd -- "$JPU_WORKDIR" || { echo "jpu: cannot run in $JPU_WORKDIR (chdir)" >&2; exit 1; }\n'
+)
 
 
 @dataclass(frozen=True)
@@ -76,15 +85,18 @@ def container(apptainer: Apptainer) -> Isolation:
     return Isolation("apptainer", container=apptainer)
 
 
-def job_argv(isolation: Isolation, output_dir: str) -> list[str]:
-    """The command that runs OUT/job.sh (after any account drop; the netns prefix is apart)."""
+def job_argv(isolation: Isolation, output_dir: str, workdir: str | None = None) -> list[str]:
+    """The command that runs OUT/job.sh (after any account drop; the netns prefix is apart).
+    Under Apptainer `workdir` (default OUT) is bound too and is the container's working dir."""
     script = ["/bin/bash", f"{output_dir}/job.sh"]
     a = isolation.container
     if a is None:
         return script
+    wd = workdir or output_dir
+    binds = ["--bind", output_dir] + (["--bind", wd] if wd != output_dir else [])
     return [
         a.bin, "exec", "--containall", "--net", "--network", "none", "--no-eval",
-        "--bind", output_dir, "--pwd", output_dir, *a.args, a.image, *script,
+        *binds, "--pwd", wd, *a.args, a.image, *script,
     ]  # fmt: skip
 
 
@@ -106,14 +118,23 @@ def slurm_wrapper_line(isolation: Isolation) -> str:
         lines += [
             f'if [ -n "${{{k}+x}}" ]; then export {ENV_PREFIX}{k}="${k}"; fi' for k in FROM_SLURM
         ]
-    words = [*isolation.netns, *job_argv(isolation, OUT_VAR)]
+    lines += ENTER_WORKDIR.splitlines()
+    words = [*isolation.netns, *job_argv(isolation, OUT_VAR, WORK_VAR)]
+    if isolation.container is not None:  # bind the working directory once, unless it is OUT
+        lines.append(
+            f'set --; if [ "{WORK_VAR}" != "{OUT_VAR}" ]; then set -- --bind "{WORK_VAR}"; fi'
+        )
+        at = next(i for i in range(len(words) - 1) if words[i : i + 2] == ["--bind", WORK_VAR])
+        words[at : at + 2] = [_EXTRA_BIND]
     lines.append("exec " + " ".join(_shell_word(w) for w in words))
     return "".join(f"{line}\n" for line in lines)
 
 
 def _shell_word(word: str) -> str:
-    if word in (OUT_VAR, f"{OUT_VAR}/job.sh"):
-        return f'"{word}"'  # our own $JOB_OUTPUT_DIR[/job.sh], expanded by the wrapper
+    if word == _EXTRA_BIND:
+        return word
+    if word in (OUT_VAR, f"{OUT_VAR}/job.sh", WORK_VAR):
+        return f'"{word}"'  # our own $JOB_OUTPUT_DIR[/job.sh] / $JPU_WORKDIR, expanded there
     return shlex.quote(word)
 
 

@@ -183,6 +183,8 @@ class LocalBackend(LocalBackfill):
             raise BackendError(f"GPU indices {spec.gpus} do not fit {spec.node}/{spec.tier}")
         if not spec.output_dir:
             raise BackendError("output_dir is required")
+        if spec.chdir is not None and not spec.chdir.startswith("/"):
+            raise BackendError(f"chdir must be an absolute path: {spec.chdir!r}")  # U5
 
     def _isolation_for(self) -> iso_.Isolation:
         """X4: Apptainer (decided at start), else a netns when the kernel allows, else none."""
@@ -230,7 +232,12 @@ class LocalBackend(LocalBackfill):
         out = Path(record.output_dir)
         isolation = self._isolation_for()
         argv = proc_.launch_argv(
-            self.store.status_file(record.backend_job_id), out, account, self._agent, isolation
+            self.store.status_file(record.backend_job_id),
+            out,
+            account,
+            self._agent,
+            isolation,
+            spec.workdir,  # U5: entered as the user, after the drop (process.LOADER)
         )
         try:
             return await asyncio.create_subprocess_exec(
@@ -253,6 +260,7 @@ class LocalBackend(LocalBackfill):
             output_dir=spec.output_dir,
             account=account,
             user_env=spec.env,
+            workdir=spec.workdir,
         )
         return iso_.job_env(self._isolation_for(), env)
 

@@ -3,7 +3,7 @@ signals to a process group, and identifying a pid after an agent restart.
 
 Launch chain (every program execs the next; nothing of the user's is ever interpolated — X3):
     [unshare --net --]  bash -p -c WRAPPER jpu-job STATUS_FILE  [setpriv --reuid … --]
-        bash -c LOADER jpu-env ENV_FILE  JOB
+        bash -c LOADER jpu-env ENV_FILE  JOB          (LOADER: env, then `cd $JPU_WORKDIR`)
 where JOB is `/bin/bash SCRIPT`, or `apptainer exec … IMAGE /bin/bash SCRIPT` (isolation.py, X4).
 The wrapper stays root (when the agent is root) in the job's process group: it waits for the
 job and writes its exit status to a root-owned file, so a restarted agent that is no longer the
@@ -42,14 +42,22 @@ DEFAULT_PATH = iso_.RUNTIME_PATH
 ROOT_ENV = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
 ENV_FILE = ".jpu-env"
 # runs as the job's account: reads the whole file before exporting anything (the user's PATH
-# must not find `rm`), removes it, exports each record verbatim (`export -- "$kv"` is no eval)
+# must not find `rm`), removes it, exports each record verbatim (`export -- "$kv"` is no eval),
+# then enters the job's working directory as the user (U5: JPU_WORKDIR, its chdir or OUT)
 LOADER = (
     'f="$1"; shift\n'
     'mapfile -d "" -t kvs < "$f" && /bin/rm -f -- "$f" || exit 126\n'
     'for kv in "${kvs[@]}"; do export -- "$kv"; done\n'
+    f"{iso_.ENTER_WORKDIR}"
     'exec "$@"\n'
 )
-RESERVED_ENV = ("CUDA_VISIBLE_DEVICES", "JOB_ATTEMPT", "JOB_OUTPUT_DIR", "JPU_JOB_ID")
+RESERVED_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "JOB_ATTEMPT",
+    "JOB_OUTPUT_DIR",
+    "JPU_JOB_ID",
+    "JPU_WORKDIR",
+)
 
 
 def system_path(program: str) -> str:
@@ -73,7 +81,12 @@ def netns_prefix(agent: Account) -> list[str]:
 
 
 def launch_argv(
-    status_file: Path, output_dir: Path, account: Account, agent: Account, isolation: iso_.Isolation
+    status_file: Path,
+    output_dir: Path,
+    account: Account,
+    agent: Account,
+    isolation: iso_.Isolation,
+    workdir: str | None = None,
 ) -> list[str]:
     drop = []
     if agent.is_root:
@@ -99,7 +112,7 @@ def launch_argv(
         LOADER,
         "jpu-env",
         str(output_dir / ENV_FILE),
-        *iso_.job_argv(isolation, str(output_dir)),
+        *iso_.job_argv(isolation, str(output_dir), workdir),
     ]
 
 
@@ -116,9 +129,10 @@ def job_env(
     output_dir: str,
     account: Account,
     user_env: Mapping[str, str],
+    workdir: str | None = None,
 ) -> dict[str, str]:
     """A clean environment (nothing of the agent's leaks in), the user's env, then the platform
-    variables of SPEC X2, which the user's env can never override."""
+    variables of SPEC X2 (and JPU_WORKDIR, U5), which the user's env can never override."""
     env = {
         "PATH": DEFAULT_PATH,
         "HOME": output_dir,  # system accounts have no home; the attempt's dir stands in
@@ -134,6 +148,7 @@ def job_env(
             "JOB_ATTEMPT": str(attempt),
             "JOB_OUTPUT_DIR": output_dir,
             "JPU_JOB_ID": job_id,
+            "JPU_WORKDIR": workdir or output_dir,
         }
     )
     return env

@@ -377,6 +377,8 @@ def _validate(spec: LaunchSpec) -> None:
         raise BackendError(f"bad placement: {spec.node!r} {spec.tier!r} × {spec.num_gpus}")
     if not spec.output_dir:
         raise BackendError("output_dir is required")
+    if spec.chdir is not None and not spec.chdir.startswith("/"):
+        raise BackendError(f"chdir must be an absolute path: {spec.chdir!r}")  # U5
 
 
 def _parse_id(backend_job_id: str) -> int:

@@ -9,6 +9,9 @@
   CUDA_VISIBLE_DEVICES is Slurm's to set, from the GPUs it allocated.
 * X3: the command is the file `job.sh` in JOB_OUTPUT_DIR; the batch script sbatch reads on
   stdin is a constant wrapper that execs it (exec: the signals of a cancel reach the job itself).
+* U5: `--chdir` stays JOB_OUTPUT_DIR (Slurm's WorkDir is how a restarted agent finds an adopted
+  attempt's files); the wrapper then enters JPU_WORKDIR — the job's chdir — as the user, and
+  fails the job with a clear line on stderr when it cannot (Slurm would silently use /tmp).
 * X4: under Apptainer the wrapper execs `apptainer exec --containall … /bin/bash job.sh` and the
   export file carries the job's variables as APPTAINERENV_<NAME> (isolation.py).
 """
@@ -23,7 +26,7 @@ from jpu.backends.base import LaunchSpec
 from jpu.backends.process import DEFAULT_PATH, env_records
 
 NAME_PREFIX = "jpu-"
-_PLATFORM = ("JOB_ATTEMPT", "JOB_OUTPUT_DIR", "JPU_JOB_ID")
+_PLATFORM = ("JOB_ATTEMPT", "JOB_OUTPUT_DIR", "JPU_JOB_ID", "JPU_WORKDIR")
 _SLURM_OWNED = ("CUDA_VISIBLE_DEVICES",)
 
 
@@ -62,6 +65,7 @@ def job_env(
             "JOB_ATTEMPT": str(spec.attempt),
             "JOB_OUTPUT_DIR": spec.output_dir,
             "JPU_JOB_ID": spec.job_id,
+            "JPU_WORKDIR": spec.workdir,  # U5: the wrapper enters it as the user
         }
     )
     return iso_.job_env(isolation, env)

@@ -17,7 +17,7 @@ from nats.js.errors import APIError, NotFoundError
 from jpu.bus import streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
-from jpu.bus.errors import ConcurrencyConflict, is_wrong_last_sequence
+from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
 from jpu.events import Event, decode, encode, subject_for
@@ -26,6 +26,8 @@ from jpu.telemetry import inject_headers
 log = logging.getLogger(__name__)
 
 _ACK_TIMEOUT_S = 10.0
+_RETRY_MAX_DELAY_S = 5.0  # append_retrying: backoff 0.2 s doubling up to this
+CLOSE_TIMEOUT_S = 5.0  # close(): the drain, then the close itself, each at most this long
 
 
 class EventBus:
@@ -127,6 +129,46 @@ class EventBus:
             raise
         return int(ack.seq)
 
+    async def append_retrying(
+        self,
+        event: Event,
+        *,
+        expected_last_subject_seq: int | None = None,
+        stop: asyncio.Event | None = None,
+        give_up_after_s: float | None = None,
+    ) -> int:
+        """`append`, retried while NATS is unreachable (a timeout as the server dies, no
+        responders while JetStream restarts; jpu.bus.errors.is_unreachable), always with the
+        same event and so the same Nats-Msg-Id (issue 9, finding 4). A retry of an append that
+        did land is no second copy: the stream drops the repeated msg id within its duplicate
+        window, and with an expected last subject sequence `append` recognises its own event as
+        the subject's last. Backoff 0.2 s doubling to 5 s. Gives up (re-raises the last error)
+        once `stop` is set, after `give_up_after_s`, or when the bus is closing; any other error
+        (ConcurrencyConflict included) is raised at once."""
+        loop = asyncio.get_running_loop()
+        deadline = None if give_up_after_s is None else loop.time() + give_up_after_s
+        delay, attempt = 0.2, 1
+        while True:
+            try:
+                return await self.append(event, expected_last_subject_seq=expected_last_subject_seq)
+            except Exception as e:
+                if not is_unreachable(e) or self._closing.is_set():
+                    raise
+                if (stop is not None and stop.is_set()) or (
+                    deadline is not None and loop.time() + delay > deadline
+                ):
+                    raise
+                log.warning(
+                    "append not acknowledged; retrying with the same msg id",
+                    extra={"event_id": event.event_id, "attempt": attempt, "error": repr(e)},
+                )
+            if stop is None:
+                await asyncio.sleep(delay)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+            delay, attempt = min(delay * 2, _RETRY_MAX_DELAY_S), attempt + 1
+
     async def _own_last(self, subject: str, event_id: str) -> int:
         """The server checks the expected sequence before de-duplication, so a retry after a lost
         ack looks like a conflict; when the subject's last message is this very event, it is not."""
@@ -216,12 +258,51 @@ class EventBus:
         )
         await run_consumer(self.js, spec, handler, stop)
 
-    async def close(self) -> None:
-        """Drain: in-flight publishes and acks go out before the connection closes."""
+    async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Drain: in-flight publishes and acks go out before the connection closes. Bounded
+        (issue 9, finding 4): the drain gets `timeout_s` (nats-py's own would wait 30 s for a
+        dead server, then 10 s for a flush) and is skipped while the connection is down (there
+        is nowhere to drain to) or the server does not answer a PING within 1 s; then the
+        connection is closed, again within `timeout_s`."""
         self._closing.set()
-        if not self.nc.is_closed:
-            with contextlib.suppress(Exception):
-                await self.nc.drain()
+        nc = self.nc
+        if nc.is_closed:
+            return
+        drain: asyncio.Future[None] | None = None
+        if nc.is_connected and await _answers(nc):
+            drain = asyncio.ensure_future(nc.drain())
+            await asyncio.wait({drain}, timeout=timeout_s)
+            if not drain.done():
+                log.warning("NATS drain did not finish in %.1f s; closing", timeout_s)
+        if not nc.is_closed:
+            closing = asyncio.ensure_future(nc.close())
+            await asyncio.wait({closing}, timeout=timeout_s)
+            _settle(closing, "close")
+        if drain is not None:
+            _settle(drain, "drain")
+
+
+async def _answers(nc: NATS) -> bool:
+    """A PING/PONG within 1 s: is there a server to drain to? (A frozen or dead one is not;
+    a drain towards it could only time out.)"""
+    try:
+        await nc.flush(timeout=1)
+    except Exception:
+        return False
+    return True
+
+
+def _settle(task: asyncio.Future[None], what: str) -> None:
+    """Stop a background nats-py drain/close we no longer wait for, and retrieve its outcome
+    (no "exception was never retrieved"); errors while closing are only logged."""
+    if not task.done():
+        task.cancel()
+
+    def retrieve(t: asyncio.Future[None]) -> None:
+        if not t.cancelled() and t.exception() is not None:
+            log.debug("NATS %s: %s", what, t.exception())
+
+    task.add_done_callback(retrieve)
 
 
 async def _log_error(e: Exception) -> None:

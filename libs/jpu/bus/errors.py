@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import nats.errors
+import nats.js.errors
 from nats.js.errors import APIError
 
 # JetStream API error code for a failed Nats-Expected-Last-Subject-Sequence check.
@@ -28,3 +30,22 @@ class ConcurrencyConflict(Exception):
 
 def is_wrong_last_sequence(err: APIError) -> bool:
     return err.err_code == WRONG_LAST_SEQUENCE
+
+
+def is_unreachable(err: BaseException) -> bool:
+    """NATS (or JetStream) did not answer: the server is down, restarting, or the connection is
+    reconnecting. Worth retrying the same request later (an append keeps its Nats-Msg-Id, so
+    the stream stores it once); never a verdict about the request itself."""
+    transient = (
+        nats.errors.TimeoutError,  # also FlushTimeoutError
+        nats.errors.NoRespondersError,  # JetStream not (yet) serving after a restart
+        nats.errors.ConnectionReconnectingError,
+        nats.errors.StaleConnectionError,
+        nats.errors.OutboundBufferLimitError,
+        nats.errors.NoServersError,
+        nats.js.errors.ServiceUnavailableError,  # 503 from the JetStream API
+        nats.js.errors.NoStreamResponseError,
+        TimeoutError,
+        ConnectionError,
+    )
+    return isinstance(err, transient)

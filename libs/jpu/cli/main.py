@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from jpu.cli import rest, simulate
+from jpu.cli.parsing import JpuArgumentParser
 
 
 class CliError(Exception):
@@ -23,7 +24,10 @@ SUBCOMMAND_MODULES: list[ModuleType] = [simulate, rest]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="jpu", description="JPU-Share command line")
+    """No abbreviations, did-you-mean on a misspelt flag or command (jpu.cli.parsing); the API
+    options (`--json`, `--url`, `--token`) before or after the subcommand."""
+    parser = JpuArgumentParser(prog="jpu", description="JPU-Share command line")
+    rest.add_target_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMAND_MODULES:
         module.register(sub)

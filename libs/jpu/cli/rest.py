@@ -1,52 +1,56 @@
-"""`jpu submit|queue|show|events|cancel|usage|pool|admin` over the REST API (SPEC U1, §8).
+"""`jpu submit|queue|jobs|history|show|events|logs|cancel|usage|pool|admin` over the REST API
+(SPEC U1, U5).
 
-In the habits of Slurm users: `submit` reads a script file (or `--wrap`) like sbatch, `queue` looks
-like squeue. Tables for people, `--json` for scripts (the API's body as is), and on an error one
-line with the API's code and message and a non-zero exit.
+In the habits of Slurm users: `submit` reads a script file (or `--wrap`) and its `#SBATCH` lines
+like sbatch and, like sbatch, the job runs in the directory it was submitted from
+(`--chdir`/`-D` for another; jpu.cli.rest_submit); `queue` looks like squeue and `jobs` /
+`history` like sacct (jpu.cli.rest_lists); `logs` prints an attempt's output as it is (raw
+bytes), following it with `-f` like `tail -f`. Tables for people, `--json` for scripts (the
+API's body as is), and on an error one line with the API's code and message — and what the
+details add: the limit, the valid values (jpu.cli.messages) — and a non-zero exit.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import re
+import os
 import sys
+import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 import jpu.cli.rest_views as views
-from jpu.cli.rest_client import ApiError, RestClient, RestError, resolve_target
-from jpu.cli.rest_render import parse_time_limit
+from jpu.cli import rest_lists, rest_submit
+from jpu.cli.rest_client import ApiError, RestClient, RestError, StreamBroken, resolve_target
+from jpu.cli.rest_submit import parse_env as parse_env  # re-exported (tests, older callers)
+from jpu.cli.rest_submit import submit_body as submit_body
 
 USER_ERRORS: tuple[type[Exception], ...] = (RestError, ApiError, OSError)
-_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def add_target_options(p: argparse.ArgumentParser, *, defaults: bool) -> None:
+    """`--url`, `--token`, `--json`: on `jpu` itself (`defaults`) and on every API subcommand
+    (no defaults there, so `jpu --json queue` and `jpu queue --json` both work)."""
+    d: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
+    p.add_argument("--url", help="API base URL (env JPU_URL; default http://127.0.0.1:8080)", **d)
+    p.add_argument("--token", help="API token (env JPU_TOKEN, or ~/.config/jpu/config.toml)", **d)
+    p.add_argument("--json", action="store_true", help="print the API's JSON (for scripts)", **d)
 
 
 def _common() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--url", help="API base URL (env JPU_URL; default http://127.0.0.1:8080)")
-    p.add_argument("--token", help="API token (env JPU_TOKEN, or ~/.config/jpu/config.toml)")
-    p.add_argument("--json", action="store_true", help="print the API's JSON (for scripts)")
+    p = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_target_options(p, defaults=False)
     return p
 
 
 def register(sub: Any) -> None:
     common = [_common()]
-    s = sub.add_parser("submit", parents=common, help="submit a job (like sbatch)")
-    s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
-    s.add_argument("--wrap", help="run this command line instead of a script file")
-    s.add_argument("--gpus", "-G", type=int, default=1, help="number of GPUs (1-8)")
-    s.add_argument("--tier", action="append", default=[], help="allowed tier (repeatable)")
-    s.add_argument("--time", "-t", help="time limit: minutes, MM:SS, HH:MM:SS, D-HH:MM:SS")
-    s.add_argument("--name", "-J", help="job name (default: the script's name, or 'wrap')")
-    s.add_argument("--env", action="append", default=[], metavar="K=V", help="job env variable")
-    s.add_argument("--min-vram", type=int, metavar="GB", help="minimum GPU memory in GB")
-    s.add_argument("--idempotency-key", help="resubmitting with the same key returns the job")
-    s.set_defaults(func=cmd_submit)
+    rest_submit.add_parser(sub, common)
+    rest_lists.add_parsers(sub, common)
     for name, helptext, func in (
-        ("queue", "the global queue by rank (like squeue)", cmd_queue),
         ("usage", "fair-share usage per lab", cmd_usage),
         ("pool", "the GPU pool by placement", cmd_pool),
     ):
@@ -62,6 +66,14 @@ def register(sub: Any) -> None:
         p = sub.add_parser(name, parents=common, help=helptext)
         p.add_argument("job_id", metavar="ID")
         p.set_defaults(func=func)
+    lg = sub.add_parser("logs", parents=common, help="a job's output (stdout, or --stderr)")
+    lg.add_argument("job_id", metavar="ID")
+    lg.add_argument("--attempt", type=int, metavar="N", help="attempt N (default: the latest)")
+    lg.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing until the attempt ends"
+    )
+    lg.add_argument("--stderr", action="store_true", help="the attempt's stderr, not its stdout")
+    lg.set_defaults(func=cmd_logs)
     admin = sub.add_parser("admin", help="administration").add_subparsers(
         dest="admin_command", required=True, metavar="WHAT"
     )
@@ -69,53 +81,6 @@ def register(sub: Any) -> None:
     m.add_argument("action", choices=["start", "end", "status"])
     m.add_argument("--message", "-m", default="", help="shown to users during maintenance")
     m.set_defaults(func=cmd_maintenance)
-
-
-# --- building the request ------------------------------------------------------------------
-
-
-def parse_env(pairs: list[str]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise RestError(f"--env {pair!r}: use KEY=VALUE")
-        env[key] = value
-    return env
-
-
-def submit_body(args: argparse.Namespace, stdin: Any = None) -> dict[str, Any]:
-    """The POST /v1/jobs body from sbatch-like arguments."""
-    if (args.script is None) == (args.wrap is None):
-        raise RestError("give a script file or --wrap COMMAND (one of them)")
-    if args.wrap is not None:
-        command, default_name = args.wrap, "wrap"
-    elif args.script == "-":
-        command, default_name = (stdin or sys.stdin).read(), "stdin"
-    else:
-        path = Path(args.script)
-        command, default_name = path.read_text(), _NAME_BAD.sub("_", path.name)[:128] or "script"
-    body: dict[str, Any] = {
-        "name": args.name or default_name,
-        "command": command,
-        "num_gpus": args.gpus,
-    }
-    tiers = [t.strip() for arg in args.tier for t in arg.split(",") if t.strip()]
-    if tiers:
-        body["tiers"] = tiers
-    if args.min_vram is not None:
-        body["min_vram_gb"] = args.min_vram
-    if args.time is not None:
-        try:
-            limit = parse_time_limit(args.time)
-        except ValueError as e:
-            raise RestError(str(e)) from e
-        if limit is not None:
-            body["time_limit_s"] = limit
-    env = parse_env(args.env)
-    if env:
-        body["env"] = env
-    return body
 
 
 # --- commands ------------------------------------------------------------------------------
@@ -130,18 +95,6 @@ def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> 
     return 0
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
-    body = submit_body(args)
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
-    with _client(args) as c:
-        return _emit(args, c.post("/v1/jobs", body, headers), views.submitted)
-
-
-def cmd_queue(args: argparse.Namespace) -> int:
-    with _client(args) as c:
-        return _emit(args, c.get("/v1/queue"), views.queue)
-
-
 def cmd_show(args: argparse.Namespace) -> int:
     with _client(args) as c:
         return _emit(args, c.get(f"/v1/jobs/{quote(args.job_id, safe='')}"), views.job)
@@ -150,6 +103,60 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_events(args: argparse.Namespace) -> int:
     with _client(args) as c:
         return _emit(args, c.get(f"/v1/jobs/{quote(args.job_id, safe='')}/events"), views.events)
+
+
+FOLLOW_RETRIES = 5  # a follow whose connection broke (a gateway restarted) resumes this often
+
+
+def cmd_logs(args: argparse.Namespace, out: IO[bytes] | None = None) -> int:
+    """The attempt's output as raw bytes on stdout (SPEC U5). `--follow` streams until the
+    attempt ends; a broken connection resumes at the byte where it broke, on the same attempt."""
+    if args.json and args.follow:
+        raise RestError("--json prints one answer: use it without --follow")
+    out = out or sys.stdout.buffer
+    path = f"/v1/jobs/{quote(args.job_id, safe='')}/logs"
+    params: dict[str, Any] = {"stream": "stderr" if args.stderr else "stdout"}
+    if args.attempt is not None:
+        params["attempt"] = args.attempt
+    with _client(args) as c:
+        if args.json:
+            with c.stream(path, params) as r:
+                data = r.read()
+            return _emit(args, views.logs_json(args.job_id, r.headers, data), str)
+        if not args.follow:
+            with c.stream(path, params) as r:
+                for chunk in r.iter_bytes():
+                    if not _write(out, chunk):
+                        break
+            return 0
+        params["follow"] = "true"
+        sent, broken = 0, 0
+        while True:
+            try:
+                with c.stream(path, {**params, "offset": sent}, follow=True) as r:
+                    params["attempt"] = r.headers.get("Jpu-Log-Attempt", params.get("attempt"))
+                    for chunk in r.iter_bytes():
+                        if not _write(out, chunk):
+                            break
+                        sent, broken = sent + len(chunk), 0
+                return 0
+            except StreamBroken:
+                broken += 1
+                if broken > FOLLOW_RETRIES:
+                    raise
+                time.sleep(min(0.5 * 2**broken, 8.0))
+
+
+def _write(out: IO[bytes], chunk: bytes) -> bool:
+    """Write and flush; False when the reader went away (`| head`): the command ends quietly."""
+    try:
+        out.write(chunk)
+        out.flush()
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # no second error at interpreter exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return False
+    return True
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:

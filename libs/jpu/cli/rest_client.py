@@ -7,14 +7,17 @@ then `http://127.0.0.1:8080` (no token).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from jpu.cli import messages
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -23,14 +26,16 @@ class RestError(Exception):
     """A failure the user reads as one line (unreachable server, unexpected answer)."""
 
 
+class StreamBroken(RestError):
+    """The connection broke while a streamed answer was being read (it had begun: 2xx)."""
+
+
 class ApiError(RestError):
     """The API refused: SPEC §8's envelope `{"error": {"code", "message", "details"}}`."""
 
     def __init__(self, status: int, code: str, message: str, details: Mapping[str, Any]) -> None:
         self.status, self.code, self.message, self.details = status, code, message, dict(details)
-        field = self.details.get("field")
-        suffix = f" (field: {field})" if field and str(field) not in message else ""
-        super().__init__(f"{code}: {message}{suffix}")
+        super().__init__(messages.api_error(code, message, self.details))  # with the fix
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,28 @@ class RestClient:
 
     def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
         return self._send("POST", path, json=body, headers=headers)
+
+    @contextlib.contextmanager
+    def stream(
+        self, path: str, params: Mapping[str, Any] | None = None, *, follow: bool = False
+    ) -> Iterator[httpx.Response]:
+        """GET with the body read as it arrives (`iter_bytes`); an error answer raises ApiError
+        before anything is yielded. `follow`: no read timeout (output may pause for hours)."""
+        timeout = httpx.Timeout(self._http.timeout.connect or 30, read=None) if follow else None
+        kw: dict[str, Any] = {"params": params}
+        if timeout is not None:
+            kw["timeout"] = timeout
+        try:
+            with self._http.stream("GET", path, **kw) as response:
+                if not response.is_success:
+                    response.read()
+                    decode(response)  # raises: an error envelope, or not a success
+                try:
+                    yield response
+                except httpx.HTTPError as e:
+                    raise StreamBroken(f"the answer from {self.target.url} broke off: {e}") from e
+        except httpx.HTTPError as e:
+            raise RestError(f"cannot reach {self.target.url}: {e}") from e
 
     def _send(self, method: str, path: str, **kw: Any) -> Any:
         try:

@@ -3,101 +3,39 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from jpu.cli.rest_render import fields, fmt_duration, fmt_ts, fmt_usage, table
+from jpu.cli.rest_jobviews import job as job  # the job views live there (re-exported)
+from jpu.cli.rest_jobviews import jobs as jobs
+from jpu.cli.rest_jobviews import queue as queue
+from jpu.cli.rest_render import fmt_ts, fmt_usage, table
 
 _EVENT_META = {"type", "event_id", "ts", "schema_version", "job_id", "seq"}
 _TIME_KEYS = {"since", "as_of"}
-
-
-def submitted(job: dict[str, Any]) -> str:
-    return f"Submitted job {job['id']} ({job.get('state', '?')})"
 
 
 def cancelled(job: dict[str, Any]) -> str:
     return f"Cancel requested for job {job['id']} ({job.get('state', '?')})"
 
 
-def queue(data: dict[str, Any]) -> str:
-    rows = [
-        [
-            e.get("rank") or "-",
-            e["job_id"],
-            e.get("name"),
-            e.get("lab"),
-            e.get("user"),
-            e.get("num_gpus"),
-            e.get("tiers") or "any",
-            e.get("state"),
-            fmt_usage(e.get("lab_usage")),
-            e.get("pending_reason"),
-        ]
-        for e in data.get("queue", [])
-    ]
-    headers = ["RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "LAB_USAGE"]
-    out = table([*headers, "REASON"], rows)
-    state = data.get("maintenance", "NORMAL")
-    if state != "NORMAL":
-        out = f"Maintenance: {state} (nothing is dispatched)\n{out}"
-    return out
+def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str, Any]:
+    """`jpu logs --json`: the bytes read (as UTF-8 text) and where they are in the file."""
 
+    def number(name: str) -> int | None:
+        value = headers.get(name)
+        return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
-def _placement(job: dict[str, Any]) -> str | None:
-    p = job.get("placement")
-    if not p:
-        return None
-    return f"{p['node']} {p['tier']} gpus={','.join(str(g) for g in p.get('gpus', []))}"
-
-
-def _reservation(job: dict[str, Any]) -> str | None:
-    r = job.get("reservation")
-    if not r:
-        return None
-    gpus = ",".join(str(g) for g in r.get("gpus", []))
-    return f"{r['node']} {r['tier']} gpus={gpus} since {fmt_ts(r.get('since'))}"
-
-
-def job(j: dict[str, Any]) -> str:
-    ran = None
-    if j.get("started_at") is not None:
-        ran = fmt_duration((j.get("ended_at") or j["started_at"]) - j["started_at"])
-    pairs: list[tuple[str, Any]] = [
-        ("JobId", j["id"]),
-        ("Name", j.get("name")),
-        ("User", f"{j.get('user')} (lab {j.get('lab')})"),
-        ("State", j.get("state")),
-        ("Attempt", j.get("attempt")),
-        ("GPUs", j.get("num_gpus")),
-        ("Tiers", j.get("tiers") or "any"),
-        ("MinVramGB", j.get("min_vram_gb")),
-        ("TimeLimit", fmt_duration(j.get("time_limit_s"))),
-        ("Submitted", fmt_ts(j.get("submitted_at"))),
-    ]
-    if j.get("rank") is not None or j.get("pending_reason"):
-        pairs += [("Rank", j.get("rank")), ("Reason", j.get("pending_reason"))]
-    pairs += [
-        ("Reservation", _reservation(j)),
-        ("Placement", _placement(j)),
-        ("Started", fmt_ts(j.get("started_at"))),
-        ("Ended", fmt_ts(j.get("ended_at"))),
-        ("RunTime", ran),
-        ("BackendJobId", j.get("backend_job_id")),
-        ("Isolation", j.get("isolation")),
-        ("ExitCode", j.get("exit_code")),
-        ("EndReason", j.get("reason")),
-        ("UsageCharged", fmt_usage(j.get("usage_charged"))),
-    ]
-    if j.get("oom"):
-        pairs.append(("GpuOOM", True))
-    if j.get("kill_failed"):
-        pairs.append(("KillFailed", True))
-    if j.get("cancel_requested_by"):
-        pairs.append(("CancelledBy", j["cancel_requested_by"]))
-    out = fields(pairs)
-    if j.get("command") is not None:
-        out += "\n--- command ---\n" + str(j["command"]).rstrip("\n")
-    return out
+    return {
+        "job_id": job_id,
+        "attempt": number("Jpu-Log-Attempt"),
+        "stream": headers.get("Jpu-Log-Stream"),
+        "offset": number("Jpu-Log-Start"),
+        "next_offset": number("Jpu-Log-End"),
+        "size": number("Jpu-Log-Size"),
+        "ended": headers.get("Jpu-Log-Ended") == "true",
+        "output": data.decode("utf-8", "replace"),
+    }
 
 
 def _details(event: dict[str, Any]) -> str:

@@ -83,6 +83,11 @@ class Config(Cluster, frozen=True, kw_only=True):
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
     data_dir: str = ".jpu"
+    snapshots: bool = True  # issue 11: services start from the newest snapshot of their fold
+    snapshot_every_events: int = 10_000  # ... written every N events
+    snapshot_every_s: float = 300.0  # ... or every T seconds when events arrived
+    snapshot_keep: int = 3  # the newest K are kept in the object store
+    output_root: str = ""  # X2: <output_root>/<job_id>/<attempt>; "": <data_dir>/outputs
     submit_rate_per_s: float = 2.0  # per-user token bucket at the gateway (429 RATE_LIMITED)
     submit_burst: int = 20
     isolation: str = "auto"  # X4: auto | apptainer | none (jpu.backends.isolation)
@@ -108,6 +113,16 @@ def _validate(cluster: Cluster) -> None:
         raise ConfigError("nodes: duplicate node name")
     if isinstance(cluster, Config):
         _validate_isolation(cluster)
+        _validate_snapshots(cluster)
+
+
+def _validate_snapshots(config: Config) -> None:
+    if config.snapshot_every_events < 1:
+        raise ConfigError("snapshot_every_events: must be at least 1")
+    if config.snapshot_every_s <= 0:
+        raise ConfigError("snapshot_every_s: must be positive")
+    if config.snapshot_keep < 1:
+        raise ConfigError("snapshot_keep: must be at least 1")
 
 
 def _validate_isolation(config: Config) -> None:

@@ -127,6 +127,19 @@ class ReservationGrow(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     added: tuple[int, ...]
 
 
+class ReservationShrink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """R5: reserved GPUs lost while the placement can still fit the job: they leave, the rest
+    stays; their held time so far rides with the attempt (charged at its end, like R4)."""
+
+    job_id: str
+    node: str
+    tier: str
+    gpus: tuple[int, ...]  # all still held
+    removed: tuple[int, ...]
+    gpu_seconds: float  # held by the removed GPUs up to now
+    tflops: float
+
+
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     job_id: str
     lab: str
@@ -144,6 +157,7 @@ class CycleResult(msgspec.Struct, kw_only=True):
     releases: list[ReservationRelease] = []
     starts: list[ReservationStart] = []
     grows: list[ReservationGrow] = []
+    shrinks: list[ReservationShrink] = []
     dispatches: list[Dispatch] = []
     # job id -> D7 reason for every job not dispatched; the cycle gives a lazy `Pending`
     # (jpu.policy.pending) — a read-only Mapping; copy with `dict(pending.items())`.

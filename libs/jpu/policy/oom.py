@@ -36,6 +36,8 @@ class Retry(msgspec.Struct, frozen=True):
 
 
 class Fail(msgspec.Struct, frozen=True):
+    why: Literal["max_attempts", "no_fit"]
+    needed_vram_gb: int
     reason: Literal["OOM"] = "OOM"
 
 
@@ -56,7 +58,10 @@ def escalate(
 ) -> Retry | Fail:
     """SPEC X8: after a GPU OOM on a tier with `vram_gb = v`, retry needing more than v GB, or fail
     with reason OOM when attempts run out or no active placement could ever fit the retry."""
-    want = _Want(num_gpus=num_gpus, tiers=job_tiers, min_vram_gb=tier_vram_gb + 1)
-    if attempt + 1 > max_attempts or not ever_fits(want, gpus, tiers):
-        return Fail()
-    return Retry(attempt=attempt + 1, min_vram_gb=tier_vram_gb + 1)
+    needed = tier_vram_gb + 1
+    want = _Want(num_gpus=num_gpus, tiers=job_tiers, min_vram_gb=needed)
+    if attempt + 1 > max_attempts:
+        return Fail("max_attempts", needed)
+    if not ever_fits(want, gpus, tiers):
+        return Fail("no_fit", needed)
+    return Retry(attempt=attempt + 1, min_vram_gb=needed)

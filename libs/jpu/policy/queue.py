@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import difflib
-import re
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-import msgspec
+from jpu import limits as bounds
+from jpu.config import Tier
+from jpu.policy.model import Gpu
+from jpu.policy.placements import Request, scan, tier_admits
+from jpu.policy.workdir import chdir_problem
 
 SLOT_HOLDING_STATES: frozenset[str] = frozenset(
     {"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"}
@@ -16,18 +20,13 @@ TERMINAL_STATES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"}
 slot_holding_states = SLOT_HOLDING_STATES
 terminal_states = TERMINAL_STATES
 
-MAX_COMMAND_BYTES = 64 * 1024
-MAX_NAME = 128
-MAX_ENV = 64
-NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
-ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-RESERVED_ENV = frozenset({"JOB_ATTEMPT", "JOB_OUTPUT_DIR", "CUDA_VISIBLE_DEVICES"})  # X2
-SUBMIT_FIELDS = ("name", "command", "num_gpus", "tiers", "min_vram_gb", "time_limit_s", "env")
-
-
-class FieldError(msgspec.Struct, frozen=True):
-    field: str  # e.g. "num_gpus", "env.SLURM_JOB_ID"
-    message: str
+# The bounds are jpu.limits' (one definition of what is storable, shared with the gateway).
+MAX_COMMAND_BYTES = bounds.MAX_COMMAND_BYTES
+MAX_NAME = bounds.MAX_NAME
+MAX_ENV = bounds.MAX_ENV
+RESERVED_ENV = bounds.RESERVED_ENV  # X2
+SUBMIT_FIELDS = bounds.SUBMIT_FIELDS
+FieldError = bounds.FieldError
 
 
 def promotions(
@@ -58,14 +57,22 @@ def _check_env(env: Any) -> list[FieldError]:
     errors: list[FieldError] = []
     if len(env) > MAX_ENV:
         errors.append(FieldError("env", f"at most {MAX_ENV} entries"))
+        return errors  # one problem, not one per entry of a huge object
     for key, value in env.items():
-        where = f"env.{key}"
-        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
-            errors.append(FieldError(where, "key must match [A-Za-z_][A-Za-z0-9_]*"))
-        elif key in RESERVED_ENV or key.startswith("SLURM_"):
+        where = f"env.{bounds.printable(key)}" if isinstance(key, str) else "env"
+        if not isinstance(key, str) or not bounds.env_key_ok(key):
+            errors.append(
+                FieldError(
+                    where,
+                    f"key must match [A-Za-z_][A-Za-z0-9_]* (at most {bounds.MAX_ENV_KEY})",
+                )
+            )
+        elif bounds.env_key_reserved(key):
             errors.append(FieldError(where, "reserved variable, set by the platform"))
         if not isinstance(value, str):
             errors.append(FieldError(where, "value must be a string"))
+        elif bounds.utf8_len(value) > bounds.MAX_ENV_VALUE_BYTES:
+            errors.append(FieldError(where, f"at most {bounds.MAX_ENV_VALUE_BYTES} bytes"))
     return errors
 
 
@@ -73,48 +80,94 @@ def _check_unknown(body: Mapping[str, Any]) -> list[FieldError]:
     """A misspelt field must not be dropped silently: `"tier": "rtx4090"` would otherwise run
     the job on any tier (Q1 names the field; the hint names the one probably meant)."""
     errors = []
-    for key in sorted(set(body) - set(SUBMIT_FIELDS), key=str):
-        close = difflib.get_close_matches(str(key), SUBMIT_FIELDS, n=1)
+    for key in sorted(set(body) - set(SUBMIT_FIELDS), key=str)[: bounds.MAX_PROBLEMS]:
+        name = bounds.printable(str(key))
+        close = difflib.get_close_matches(name, SUBMIT_FIELDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        errors.append(
-            FieldError(str(key), f"unknown field{hint} (known: {', '.join(SUBMIT_FIELDS)})")
-        )
+        errors.append(FieldError(name, f"unknown field{hint} (known: {', '.join(SUBMIT_FIELDS)})"))
     return errors
 
 
 def _check_tiers(tiers: Any, known: Collection[str]) -> list[FieldError]:
     if not isinstance(tiers, list | tuple) or not all(isinstance(t, str) for t in tiers):
         return [FieldError("tiers", "must be a list of tier names")]
+    if not 1 <= len(tiers) <= bounds.MAX_TIERS:
+        return [FieldError("tiers", f"1–{bounds.MAX_TIERS} tier names (omit it for any tier)")]
     unknown = sorted(set(tiers) - set(known))
-    return [FieldError("tiers", f"unknown tier(s): {', '.join(unknown)}")] if unknown else []
+    if unknown:
+        names = ", ".join(bounds.printable(t) for t in unknown[:10])
+        valid = ", ".join(sorted(known))
+        return [FieldError("tiers", f"unknown tier(s): {names} (tiers here: {valid})")]
+    return []
+
+
+def _check_number(
+    body: Mapping[str, Any], field: str, top: int, *, integer: bool
+) -> list[FieldError]:
+    v = body.get(field)
+    if v is None:
+        return []
+    if integer and not _is_int(v):
+        return [FieldError(field, f"must be an integer from 1 to {top}")]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return [FieldError(field, "must be a finite number")]
+    if not 0 < v <= top:
+        return [FieldError(field, f"must be positive and at most {top}")]
+    return []
 
 
 def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> list[FieldError]:
-    """SPEC Q1: every violation, each naming its field; empty when the request is valid."""
+    """SPEC Q1: every violation, each naming its field; empty when the request is valid.
+    First what no store can hold (jpu.limits: NUL, unpaired surrogates, non-finite numbers,
+    64-bit integers, nesting), then the rules of each field within jpu.limits' bounds."""
+    storable = bounds.json_problems(body)
+    if storable:
+        return storable
     errors: list[FieldError] = []
     n: Any = body.get("num_gpus")
-    if not _is_int(n) or not 1 <= n <= 8:
+    if not _is_int(n) or not bounds.MIN_GPUS <= n <= bounds.MAX_GPUS:
         errors.append(FieldError("num_gpus", "must be an integer from 1 to 8"))
     cmd = body.get("command")
-    if not isinstance(cmd, str) or not cmd.strip():
+    if not isinstance(cmd, str) or bounds.blank(cmd):
         errors.append(FieldError("command", "must be a non-empty string"))
-    elif len(cmd.encode()) > MAX_COMMAND_BYTES:
+    elif bounds.utf8_len(cmd) > MAX_COMMAND_BYTES:
         errors.append(FieldError("command", "must be at most 64 KiB"))
     name = body.get("name")
-    if name is not None and (
-        not isinstance(name, str) or len(name) > MAX_NAME or not NAME_RE.fullmatch(name)
-    ):
+    if name is not None and (not isinstance(name, str) or not bounds.job_name_ok(name)):
         errors.append(FieldError("name", "1–128 characters of [A-Za-z0-9._-]"))
     if body.get("tiers") is not None:
         errors.extend(_check_tiers(body["tiers"], known_tiers))
-    vram = body.get("min_vram_gb")
-    if vram is not None and (not _is_int(vram) or vram < 1):
-        errors.append(FieldError("min_vram_gb", "must be a positive integer"))
-    limit = body.get("time_limit_s")
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int | float) or not limit > 0
-    ):
-        errors.append(FieldError("time_limit_s", "must be a positive number of seconds"))
+    errors += _check_number(body, "min_vram_gb", bounds.MAX_MIN_VRAM_GB, integer=True)
+    errors += _check_number(body, "time_limit_s", bounds.MAX_TIME_LIMIT_S, integer=False)
     if body.get("env") is not None:
         errors.extend(_check_env(body["env"]))
+    if body.get("chdir") is not None and (why := chdir_problem(body["chdir"])):  # U5
+        errors.append(FieldError("chdir", why))
     return errors + _check_unknown(body)
+
+
+class _AnyCount(NamedTuple):
+    num_gpus: int
+    tiers: Collection[str] | None
+    min_vram_gb: int | None
+
+
+def largest_placement(
+    job: Request, gpus: Iterable[Gpu], tiers: Mapping[str, Tier]
+) -> dict[str, Any] | None:
+    """For a Q2 refusal, the fix: the most GPUs one placement could ever give this job
+    (`min(capacity, tier.max_gpus)` over the active placements its `tiers` and `min_vram_gb`
+    allow, P3), as `{"gpus", "node", "tier"}` (best tier first, T1); None when no placement
+    matches its tiers and VRAM at all."""
+    probe = _AnyCount(1, job.tiers, job.min_vram_gb)
+    best: tuple[int, int, str, str] | None = None
+    for slot in scan(gpus, tiers).values():
+        tier = tiers[slot.tier]
+        if slot.capacity < 1 or not tier_admits(probe, tier):
+            continue
+        key = (min(slot.capacity, tier.max_gpus), tier.sort_order, slot.node, slot.tier)
+        if best is None or key[:2] > best[:2]:
+            best = key
+    if best is None:
+        return None
+    return {"gpus": best[0], "node": best[2], "tier": best[3]}

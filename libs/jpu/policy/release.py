@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import msgspec
+
 from jpu.config import Tier
 from jpu.policy.fairshare import held_gpu_seconds
-from jpu.policy.model import CycleResult, QueuedJob, ReleaseReason, ReservationRelease
+from jpu.policy.model import (
+    CycleResult,
+    QueuedJob,
+    ReleaseReason,
+    Reservation,
+    ReservationRelease,
+    ReservationShrink,
+)
 from jpu.policy.placements import Slot, tier_admits
 from jpu.policy.pool import Pool
 
@@ -77,13 +86,15 @@ def release_phase(
         s, mine, lost = held[j.job_id]
         tier = tiers.get(j.reservation.tier) if j.reservation else None
         reason: ReleaseReason
-        if s is None or tier is None or lost or s.capacity < j.num_gpus:
-            reason = "capacity"  # R5 (a held GPU going down is a capacity loss too)
+        if s is None or tier is None or s.capacity < j.num_gpus or (lost and not mine):
+            reason = "capacity"  # R5: the placement can no longer fit the job
         elif not tier_admits(j, tier):
             reason = "capacity"  # T2: tier inactive (or the job no longer admits it)
         elif j is not rank1:
             reason = "demoted"  # R3
         else:
+            if lost:  # R5: the lost GPUs leave the reservation, the rest is kept
+                j = _shrink(j, mine, tier.tflops, now, out)
             kept = (j, s, mine)
             continue
         out.releases.append(release(j, reason, now, tiers))
@@ -91,3 +102,28 @@ def release_phase(
             s.reserved.pop(j.job_id, None)
             s.idle.extend(mine)  # its GPUs are idle again this cycle
     return kept
+
+
+def _shrink(
+    job: QueuedJob, keep: list[int], tflops: float, now: float, out: CycleResult
+) -> QueuedJob:
+    """R5: the reservation without the GPUs it lost; their held time rides with the attempt."""
+    r = job.reservation
+    assert r is not None
+    joined = dict(zip(r.gpus, r.joined or (r.since,) * len(r.gpus), strict=True))
+    removed = tuple(g for g in r.gpus if g not in keep)
+    held = sum(max(0.0, now - joined[g]) for g in removed)
+    gpus = tuple(g for g in r.gpus if g in keep)
+    out.shrinks.append(
+        ReservationShrink(
+            job_id=job.job_id,
+            node=r.node,
+            tier=r.tier,
+            gpus=gpus,
+            removed=removed,
+            gpu_seconds=held,
+            tflops=tflops,
+        )
+    )
+    smaller = Reservation(r.node, r.tier, gpus, r.since, tuple(joined[g] for g in gpus))
+    return msgspec.structs.replace(job, reservation=smaller)

@@ -74,7 +74,7 @@ class Walk:
     def rank1(self, c: int, kept: Kept | None) -> None:
         job, pool, k = self.view.job(0), self.pool, self.classes[c]
         if kept is not None:
-            _, own, held = kept
+            job, own, held = kept  # the kept record: its reservation may have shrunk (R5)
             need = max(0, job.num_gpus - len(held))
             if len(own.idle) >= need:  # D4: own placement preferred whenever available
                 self.out.releases.append(release(job, "dispatched", self.now, pool.tiers))

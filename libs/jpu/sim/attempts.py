@@ -8,7 +8,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from jpu.events import JobCancelRequested, JobEnded, JobPromoted, JobRetryScheduled, JobSubmitted
+from jpu.events import (
+    JobCancelRequested,
+    JobEnded,
+    JobPromoted,
+    JobRetryDeclined,
+    JobRetryScheduled,
+    JobSubmitted,
+)
 from jpu.policy import fairshare, oom
 from jpu.policy.model import QueuedJob, Reservation
 from jpu.policy.placements import ever_fits
@@ -131,7 +138,7 @@ def end_run(sim: Simulator, job: SimJob, state: str, *, reason: str | None = Non
     run_s = now - job.started_at
     usage = fairshare.cost(n, run_s, tflops) + job.uncharged_reserved_cost
     oom_verdict = reason == "OOM"
-    sim.log.emit(
+    ended = sim.log.emit(
         JobEnded,
         now,
         job_id=job.spec.id,
@@ -155,7 +162,7 @@ def end_run(sim: Simulator, job: SimJob, state: str, *, reason: str | None = Non
     sim.cluster.free(positions, now)
     backfill.watch(sim, positions)
     job.uncharged_reserved_cost = job.uncharged_reserved_gpu_s = 0.0
-    sim.charge(job, usage, "job_end")
+    sim.charge(job, usage, "job_end", ended.event_id)
     sim.touch()  # D8: GPUs freed
     if oom_verdict:
         _escalate(sim, job)
@@ -178,6 +185,14 @@ def _escalate(sim: Simulator, job: SimJob) -> None:
     )
     if isinstance(verdict, oom.Fail):
         job.end_reason = "OOM"
+        sim.log.emit(
+            JobRetryDeclined,
+            sim.now,
+            job_id=job.spec.id,
+            attempt=job.attempt,
+            reason=verdict.why,
+            needed_vram_gb=verdict.needed_vram_gb,
+        )
         _terminal(sim, job, FAILED)
         return
     sim.totals.oom_retries += 1
@@ -228,7 +243,7 @@ def on_cancel(sim: Simulator, job: SimJob) -> None:
 def _end_unstarted(sim: Simulator, job: SimJob) -> None:
     """A cancel before any run: the attempt's cost is the reservation time it held (F4)."""
     usage, gpu_s = job.uncharged_reserved_cost, job.uncharged_reserved_gpu_s
-    sim.log.emit(
+    ended = sim.log.emit(
         JobEnded,
         sim.now,
         job_id=job.spec.id,
@@ -240,4 +255,4 @@ def _end_unstarted(sim: Simulator, job: SimJob) -> None:
         reason="cancelled",
     )
     job.uncharged_reserved_cost = job.uncharged_reserved_gpu_s = 0.0
-    sim.charge(job, usage, "job_end")
+    sim.charge(job, usage, "job_end", ended.event_id)

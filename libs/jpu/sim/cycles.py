@@ -14,6 +14,7 @@ from jpu.events import (
     JobStarted,
     ReservationGrown,
     ReservationReleased,
+    ReservationShrunk,
     ReservationStarted,
 )
 from jpu.policy import fairshare
@@ -37,6 +38,8 @@ def apply(sim: Simulator, result: CycleResult) -> None:
         job = sim.jobs[rel.job_id]
         if job.held is not None:
             release(sim, job, rel.reason, rel)
+    for sh in result.shrinks:
+        _shrink(sim, sim.jobs[sh.job_id], sh.removed, sh.gpu_seconds, sh.tflops)
     for st in result.starts:
         _reserve(sim, sim.jobs[st.job_id], st.node, st.tier, st.gpus, new=True)
     for gr in result.grows:
@@ -54,6 +57,30 @@ def _requeue(sim: Simulator, job: SimJob) -> None:
         res = Reservation(h.node, h.tier, idx, h.since, joined=tuple(h.acquired[i] for i in idx))
     old = sim.queue[job.spec.id]
     sim.queue[job.spec.id] = attempts.queued(job, old.queue_entered_at, res)
+
+
+def _shrink(
+    sim: Simulator, job: SimJob, removed: tuple[int, ...], gpu_s: float, tflops: float
+) -> None:
+    """R5: lost GPUs leave the reservation; their held time rides with the attempt (F4)."""
+    held = job.held
+    assert held is not None
+    for i in removed:
+        held.acquired.pop(i, None)
+    job.uncharged_reserved_gpu_s += gpu_s
+    job.uncharged_reserved_cost += gpu_s * tflops
+    sim.log.emit(
+        ReservationShrunk,
+        sim.now,
+        job_id=job.spec.id,
+        node=held.node,
+        tier=held.tier,
+        gpus=sorted(held.acquired),
+        removed=list(removed),
+        gpu_seconds=gpu_s,
+        tflops=tflops,
+    )
+    _requeue(sim, job)
 
 
 def _reserve(
@@ -108,7 +135,7 @@ def release(
         gpu_s = fairshare.held_gpu_seconds(reservation, now)
         cost = fairshare.cost(1, gpu_s, tflops)
     charged_now = reason in CHARGED_AT_RELEASE
-    sim.log.emit(
+    released = sim.log.emit(
         ReservationReleased,
         now,
         job_id=job.spec.id,
@@ -129,7 +156,8 @@ def release(
     sim.reserving -= 1
     if charged_now:
         sim.totals.demotions += reason == "demoted"
-        sim.charge(job, decided.charge_now if decided is not None else cost, reason)
+        amount = decided.charge_now if decided is not None else cost
+        sim.charge(job, amount, reason, released.event_id)
     else:  # R4 swap / dispatch / cancel: charged lazily with the attempt (F4)
         job.uncharged_reserved_gpu_s += gpu_s
         job.uncharged_reserved_cost += cost

@@ -19,6 +19,7 @@ from typing import Any
 from jpu.config import Cluster
 from jpu.events import UsageCharged
 from jpu.policy import POLICIES, fairshare
+from jpu.policy.charging import charge_id
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage, RunningJob, Snapshot
 from jpu.policy.queue import promotions
@@ -164,7 +165,9 @@ class Simulator:
 
     # --- accounting (SPEC F3, F4) --------------------------------------------------------------
 
-    def charge(self, job: SimJob, amount: float, reason: str) -> None:
+    def charge(self, job: SimJob, amount: float, reason: str, source_event_id: str) -> None:
+        """Accounting's UsageCharged for what `source_event_id` owes, with accounting's own
+        charge id (jpu.policy.charging.charge_id), so the log reads as the live one does."""
         if amount <= 0:
             return
         lab = job.spec.lab
@@ -176,6 +179,7 @@ class Simulator:
         self.log.emit(
             UsageCharged,
             self.now,
+            event_id=charge_id(source_event_id),
             lab=lab,
             amount=amount,
             value_after=after.value,

@@ -22,9 +22,9 @@ class EventLog:
         self._buf: list[bytes] = []
         self.count = 0
 
-    def emit(self, cls: type[E], ts: float, **fields: Any) -> E:
+    def emit(self, cls: type[E], ts: float, *, event_id: str | None = None, **fields: Any) -> E:
         self.count += 1
-        event = cls(event_id=f"sim-{self.count}", ts=ts, **fields)
+        event = cls(event_id=event_id or f"sim-{self.count}", ts=ts, **fields)
         if self._out is not None:
             self._buf.append(ev.encode(event))
             if len(self._buf) >= 4096:

@@ -1,7 +1,7 @@
 """Read-your-writes without polling: wait for a projection's position through LISTEN/NOTIFY.
 
 Every projection commit notifies `NOTIFY_CHANNEL` with `<projection>:<last_seq>` in the same
-transaction (SPEC E3, `projection._save_position`), so the notification arrives exactly when the
+transaction (SPEC E3, `projection._save_positions`), so the notification arrives exactly when the
 new position is visible. One dedicated connection listens per process; each waiter is a future
 resolved by the first notification at or past its sequence. The database is asked when a wait
 starts for a projection not heard of yet (a position reached before we listened), then every

@@ -74,15 +74,42 @@ def service_workers(
 
 
 @contextlib.asynccontextmanager
+async def serve_http(app: Any) -> AsyncIterator[str]:
+    """The app (lifespan already entered) under uvicorn on a free local port: real HTTP, for
+    clients in other processes (the CLI) and for streamed answers, which httpx's ASGI transport
+    buffers whole. Yields the base URL."""
+    import uvicorn  # the gateway's server; only tests that serve HTTP need it here
+
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="error")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()  # raises why it did not start
+            raise RuntimeError("uvicorn stopped before it started")
+        await asyncio.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 15)
+
+
+@contextlib.asynccontextmanager
 async def inprocess_stack(
     config: Config,
     pool: asyncpg.Pool,
     workers: Callable[[Edges], dict[str, Worker]],
     leftovers: Callable[[], Awaitable[None]],
+    *,
+    http: bool = False,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Watcher, EventBus]]:
     """The demo users seeded, the services running, a gateway client, a watcher and the test's
     own bus. On exit the services stop, `leftovers()` ends what outlives them by design (jobs,
-    backfill instances), and the stream is deleted."""
+    backfill instances), and the stream is deleted. `http`: the client talks real HTTP to the
+    gateway under uvicorn (its `base_url` is the server's), not through the ASGI transport."""
     await seed_demo(pool)
     app = create_app(GatewayConfig.from_config(config, env={}))
     edges = await connect_edges(config, name="services")
@@ -92,11 +119,17 @@ async def inprocess_stack(
     stop = asyncio.Event()
     task = asyncio.create_task(run_workers(stop, workers(edges), 10.0))
     try:
-        async with (
-            app.router.lifespan_context(app),
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c,
-            Watcher(bus, config) as w,
-        ):
+        async with contextlib.AsyncExitStack() as scope:
+            await scope.enter_async_context(app.router.lifespan_context(app))
+            if http:
+                url = await scope.enter_async_context(serve_http(app))
+                client = httpx.AsyncClient(base_url=url, timeout=30.0)
+            else:
+                client = httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://gw"
+                )
+            c = await scope.enter_async_context(client)
+            w = await scope.enter_async_context(Watcher(bus, config))
             yield c, w, bus
     finally:
         stop.set()

@@ -8,6 +8,8 @@ const STRINGS = {
     "nav.queue": "Queue", "nav.pool": "GPU pool", "nav.labs": "Lab usage", "nav.jobs": "Jobs",
     "nav.submit": "Submit", "token.placeholder": "API token", "token.save": "Save",
     "token.missing": "Type your API token (top right) to see the cluster.",
+    "token.rejected": "This API token was not accepted: it is mistyped, revoked or expired. Paste a valid one top right (it starts as you received it, e.g. demo-bcg-alice); an admin creates tokens with `jpu-admin token create USER`.",
+    "submit.env_bad": "Environment line {n} (\"{line}\") has no \"=\": write KEY=VALUE, one per line. Nothing was submitted.",
     "queue.title": "Global queue", "queue.empty": "The queue is empty.",
     "pool.title": "GPU pool by placement", "labs.title": "Lab usage (decayed)",
     "jobs.title": "Jobs", "jobs.id": "job id", "jobs.open": "Open", "jobs.empty": "No jobs.",
@@ -35,12 +37,18 @@ const STRINGS = {
     "f.backend_job_id": "Slurm job id", "f.isolation": "Isolation", "f.exit_code": "Exit code",
     "f.reason": "End reason", "f.submitted_at": "Submitted", "f.queue_entered_at": "Entered queue",
     "f.ended_at": "Ended", "f.tiers": "Tiers", "f.min_vram_gb": "Min VRAM (GB)",
-    "f.command": "Command",
+    "f.command": "Command", "f.workdir": "Working directory",
+    "f.oom_retry": "OOM retry", "f.raised_by_oom": "raised by the OOM retry, not set by you",
+    "job.output": "Output", "log.attempt": "Attempt", "log.none": "No output yet for this attempt.",
+    "log.running": "Updating while the attempt runs…", "log.ended": "The attempt has ended.",
+    "log.truncated": "Showing the last part only; `jpu logs ID` prints all of it.",
   },
   ko: {
     "nav.queue": "대기열", "nav.pool": "GPU 풀", "nav.labs": "연구실 사용량", "nav.jobs": "작업",
     "nav.submit": "제출", "token.placeholder": "API 토큰", "token.save": "저장",
     "token.missing": "오른쪽 위에 API 토큰을 입력하면 클러스터 현황을 볼 수 있습니다.",
+    "token.rejected": "이 API 토큰은 받아들여지지 않았습니다: 잘못 입력했거나 폐기되었거나 만료되었습니다. 오른쪽 위에 올바른 토큰을 붙여 넣으세요 (받은 그대로, 예: demo-bcg-alice). 관리자는 `jpu-admin token create USER`로 토큰을 만듭니다.",
+    "submit.env_bad": "환경 변수 {n}번째 줄(\"{line}\")에 \"=\"가 없습니다: 한 줄에 KEY=VALUE로 쓰세요. 아무것도 제출하지 않았습니다.",
     "queue.title": "전역 대기열", "queue.empty": "대기 중인 작업이 없습니다.",
     "pool.title": "배치(placement)별 GPU 풀", "labs.title": "연구실 사용량 (반감기 적용)",
     "jobs.title": "작업", "jobs.id": "작업 ID", "jobs.open": "열기", "jobs.empty": "작업이 없습니다.",
@@ -69,7 +77,11 @@ const STRINGS = {
     "f.backend_job_id": "Slurm 작업 ID", "f.isolation": "격리", "f.exit_code": "종료 코드",
     "f.reason": "종료 사유", "f.submitted_at": "제출 시각", "f.queue_entered_at": "대기열 진입",
     "f.ended_at": "종료 시각", "f.tiers": "티어", "f.min_vram_gb": "최소 VRAM (GB)",
-    "f.command": "명령",
+    "f.command": "명령", "f.workdir": "작업 디렉터리",
+    "f.oom_retry": "OOM 재시도", "f.raised_by_oom": "OOM 재시도로 올라간 값이며 사용자가 정한 값이 아닙니다",
+    "job.output": "출력", "log.attempt": "시도", "log.none": "이 시도의 출력이 아직 없습니다.",
+    "log.running": "실행 중인 동안 자동으로 갱신됩니다…", "log.ended": "이 시도는 끝났습니다.",
+    "log.truncated": "마지막 부분만 표시합니다. 전체는 `jpu logs ID`로 볼 수 있습니다.",
   },
 };
 
@@ -77,6 +89,7 @@ const state = {
   lang: localStorage.getItem("jpu.lang") || ((navigator.language || "").startsWith("ko") ? "ko" : "en"),
   token: localStorage.getItem("jpu.token") || "",
   timer: null,
+  log: null, // the log pane of the job page (see refreshLog)
 };
 const $ = (id) => document.getElementById(id);
 const t = (key) => (STRINGS[state.lang] || STRINGS.en)[key] || STRINGS.en[key] || key;
@@ -113,7 +126,9 @@ async function api(path, options = {}) {
 function showError(err) {
   const el = $("error");
   if (!err) { el.hidden = true; return; }
-  el.textContent = err.status === 401 ? t("token.missing") : String(err.message || err);
+  // 401: no token yet, or one the gateway refused (mistyped, revoked): say which, and the fix
+  el.textContent = err.status === 401 ? t(state.token ? "token.rejected" : "token.missing")
+    : String(err.message || err);
   el.hidden = false;
 }
 
@@ -232,17 +247,98 @@ function describe(key, v) {
 
 const JOB_FIELDS = ["state", "attempt", "user", "lab", "num_gpus", "tiers", "min_vram_gb", "rank",
   "pending_reason", "placement", "reservation", "usage_charged", "backend_job_id", "isolation",
-  "exit_code", "reason", "submitted_at", "queue_entered_at", "ended_at"];
+  "exit_code", "reason", "submitted_at", "queue_entered_at", "ended_at", "workdir"];
+
+// --- the log pane (SPEC U5): GET /v1/jobs/{id}/logs of the selected attempt and stream -----------
+// The first read is the last LOG_TAIL bytes (offset < 0); then only what was appended since
+// (offset = Jpu-Log-End), every 2 s while the attempt runs, until Jpu-Log-Ended says it is final.
+const LOG_TAIL = 64 * 1024, LOG_KEEP = 256 * 1024;
+
+function resetLog(jobId) {
+  state.log = { job: jobId, pinned: false, attempt: null, stream: "stdout", key: null, text: "",
+    next: null, ended: false, missing: false, truncated: false, error: "", busy: false,
+    latest: null, decoder: null };
+  $("job-log").textContent = "";
+  $("job-log-status").textContent = "";
+  $("job-log-attempt").replaceChildren();
+  document.querySelectorAll("input[name=job-log-stream]").forEach((r) => { r.checked = r.value === "stdout"; });
+}
+
+function drawLog() {
+  const L = state.log, pre = $("job-log");
+  if (!L) return;
+  const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
+  if (pre.textContent !== L.text) pre.textContent = L.text;
+  if (atBottom) pre.scrollTop = pre.scrollHeight;  // keep following the end unless scrolled up
+  const parts = [L.error || (L.missing ? t("log.none") : L.ended ? t("log.ended") : t("log.running"))];
+  if (L.truncated && !L.missing) parts.push(t("log.truncated"));
+  $("job-log-status").textContent = parts.join(" ");
+}
+
+async function refreshLog(job) {
+  if (job) {
+    if (!state.log || state.log.job !== job.id) resetLog(job.id);
+    state.log.latest = job;
+  }
+  const L = state.log;
+  if (!L || !L.latest) return;
+  const latest = L.latest, attempt = L.pinned ? L.attempt : latest.attempt;
+  const key = `${latest.id}/${attempt}/${L.stream}`;
+  if (key !== L.key) {
+    Object.assign(L, { key, attempt, text: "", next: null, ended: false, missing: false,
+      truncated: false, error: "", decoder: new TextDecoder("utf-8") });
+  }
+  const select = $("job-log-attempt");
+  if (select.options.length !== latest.attempt) {
+    select.replaceChildren(...Array.from({ length: latest.attempt }, (_, i) =>
+      h("option", { value: String(i + 1) }, String(i + 1))));
+  }
+  select.value = String(attempt);
+  if (L.ended || L.busy) { drawLog(); return; }
+  L.busy = true;
+  try {
+    const offset = L.next === null ? -LOG_TAIL : L.next;
+    const q = `attempt=${attempt}&stream=${L.stream}&offset=${offset}`;
+    const headers = state.token ? { Authorization: "Bearer " + state.token } : {};
+    const resp = await fetch(`/v1/jobs/${encodeURIComponent(latest.id)}/logs?${q}`, { headers });
+    if (key !== L.key) return;  // another attempt or stream was chosen meanwhile
+    if (resp.ok) {
+      const bytes = new Uint8Array(await resp.arrayBuffer());
+      if (L.next === null && Number(resp.headers.get("Jpu-Log-Start")) > 0) L.truncated = true;
+      L.text += L.decoder.decode(bytes, { stream: true });
+      if (L.text.length > LOG_KEEP) { L.text = L.text.slice(-LOG_KEEP); L.truncated = true; }
+      L.next = Number(resp.headers.get("Jpu-Log-End"));
+      L.ended = resp.headers.get("Jpu-Log-Ended") === "true";
+      L.missing = false; L.error = "";
+    } else if (resp.status === 404) {
+      L.missing = true;  // not started yet; an attempt that is over will never have any
+      L.ended = latest.terminal || attempt < latest.attempt;
+    } else {
+      const e = ((await resp.json().catch(() => ({}))).error) || {};
+      L.error = `${resp.status} ${e.code || ""}: ${e.message || resp.statusText}`;
+    }
+  } catch (e) {
+    L.error = String(e.message || e);
+  } finally {
+    L.busy = false;
+  }
+  drawLog();
+}
 
 async function viewJob(id) {
+  if (!state.log || state.log.job !== id) resetLog(id);  // never another job's output
   const [job, ev] = await Promise.all([
     api("/v1/jobs/" + encodeURIComponent(id)),
     api("/v1/jobs/" + encodeURIComponent(id) + "/events")]);
   $("job-title").textContent = job.id;
   const items = JOB_FIELDS.flatMap((k) => {
-    const v = describe(k, job[k]);
+    let v = describe(k, job[k]);
+    // X8 raises min_vram_gb after an OOM: never show it as if the user had set it
+    if (k === "min_vram_gb" && v !== null && "min_vram_gb_requested" in job
+        && job.min_vram_gb_requested !== job.min_vram_gb) v += ` (${t("f.raised_by_oom")})`;
     return v === null ? [] : [h("dt", {}, t("f." + k)), h("dd", {}, v)];
   });
+  (job.oom_explanation || []).forEach((s) => items.push(h("dt", {}, t("f.oom_retry")), h("dd", {}, s)));
   if (job.command) items.push(h("dt", {}, t("f.command")), h("dd", {}, h("pre", {}, job.command)));
   $("job-fields").replaceChildren(...items);
   $("job-cancel").hidden = ["COMPLETED", "FAILED", "CANCELLED"].includes(job.state);
@@ -255,6 +351,7 @@ async function viewJob(id) {
     return h("li", {}, h("span", { class: "t" }, fmtTime(ts)), h("strong", {}, type), " ",
       h("code", {}, JSON.stringify(rest)));
   }));
+  await refreshLog(job);
 }
 
 async function submitJob(ev) {
@@ -264,12 +361,22 @@ async function submitJob(ev) {
   const tiers = String(f.get("tiers") || "").split(",").map((s) => s.trim()).filter(Boolean);
   if (tiers.length) body.tiers = tiers;
   if (f.get("time_limit_s")) body.time_limit_s = Number(f.get("time_limit_s"));
-  const env = {};
-  String(f.get("env") || "").split("\n").map((l) => l.trim()).filter(Boolean).forEach((l) => {
-    const i = l.indexOf("="); if (i > 0) env[l.slice(0, i)] = l.slice(i + 1);
-  });
-  if (Object.keys(env).length) body.env = env;
   const out = $("submit-result");
+  // KEY=VALUE per line; a line without "=" is the user's mistake to see, never dropped silently
+  const env = {};
+  const lines = String(f.get("env") || "").split("\n");
+  for (let n = 0; n < lines.length; n++) {
+    const l = lines[n].trim();
+    if (!l) continue;
+    const i = l.indexOf("=");
+    if (i <= 0) {
+      out.textContent = "";
+      showError(new Error(t("submit.env_bad").replace("{n}", String(n + 1)).replace("{line}", l)));
+      return;
+    }
+    env[l.slice(0, i)] = l.slice(i + 1);
+  }
+  if (Object.keys(env).length) body.env = env;
   try {
     const job = await api("/v1/jobs", { method: "POST", body: JSON.stringify(body),
       headers: { "Idempotency-Key": crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) } });
@@ -316,6 +423,17 @@ function start() {
     ev.preventDefault(); location.hash = "#/job/" + encodeURIComponent($("job-id-input").value.trim());
   });
   $("submit-form").addEventListener("submit", submitJob);
+  $("job-log-attempt").addEventListener("change", (ev) => {
+    if (!state.log) return;
+    state.log.pinned = true; state.log.attempt = Number(ev.target.value); refreshLog();
+  });
+  document.querySelectorAll("input[name=job-log-stream]").forEach((r) => r.addEventListener("change", () => {
+    if (state.log && r.checked) { state.log.stream = r.value; refreshLog(); }
+  }));
+  // the log pane of a running attempt: new output every 2 s (the rest of the page every 5 s)
+  setInterval(() => {
+    if (!document.hidden && location.hash.startsWith("#/job/") && state.log && !state.log.ended) refreshLog();
+  }, 2000);
   window.addEventListener("hashchange", render);
   whoami(); render();
   state.timer = setInterval(() => { if (!document.hidden && !location.hash.startsWith("#/submit")) render(); }, 5000);

@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
 
 import nats.errors
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
-from jpu import commands
+from jpu import commands, limits
 from jpu.edges import Edges
 from jpu.store.positions import PositionWatch
 from jpu.store.projection import wait_applied
-from jpu_services.gateway.errors import ApiError
+from jpu_services.gateway.errors import ApiError, unreachable_dependency
+
+T = TypeVar("T")
 
 log = logging.getLogger("jpu.gateway.commands")
 
 COMMAND_TIMEOUT_S: Final = 5.0  # intake answers in milliseconds; 5 s means it is not there
 READ_YOUR_WRITES_TIMEOUT_S: Final = 5.0
-MAX_BODY_BYTES: Final = 512 * 1024  # well above Q1's 64 KiB command; under NATS' 1 MiB payload
+MAX_BODY_BYTES: Final = limits.MAX_BODY_BYTES
 
 
 def now(request: Request) -> float:
@@ -78,5 +82,41 @@ async def caught_up(
     return True
 
 
+async def read_back(
+    edges: Edges, seq: int | None, request: Request, load: Callable[[], Awaitable[T]]
+) -> T | None:
+    """After an accepted command: wait for the projection (read-your-writes), then `load` the
+    row. None when the projection lags or the database does not answer right now: the command
+    is in the log all the same, so the client must learn it was accepted — never a 503 that
+    invites a second submit."""
+    try:
+        if not await caught_up(edges, seq, request=request):
+            return None
+        return await load()
+    except Exception as e:
+        if unreachable_dependency(e) is None:
+            raise
+        log.warning("read-your-writes skipped: database unavailable", extra={"error": repr(e)})
+        return None
+
+
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The request body, or None when it is over `limit` bytes. Streamed: a 100 MB body is
+    read to its end (so the client gets the answer) but never held in memory. A body that does
+    not arrive in time is the server's to cut (jpu_services.gateway.server)."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= limit:
+                chunks.append(chunk)
+    except ClientDisconnect as e:  # gone, or cut by the server's body timeout
+        raise ApiError(400, "BAD_REQUEST", "the client went away before sending the body") from e
+    return b"".join(chunks) if size <= limit else None
+
+
 def shape_error(field: str, message: str, **details: Any) -> ApiError:
-    return ApiError(422, "VALIDATION_ERROR", message, {"field": field, **details})
+    """422 VALIDATION_ERROR naming `field` (details.field, and the message's first word)."""
+    text = message if message.startswith(field) else f"{field}: {message}"
+    return ApiError(422, "VALIDATION_ERROR", text, {"field": field, **details})

@@ -15,7 +15,7 @@ from typing import Any, Final
 import asyncpg
 
 from jpu import auth
-from jpu.store.projections.jobs import TERMINAL  # SPEC S2
+from jpu.fold_jobs import TERMINAL  # SPEC S2
 from jpu_services.gateway.errors import ApiError
 
 QUEUED_STATES: Final = ("GLOBAL_QUEUE_WAIT", "RESERVING")
@@ -26,7 +26,8 @@ _LIST_COLUMNS: Final = (
     'job_id, lab, "user", name, num_gpus, tiers, min_vram_gb, time_limit_s, state, attempt, '
     "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
     "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
-    "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by"
+    "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by, "
+    "chdir"
 )
 
 
@@ -105,6 +106,7 @@ def job_out(
         "oom": row["oom"],
         "kill_failed": row["kill_failed"],
         "cancel_requested_by": row["cancel_requested_by"],
+        "chdir": row["chdir"],  # U5: the directory asked for (None: JOB_OUTPUT_DIR)
         "terminal": row["state"] in TERMINAL,
     }
     if detail:
@@ -139,8 +141,11 @@ async def list_jobs(
     owner: str | None,
     limit: int,
     cursor: str | None,
+    since: float | None = None,
+    until: float | None = None,
 ) -> tuple[list[asyncpg.Record], str | None]:
-    """Jobs visible to `user` (own / lab's / all by role), filtered, newest first."""
+    """Jobs visible to `user` (own / lab's / all by role), filtered (submitted in
+    [since, until) when given), newest first."""
     where: list[str] = []
     args: list[Any] = []
 
@@ -158,6 +163,10 @@ async def list_jobs(
         add("lab = ?", lab)
     if owner:
         add('"user" = ?', owner)
+    if since is not None:
+        add("submitted_at >= ?", since)
+    if until is not None:
+        add("submitted_at < ?", until)
     if cursor:
         at, job_id = decode_cursor(cursor)
         args.extend([at, job_id])

@@ -29,7 +29,8 @@ async def _check(probe: Any, timeout_s: float) -> str | None:
 
 @router.get("/readyz", responses={503: {"description": "bus or database unreachable"}})
 async def readyz(edges: EdgesDep, settings: SettingsDep) -> JSONResponse:
-    """Readiness: the JetStream stream and PostgreSQL both answer now."""
+    """Readiness: the JetStream stream and PostgreSQL both answer now; "degraded" when a
+    projection recorded an event it could not apply."""
     timeout = settings.readiness_timeout_s
     failures = {
         name: why
@@ -48,4 +49,16 @@ async def readyz(edges: EdgesDep, settings: SettingsDep) -> JSONResponse:
             }
         }
         return JSONResponse(body, status_code=503)
-    return JSONResponse({"status": "ready", "bus": "ok", "database": "ok"})
+    ready: dict[str, Any] = {"status": "ready", "bus": "ok", "database": "ok"}
+    # Events a projection could not apply (SPEC E3): still serving, but the views have holes —
+    # an alarm the operator must see (jpu.store.projection, `projection_faults`).
+    faulted = await edges.pool.fetch(
+        "SELECT projection, count(*) AS n, min(seq) AS first_seq FROM projection_faults"
+        " GROUP BY projection ORDER BY projection"
+    )
+    if faulted:
+        ready["status"] = "degraded"
+        ready["projection_faults"] = {
+            r["projection"]: {"events": r["n"], "first_seq": r["first_seq"]} for r in faulted
+        }
+    return JSONResponse(ready)

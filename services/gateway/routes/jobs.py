@@ -1,4 +1,4 @@
-"""Jobs (SPEC §8): submit, list, show, events (the audit trail), cancel.
+"""Jobs (SPEC §8): submit, list, show, events (the audit trail), logs (the output), cancel.
 
 Submit and cancel are commands: the gateway checks who is asking and the request's shape, then
 intake decides and appends the event (SPEC E4); the verdicts (422 / 503 / 409) are intake's.
@@ -11,41 +11,37 @@ from typing import Annotated, Any, Final
 
 import msgspec
 from fastapi import APIRouter, Header, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
-from jpu import commands
+from jpu import commands, joblogs, limits
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
-from jpu_services.gateway.errors import ApiError
+from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
+from jpu_services.gateway.routes import _attempts, _logs
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._jobview import job_out, list_jobs, load_visible
 from jpu_services.gateway.routes._queueview import shared_view
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
-MAX_IDEMPOTENCY_KEY: Final = 200
-_SUBMIT_SCHEMA: Final = {
-    "type": "object",
-    "required": ["command", "num_gpus"],
-    "properties": {
-        "name": {"type": "string", "maxLength": 128, "pattern": "^[A-Za-z0-9._-]+$"},
-        "command": {"type": "string", "maxLength": 65536, "description": "shell script text"},
-        "num_gpus": {"type": "integer", "minimum": 1, "maximum": 8},
-        "tiers": {"type": "array", "items": {"type": "string"}},
-        "min_vram_gb": {"type": "integer", "minimum": 1},
-        "time_limit_s": {"type": "integer", "minimum": 1},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 64},
-    },
+MAX_IDEMPOTENCY_KEY: Final = limits.MAX_IDEMPOTENCY_KEY
+# What the routes of a job answer besides 2xx (the OpenAPI document; 422 and 503 are added to
+# every operation by jpu_services.gateway.openapi, and the submit body is jpu.limits').
+_ERRORS: Final = responses(401, 403, 404)
+_SUBMIT_ERRORS: Final = {
+    200: {"description": "an Idempotency-Key replay: the job submitted first (Q6)"},
+    **responses(
+        401,
+        409,
+        422,
+        429,
+        503,
+        s409="IDEMPOTENCY_CONFLICT (the key was used with another body, Q6)",
+        s422="VALIDATION_ERROR naming the field (Q1) / NO_FIT_PLACEMENT (Q2)",
+        s503="SERVICE_MAINTENANCE (Q3) / INTAKE_UNAVAILABLE / SERVICE_UNAVAILABLE",
+    ),
 }
-_ERRORS: Final[dict[int | str, dict[str, Any]]] = {
-    401: {"description": "UNAUTHENTICATED"},
-    403: {"description": "FORBIDDEN"},
-    404: {"description": "NOT_FOUND"},
-    409: {"description": "ALREADY_TERMINAL / IDEMPOTENCY_CONFLICT"},
-    422: {"description": "VALIDATION_ERROR / NO_FIT_PLACEMENT"},
-    429: {"description": "RATE_LIMITED"},
-    503: {"description": "SERVICE_MAINTENANCE"},
-}
+_CANCEL_ERRORS: Final = responses(401, 403, 404, 409, s409="ALREADY_TERMINAL")
 
 
 def _limiter(request: Request) -> RateLimiter:
@@ -57,16 +53,24 @@ def _limiter(request: Request) -> RateLimiter:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    """Shape only: a JSON object of sane size. Field rules (Q1) are intake's."""
-    raw = await request.body()
-    if len(raw) > cmd.MAX_BODY_BYTES:
-        raise cmd.shape_error("body", f"request body over {cmd.MAX_BODY_BYTES} bytes")
+    """Shape only: a JSON object of sane size that every store can hold (jpu.limits: no NUL or
+    unpaired surrogate, finite numbers, 64-bit integers, bounded nesting), so the command to
+    intake can be encoded at all. Field rules (Q1) are intake's, on the same jpu.limits."""
+    raw = await cmd.read_body(request, limits.MAX_BODY_BYTES)
+    if raw is None:
+        raise cmd.shape_error("body", f"request body over {limits.MAX_BODY_BYTES} bytes")
     try:
         body = json.loads(raw or b"null")
-    except ValueError as e:
+    except RecursionError as e:  # 100k nested arrays: json.loads gives up around 1000 deep
+        raise cmd.shape_error("body", f"nested deeper than {limits.MAX_JSON_DEPTH} levels") from e
+    except ValueError as e:  # not JSON, not UTF-8, an integer of more than 4300 digits
         raise cmd.shape_error("body", f"body is not valid JSON: {e}") from e
     if not isinstance(body, dict):
         raise cmd.shape_error("body", "body must be a JSON object")
+    problems = limits.json_problems(body)
+    if problems:
+        message, details = limits.error_details(problems)
+        raise ApiError(422, "VALIDATION_ERROR", message, details)
     return body
 
 
@@ -79,25 +83,32 @@ async def _job_body(
         rank, reason = view.rank_of(row["job_id"])
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
             rank, reason = None, "ConcurrencyLimit"  # already be promoted; show the row's state
-    return job_out(row, rank, reason, detail=detail)
+    return _with_dirs(job_out(row, rank, reason, detail=detail), settings)
 
 
-def _submitted_body(row: Any) -> dict[str, Any]:
+def _with_dirs(out: dict[str, Any], settings: Any) -> dict[str, Any]:
+    """U5: where the (latest) attempt runs or ran — `workdir`, the `chdir` asked for or else
+    JOB_OUTPUT_DIR — and `output_dir` (JOB_OUTPUT_DIR, X2: its stdout and stderr are the logs)."""
+    output_dir = str(joblogs.attempt_dir(settings.output_root, out["id"], out["attempt"]))
+    return {**out, "workdir": out.get("chdir") or output_dir, "output_dir": output_dir}
+
+
+def _submitted_body(row: Any, settings: Any) -> dict[str, Any]:
     """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
     on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
     cycle has seen yet has no D7 reason but its personal queue's (D7 ConcurrencyLimit)."""
     reason = "ConcurrencyLimit" if row["state"] == "PERSONAL_QUEUE_WAIT" else None
-    return job_out(row, None, reason, detail=True)
+    return _with_dirs(job_out(row, None, reason, detail=True), settings)
 
 
 @router.post(
     "",
     status_code=201,
-    responses=_ERRORS,
+    responses=_SUBMIT_ERRORS,
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": _SUBMIT_SCHEMA}},
+            "content": {"application/json": {"schema": limits.submit_schema()}},
         }
     },
 )
@@ -106,7 +117,15 @@ async def submit(
     user: CurrentUser,
     edges: EdgesDep,
     settings: SettingsDep,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=MAX_IDEMPOTENCY_KEY,
+            description="the same key from the same user returns the original job (Q6)",
+        ),
+    ] = None,
 ) -> JSONResponse:
     """Submit a job (SPEC §2). 201 with the job; 200 when `Idempotency-Key` replays (Q6)."""
     wait = _limiter(request).take(user.name)
@@ -118,8 +137,9 @@ async def submit(
             {"retry_after_s": round(wait, 3)},
             headers={"Retry-After": retry_after_header(wait)},
         )
-    if idempotency_key is not None and not 0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY:
-        raise cmd.shape_error("Idempotency-Key", f"1–{MAX_IDEMPOTENCY_KEY} characters")
+    key_problem = limits.idempotency_key_problem(idempotency_key)
+    if key_problem:
+        raise cmd.shape_error("Idempotency-Key", key_problem)
     body = await _json_object(request)
     reply = await cmd.send(
         edges,
@@ -134,40 +154,58 @@ async def submit(
     )
     status = 200 if reply.replayed else 201
     headers = {"Location": f"/v1/jobs/{reply.job_id}"}
-    if await cmd.caught_up(edges, reply.seq, request=request):
-        row = await load_visible(edges.pool, user, str(reply.job_id))
-        out = _submitted_body(row)
-    else:  # the projection lags: answer with what intake told us (the GET will catch up)
+    row = await cmd.read_back(
+        edges, reply.seq, request, lambda: load_visible(edges.pool, user, str(reply.job_id))
+    )
+    if row is not None:
+        out = _submitted_body(row, settings)
+    else:  # projection lag or database down: what intake told us (the GET will catch up)
         out = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
     return JSONResponse(out, status_code=status, headers=headers)
 
 
-@router.get("", responses=_ERRORS)
+@router.get("", responses=responses(401))
 async def list_(
+    request: Request,
     user: CurrentUser,
-    pool: PoolDep,
+    edges: EdgesDep,
     state: Annotated[str | None, Query(description="state or comma-separated states")] = None,
     lab: str | None = None,
     user_: Annotated[str | None, Query(alias="user")] = None,
+    since: Annotated[
+        float | None,
+        Query(allow_inf_nan=False, description="submitted at or after (epoch seconds)"),
+    ] = None,
+    until: Annotated[
+        float | None, Query(allow_inf_nan=False, description="submitted before (epoch seconds)")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: str | None = None,
+    cursor: Annotated[
+        str | None, Query(description="`next_cursor` of the previous page (keyset, newest first)")
+    ] = None,
 ) -> dict[str, Any]:
-    """Jobs visible to the caller (own; lab_admin: the lab's; admin: all), newest first."""
+    """Jobs visible to the caller (own; lab_admin: the lab's; admin: all), newest first, a page
+    of `limit` at a time (`next_cursor` until the last page). Each with `elapsed_s` (the latest
+    attempt's run time) and `gpu_seconds` (held by all its attempts, F5) — `jpu jobs`/`history`."""
     states = [s.strip().upper() for s in state.split(",") if s.strip()] if state else None
     rows, nxt = await list_jobs(
-        pool, user, states=states, lab=lab, owner=user_, limit=limit, cursor=cursor
-    )
-    return {"jobs": [job_out(r) for r in rows], "next_cursor": nxt}
+        edges.pool, user, states=states, lab=lab, owner=user_, limit=limit, cursor=cursor,
+        since=since, until=until,
+    )  # fmt: skip
+    jobs = await _attempts.history_rows([job_out(r) for r in rows], rows, edges, cmd.now(request))
+    return {"jobs": jobs, "next_cursor": nxt}
 
 
 @router.get("/{job_id}", responses=_ERRORS)
 async def show(
-    request: Request, job_id: str, user: CurrentUser, pool: PoolDep, settings: SettingsDep
+    request: Request, job_id: str, user: CurrentUser, edges: EdgesDep, settings: SettingsDep
 ) -> dict[str, Any]:
     """The job: state, attempt, rank and pending reason if queued, placement, reservation,
-    usage charged, backend (Slurm) job id, isolation."""
-    row = await load_visible(pool, user, job_id)
-    return await _job_body(request, pool, settings, row)
+    usage charged, backend (Slurm) job id, isolation; its run time (`elapsed_s`, live while it
+    runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8)."""
+    row = await load_visible(edges.pool, user, job_id)
+    out = await _job_body(request, edges.pool, settings, row)
+    return await _attempts.job_page(out, row, edges, settings, cmd.now(request))
 
 
 @router.get("/{job_id}/events", responses=_ERRORS)
@@ -181,7 +219,70 @@ async def events(job_id: str, user: CurrentUser, edges: EdgesDep) -> dict[str, A
     }
 
 
-@router.post("/{job_id}/cancel", status_code=202, responses=_ERRORS)
+_LOGS_DOC: Final = (
+    "An attempt's stdout or stderr (SPEC §8, U5): raw bytes as text/plain.\n\n"
+    "* `attempt`: default the job's latest; `stream`: stdout (default) or stderr.\n"
+    "* Byte range by query parameters (no HTTP Range header): `offset` from the start (≥ 0) or "
+    "from the end (< 0, like `tail -c`), `limit` bytes at most (default: up to the end as it is "
+    "now). Always 200; the headers `Jpu-Log-Start`/`Jpu-Log-End` say which bytes [start, end) "
+    "the body holds, `Jpu-Log-Size` the file's size, `Jpu-Log-Ended` whether the attempt ended "
+    "(the output is final). Page on with `offset` = `Jpu-Log-End`.\n"
+    "* `follow=true`: a chunked stream from `offset` as the job writes, ending when the attempt "
+    "ends (after its last byte); an attempt that has not started yet is waited for.\n\n"
+    "Visible to the owner, a lab_admin of the job's lab and admins (403 FORBIDDEN otherwise). "
+    "404 NOT_FOUND: no such job or attempt, or the attempt has no output (yet). 503 "
+    "OUTPUT_UNREADABLE: the gateway may not read the output root."
+)
+
+
+@router.get(
+    "/{job_id}/logs",
+    description=_LOGS_DOC,
+    response_class=StreamingResponse,  # the 200 is text/plain (below), errors the §8 JSON
+    responses={
+        200: {
+            "description": "the bytes asked for (raw, as the job wrote them)",
+            "content": {"text/plain": {"schema": {"type": "string", "format": "binary"}}},
+            "headers": _logs.HEADERS_DOC,
+        },
+        **responses(401, 403, 404, 503, s503="OUTPUT_UNREADABLE (the gateway may not read it)"),
+    },
+)
+async def logs(
+    job_id: str,
+    user: CurrentUser,
+    pool: PoolDep,
+    settings: SettingsDep,
+    attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
+    stream: Annotated[joblogs.Stream, Query(description="stdout or stderr")] = "stdout",
+    offset: Annotated[
+        int,
+        Query(
+            ge=-_logs.MAX_OFFSET,
+            le=_logs.MAX_OFFSET,
+            description="first byte: ≥ 0 from the start, < 0 from the end",
+        ),
+    ] = 0,
+    limit: Annotated[
+        int | None, Query(ge=1, le=_logs.MAX_OFFSET, description="at most this many bytes")
+    ] = None,
+    follow: Annotated[bool, Query(description="stream until the attempt ends")] = False,
+) -> StreamingResponse:
+    """An attempt's stdout or stderr: a byte range, or followed while it runs."""
+    row = await load_visible(pool, user, job_id)
+    return await _logs.serve(
+        pool,
+        settings.output_root,
+        row,
+        attempt=attempt,
+        stream=stream,
+        offset=offset,
+        limit=limit,
+        follow=follow,
+    )
+
+
+@router.post("/{job_id}/cancel", status_code=202, responses=_CANCEL_ERRORS)
 async def cancel(
     request: Request, job_id: str, user: CurrentUser, edges: EdgesDep, settings: SettingsDep
 ) -> JSONResponse:
@@ -193,6 +294,10 @@ async def cancel(
         commands.cancel_subject(settings.base.subject_prefix),
         commands.CancelCommand(job_id=job_id, by=user.name, role=user.role, lab=user.lab),
     )
-    await cmd.caught_up(edges, reply.seq, request=request)
-    row = await load_visible(edges.pool, user, job_id)
+    row = await cmd.read_back(
+        edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
+    )
+    if row is None:  # the cancel is in the log; the database does not answer right now
+        out = {"id": job_id, "state": reply.state, "projection_lag": True}
+        return JSONResponse(out, status_code=202)
     return JSONResponse(await _job_body(request, edges.pool, settings, row), status_code=202)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
-from jpu_services.gateway.errors import ApiError
+from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.routes._commands import now
 
 router = APIRouter(prefix="/v1", tags=["labs"])
@@ -50,7 +50,7 @@ async def _labs(
     return out
 
 
-@router.get("/labs")
+@router.get("/labs", responses=responses(401))
 async def labs(
     request: Request, _: CurrentUser, pool: PoolDep, settings: SettingsDep
 ) -> dict[str, Any]:
@@ -61,7 +61,7 @@ async def labs(
     return {"as_of": t, "half_life_s": base.half_life_s, "labs": rows}
 
 
-@router.get("/labs/{lab}")
+@router.get("/labs/{lab}", responses=responses(401, 404))
 async def lab(
     request: Request, lab: str, _: CurrentUser, pool: PoolDep, settings: SettingsDep
 ) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def _sampled(
     return out
 
 
-@router.get("/usage/history")
+@router.get("/usage/history", responses=responses(401))
 async def usage_history(
     request: Request,
     _: CurrentUser,

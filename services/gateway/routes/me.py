@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
+from jpu_services.gateway.errors import responses
 
 router = APIRouter(prefix="/v1", tags=["users"])
 
@@ -36,10 +37,11 @@ class TierOut(BaseModel):
     active: bool
 
 
-@router.get("/me")
+@router.get("/me", responses=responses(401))
 async def me(user: CurrentUser, pool: PoolDep, settings: SettingsDep) -> Me:
     used = await pool.fetchval(
-        'SELECT count(*) FROM jobs WHERE "user" = $1 AND state = ANY($2::text[])',
+        'SELECT count(*) FROM jobs WHERE "user" = $1'
+        " AND (state = ANY($2::text[]) OR oom_pending)",  # X8: an undecided OOM retry (S1)
         user.name,
         list(SLOT_STATES),
     )
@@ -53,7 +55,7 @@ async def me(user: CurrentUser, pool: PoolDep, settings: SettingsDep) -> Me:
     )
 
 
-@router.get("/tiers")
+@router.get("/tiers", responses=responses(401))
 async def tiers(_: CurrentUser, settings: SettingsDep, active: bool | None = None) -> list[TierOut]:
     """Tiers best first (SPEC T1); they are configuration (§1.1). `?active=` filters (T2)."""
     ordered = sorted(settings.base.tiers, key=lambda t: -t.sort_order)

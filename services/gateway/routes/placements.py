@@ -15,6 +15,7 @@ from jpu.policy.model import Gpu
 from jpu.policy.placements import placements as compute_placements
 from jpu.store.projections.backfill import live_instances
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
+from jpu_services.gateway.errors import responses
 
 router = APIRouter(prefix="/v1", tags=["pool"])
 
@@ -35,7 +36,7 @@ def _holders(gpus: list[Gpu], kind: str) -> list[dict[str, Any]]:
     return [{"job_id": j, "gpus": sorted(ix)} for j, ix in held.items()]
 
 
-@router.get("/placements")
+@router.get("/placements", responses=responses(401))
 async def placements(_: CurrentUser, pool: PoolDep, settings: SettingsDep) -> dict[str, Any]:
     """Per placement: node, tier, capacity, idle, reserved (by which job), backfilled, running
     jobs, and each GPU's state (free | job:<id> | reserved:<id> | backfill:<id> | down)."""
@@ -68,7 +69,7 @@ async def placements(_: CurrentUser, pool: PoolDep, settings: SettingsDep) -> di
     return {"placements": out, "unconfigured_tiers": unknown}
 
 
-@router.get("/backfill")
+@router.get("/backfill", responses=responses(401))
 async def backfill(_: CurrentUser, pool: PoolDep) -> dict[str, Any]:
     """LLM inference running on idle GPUs now (B1), from the `backfill` projection: each live
     instance with its endpoint, backend job and its GPU's state now (a reserved GPU keeps its

@@ -1,13 +1,16 @@
-"""The global queue in current order (SPEC §8 `GET /v1/queue`, D1, D7). Commands are hidden."""
+"""The global queue in current order (SPEC §8 `GET /v1/queue`, D1, D7) and the jobs running now.
+Commands are hidden."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Final
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
-from jpu_services.gateway.routes._queueview import shared_view
+from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.routes._jobview import QUEUED_STATES, RUNNING_STATES
+from jpu_services.gateway.routes._queueview import PERSONAL, shared_view
 
 router = APIRouter(prefix="/v1", tags=["queue"])
 
@@ -39,22 +42,95 @@ def _entry(row: Any, rank: int | None, reason: str | None, usage: float) -> dict
     }
 
 
-@router.get("/queue")
+_RUNNING_SQL: Final = (
+    'SELECT job_id, lab, "user", name, num_gpus, tiers, state, attempt, node, tier, gpus, '
+    "dispatched_at, started_at, time_limit_s, submitted_at FROM jobs "
+    "WHERE state = ANY($1::text[]) ORDER BY dispatched_at NULLS LAST, submitted_at, job_id"
+)
+# Every state a job can be in (S1, S2); a filter naming another one is a typo, not "none".
+JOB_STATES: Final = (PERSONAL, *QUEUED_STATES, *RUNNING_STATES, "COMPLETED", "FAILED", "CANCELLED")
+
+
+def _running(row: Any, usage: float, now: float) -> dict[str, Any]:
+    started = row["started_at"]
+    return {
+        "rank": None,
+        "job_id": row["job_id"],
+        "name": row["name"],
+        "lab": row["lab"],
+        "user": row["user"],
+        "num_gpus": row["num_gpus"],
+        "tiers": row["tiers"],
+        "state": row["state"],
+        "attempt": row["attempt"],
+        "lab_usage": usage,
+        "placement": (
+            None
+            if row["node"] is None
+            else {"node": row["node"], "tier": row["tier"], "gpus": list(row["gpus"] or [])}
+        ),
+        "dispatched_at": row["dispatched_at"],
+        "started_at": started,
+        "elapsed_s": None if started is None else max(0.0, now - started),  # squeue's TIME
+        "time_limit_s": row["time_limit_s"],
+        "submitted_at": row["submitted_at"],
+    }
+
+
+def _states(state: str | None) -> set[str] | None:
+    if not state:
+        return None
+    states = {s.strip().upper() for s in state.split(",") if s.strip()}
+    unknown = sorted(states - set(JOB_STATES))
+    if unknown:
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"state: unknown state(s) {', '.join(unknown)} (known: {', '.join(JOB_STATES)})",
+            {"field": "state", "known": list(JOB_STATES)},
+        )
+    return states
+
+
+@router.get("/queue", responses=responses(401))
 async def queue(
-    request: Request, _: CurrentUser, pool: PoolDep, settings: SettingsDep
+    request: Request,
+    _: CurrentUser,
+    pool: PoolDep,
+    settings: SettingsDep,
+    user: Annotated[str | None, Query(description="only this user's jobs")] = None,
+    lab: Annotated[str | None, Query(description="only this lab's jobs")] = None,
+    state: Annotated[str | None, Query(description="state or comma-separated states")] = None,
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
-    by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit)."""
+    by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit);
+    `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
+    keep the ranks of the whole queue; the lengths count it whole."""
+    states = _states(state)
     view = await shared_view(request).get()
     entries = [
         _entry(r, i, view.reasons.get(r["job_id"]), view.usage.get(r["lab"], 0.0))
         for i, r in enumerate(view.ordered, start=1)
     ] + [_entry(r, None, "ConcurrencyLimit", view.usage.get(r["lab"], 0.0)) for r in view.personal]
+    running = [
+        _running(r, view.usage.get(r["lab"], 0.0), view.now)
+        for r in await pool.fetch(_RUNNING_SQL, list(RUNNING_STATES))
+    ]
+
+    def keep(e: dict[str, Any]) -> bool:
+        return (
+            (user is None or e["user"] == user)
+            and (lab is None or e["lab"] == lab)
+            and (states is None or e["state"] in states)
+        )
+
     return {
         "as_of": view.now,
         "maintenance": view.maintenance,
         "half_life_s": settings.base.half_life_s,
         "global_length": len(view.ordered),
         "personal_length": len(view.personal),
-        "queue": entries,
+        "running_length": len(running),
+        "queue": [e for e in entries if keep(e)],
+        "running": [e for e in running if keep(e)],
     }

@@ -17,7 +17,7 @@ from builders import (
 )
 
 from jpu.policy import cycle, ever_fits, placements
-from jpu.policy.model import Gpu, LabUsage
+from jpu.policy.model import Gpu, LabUsage, Reservation
 
 A1, A2, B1, B2 = "gpu-4090x2-01", "gpu-4090x2-02", "gpu-3080tix2-01", "gpu-3080tix2-02"
 BUSY_ALL = {(n, i): f"job:r-{n}-{i}" for n in (A1, A2, B1, B2) for i in (0, 1)}
@@ -302,6 +302,38 @@ def test_R5_reserved_gpu_down_releases():
     gpus = default_cluster(busy_except() | {(A1, 0): "down"})
     r = cycle(snap(gpus, [job("X", n=2, res=res)]), now=10.0)
     assert [x.reason for x in r.releases] == ["capacity"]
+
+
+BIG = tiers(tier("rtx4090", 24, 82.6, 20, max_gpus=4), RTX3080)  # one 4-GPU placement
+
+
+def test_R5_one_lost_reserved_gpu_leaves_and_the_rest_is_kept():
+    """Issue 10 finding 5: capacity still >= num_gpus, so only the lost GPU leaves (R5)."""
+    res = Reservation("big", "rtx4090", (0, 1), since=0.0, joined=(0.0, 40.0))
+    states = {
+        ("big", 0): "reserved:X",
+        ("big", 1): "down",
+        ("big", 2): "job:y",
+        ("big", 3): "job:z",
+    }
+    gpus = cluster(("big", "rtx4090", 4), states=states)
+    r = cycle(snap(gpus, [job("X", n=3, res=res)], tier_map=BIG), now=100.0)
+    assert r.releases == [] and r.dispatches == []
+    [sh] = r.shrinks
+    assert (sh.job_id, sh.gpus, sh.removed) == ("X", (0,), (1,))
+    assert sh.gpu_seconds == 60.0 and sh.tflops == 82.6  # GPU 1 joined at 40: 60 s held
+    assert r.pending["X"] == "Reservation"  # still reserving, with what it kept
+
+
+def test_R5_a_kept_shrunk_reservation_dispatches_with_what_it_kept():
+    res = Reservation("big", "rtx4090", (0, 1), since=0.0, joined=(0.0, 40.0))
+    states = {("big", 0): "reserved:X", ("big", 1): "down"}  # 2 and 3 free: 0 + 2 + 3 = 3
+    big = cluster(("big", "rtx4090", 4), states=states)
+    r = cycle(snap(big, [job("X", n=3, res=res)], tier_map=BIG), 100.0)
+    assert [sh.removed for sh in r.shrinks] == [(1,)]
+    [rel] = r.releases
+    assert (rel.reason, rel.gpu_seconds) == ("dispatched", 100.0)  # GPU 0 only; GPU 1 in sh
+    assert sorted(r.dispatches[0].gpus) == [0, 2, 3]
 
 
 # --- T tiers, P placements, Q2 ---------------------------------------------------------------

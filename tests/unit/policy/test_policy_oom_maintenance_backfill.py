@@ -57,16 +57,16 @@ def test_X8_escalation_to_more_vram():
 def test_X8_escalation_fails_when_nothing_bigger_fits():
     gpus = default_cluster()
     r = escalate(1, 24, gpus, DEFAULT_TIERS, num_gpus=1, job_tiers=None, max_attempts=3)
-    assert r == Fail(reason="OOM")
+    assert r == Fail("no_fit", 25) and r.reason == "OOM"
     only3080 = escalate(1, 12, gpus, DEFAULT_TIERS, 1, frozenset({"rtx3080ti"}), 3)
-    assert only3080 == Fail()
+    assert only3080 == Fail("no_fit", 13)
     off = tiers(tier("rtx4090", 24, 82.6, 20, active=False), RTX3080)
-    assert escalate(1, 12, gpus, off, 1, None, 3) == Fail()  # only active placements count
+    assert escalate(1, 12, gpus, off, 1, None, 3) == Fail("no_fit", 13)  # only active ones
 
 
 def test_X8_escalation_fails_past_max_attempts():
     gpus = default_cluster()
-    assert escalate(3, 12, gpus, DEFAULT_TIERS, 1, None, max_attempts=3) == Fail()
+    assert escalate(3, 12, gpus, DEFAULT_TIERS, 1, None, max_attempts=3) == Fail("max_attempts", 13)
     assert escalate(2, 12, gpus, DEFAULT_TIERS, 1, None, max_attempts=3) == Retry(3, 13)
 
 

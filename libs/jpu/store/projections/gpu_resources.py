@@ -22,6 +22,7 @@ from jpu.events import (
     NodeInventoryObserved,
     ReservationGrown,
     ReservationReleased,
+    ReservationShrunk,
     ReservationStarted,
 )
 
@@ -106,6 +107,15 @@ class GpuResourcesProjection:
                 )
             case ReservationReleased():
                 await conn.execute(_RELEASE, [f"reserved:{e.job_id}"], seq)
+            case ReservationShrunk():  # R5: only the lost GPUs, if still shown as reserved
+                await conn.execute(
+                    _RELEASE + " AND node = $3 AND tier = $4 AND index = ANY($5::int[])",
+                    [f"reserved:{e.job_id}"],
+                    seq,
+                    e.node,
+                    e.tier,
+                    list(e.removed),
+                )
             case JobDispatched():  # preempts backfill (B2); its own reserved GPUs become the job's
                 await conn.execute(
                     _TAKE + " AND state <> 'down'",

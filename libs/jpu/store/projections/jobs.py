@@ -1,14 +1,16 @@
-"""The job view: a fold of job events (SPEC S1–S3).
+"""The job view as rows: each row is a function of the domain's JobView (SPEC S1–S3, E3).
 
-`next_state` is the pure state machine (services reuse it to decide whether an event is legal);
-`evolve` folds one event into a row (a plain dict keyed by column). `apply_many` loads the rows a
-batch touches, folds in memory and upserts every changed row once: one round trip per batch
-instead of one per event.
+There is no state machine here. The row keeps the job's JobView (`view`, jsonb: the very state
+the services fold, jpu.fold_jobs), and each event is folded by `apply_job_event`, the services'
+own function; the columns the API reads are then derived from the view (`columns`). So the
+projection and the services cannot disagree on a job's state, attempt, reservation or placement
+(issue 10): a swap release without its dispatch, for instance, returns the job to the global queue
+here exactly as in the dispatcher. Besides the view a row holds the request as submitted
+(command, env, chdir, the tiers as written) and one accounting fact, `usage_charged` (F4: every
+UsageCharged of the job, even after it ended).
 
-OOM escalation (X8): the retry moves the job back to GLOBAL_QUEUE_WAIT with attempt + 1, so the
-emitter appends `JobRetryScheduled(attempt=n+1)` BEFORE the failed attempt's `JobEnded(attempt=n)`.
-A JobEnded for an attempt older than the job's current attempt only closes that attempt (records
-its exit code / OOM verdict) and never ends the job.
+`apply_many` loads the rows a batch touches, folds in memory and upserts every changed row once:
+one round trip per batch instead of one per event.
 """
 
 from __future__ import annotations
@@ -19,171 +21,70 @@ import asyncpg
 import msgspec
 
 from jpu.bus.model import Delivered
-from jpu.events import (
-    Event,
-    JobCancelRequested,
-    JobDispatched,
-    JobEnded,
-    JobEvent,
-    JobPromoted,
-    JobRetryScheduled,
-    JobStarted,
-    JobSubmitted,
-    ReservationGrown,
-    ReservationReleased,
-    ReservationStarted,
-    UsageCharged,
-)
-
-PQW: Final = "PERSONAL_QUEUE_WAIT"
-GQW: Final = "GLOBAL_QUEUE_WAIT"
-RESERVING: Final = "RESERVING"
-DISPATCHED: Final = "DISPATCHED"
-RUNNING: Final = "RUNNING"
-CANCELLING: Final = "CANCELLING"
-TERMINAL: Final = frozenset({"COMPLETED", "FAILED", "CANCELLED"})  # S2
-SLOT_HOLDING: Final = frozenset({GQW, RESERVING, DISPATCHED, RUNNING, CANCELLING})  # S1
-QUEUED: Final = frozenset({GQW, RESERVING})
-_CHARGED_RELEASES: Final = frozenset({"demoted", "maintenance", "capacity"})  # R3, R5
+from jpu.events import JobEvent, JobSubmitted, UsageCharged
+from jpu.fold_jobs import JobView, apply_job_event
 
 Row = dict[str, Any]
 _json: Final = msgspec.json.Encoder()
+_view_json: Final = msgspec.json.Encoder(order="deterministic")  # sets sorted: rebuilds compare
+_view_decoder: Final = msgspec.json.Decoder(JobView)
 
 
-def next_state(current: str | None, event: Event, *, attempt: int | None = None) -> str | None:
-    """The state `event` moves a job in `current` to, or None if it changes no state (S3).
-
-    `attempt` is the job's current attempt; when given, stale attempt events are ignored.
-    """
-    if current is None:
-        return PQW if isinstance(event, JobSubmitted) else None
-    if current in TERMINAL:
-        return None  # S2
-    stale = attempt is not None and getattr(event, "attempt", attempt) < attempt
-    match event:
-        case JobPromoted() if current == PQW:
-            return GQW
-        case ReservationStarted() if current == GQW:
-            return RESERVING
-        case ReservationReleased(reason=r) if current == RESERVING and r in _CHARGED_RELEASES:
-            return GQW
-        case JobDispatched() if current in QUEUED and not stale:
-            return DISPATCHED
-        case JobStarted() if current == DISPATCHED and not stale:
-            return RUNNING
-        case JobRetryScheduled() if current != CANCELLING and current != PQW:
-            fresh = attempt is None or event.attempt > attempt
-            return GQW if fresh else None
-        case JobCancelRequested() if current != CANCELLING:
-            return CANCELLING
-        case JobEnded() if not stale:
-            return event.state
-    return None
-
-
-def _new_row(e: JobSubmitted) -> Row:
-    row: Row = dict.fromkeys(COLUMNS)  # every column; NULL unless set below
-    row.update(job_id=e.job_id, lab=e.lab, user=e.user, name=e.name, num_gpus=e.num_gpus,
-               tiers=e.tiers, min_vram_gb=e.min_vram_gb, time_limit_s=e.time_limit_s,
-               env=dict(e.env), command=e.command, state=PQW, attempt=1, submitted_at=e.ts,
-               oom=False, usage_charged=0.0, kill_failed=False)  # fmt: skip
-    return row
-
-
-_NO_RESERVATION: Final = {
-    "reservation_node": None,
-    "reservation_tier": None,
-    "reservation_gpus": None,
-    "reservation_since": None,
-}
-
-
-def _changes(row: Row, event: Event, state: str | None) -> Row:
-    """The column updates `event` makes to a non-terminal job row moving to `state` (or None)."""
-    cancelling = row["state"] == CANCELLING and getattr(event, "attempt", 0) >= row["attempt"]
-    match event:
-        case JobPromoted() if state:
-            return {"queue_entered_at": event.queue_entered_at}
-        case ReservationStarted() if state:
-            return {
-                "reservation_node": event.node,
-                "reservation_tier": event.tier,
-                "reservation_gpus": list(event.gpus),
-                "reservation_since": event.ts,
-            }
-        case ReservationGrown() if row["state"] == RESERVING:
-            return {"reservation_gpus": list(event.gpus)}
-        case ReservationReleased() if row["reservation_node"] is not None:
-            return dict(_NO_RESERVATION)
-        case JobDispatched() if state or cancelling:  # a cancel may race a dispatch
-            return {
-                "node": event.node,
-                "tier": event.tier,
-                "gpus": list(event.gpus),
-                "attempt": event.attempt,
-                "dispatched_at": event.ts,
-                **_NO_RESERVATION,
-            }
-        case JobStarted() if state or cancelling:
-            return {
-                "backend_job_id": event.backend_job_id,
-                "isolation": event.isolation,
-                "started_at": event.ts,
-            }
-        case JobRetryScheduled() if state:  # X8: keeps queue_entered_at
-            return {
-                "attempt": event.attempt,
-                "ended_at": None,
-                "min_vram_gb": event.min_vram_gb,
-                "node": None,
-                "tier": None,
-                "gpus": None,
-                "backend_job_id": None,
-                "dispatched_at": None,
-                "started_at": None,
-                **_NO_RESERVATION,
-            }
-        case JobCancelRequested() if state:
-            return {"cancel_requested_by": event.by}
-        case JobEnded():
-            return _ended(event, final=state is not None)
-    return {}
-
-
-def _ended(e: JobEnded, *, final: bool) -> Row:
-    attempt_facts: Row = {
-        "exit_code": e.exit_code,
-        "oom": e.oom,
-        "end_reason": e.reason,
-        "kill_failed": e.kill_failed,
+def columns(view: JobView) -> Row:
+    """The columns the API reads, from the job's JobView alone."""
+    end = view.last_end
+    current_end = end if end is not None and end.attempt == view.attempt else None
+    node = tier = gpus = None
+    if view.placement is not None:
+        node, tier, placed = view.placement
+        gpus = list(placed)
+    elif current_end is not None and current_end.node is not None:  # where the attempt ran
+        node, tier, gpus = current_end.node, current_end.tier, list(current_end.gpus)
+    r = view.reservation
+    return {
+        "state": view.state,
+        "attempt": view.attempt,
+        "min_vram_gb": view.min_vram_gb,
+        "queue_entered_at": view.queue_entered_at,
+        "node": node,
+        "tier": tier,
+        "gpus": gpus,
+        "dispatched_at": view.dispatched_at,
+        "started_at": view.started_at,
+        "ended_at": current_end.ts if current_end is not None and view.terminal else None,
+        "reservation_node": r.node if r is not None else None,
+        "reservation_tier": r.tier if r is not None else None,
+        "reservation_gpus": list(r.gpus) if r is not None else None,
+        "reservation_since": r.since if r is not None else None,
+        "backend_job_id": view.backend_job_id,
+        "isolation": view.isolation,
+        # the last ended attempt's facts (X6, X7, X5), also while a retry waits
+        "exit_code": end.exit_code if end is not None else None,
+        "end_reason": end.reason if end is not None else None,
+        "oom": bool(end.oom) if end is not None else False,
+        "kill_failed": bool(end.kill_failed) if end is not None else False,
+        "cancel_requested_by": view.cancel_by,
+        "oom_pending": view.oom_pending,
     }
-    if not final:
-        return attempt_facts  # an older attempt closed after its retry (X8)
-    facts: Row = {**attempt_facts, "ended_at": e.ts, **_NO_RESERVATION}
-    if e.backend_job_id:
-        facts["backend_job_id"] = e.backend_job_id
-    if e.node is not None:
-        facts.update(node=e.node, tier=e.tier, gpus=list(e.gpus))
-    return facts
 
 
-def _oom_retry(row: Row, event: Event) -> bool:
-    """X8: JobRetryScheduled after an attempt that FAILED by GPU OOM (and was not cancelled).
-
-    The agent reports the attempt's end (FAILED, oom) and the dispatcher then decides to retry:
-    the job goes back to GLOBAL_QUEUE_WAIT keeping queue_entered_at, without resubmission.
-    """
-    return (
-        isinstance(event, JobRetryScheduled)
-        and row["state"] == "FAILED"
-        and bool(row["oom"])
-        and row.get("cancel_requested_by") is None
-        and event.attempt > row["attempt"]
-    )
+def _new_row(e: JobSubmitted, view: JobView) -> Row:
+    return {
+        "job_id": e.job_id, "lab": e.lab, "user": e.user, "name": e.name,
+        "num_gpus": e.num_gpus, "tiers": e.tiers, "time_limit_s": e.time_limit_s,
+        "env": dict(e.env), "command": e.command, "chdir": e.chdir, "submitted_at": e.ts,
+        "usage_charged": 0.0, **columns(view),
+    }  # fmt: skip
 
 
-def evolve(row: Row | None, event: Event, seq: int) -> Row | None:
-    """The row after `event` (a new dict), or the same object when nothing changes."""
+def _view(row: Row) -> JobView:
+    raw = row["view"]
+    return _view_decoder.decode(raw if isinstance(raw, bytes | str) else _json.encode(raw))
+
+
+def evolve(row: Row | None, d: Delivered) -> Row | None:
+    """The row after `d` (a new dict), or the same object when the event is not the job's."""
+    event = d.event
     if isinstance(event, UsageCharged):
         # Charging happens after the attempt ends (F4): accounting facts, not job state, so
         # they are recorded even on terminal jobs.
@@ -193,27 +94,30 @@ def evolve(row: Row | None, event: Event, seq: int) -> Row | None:
             **row,
             "usage_charged": row["usage_charged"] + event.amount,
             "updated_at": event.ts,
-            "updated_seq": seq,
+            "updated_seq": d.seq,
         }
     if row is None:
-        if isinstance(event, JobSubmitted):
-            return {**_new_row(event), "updated_at": event.ts, "updated_seq": seq}
-        return None
-    if row["state"] not in TERMINAL:
-        state = next_state(row["state"], event, attempt=row["attempt"])
-    elif _oom_retry(row, event):
-        state = GQW  # X8: the one documented exception to S2 (see _oom_retry)
-    else:
-        return row  # S2
-    changes = _changes(row, event, state)
-    if state is not None:
-        changes["state"] = state
-    if not changes:
-        return row
-    return {**row, **changes, "updated_at": event.ts, "updated_seq": seq}
+        if not isinstance(event, JobSubmitted):
+            return None  # an event of a job whose submit was never seen: nothing to show
+        view = JobView.submitted(event, d.seq)
+        return {**_new_row(event, view), "view": _encoded(view), "updated_at": event.ts,
+                "updated_seq": d.seq}  # fmt: skip
+    if isinstance(event, JobSubmitted):
+        return row  # a second submit of the same id never wins (E2: expected seq 0)
+    view = _view(row)
+    apply_job_event(view, d)  # the services' own fold (jpu.fold_jobs)
+    visible = columns(view)
+    new = {**row, **visible, "view": _encoded(view)}
+    if any(row.get(k) != v for k, v in visible.items()):
+        new["updated_at"], new["updated_seq"] = event.ts, d.seq  # the last visible change
+    return new
 
 
-def _job_id(event: Event) -> str | None:
+def _encoded(view: JobView) -> Any:
+    return msgspec.json.decode(_view_json.encode(view))  # jsonb travels inside the batch
+
+
+def _job_id(event: Any) -> str | None:
     if isinstance(event, JobEvent):
         return event.job_id
     if isinstance(event, UsageCharged):
@@ -228,7 +132,7 @@ COLUMNS: Final = (
     "dispatched_at", "started_at", "ended_at", "reservation_node", "reservation_tier",
     "reservation_gpus", "reservation_since", "backend_job_id", "isolation", "exit_code",
     "end_reason", "oom", "usage_charged", "kill_failed", "cancel_requested_by", "updated_at",
-    "updated_seq",
+    "updated_seq", "chdir", "oom_pending", "view",
 )
 # fmt: on
 _QUOTED: Final = [f'"{c}"' for c in COLUMNS]
@@ -260,7 +164,7 @@ class JobsProjection:
             if job_id is None:
                 continue
             old = rows.get(job_id)
-            new = evolve(old, d.event, d.seq)
+            new = evolve(old, d)
             if new is not old and new is not None:
                 rows[job_id] = new
                 changed.add(job_id)

@@ -1,0 +1,152 @@
+"""Start time of a service's fold against a long log: snapshot + tail vs full replay (issue 11).
+
+    python bench/bench_start.py [--n 100000] [--tail 1000]
+
+Starts its own NATS. Appends n events (the job-lifecycle mix of jpu.testing.pg_fixtures), then
+measures, each in a fresh process (so RSS is the process's own), in the same run:
+  reference  a raw ordered read of the whole stream (jpu.bus.ordered, decode only);
+  full       a ClusterState (services' bounded mode) replayed from seq 1, no snapshot;
+  snapshot   the same after a snapshot written at n, with `tail` more events appended after it.
+Results on stdout, progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jpu.bus import EventBus
+from jpu.bus.snapshots import SnapshotStore
+from jpu.config import load_config
+from jpu.embedded.nats import EmbeddedNats
+from jpu.fold import ClusterState
+from jpu.fold_follow import Follower
+from jpu.testing.pg_fixtures import sample_log
+
+START = r"""
+import asyncio, json, sys, time
+t0 = time.perf_counter()
+from jpu.bus import EventBus
+from jpu.bus.ordered import follow_ordered
+from jpu.bus.snapshots import SnapshotStore
+from jpu.config import load_config
+from jpu.events import decode
+from jpu.fold import ClusterState
+from jpu.fold_follow import Follower, SnapshotPolicy
+
+async def main(url, mode):
+    config = load_config(env={})
+    bus = await EventBus.connect(url, stream="BENCH", prefix="bench")
+    last = await bus.last_seq()
+    if mode == "raw":
+        stop, n = asyncio.Event(), 0
+        async for msgs in follow_ordered(bus.js, "BENCH", "bench.>", 1, stop):
+            for m in msgs:
+                decode(m.data)
+            n = msgs[-1].metadata.sequence.stream
+            if n >= last:
+                stop.set()
+        restored = 0
+    else:
+        state = ClusterState.new(config, keep_ended=False)
+        policy = None
+        if mode == "snapshot":
+            policy = SnapshotPolicy(SnapshotStore(bus.js, "BENCH"), config, 10**9, 10**9)
+        f = Follower(bus, state, snapshots=policy)
+        restored = await f.restore()
+        stop = asyncio.Event()
+        task = asyncio.create_task(f.run(stop))
+        await f.catch_up()
+        stop.set()
+        await task
+    dt = time.perf_counter() - t0
+    # VmHWM: this process's own peak (ru_maxrss would carry the parent's over fork + exec)
+    hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
+    rss = int(hwm.split()[1]) / 1024
+    print(json.dumps({"mode": mode, "seconds": dt, "rss_mb": rss, "events": last,
+                      "restored_from": restored}))
+    await bus.close()
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+def progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_start(url: str, mode: str, cwd: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", START, url, mode],
+        capture_output=True, text=True, check=True, cwd=cwd,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+async def prepare(url: str, n: int, tail: int) -> tuple[int, int]:
+    bus = await EventBus.connect(url, stream="BENCH", prefix="bench")
+    await bus.ensure_stream()
+    log = sample_log((n + tail) // 6 + 10)[: n + tail]
+    t = time.perf_counter()
+    for i in range(0, n, 1000):
+        await bus.append_many(log[i : min(i + 1000, n)])
+    progress(f"appended {n} events in {time.perf_counter() - t:.1f} s")
+    config = load_config(env={})
+    state = ClusterState.new(config, keep_ended=False)
+    f = Follower(bus, state)
+    stop = asyncio.Event()
+    task = asyncio.create_task(f.run(stop))
+    await f.catch_up()
+    stop.set()
+    await task
+    t = time.perf_counter()
+    header = await SnapshotStore(bus.js, "BENCH").save(state)
+    progress(
+        f"snapshot at seq {header.seq}: {header.size:,} bytes in {time.perf_counter() - t:.2f} s"
+    )
+    if tail:
+        await bus.append_many(log[n:])
+    size = header.size
+    await bus.close()
+    return len(state.jobs), size
+
+
+async def main(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="jpu-bench-start-"))
+    nats = EmbeddedNats(root / "nats")
+    try:
+        url = nats.start()
+        in_flight, size = await prepare(url, args.n, args.tail)
+        results = {m: run_start(url, m, root) for m in ("raw", "full", "snapshot")}
+        raw, full, snap = results["raw"], results["full"], results["snapshot"]
+        n = full["events"]
+        print(f"log: {n:,} events; jobs in flight at the snapshot: {in_flight}; "
+              f"snapshot {size:,} bytes; tail {args.tail} events")  # fmt: skip
+        print(f"reference raw ordered read: {raw['seconds']:6.2f} s  {n / raw['seconds']:>9,.0f} "
+              f"events/s  RSS {raw['rss_mb']:.0f} MB")  # fmt: skip
+        print(f"full replay start:          {full['seconds']:6.2f} s  {n / full['seconds']:>9,.0f} "
+              f"events/s  RSS {full['rss_mb']:.0f} MB")  # fmt: skip
+        print(f"snapshot + tail start:      {snap['seconds']:6.2f} s  (from seq "
+              f"{snap['restored_from']:,})  RSS {snap['rss_mb']:.0f} MB  "
+              f"= {snap['seconds'] / full['seconds']:.3f} of the full replay")  # fmt: skip
+    finally:
+        nats.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--tail", type=int, default=1_000)
+    asyncio.run(main(ap.parse_args()))

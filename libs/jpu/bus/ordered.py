@@ -1,0 +1,115 @@
+"""Follow the stream in order from a position the *reader* owns, with no gap ever (SPEC E3, O5).
+
+A projection or a folded state keeps its own position (`last_seq`, in PostgreSQL or in memory),
+so the server must not be the one deciding what was "done": an acked durable may hand out later
+messages before an unacked earlier one after a crash (redelivery waits for the ack wait), and a
+"skip if <= position" would then skip an event it never applied. Instead each reader runs an
+ephemeral, unacknowledged pull consumer starting at `position + 1` and checks that the consumer
+sequence advances by exactly one per message: a fetch reply lost on the wire (reconnect, slow
+client) shows as a jump, and the reader starts a new consumer right after the last message it
+handed out. Server restarts and deleted consumers are handled the same way.
+
+    async for batch in follow_ordered(bus.js, stream, "jpu.>", start_seq, stop):
+        ...   # batch: messages in stream order, contiguous with the previous batch
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.nuid import NUID
+
+log = logging.getLogger(__name__)
+_nuid = NUID()
+
+_FETCH_TIMEOUT_S = 0.5  # also the latency of noticing `stop`
+_RETRY_S = 0.2
+_INACTIVE_S = 30.0  # the server removes the consumer of a reader that died
+_CHECK_EVERY = 10  # idle fetches between checks that the consumer still exists
+
+
+class GapDetected(Exception):
+    """The consumer skipped messages (a lost fetch reply); the reader restarts after the last."""
+
+
+async def follow_ordered(
+    js: JetStreamContext,
+    stream: str,
+    filter_subject: str,
+    start_seq: int,
+    stop: asyncio.Event,
+    *,
+    batch: int = 512,
+) -> AsyncGenerator[list[Msg], None]:
+    """Batches of messages in stream order from `start_seq` until `stop` is set.
+
+    Never skips a message: every (re)subscription starts right after the last message yielded.
+    Transient NATS errors are retried here; the caller only ever sees contiguous batches."""
+    next_seq = max(start_seq, 1)
+    while not stop.is_set():
+        try:
+            reader = _one_consumer(js, stream, filter_subject, next_seq, stop, batch)
+            async with contextlib.aclosing(reader) as batches:
+                async for msgs in batches:
+                    next_seq = msgs[-1].metadata.sequence.stream + 1
+                    yield msgs
+            return  # stopped
+        except (GapDetected, TimeoutError, nats.errors.Error, OSError) as e:
+            log.warning("ordered reader: %r; resubscribing from seq %d", e, next_seq)
+            await asyncio.sleep(_RETRY_S)
+
+
+async def _one_consumer(
+    js: JetStreamContext,
+    stream: str,
+    filter_subject: str,
+    start_seq: int,
+    stop: asyncio.Event,
+    batch: int,
+) -> AsyncGenerator[list[Msg], None]:
+    config = ConsumerConfig(
+        name=_nuid.next().decode(),
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start_seq,
+        ack_policy=AckPolicy.NONE,
+        filter_subject=filter_subject,
+        inactive_threshold=_INACTIVE_S,
+        mem_storage=True,
+        num_replicas=1,
+    )
+    info = await js.add_consumer(stream, config)
+    sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
+    expected = 1  # the consumer sequence of the next message
+    idle = 0
+    try:
+        while not stop.is_set():
+            try:
+                msgs = await sub.fetch(batch, timeout=_FETCH_TIMEOUT_S)
+            except TimeoutError:  # nats raises its own and asyncio's
+                idle += 1
+                if idle % _CHECK_EVERY == 0:
+                    # A consumer the server dropped (restart, a caller that held a batch past
+                    # the inactivity threshold) only ever times out: ask, and resubscribe.
+                    await js.consumer_info(stream, info.name)
+                continue
+            idle = 0
+            if not msgs:
+                continue
+            for m in msgs:
+                got = m.metadata.sequence.consumer
+                if got != expected:
+                    raise GapDetected(f"consumer seq {got}, expected {expected}")
+                expected += 1
+            yield msgs
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        with contextlib.suppress(Exception):
+            await js.delete_consumer(stream, info.name)

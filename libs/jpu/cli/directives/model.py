@@ -1,0 +1,104 @@
+"""What directives say (Directives), one kind's raw values (Kind), the option words of a
+line, and the readers #SBATCH and #JPU share. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from jpu.cli.rest_render import parse_time_limit
+
+
+class DirectiveError(ValueError):
+    """Directives that cannot be honoured; `problems` holds one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+@dataclass
+class Directives:
+    """What the script asks for; None = not said (the command line or the default decides)."""
+
+    name: str | None = None
+    gpus: int | None = None
+    tiers: list[str] | None = None  # from --gres/--gpus type or #JPU --tier
+    partitions: list[str] | None = None  # #SBATCH -p: resolved to tiers by the caller
+    time_limit_s: int | None = None
+    has_time: bool = False  # True with time_limit_s None: "UNLIMITED"
+    chdir: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    min_vram_gb: int | None = None
+    ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
+
+
+@dataclass
+class Kind:
+    """What one kind of directive (#SBATCH or #JPU) said, before the two are merged."""
+
+    name: str | None = None
+    chdir: str | None = None
+    time: tuple[int | None] | None = None  # (seconds or None for UNLIMITED,) when given
+    min_vram_gb: int | None = None
+    gpus_from: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # opt -> (n, type)
+    tiers: list[str] = field(default_factory=list)
+    partitions: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+Reader = Callable[[str, str, Kind], str | None]  # (value, option, kind) -> why not, or None
+
+
+def option_words(words: list[str], flags: frozenset[str]) -> list[tuple[str, str | None, str]]:
+    """Option words → (option, value or None, as written). `--opt=v`, `--opt v`, `-Xv`, `-X v`;
+    an option in `flags` takes no value. A word that is not an option is returned as ("", w)."""
+    out: list[tuple[str, str | None, str]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word == "-":
+            out.append(("", word, word))
+            continue
+        if word.startswith("--"):
+            opt, eq, value = word.partition("=")
+            if eq:
+                out.append((opt, value, word))
+                continue
+        elif len(word) > 2:  # -J name written -Jname
+            out.append((word[:2], word[2:], word))
+            continue
+        else:
+            opt = word
+        if opt in flags or i >= len(words) or words[i].startswith("-"):
+            out.append((opt, None, word))
+        else:
+            out.append((opt, words[i], f"{word} {words[i]}"))
+            i += 1
+    return out
+
+
+def name(value: str, opt: str, kind: Kind) -> str | None:
+    kind.name = value
+    return None
+
+
+def chdir(value: str, opt: str, kind: Kind) -> str | None:
+    kind.chdir = value
+    return None
+
+
+def time(value: str, opt: str, kind: Kind) -> str | None:
+    try:
+        kind.time = (parse_time_limit(value),)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def min_vram(value: str, opt: str, kind: Kind) -> str | None:
+    if not value.isdigit() or int(value) < 1:
+        return "a whole number of GB (at least 1)"
+    kind.min_vram_gb = int(value)
+    return None

@@ -1,0 +1,188 @@
+"""Jobs for people (SPEC U1): the queue like squeue, history like sacct, one job like
+`scontrol show job` with its attempts and the OOM retry in a sentence (X8). Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jpu.cli.rest_render import fields, fmt_duration, fmt_ts, fmt_usage, table
+
+_QUEUE_HEADERS = ["RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME"]
+
+
+def _where(e: dict[str, Any]) -> str:
+    """squeue's NODELIST(REASON): the node and GPUs of a running job, else (reason)."""
+    p = e.get("placement")
+    if p:
+        return f"{p['node']}[{p['tier']}:{','.join(str(g) for g in p.get('gpus', []))}]"
+    return f"({e.get('pending_reason') or 'None'})"
+
+
+def has_estimates(data: dict[str, Any]) -> bool:
+    """Whether the API gives `estimated_start` (SPEC U4) for the queued jobs."""
+    return any("estimated_start" in e for e in data.get("queue", []))
+
+
+def queue(data: dict[str, Any], start: bool = False) -> str:
+    """The global queue by rank, the personal queues, then the jobs running now (like squeue:
+    STATE, TIME = run time, NODELIST(REASON)). `start`: an ESTIMATED_START column, when the API
+    gives one."""
+    with_start = start and has_estimates(data)
+    rows = []
+    for e in [*data.get("queue", []), *data.get("running", [])]:
+        row = [
+            e.get("rank") or "-",
+            e["job_id"],
+            e.get("name"),
+            e.get("lab"),
+            e.get("user"),
+            e.get("num_gpus"),
+            e.get("tiers") or "any",
+            e.get("state"),
+            fmt_duration(e.get("elapsed_s")),
+        ]
+        if with_start:
+            row.append(fmt_ts(e.get("estimated_start")))
+        rows.append([*row, fmt_usage(e.get("lab_usage")), _where(e)])
+    headers = [*_QUEUE_HEADERS, *(["ESTIMATED_START"] if with_start else [])]
+    out = table([*headers, "LAB_USAGE", "NODELIST(REASON)"], rows)
+    state = data.get("maintenance", "NORMAL")
+    if state != "NORMAL":
+        out = f"Maintenance: {state} (nothing is dispatched)\n{out}"
+    return out
+
+
+def jobs(data: dict[str, Any]) -> str:
+    """History like sacct: state, exit code, attempts, GPU-hours, usage charged, elapsed."""
+    rows = []
+    for j in data.get("jobs", []):
+        p = j.get("placement") or {}
+        gpu_s = j.get("gpu_seconds")
+        rows.append(
+            [
+                j["id"],
+                j.get("name"),
+                j.get("user"),
+                j.get("lab"),
+                j.get("state"),
+                j.get("exit_code"),
+                j.get("attempt"),
+                j.get("num_gpus"),
+                p.get("tier"),
+                fmt_ts(j.get("submitted_at")),
+                fmt_duration(j.get("elapsed_s")),
+                "-" if gpu_s is None else f"{gpu_s / 3600:.3f}",
+                fmt_usage(j.get("usage_charged")),
+            ]
+        )
+    headers = ["JOBID", "NAME", "USER", "LAB", "STATE", "EXITCODE", "ATTEMPTS", "GPUS", "TIER"]
+    out = table([*headers, "SUBMITTED", "ELAPSED", "GPU_HOURS", "USAGE"], rows)
+    if data.get("next_cursor"):
+        out += "\n(more jobs: --all for every page, or --limit N)"
+    return out + "\n(USAGE in TFLOP-s charged to the lab, F1)"
+
+
+def _placement(job: dict[str, Any]) -> str | None:
+    p = job.get("placement")
+    if not p:
+        return None
+    return f"{p['node']} {p['tier']} gpus={','.join(str(g) for g in p.get('gpus', []))}"
+
+
+def _reservation(job: dict[str, Any]) -> str | None:
+    r = job.get("reservation")
+    if not r:
+        return None
+    gpus = ",".join(str(g) for g in r.get("gpus", []))
+    return f"{r['node']} {r['tier']} gpus={gpus} since {fmt_ts(r.get('since'))}"
+
+
+def _run_time(j: dict[str, Any]) -> str | None:
+    if "elapsed_s" in j:  # the gateway's clock: live while it runs (issue 12 item 7)
+        return None if j["elapsed_s"] is None else fmt_duration(j["elapsed_s"])
+    if j.get("started_at") is None:
+        return None
+    return fmt_duration((j.get("ended_at") or j["started_at"]) - j["started_at"])
+
+
+def _min_vram(j: dict[str, Any]) -> Any:
+    """X8 raises min_vram_gb after an OOM: say so, never show it as the user's."""
+    got, asked = j.get("min_vram_gb"), j.get("min_vram_gb_requested", j.get("min_vram_gb"))
+    if got is None or got == asked:
+        return got
+    you = f"you asked for {asked}" if asked is not None else "you set none"
+    return f"{got} (raised by the OOM retry; {you})"
+
+
+def _attempt(j: dict[str, Any], attempts: list[dict[str, Any]]) -> Any:
+    """`2 of at most 3` once an OOM retry is in play (X8: max_attempts), else the number."""
+    attempt, most = j.get("attempt"), j.get("max_attempts")
+    retried = (attempt or 1) > 1 or any(a.get("oom") for a in attempts)
+    return f"{attempt} of at most {most}" if most and retried else attempt
+
+
+def job(j: dict[str, Any]) -> str:
+    attempts = j.get("attempts") or []
+    latest = attempts[-1] if attempts else j  # the latest attempt's end, not an earlier one's
+    pairs: list[tuple[str, Any]] = [
+        ("JobId", j["id"]),
+        ("Name", j.get("name")),
+        ("User", f"{j.get('user')} (lab {j.get('lab')})"),
+        ("State", j.get("state")),
+        ("Attempt", _attempt(j, attempts)),
+        ("GPUs", j.get("num_gpus")),
+        ("Tiers", j.get("tiers") or "any"),
+        ("MinVramGB", _min_vram(j)),
+        ("TimeLimit", fmt_duration(j.get("time_limit_s"))),
+        ("Submitted", fmt_ts(j.get("submitted_at"))),
+    ]
+    if j.get("rank") is not None or j.get("pending_reason"):
+        pairs += [("Rank", j.get("rank")), ("Reason", j.get("pending_reason"))]
+    pairs += [
+        ("Reservation", _reservation(j)),
+        ("Placement", _placement(j)),
+        ("Started", fmt_ts(j.get("started_at"))),
+        ("Ended", fmt_ts(j.get("ended_at"))),
+        ("RunTime", _run_time(j)),
+        ("WorkDir", j.get("workdir")),  # U5: where it runs (its chdir, else JOB_OUTPUT_DIR)
+        ("OutputDir", j.get("output_dir")),  # X2: stdout/stderr there (`jpu logs ID`)
+        ("BackendJobId", j.get("backend_job_id")),
+        ("Isolation", j.get("isolation")),
+        ("ExitCode", latest.get("exit_code")),
+        ("EndReason", latest.get("reason")),
+        ("UsageCharged", fmt_usage(j.get("usage_charged"))),
+    ]
+    if latest.get("oom"):
+        pairs.append(("GpuOOM", True))
+    if j.get("kill_failed"):
+        pairs.append(("KillFailed", True))
+    if j.get("cancel_requested_by"):
+        pairs.append(("CancelledBy", j["cancel_requested_by"]))
+    out = fields(pairs)
+    for sentence in j.get("oom_explanation") or []:
+        out += f"\nOOM retry: {sentence}."
+    if len(attempts) > 1 or any(a.get("oom") or a.get("host_oom") for a in attempts):
+        out += "\n--- attempts ---\n" + _attempts(attempts)
+    if j.get("command") is not None:
+        out += "\n--- command ---\n" + str(j["command"]).rstrip("\n")
+    return out
+
+
+def _attempts(attempts: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            a.get("attempt"),
+            a.get("state"),
+            a.get("tier"),
+            f"{a['vram_gb']} GB" if a.get("vram_gb") else None,
+            a.get("node"),
+            a.get("gpus"),
+            a.get("exit_code"),
+            a.get("reason"),
+            fmt_duration(a.get("run_s")),
+            a.get("output_dir"),
+        ]
+        for a in attempts
+    ]
+    headers = ["ATTEMPT", "STATE", "TIER", "VRAM", "NODE", "GPUS", "EXIT", "REASON", "RUNTIME"]
+    return table([*headers, "OUTPUT (jpu logs ID --attempt N)"], rows)

@@ -1,0 +1,131 @@
+"""`jpu queue` (like squeue) and `jpu jobs` / `jpu history` (like sacct) (SPEC U1, §8).
+
+`queue`: `GET /v1/queue` — the global queue by rank, the personal queues and the running jobs,
+filtered by `-u/--user`, `--me`, `--lab`, `--state S[,S]` (JPU states or squeue's short ones:
+PD, R, CG); `--start` adds ESTIMATED_START when the API gives it (SPEC U4), else says it is not
+available yet. `jobs`: `GET /v1/jobs`, newest first, followed page by page (`next_cursor`) up to
+`--limit` rows or `--all`; `history` is `jobs` of ended jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Final
+
+import jpu.cli.rest_views as views
+from jpu.cli import messages
+from jpu.cli.rest_client import RestClient, RestError, resolve_target
+from jpu.cli.rest_jobviews import has_estimates
+
+QUEUED: Final = ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING")
+HOLDING: Final = ("DISPATCHED", "RUNNING", "CANCELLING")
+ENDED: Final = ("COMPLETED", "FAILED", "CANCELLED")
+STATES: Final = (*QUEUED, *HOLDING, *ENDED)  # SPEC §1.4
+# squeue/sacct's names for the same states
+ALIASES: Final = {
+    "PD": QUEUED, "PENDING": QUEUED, "R": ("DISPATCHED", "RUNNING"), "CG": ("CANCELLING",),
+    "CD": ("COMPLETED",), "F": ("FAILED",), "CA": ("CANCELLED",), "ENDED": ENDED,
+}  # fmt: skip
+PAGE_MAX: Final = 500  # GET /v1/jobs `limit` at most
+
+
+def parse_states(text: str | None) -> list[str] | None:
+    """`--state running,PD` → JPU state names; RestError names an unknown one and the valid."""
+    if not text:
+        return None
+    out: list[str] = []
+    for word in (w.strip().upper() for w in text.split(",") if w.strip()):
+        if word in STATES:
+            out.append(word)
+        elif word in ALIASES:
+            out.extend(ALIASES[word])
+        else:
+            valid = ", ".join([*STATES, *ALIASES])
+            raise RestError(f"--state {word}: unknown state; valid: {valid}")
+    return list(dict.fromkeys(out))
+
+
+def parse_when(text: str | None, flag: str) -> float | None:
+    """sacct's `-S/-E`: an ISO date or date-time (local time) → epoch seconds."""
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError as e:
+        raise RestError(f"{flag} {text!r}: use YYYY-MM-DD or YYYY-MM-DDTHH:MM[:SS]") from e
+
+
+def add_parsers(sub: Any, common: list[argparse.ArgumentParser]) -> None:
+    q = sub.add_parser("queue", parents=common, help="queued and running jobs (like squeue)")
+    _filters(q)
+    q.add_argument("--me", action="store_true", help="only my jobs")
+    q.add_argument("--start", action="store_true", help="estimated start times (SPEC U4)")
+    q.set_defaults(func=cmd_queue)
+    for name, helptext in (
+        ("jobs", "your jobs, newest first (like sacct)"),
+        ("history", "your ended jobs, newest first (like sacct)"),
+    ):
+        p = sub.add_parser(name, parents=common, help=helptext)
+        _filters(p)
+        p.add_argument("-S", "--starttime", metavar="WHEN", help="submitted at or after")
+        p.add_argument("-E", "--endtime", metavar="WHEN", help="submitted before")
+        p.add_argument("-n", "--limit", type=int, default=50, help="at most N jobs (50)")
+        p.add_argument("--all", action="store_true", help="every job (all pages)")
+        p.set_defaults(func=cmd_jobs, ended_only=name == "history")
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-u", "--user", help="only this user's jobs")
+    p.add_argument("--lab", help="only this lab's jobs")
+    p.add_argument("--state", "-t", metavar="S[,S]", help="only these states (PD, R, … too)")
+
+
+def _client(args: argparse.Namespace) -> RestClient:
+    return RestClient(resolve_target(args.url, args.token))
+
+
+def _print(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else render(data))
+    return 0
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    states = parse_states(args.state)
+    with _client(args) as c:
+        user = c.get("/v1/me")["user"] if args.me else args.user
+        params = {"user": user, "lab": args.lab, "state": ",".join(states) if states else None}
+        data = c.get("/v1/queue", {k: v for k, v in params.items() if v})
+    _print(args, data, lambda d: views.queue(d, start=args.start))
+    if args.start and not has_estimates(data):
+        print(messages.START_NOT_AVAILABLE, file=sys.stderr)  # U4: said, not an error
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise RestError("--limit must be at least 1")
+    states = parse_states(args.state) or (list(ENDED) if args.ended_only else None)
+    params: dict[str, Any] = {
+        "state": ",".join(states) if states else None,
+        "user": args.user,
+        "lab": args.lab,
+        "since": parse_when(args.starttime, "--starttime"),
+        "until": parse_when(args.endtime, "--endtime"),
+    }
+    params = {k: v for k, v in params.items() if v is not None}
+    jobs: list[dict[str, Any]] = []
+    cursor: str | None = None
+    with _client(args) as c:
+        while True:
+            want = PAGE_MAX if args.all else min(PAGE_MAX, args.limit - len(jobs))
+            page_params = {**params, "limit": want, **({"cursor": cursor} if cursor else {})}
+            page = c.get("/v1/jobs", page_params)
+            jobs += page.get("jobs", [])
+            cursor = page.get("next_cursor")
+            if cursor is None or (not args.all and len(jobs) >= args.limit):
+                break
+    return _print(args, {"jobs": jobs, "next_cursor": cursor}, views.jobs)

@@ -1,0 +1,164 @@
+"""`jpu submit`, like sbatch (SPEC U1, U5, Q1–Q5).
+
+A script file (or `-` for stdin, or `--wrap CMD`); its leading `#SBATCH` / `#JPU` directives are
+read as sbatch reads them (jpu.cli.directives) and command-line flags win over them. The job runs
+in the directory `jpu submit` was called from unless `--chdir`/`-D` says otherwise. It prints the
+job id, and "queued (waiting for a free slot …)" only when the user's concurrency limit really
+holds the job (Q5); `--json` prints the API's answer as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from jpu.cli import directives, messages
+from jpu.cli.rest_client import RestClient, RestError, resolve_target
+from jpu.cli.rest_render import parse_time_limit
+
+_NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+TierPartitions = Callable[[], Mapping[str, str]]  # tier name -> its Slurm partition
+
+
+def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
+    s = sub.add_parser(
+        "submit",
+        parents=common,
+        help="submit a job (like sbatch)",
+        description="Submit a script (like sbatch). Its leading #SBATCH / #JPU lines are read "
+        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p); flags given here win over them.",
+    )
+    s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
+    s.add_argument("--wrap", help="run this command line instead of a script file")
+    s.add_argument("--gpus", "-G", type=int, help="number of GPUs (1-8; default 1)")
+    s.add_argument("--tier", action="append", default=[], help="allowed tier (repeatable)")
+    s.add_argument("--time", "-t", help="time limit: minutes, MM:SS, HH:MM:SS, D-HH:MM:SS")
+    s.add_argument("--name", "-J", "--job-name", help="job name (default: the script's name)")
+    s.add_argument("--env", action="append", default=[], metavar="K=V", help="job env variable")
+    s.add_argument("--min-vram", type=int, metavar="GB", help="minimum GPU memory in GB")
+    s.add_argument("--idempotency-key", help="resubmitting with the same key returns the job")
+    s.add_argument(
+        "--chdir",
+        "-D",
+        metavar="DIR",
+        help="directory the job runs in (default: the current one, like sbatch)",
+    )
+    s.set_defaults(func=cmd_submit)
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise RestError(f"--env {pair!r}: use KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _script(args: argparse.Namespace, stdin: Any) -> tuple[str, str, str | None]:
+    """(command, default name, source for directive messages; None for --wrap)."""
+    if (args.script is None) == (args.wrap is None):
+        raise RestError("give a script file or --wrap COMMAND (one of them)")
+    if args.wrap is not None:
+        return args.wrap, "wrap", None  # like sbatch --wrap: no directives
+    if args.script == "-":
+        return (stdin or sys.stdin).read(), "stdin", "stdin"
+    path = Path(args.script)
+    return path.read_text(), _NAME_BAD.sub("_", path.name)[:128] or "script", path.name
+
+
+def request(
+    args: argparse.Namespace, stdin: Any = None, tier_partitions: TierPartitions | None = None
+) -> tuple[dict[str, Any], directives.Directives]:
+    """The POST /v1/jobs body from sbatch-like arguments and the script's directives
+    (command line first, then #JPU, then #SBATCH), and those directives."""
+    command, default_name, source = _script(args, stdin)
+    try:
+        d = directives.parse(command, source) if source else directives.Directives()
+    except directives.DirectiveError as e:
+        raise RestError(str(e)) from e
+    body: dict[str, Any] = {
+        "name": args.name or d.name or default_name,
+        "command": command,
+        "num_gpus": args.gpus if args.gpus is not None else d.gpus or 1,
+    }
+    tiers = [t.strip() for arg in args.tier for t in arg.split(",") if t.strip()] or d.tiers
+    if not tiers and d.partitions:
+        tiers = _partition_tiers(d.partitions, tier_partitions, source)
+    if tiers:
+        body["tiers"] = tiers
+    min_vram = args.min_vram if args.min_vram is not None else d.min_vram_gb
+    if min_vram is not None:
+        body["min_vram_gb"] = min_vram
+    limit = d.time_limit_s
+    if args.time is not None:
+        try:
+            limit = parse_time_limit(args.time)
+        except ValueError as e:
+            raise RestError(str(e)) from e
+    if limit is not None:
+        body["time_limit_s"] = limit
+    env = {**d.env, **parse_env(args.env)}
+    if env:
+        body["env"] = env
+    body["chdir"] = os.path.abspath(args.chdir or d.chdir or os.getcwd())  # U5: the submit dir
+    return body, d
+
+
+def submit_body(
+    args: argparse.Namespace, stdin: Any = None, tier_partitions: TierPartitions | None = None
+) -> dict[str, Any]:
+    return request(args, stdin, tier_partitions)[0]
+
+
+def _partition_tiers(
+    partitions: list[str], tier_partitions: TierPartitions | None, source: str | None
+) -> list[str]:
+    if tier_partitions is None:
+        raise RestError(f"{source}: #SBATCH --partition needs the tiers of the API")
+    try:
+        return directives.partition_tiers(partitions, tier_partitions())
+    except ValueError as e:
+        raise RestError(f"{source}: #SBATCH --partition: {e}") from e
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    with RestClient(resolve_target(args.url, args.token)) as c:
+
+        def tier_partitions() -> dict[str, str]:
+            return {t["name"]: t["partition"] for t in c.get("/v1/tiers")}
+
+        body, d = request(args, tier_partitions=tier_partitions)
+        if d.ignored:
+            lines = ", ".join(map(str, d.ignored))
+            print(
+                f"jpu submit: warning: {args.script} line(s) {lines}: #SBATCH/#JPU after the "
+                "first command are ignored, as sbatch ignores them (move them to the top)",
+                file=sys.stderr,
+            )
+        job = c.post("/v1/jobs", body, headers)
+        if args.json:
+            print(json.dumps(job, indent=2, sort_keys=True))
+            return 0
+        print(messages.submitted(*_held_check(c, job)))
+    return 0
+
+
+def _held_check(c: RestClient, job: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """The caller's slots (`GET /v1/me`), then the job as it is now: a job still in its
+    personal queue after all the slots were seen taken is held by the limit (Q5); one promoted
+    meanwhile was only on its way."""
+    if job.get("state") != "PERSONAL_QUEUE_WAIT":
+        return job, None
+    me = c.get("/v1/me")
+    now = c.get(f"/v1/jobs/{quote(str(job['id']), safe='')}")
+    return now, me

@@ -1,0 +1,295 @@
+"""What the platform can store: one definition of the bounds of every input (SPEC Q1, E3, E6). Pure.
+
+Every field of a submit that reaches the log ends up in the jobs projection (the PostgreSQL
+columns of `store/migrations/0001_core.sql`), in the replay's scratch database, in the policy
+core and on the execution backend. An event one of them cannot hold would be appended, then
+fail to project and break the audit (issue 9, finding 2). So the bounds are decided here, once,
+and used by the gateway's request check and OpenAPI document, by intake's Q1 validation
+(`jpu.policy.queue.validate_submit`) and by the admin inputs (maintenance message, lab and user
+names):
+
+  * text: no NUL character (PostgreSQL `text` and `jsonb` refuse it) and no unpaired surrogate
+    (a lone `\\ud800` escape is valid JSON but not UTF-8: nothing can encode it);
+  * numbers: finite (JSON has no Infinity/NaN; encoders turn them into `null`, which would drop
+    the value silently) and integers within the column that stores them (`integer` = 32 bits);
+  * sizes: the lengths below; JSON nesting at most `MAX_JSON_DEPTH` deep.
+
+Documented limits (the product's choice, not the database's): a job's time limit is at most
+`MAX_TIME_LIMIT_S` (365 days; Slurm clusters cap partitions far lower); `min_vram_gb` at most the
+32-bit column (any value above every tier's VRAM is NO_FIT_PLACEMENT, Q2).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Final
+
+import msgspec
+
+INT32_MAX: Final = 2**31 - 1  # PostgreSQL `integer`
+INT64_MIN: Final = -(2**63)  # PostgreSQL `bigint`, msgspec's native int
+INT64_MAX: Final = 2**63 - 1
+
+# --- POST /v1/jobs (SPEC Q1) -----------------------------------------------------------------
+MIN_GPUS: Final = 1
+MAX_GPUS: Final = 8
+MAX_COMMAND_BYTES: Final = 64 * 1024  # UTF-8 bytes of the script
+MAX_NAME: Final = 128
+NAME_PATTERN: Final = r"^[A-Za-z0-9._-]+$"
+MAX_TIERS: Final = 64  # entries of `tiers` (each a known tier name)
+MAX_ENV: Final = 64
+MAX_ENV_KEY: Final = 256
+MAX_ENV_VALUE_BYTES: Final = 32 * 1024  # a Linux environment string may be at most 128 KiB
+ENV_KEY_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_]*$"
+RESERVED_ENV: Final = frozenset({"JOB_ATTEMPT", "JOB_OUTPUT_DIR", "CUDA_VISIBLE_DEVICES"})  # X2
+RESERVED_ENV_PREFIX: Final = "SLURM_"
+MAX_TIME_LIMIT_S: Final = 365 * 24 * 3600  # the documented maximum (fits the 32-bit column)
+MAX_MIN_VRAM_GB: Final = INT32_MAX  # the column; above every tier is NO_FIT_PLACEMENT (Q2)
+MAX_IDEMPOTENCY_KEY: Final = 200  # characters of the Idempotency-Key header (Q6)
+SUBMIT_FIELDS: Final = (
+    "name",
+    "command",
+    "num_gpus",
+    "tiers",
+    "min_vram_gb",
+    "time_limit_s",
+    "env",
+    "chdir",  # U5: where the job runs (jpu.policy.workdir)
+)
+
+# --- any JSON request ------------------------------------------------------------------------
+MAX_BODY_BYTES: Final = 512 * 1024  # well above Q1's 64 KiB command; under NATS' 1 MiB payload
+MAX_JSON_DEPTH: Final = 32  # a submit is 3 deep; json.loads would recurse ~1000 deep and fail
+MAX_PROBLEMS: Final = 20  # problems reported per request
+
+# --- admin inputs ----------------------------------------------------------------------------
+MAX_MAINTENANCE_MESSAGE: Final = 1000
+# A lab name is a NATS subject token (`<prefix>.lab.<lab>`: no '.', '*', '>' or spaces).
+LAB_NAME_PATTERN: Final = r"^[A-Za-z0-9_-]{1,64}$"
+USER_NAME_PATTERN: Final = r"^[A-Za-z0-9._-]{1,64}$"
+
+# "Blank" is what JSON Schema's (ECMA-262) `\s` matches, so the OpenAPI pattern and Q1 agree.
+WHITESPACE: Final = "\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+_NAME_RE: Final = re.compile(NAME_PATTERN)
+_BLANK_RE: Final = re.compile(f"[{WHITESPACE}]*")
+_ENV_KEY_RE: Final = re.compile(ENV_KEY_PATTERN)
+_LAB_RE: Final = re.compile(LAB_NAME_PATTERN)
+_USER_RE: Final = re.compile(USER_NAME_PATTERN)
+
+NUL_MESSAGE: Final = "must not contain a NUL character (\\u0000)"
+SURROGATE_MESSAGE: Final = "must not contain an unpaired surrogate (e.g. a lone \\ud800 escape)"
+
+
+class FieldError(msgspec.Struct, frozen=True):
+    field: str  # e.g. "num_gpus", "env.SLURM_JOB_ID", "tiers[0]"
+    message: str
+
+
+# --- text ------------------------------------------------------------------------------------
+
+
+def text_problem(s: str) -> str | None:
+    """Why `s` cannot be stored (NUL, unpaired surrogate), or None when it can."""
+    if "\x00" in s:
+        return NUL_MESSAGE
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            return SURROGATE_MESSAGE
+    return None
+
+
+def printable(s: str) -> str:
+    """`s` safe to echo in an error message (a field name the client sent): NUL and lone
+    surrogates as escapes, so the error itself can always be encoded."""
+    return s.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
+def utf8_len(s: str) -> int:
+    return len(s.encode("utf-8", "surrogatepass"))
+
+
+# --- any JSON value --------------------------------------------------------------------------
+
+
+def _child(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    key = printable(key)
+    return f"{path}.{key}" if path else key
+
+
+def json_problems(value: Any, path: str = "", max_depth: int = MAX_JSON_DEPTH) -> list[FieldError]:
+    """Every place in a decoded JSON value that no store of the platform can hold, each named
+    by its path (`command`, `env.FOO`, `tiers[0]`): NUL or an unpaired surrogate in any string
+    or object key, a non-finite number, an integer outside 64 bits, nesting deeper than
+    `max_depth`. Iterative (no recursion limit); at most MAX_PROBLEMS problems."""
+    problems: list[FieldError] = []
+    # (path, value, depth, why its key cannot be stored): a bad key is reported in its place
+    stack: list[tuple[str, Any, int, str | None]] = [(path, value, 0, None)]
+    while stack and len(problems) < MAX_PROBLEMS:
+        where, v, depth, bad_key = stack.pop()
+        name = where or "body"
+        if bad_key is not None:
+            problems.append(FieldError(name, f"key {bad_key}"))
+        elif isinstance(v, str):
+            why = text_problem(v)
+            if why:
+                problems.append(FieldError(name, why))
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, int):
+            if not INT64_MIN <= v <= INT64_MAX:
+                problems.append(FieldError(name, "integer out of range (64-bit)"))
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                problems.append(FieldError(name, "must be a finite number (not Infinity or NaN)"))
+        elif isinstance(v, Mapping | list | tuple):
+            if depth >= max_depth:
+                problems.append(FieldError(name, f"nested deeper than {max_depth} levels"))
+                continue
+            items: Iterable[tuple[Any, Any]] = v.items() if isinstance(v, Mapping) else enumerate(v)
+            children = [
+                (
+                    _child(where, k),
+                    child,
+                    depth + 1,
+                    text_problem(k) if isinstance(k, str) else None,
+                )
+                for k, child in items
+            ]
+            stack.extend(reversed(children))  # report in document order
+    return problems[:MAX_PROBLEMS]
+
+
+def error_details(problems: list[FieldError]) -> tuple[str, dict[str, Any]]:
+    """The SPEC §8 VALIDATION_ERROR message and details for `problems` (the first one named)."""
+    first = problems[0]
+    return (
+        f"{first.field}: {first.message}",
+        {"field": first.field, "errors": [msgspec.to_builtins(p) for p in problems]},
+    )
+
+
+def idempotency_key_problem(key: str | None) -> str | None:
+    """Why an Idempotency-Key header (Q6; it is recorded in JobSubmitted) is refused, or None."""
+    if key is None:
+        return None
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY:
+        return f"1–{MAX_IDEMPOTENCY_KEY} characters"
+    return text_problem(key)
+
+
+# --- names -----------------------------------------------------------------------------------
+
+
+def name_problem(kind: str, name: str) -> str | None:
+    """Why `name` is not a valid lab or user name (`kind` = "lab" | "user"), or None."""
+    pattern = _LAB_RE if kind == "lab" else _USER_RE
+    if not isinstance(name, str):
+        return f"{kind} name must be a string"
+    why = text_problem(name)
+    if why:
+        return f"{kind} name {why}"
+    if not pattern.fullmatch(name):
+        return f"{kind} name must be 1–64 characters of {pattern.pattern[1:-7]}"
+    return None
+
+
+def blank(s: str) -> bool:
+    return bool(_BLANK_RE.fullmatch(s))
+
+
+def job_name_ok(name: str) -> bool:
+    return len(name) <= MAX_NAME and bool(_NAME_RE.fullmatch(name))
+
+
+def env_key_ok(key: str) -> bool:
+    return len(key) <= MAX_ENV_KEY and bool(_ENV_KEY_RE.fullmatch(key))
+
+
+def env_key_reserved(key: str) -> bool:
+    return key in RESERVED_ENV or key.startswith(RESERVED_ENV_PREFIX)
+
+
+# --- the OpenAPI document of POST /v1/jobs ---------------------------------------------------
+
+_NO_NUL: Final = "^[^\\u0000]*$"
+
+
+def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
+    """The JSON Schema of a submit body, from the same bounds intake enforces (Q1). What a
+    schema cannot say (UTF-8 bytes, unpaired surrogates, Q2 no-fit) is in the descriptions."""
+    tiers_item: dict[str, Any] = {"type": "string"}
+    if tier_names:
+        tiers_item["enum"] = sorted(tier_names)
+    return {
+        "type": "object",
+        "required": ["command", "num_gpus"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": MAX_NAME,
+                "pattern": NAME_PATTERN,
+            },
+            "command": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": MAX_COMMAND_BYTES,
+                "pattern": f"^[^\\u0000]*[^\\u0000{WHITESPACE}][^\\u0000]*$",
+                "description": "shell script text: not blank, at most "
+                f"{MAX_COMMAND_BYTES} bytes of UTF-8, no NUL",
+            },
+            "num_gpus": {"type": "integer", "minimum": MIN_GPUS, "maximum": MAX_GPUS},
+            "tiers": {
+                "type": ["array", "null"],
+                "items": tiers_item,
+                "minItems": 1,
+                "maxItems": MAX_TIERS,
+                "description": "allowed tiers (omit for any tier)",
+            },
+            "min_vram_gb": {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_MIN_VRAM_GB},
+            "time_limit_s": {
+                "type": ["number", "null"],
+                "exclusiveMinimum": 0,
+                "maximum": MAX_TIME_LIMIT_S,
+                "description": f"seconds, rounded up; at most {MAX_TIME_LIMIT_S} (365 days)",
+            },
+            "env": {
+                "type": ["object", "null"],
+                "maxProperties": MAX_ENV,
+                "propertyNames": {
+                    "pattern": ENV_KEY_PATTERN,
+                    "maxLength": MAX_ENV_KEY,
+                    "not": {
+                        "anyOf": [
+                            {"enum": sorted(RESERVED_ENV)},
+                            {"pattern": f"^{RESERVED_ENV_PREFIX}"},
+                        ]
+                    },
+                },
+                "additionalProperties": {
+                    "type": "string",
+                    "maxLength": MAX_ENV_VALUE_BYTES,
+                    "pattern": _NO_NUL,
+                },
+                "description": "variables for the job; JOB_ATTEMPT, JOB_OUTPUT_DIR, "
+                "CUDA_VISIBLE_DEVICES and SLURM_* are set by the platform",
+            },
+            "chdir": {  # U5 (jpu.policy.workdir); the CLI sends the directory it runs in
+                "type": ["string", "null"],
+                "pattern": "^/[^\\u0000]*$",
+                "maxLength": 4096,
+                "description": "absolute directory the job runs in (like sbatch --chdir), at "
+                "most 4096 bytes of UTF-8; omit it for the attempt's JOB_OUTPUT_DIR",
+            },
+        },
+        "description": "A job (SPEC Q1); null is the same as an absent field. A request no "
+        "placement can ever run is 422 NO_FIT_PLACEMENT (Q2).",
+    }

@@ -1,0 +1,151 @@
+"""A ClusterState as bytes and back: the payload of a snapshot (issue 11). Pure.
+
+A snapshot holds only what the fold cannot derive; the rest (GPU holders, slots, personal queues,
+the global queue) is rebuilt from the jobs on load, exactly as the fold would have left it. The
+frame is
+
+    b"JPUSNAP\\n" + JSON header line + b"\\n" + msgpack payload
+
+with the header naming the domain's schema version, the stream sequence the state covers, the
+stream, and the payload's SHA-256. `unpack` refuses (SnapshotInvalid, with the reason) a frame
+that is truncated, fails its checksum, or comes from another schema version: a reader then falls
+back to an older snapshot or to a full replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Final
+
+import msgspec
+
+from jpu.config import Cluster
+from jpu.fold import ClusterState, Maintenance
+from jpu.fold_jobs import QUEUED, JobView, queued_job
+from jpu.policy.charging import Charge
+from jpu.policy.labqueues import LabQueues
+from jpu.policy.model import LabUsage
+
+# Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
+# another version are ignored (a full replay rebuilds the state under the new rules).
+SCHEMA_VERSION: Final = 1
+MAGIC: Final = b"JPUSNAP\n"
+
+
+class SnapshotInvalid(Exception):
+    """The bytes are not a usable snapshot; the message says why."""
+
+
+class Header(msgspec.Struct, frozen=True):
+    schema: int
+    seq: int
+    stream: str
+    sha256: str
+    size: int
+    written_at: float
+
+
+class _Payload(msgspec.Struct):
+    seq: int
+    jobs: list[JobView]
+    inventory: list[tuple[str, str, int]]
+    down: list[tuple[str, str, int]]
+    backfill: list[tuple[str, str, int, str]]
+    usage: dict[str, LabUsage]
+    lab_seq: dict[str, int]
+    charged_ids: list[str]
+    owed: list[Charge]
+    maintenance: Maintenance
+
+
+def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
+    payload = msgspec.msgpack.encode(
+        _Payload(
+            seq=state.seq,
+            jobs=list(state.jobs.values()),
+            inventory=[(n, t, c) for (n, t), c in state.inventory.items()],
+            down=sorted(state.down),
+            backfill=[(n, t, i, b) for (n, t, i), b in state.backfill.items()],
+            usage=dict(state.usage),
+            lab_seq=dict(state.lab_seq),
+            charged_ids=sorted(state.charged_ids),
+            owed=list(state.owed.values()),
+            maintenance=state.maintenance,
+        )
+    )
+    header = Header(
+        schema=SCHEMA_VERSION,
+        seq=state.seq,
+        stream=stream,
+        sha256=hashlib.sha256(payload).hexdigest(),
+        size=len(payload),
+        written_at=written_at,
+    )
+    return MAGIC + msgspec.json.encode(header) + b"\n" + payload
+
+
+def read_header(data: bytes) -> tuple[Header, bytes]:
+    if not data.startswith(MAGIC):
+        raise SnapshotInvalid("not a snapshot (no JPUSNAP marker)")
+    head, sep, payload = data[len(MAGIC) :].partition(b"\n")
+    if not sep:
+        raise SnapshotInvalid("truncated header")
+    try:
+        header = msgspec.json.decode(head, type=Header)
+    except (msgspec.DecodeError, msgspec.ValidationError, json.JSONDecodeError) as e:
+        raise SnapshotInvalid(f"unreadable header: {e}") from e
+    return header, payload
+
+
+def unpack(data: bytes, cluster: Cluster) -> tuple[Header, ClusterState]:
+    """The state a snapshot holds, checked; raises SnapshotInvalid."""
+    header, payload = read_header(data)
+    if header.schema != SCHEMA_VERSION:
+        raise SnapshotInvalid(f"schema version {header.schema}, this build reads {SCHEMA_VERSION}")
+    if len(payload) != header.size or hashlib.sha256(payload).hexdigest() != header.sha256:
+        raise SnapshotInvalid("checksum mismatch (truncated or corrupted payload)")
+    try:
+        p = msgspec.msgpack.decode(payload, type=_Payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise SnapshotInvalid(f"undecodable payload: {e}") from e
+    if p.seq != header.seq:
+        raise SnapshotInvalid(f"payload covers seq {p.seq}, header says {header.seq}")
+    return header, _restore(p, cluster)
+
+
+def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
+    state = ClusterState.new(cluster)
+    state.seq = p.seq
+    state.inventory = {(n, t): c for n, t, c in p.inventory}
+    state.down = set(p.down)
+    state.backfill = {(n, t, i): b for n, t, i, b in p.backfill}
+    state.usage = dict(p.usage)
+    state.lab_seq = dict(p.lab_seq)
+    state.charged_ids = set(p.charged_ids)
+    state.owed = {c.charge_id: c for c in p.owed}
+    state.maintenance = p.maintenance
+    # Derived exactly as the fold keeps them (jpu.fold._job, _submitted).
+    queued = []
+    for job in sorted(p.jobs, key=lambda j: j.submit_seq):
+        state.jobs[job.job_id] = job
+        state.holders.update(job.gpu_holdings())
+        if job.holds_slot:
+            state.slots[job.user] = state.slots_of(job.user) + 1
+        if job.state == "PERSONAL_QUEUE_WAIT":
+            state.personal.setdefault(job.user, []).append(job.job_id)
+        if job.state in QUEUED:
+            queued.append(queued_job(job))
+    state.queue = LabQueues(queued)
+    return state
+
+
+def assign(target: ClusterState, source: ClusterState) -> None:
+    """Make `target` (an object the service already holds) the restored state, keeping its own
+    `keep_ended` (a service that drops ended jobs drops them from the snapshot too)."""
+    for name in ClusterState.__dataclass_fields__:
+        if name != "keep_ended":
+            setattr(target, name, getattr(source, name))
+    if not target.keep_ended:
+        for job_id in [j.job_id for j in target.jobs.values() if j.terminal and not j.oom_pending]:
+            del target.jobs[job_id]

@@ -1,0 +1,234 @@
+"""SPEC §8 `GET /v1/jobs/{id}/logs` and U5 (a job runs in its chdir), over real HTTP against the
+whole stack in one process: real NATS JetStream + PostgreSQL, the gateway under uvicorn, intake,
+dispatcher, accounting and the slurm-agent on the local backend (jobs are real processes of the
+users' own accounts, writing JOB_OUTPUT_DIR/stdout and stderr)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from test_backfill_support import Stack, bearer, start_stack
+
+from jpu import auth
+from jpu.testing.stack_process import world_searchable_tmpdir
+
+# Two tiers where the smaller one is tried first (T1: sort_order DESC), so an OOM on it is
+# retried on the bigger one (X8) without having to keep the bigger one busy.
+TIERS = (
+    "[{name: small, model: S, vram_gb: 12, tflops: 10, sort_order: 20, max_gpus: 2, "
+    "partition: small}, {name: big, model: B, vram_gb: 24, tflops: 20, sort_order: 10, "
+    "max_gpus: 2, partition: big}]"
+)
+NODES = "[{name: n-small, gpus: {small: 2}}, {name: n-big, gpus: {big: 2}}]"
+OOM_ON_ATTEMPT_1 = """echo "attempt $JOB_ATTEMPT out"
+echo "attempt $JOB_ATTEMPT err" >&2
+if [ "$JOB_ATTEMPT" = 1 ]; then
+  echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2
+  exit 1
+fi
+"""
+
+
+@contextlib.asynccontextmanager
+async def logs_stack(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[Stack]:
+    async with start_stack(
+        nats_url, pool, pg_dsn, http=True, tiers=TIERS, nodes=NODES, backfill_enabled="false"
+    ) as s:
+        yield s
+
+
+async def wait_job(s: Stack, user: str, job_id: str, done: Any, timeout: float = 30) -> dict:
+    """GET /v1/jobs/{id} until `done(job)`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        job = (await s.client.get(f"/v1/jobs/{job_id}", headers=bearer(user))).json()
+        if done(job):
+            return dict(job)
+        assert asyncio.get_running_loop().time() < deadline, job
+        await asyncio.sleep(0.1)
+
+
+def ended(job: dict) -> bool:
+    return bool(job["terminal"])
+
+
+async def logs(s: Stack, user: str, job_id: str, **params: Any) -> httpx.Response:
+    return await s.client.get(f"/v1/jobs/{job_id}/logs", params=params, headers=bearer(user))
+
+
+def assert_error(r: httpx.Response, status: int, code: str) -> dict:
+    """SPEC §8: `{"error": {"code", "message", "details"}}`."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] == code and body["error"]["message"], body
+    return dict(body["error"])
+
+
+async def test_U5_logs_of_attempt_1_stdout_stderr_and_byte_ranges(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    async with logs_stack(nats_url, pool, pg_dsn) as s:
+        job = await s.submit("bcg-alice", "printf 'hello, world\\n'; printf 'oops\\n' >&2")
+        done = await wait_job(s, "bcg-alice", job, ended)
+        assert done["state"] == "COMPLETED", done
+        r = await logs(s, "bcg-alice", job)  # defaults: the latest attempt's stdout
+        assert r.status_code == 200 and r.content == b"hello, world\n", r.text
+        assert r.headers["content-type"].startswith("text/plain")
+        h = r.headers
+        assert (h["jpu-log-attempt"], h["jpu-log-stream"], h["jpu-log-ended"]) == (
+            "1", "stdout", "true",
+        )  # fmt: skip
+        assert (h["jpu-log-start"], h["jpu-log-end"], h["jpu-log-size"]) == ("0", "13", "13")
+        err = await logs(s, "bcg-alice", job, stream="stderr", attempt=1)
+        assert err.content == b"oops\n" and err.headers["jpu-log-stream"] == "stderr"
+
+        # a byte range: offset/limit, from the end with a negative offset, past the end
+        part = await logs(s, "bcg-alice", job, offset=7, limit=5)
+        assert part.content == b"world" and part.headers["jpu-log-start"] == "7"
+        assert part.headers["jpu-log-end"] == "12" and part.headers["jpu-log-size"] == "13"
+        tail = await logs(s, "bcg-alice", job, offset=-6)
+        assert tail.content == b"world\n" and tail.headers["jpu-log-start"] == "7"
+        past = await logs(s, "bcg-alice", job, offset=100)
+        assert past.status_code == 200 and past.content == b""
+        assert past.headers["jpu-log-start"] == past.headers["jpu-log-end"] == "100"
+        assert_error(await logs(s, "bcg-alice", job, limit=0), 422, "VALIDATION_ERROR")
+        assert_error(await logs(s, "bcg-alice", job, stream="both"), 422, "VALIDATION_ERROR")
+        # the job says where it ran and where its output is (U5, X2)
+        assert done["chdir"] is None and done["workdir"] == done["output_dir"]
+        assert done["output_dir"] == str(s.data_dir / "outputs" / job / "1")
+
+
+async def test_U5_logs_of_an_oom_retried_attempt_2_and_of_its_attempt_1(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    async with logs_stack(nats_url, pool, pg_dsn) as s:
+        job = await s.submit("bcg-bob", OOM_ON_ATTEMPT_1)
+        done = await wait_job(s, "bcg-bob", job, lambda j: ended(j) and j["attempt"] == 2)
+        assert done["state"] == "COMPLETED" and done["placement"]["tier"] == "big", done
+        latest = await logs(s, "bcg-bob", job)  # the latest attempt: 2
+        assert latest.headers["jpu-log-attempt"] == "2"
+        assert latest.content == b"attempt 2 out\n"
+        assert (await logs(s, "bcg-bob", job, stream="stderr")).content == b"attempt 2 err\n"
+        first = await logs(s, "bcg-bob", job, attempt=1)
+        assert first.content == b"attempt 1 out\n" and first.headers["jpu-log-ended"] == "true"
+        first_err = (await logs(s, "bcg-bob", job, attempt=1, stream="stderr")).text
+        assert first_err.startswith("attempt 1 err\n") and "CUDA out of memory" in first_err
+        err = assert_error(await logs(s, "bcg-bob", job, attempt=3), 404, "NOT_FOUND")
+        assert "no attempt 3" in err["message"] and err["details"]["latest_attempt"] == 2
+
+
+async def test_U5_follow_streams_output_appended_later_and_ends_with_the_attempt(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    gates = world_searchable_tmpdir("jpu-logs-gate-")
+    gate = gates / "go"
+    script = f"echo first\nwhile [ ! -e {gate} ]; do sleep 0.05; done\necho second\nsleep 0.3\n"
+    try:
+        async with logs_stack(nats_url, pool, pg_dsn) as s:
+            job = await s.submit("bcg-alice", script)
+            await wait_job(s, "bcg-alice", job, lambda j: j["state"] == "RUNNING")
+            got = b""
+            url = f"/v1/jobs/{job}/logs"
+            params = {"follow": "true"}
+            async with s.client.stream("GET", url, params=params, headers=bearer("bcg-alice")) as r:
+                assert r.status_code == 200 and r.headers["jpu-log-start"] == "0"
+                assert "jpu-log-end" not in r.headers  # unknown while it follows
+                chunks = r.aiter_bytes()
+                while b"first\n" not in got:
+                    got += await asyncio.wait_for(anext(chunks), 20)
+                state = (await s.client.get(f"/v1/jobs/{job}", headers=bearer("bcg-alice"))).json()
+                assert state["state"] == "RUNNING"  # what we read came while it ran
+                gate.touch()  # the job writes more, then ends
+                async for chunk in chunks:  # the stream ends by itself when the attempt ends
+                    got += chunk
+            assert got == b"first\nsecond\n"
+            done = await wait_job(s, "bcg-alice", job, ended, timeout=5)
+            assert done["state"] == "COMPLETED"
+            # following an attempt that is over gives what it wrote and ends at once
+            again = await asyncio.wait_for(logs(s, "bcg-alice", job, follow="true"), 10)
+            assert again.content == b"first\nsecond\n"
+            tail = await asyncio.wait_for(logs(s, "bcg-alice", job, follow="true", offset=-7), 10)
+            assert tail.content == b"second\n"
+    finally:
+        shutil.rmtree(gates, ignore_errors=True)
+
+
+async def test_U5_logs_are_visible_to_owner_lab_admin_and_admin_only(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    async with logs_stack(nats_url, pool, pg_dsn) as s:
+        for name, lab in (("bcg-lead", "BCG"), ("kdg-lead", "KDG")):
+            await auth.add_user(pool, name, lab, "lab_admin")
+            await auth.install_token(pool, name, f"demo-{name}")
+        job = await s.submit("bcg-alice", "echo secret-output")
+        await wait_job(s, "bcg-alice", job, ended)
+        for who in ("bcg-alice", "bcg-lead", "admin"):
+            r = await logs(s, who, job)
+            assert r.status_code == 200 and r.content == b"secret-output\n", (who, r.text)
+        for who in ("kdg-carol", "kdg-lead", "bcg-bob"):  # another lab; same lab, not owner
+            err = assert_error(await logs(s, who, job), 403, "FORBIDDEN")
+            assert err["details"] == {"job_id": job}
+            assert_error(await logs(s, who, job, follow="true"), 403, "FORBIDDEN")
+        assert_error(await s.client.get(f"/v1/jobs/{job}/logs"), 401, "UNAUTHENTICATED")  # no token
+        err = assert_error(await logs(s, "bcg-alice", "no-such-job"), 404, "NOT_FOUND")
+        assert "no-such-job" in err["message"]
+        err = assert_error(await logs(s, "bcg-alice", job, attempt=2), 404, "NOT_FOUND")
+        assert "no attempt 2" in err["message"] and "latest attempt is 1" in err["message"]
+
+        # an attempt that has not started has no output yet: a clear 404 (follow would wait)
+        await pool.execute("UPDATE users SET max_active_jobs = 0 WHERE name = 'osl-erin'")
+        held = await s.submit("osl-erin", "echo never")
+        err = assert_error(await logs(s, "osl-erin", held), 404, "NOT_FOUND")
+        assert "no stdout output yet" in err["message"] and "PERSONAL_QUEUE_WAIT" in err["message"]
+        assert err["details"]["attempt"] == 1 and err["details"]["state"] == "PERSONAL_QUEUE_WAIT"
+
+
+async def test_U5_job_runs_in_its_chdir_and_reads_a_relative_file(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    project = world_searchable_tmpdir("jpu-logs-project-")  # the job's account can enter it
+    (project / "hello.py").write_text("data\n")
+    (project / "hello.py").chmod(0o644)
+    private = Path(project / "private")
+    private.mkdir(mode=0o700)  # root's own: the job's account may not enter it
+    try:
+        async with logs_stack(nats_url, pool, pg_dsn) as s:
+            body = {"name": "t", "command": "cat hello.py; pwd", "num_gpus": 1}
+            r = await s.client.post(
+                "/v1/jobs", json={**body, "chdir": str(project)}, headers=bearer("bcg-alice")
+            )
+            assert r.status_code == 201, r.text
+            job = r.json()
+            assert job["chdir"] == job["workdir"] == str(project)
+            done = await wait_job(s, "bcg-alice", job["id"], ended)
+            assert done["state"] == "COMPLETED", done
+            assert (await logs(s, "bcg-alice", job["id"])).text == f"data\n{project}\n"
+            assert done["workdir"] == str(project) and done["output_dir"] != str(project)
+
+            # a directory the user's account cannot enter fails the job, never runs it elsewhere
+            r = await s.client.post(
+                "/v1/jobs", json={**body, "chdir": str(private)}, headers=bearer("bcg-alice")
+            )
+            failed = await wait_job(s, "bcg-alice", r.json()["id"], ended)
+            assert failed["state"] == "FAILED", failed
+            err = (await logs(s, "bcg-alice", failed["id"], stream="stderr")).text
+            assert f"jpu: cannot run in {private} (chdir)" in err, err
+            assert (await logs(s, "bcg-alice", failed["id"])).content == b""
+
+            # Q1: absolute, no NUL, at most PATH_MAX
+            for bad in ("relative/dir", "/a\u0000b", "/" + "x" * 4096, 7):
+                r = await s.client.post(
+                    "/v1/jobs", json={**body, "chdir": bad}, headers=bearer("bcg-alice")
+                )
+                err = assert_error(r, 422, "VALIDATION_ERROR")
+                assert "chdir" in str(err), err
+    finally:
+        shutil.rmtree(project, ignore_errors=True)

@@ -1,0 +1,167 @@
+"""PostgreSQL down: the API answers 503 SERVICE_UNAVAILABLE with Retry-After in the SPEC §8 shape,
+never a plain-text 500, and recovers when it is back (issue 9, finding 3).
+
+Real processes (`python -m jpu_services.intake`, `python -m jpu_services.gateway`) on the session
+NATS and a PostgreSQL server of this module's own (stopped and started again on the same port;
+the session server other tests share is never touched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+from test_api_support import TOKENS, assert_error
+
+from jpu.admin import seed_demo
+from jpu.bus import EventBus
+from jpu.embedded.base import free_port
+from jpu.embedded.postgres import EmbeddedPostgres
+from jpu.events import NodeInventoryObserved, new_event_id
+from jpu.store import create_pool, migrate
+from jpu.testing.nats_fixtures import unique_names
+
+ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
+
+
+@pytest.fixture(scope="module")
+def own_pg() -> Iterator[EmbeddedPostgres]:
+    root = Path(tempfile.mkdtemp(prefix="jpu-test-pg-down-"))
+    root.chmod(0o755)  # as root, postgres runs as `postgres` and must reach it
+    server = EmbeddedPostgres(root / "pg", port=free_port(), durable=False)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest_asyncio.fixture
+async def stack(
+    own_pg: EmbeddedPostgres, nats_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[str, EventBus, subprocess.Popen[bytes]]]:
+    """Intake and the gateway as processes on a fresh database and stream; (url, bus, gw)."""
+    dsn = own_pg.create_database("t_unavailable")
+    pool = await create_pool(dsn)
+    try:
+        await migrate(pool)
+        await seed_demo(pool)
+    finally:
+        await pool.close()
+    stream, prefix = unique_names()
+    bus = await EventBus.connect(nats_url, stream=stream, prefix=prefix, name="pytest-pg-down")
+    await bus.ensure_stream()
+    for node, tier in (("gpu-4090x2-01", "rtx4090"), ("gpu-3080tix2-01", "rtx3080ti")):
+        await bus.append(
+            NodeInventoryObserved(event_id=new_event_id(), ts=1.0, node=node, gpus={tier: 2})
+        )
+    port = free_port()
+    env = {
+        **os.environ,
+        "JPU_NATS_URL": nats_url,
+        "JPU_DATABASE_URL": dsn,
+        "JPU_STREAM_NAME": stream,
+        "JPU_SUBJECT_PREFIX": prefix,
+        "JPU_GATEWAY_HOST": "127.0.0.1",
+        "JPU_GATEWAY_PORT": str(port),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-P", "-m", f"jpu_services.{name}"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / f"{name}.log", "wb"),  # noqa: SIM115
+        )
+        for name in ("intake", "gateway")
+    ]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient(base_url=url) as c:
+            for _ in range(300):
+                with contextlib.suppress(httpx.TransportError):
+                    if (await c.get("/readyz")).status_code == 200:
+                        break
+                assert all(p.poll() is None for p in procs), _logs(tmp_path)
+                await asyncio.sleep(0.2)
+            else:
+                pytest.fail("gateway not ready:\n" + _logs(tmp_path))
+        yield url, bus, procs[1]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        own_pg.start()  # the fixture's teardown needs it back (idempotent when it runs)
+        await bus.delete_stream()
+        await bus.close()
+
+
+def _logs(tmp_path: Path) -> str:
+    return "\n".join(
+        f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}" for f in tmp_path.glob("*.log")
+    )
+
+
+async def test_A_postgres_down_is_503_service_unavailable_with_retry_after(
+    stack: tuple[str, EventBus, subprocess.Popen[bytes]], own_pg: EmbeddedPostgres
+) -> None:
+    url, bus, gateway = stack
+    async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+        body = {"command": "echo hi", "num_gpus": 1}
+        r = await c.post("/v1/jobs", json=body, headers=ALICE)
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+
+        own_pg.stop()
+        await asyncio.sleep(1.5)  # past the gateway's token cache (1 s): auth asks the database
+        before = await bus.last_seq()
+        requests = [
+            ("GET", "/v1/me", None),
+            ("GET", "/v1/jobs", None),
+            ("GET", f"/v1/jobs/{job_id}", None),
+            ("GET", f"/v1/jobs/{job_id}/events", None),
+            ("POST", "/v1/jobs", body),
+            ("POST", f"/v1/jobs/{job_id}/cancel", None),
+            ("GET", "/v1/maintenance/status", None),
+            ("GET", "/v1/labs", None),
+            ("GET", "/v1/placements", None),
+        ]
+        wrong = []
+        for method, path, payload in requests:
+            r = await c.request(method, path, json=payload, headers=ALICE)
+            try:
+                err = assert_error(r, 503, "SERVICE_UNAVAILABLE")
+                assert int(r.headers["retry-after"]) > 0
+                assert "database" in err["details"]["dependency"], err
+            except (AssertionError, KeyError, ValueError) as e:
+                wrong.append(f"{method} {path}: {r.status_code} {r.text[:200]} ({e!r})")
+        assert not wrong, "\n".join(wrong)
+        assert_error(await c.get("/readyz"), 503, "NOT_READY")
+        assert await bus.last_seq() == before, "nothing is appended while PostgreSQL is down"
+        assert gateway.poll() is None, "the gateway kept running"
+
+        own_pg.start()  # same port: the pool reconnects
+        for _ in range(150):
+            r = await c.get(f"/v1/jobs/{job_id}", headers=ALICE)
+            if r.status_code == 200:
+                break
+            await asyncio.sleep(0.2)
+        assert r.status_code == 200, r.text
+        assert (await c.post("/v1/jobs", json=body, headers=ALICE)).status_code == 201
