@@ -278,8 +278,9 @@ def test_X8_oom_on_3080ti_escalates_to_4090_with_job_attempt_2(stack: Stack) -> 
     job = bob.submit(OOM_ON_FIRST_ATTEMPT, tiers=["rtx4090", "rtx3080ti"], name="x8")
     retry = bob.wait(
         job["id"],
-        lambda j: j["attempt"] == 2 and j["state"] == "GLOBAL_QUEUE_WAIT",
-        what="attempt 2 waiting for an rtx4090",
+        # D7: the reason is the dispatcher's, from the cycle after the retry (D8: at once)
+        lambda j: j["attempt"] == 2 and j["state"] == "GLOBAL_QUEUE_WAIT" and j["pending_reason"],
+        what="attempt 2 waiting for an rtx4090, with the dispatcher's reason",
     )
     assert retry["pending_reason"] == "Resources", retry
     events = bob.events(job["id"])

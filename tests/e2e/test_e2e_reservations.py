@@ -63,8 +63,13 @@ def test_R1_two_gpu_job_reserves_then_runs_while_other_labs_single_jobs_arrive(
     stack.release(_gate(at, fill, first_node, 0))
     reserving = alice.wait(
         x,
-        lambda j: j["state"] == "RESERVING" and j["reservation"] is not None,
-        what="RESERVING with a reservation",
+        # D7: the reason is the dispatcher's, published right after the cycle's appends
+        lambda j: (
+            j["state"] == "RESERVING"
+            and j["reservation"] is not None
+            and j["pending_reason"] is not None
+        ),
+        what="RESERVING with a reservation and the dispatcher's reason",
     )
     res = reserving["reservation"]
     assert (res["node"], res["tier"], res["gpus"]) == (first_node, "rtx4090", [0]), res

@@ -245,9 +245,12 @@ async def test_A_list_jobs_visibility_filters_and_pagination(api: Api) -> None:
 async def test_A_job_page_rank_reason_reservation_placement(api: Api) -> None:
     queued = await _queued_job(api, "bcg-alice", "BCG", n=2, tiers=["rtx4090"])
     personal = await _queued_job(api, "bcg-zoe", "BCG", promote=False)
+    await api.decide()  # D1/D7: ranks and reasons are the dispatcher's published decision
     job = (await api.client.get(f"/v1/jobs/{queued}", headers=bearer("alice"))).json()
     assert job["state"] == "GLOBAL_QUEUE_WAIT" and job["rank"] == 1
-    assert job["pending_reason"] in ("None", "Priority", "Resources")
+    assert job["decided_at"] == api.clock.now()
+    # a cycle would dispatch it now (GPUs are idle): it is leaving the queue, no reason to show
+    assert job["pending_reason"] is None
     assert job["command"] == "secret-command --flag" and job["env"] == {"A": "1"}
     p = (await api.client.get(f"/v1/jobs/{personal}", headers=bearer("zoe"))).json()
     assert (p["rank"], p["pending_reason"]) == (None, "ConcurrencyLimit")  # D7 personal queue
@@ -264,6 +267,7 @@ async def test_A_job_page_rank_reason_reservation_placement(api: Api) -> None:
             **api.kw(2), job_id=queued, node="gpu-4090x2-01", tier="rtx4090", gpus=[0]
         )
     )
+    await api.decide()
     job = (await api.client.get(f"/v1/jobs/{queued}", headers=bearer("admin"))).json()
     assert job["state"] == "RESERVING" and job["pending_reason"] == "Reservation"
     assert job["reservation"] == {

@@ -83,6 +83,24 @@ class Api:
         await wait_applied(self.pool, projection, seq, timeout=15)
         return seq
 
+    async def decide(self) -> None:
+        """What the leading dispatcher publishes after a cycle on the log as it is now: the
+        policy's order and pending reasons (D1, D7), through its own ViewPublisher. The gateway
+        shows ranks and reasons from there only (issue 10 finding 6); these tests run no
+        dispatcher, so that its appends do not move the jobs they arrange."""
+        from jpu.fold import ClusterState, evolve
+        from jpu.fold_snapshot import snapshot
+        from jpu.policy.cycle import cycle
+        from jpu_services.dispatcher.view import ViewPublisher
+
+        state = ClusterState.new(self.config)
+        async for d in self.bus.replay():
+            evolve(state, d)
+        now = self.clock.now()
+        result = cycle(snapshot(state, self.config), now)
+        publisher = ViewPublisher(self.bus.js, self.bus.stream)
+        await publisher.publish(now, state.seq, result.order, dict(result.pending.items()))
+
     def kw(self, dt: float = 0.0) -> dict[str, Any]:
         return {"event_id": new_event_id(), "ts": self.clock.now() + dt}
 

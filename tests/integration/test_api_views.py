@@ -81,6 +81,10 @@ async def test_D1_queue_in_fair_share_order_with_reasons(api: Api) -> None:
     await _job(api, "k-new", "KDG", "kdg-carol", 2, entered=t - 5, tiers=["rtx4090"])
     await _job(api, "k-newer", "KDG", "kdg-carol", 2, entered=t - 4, tiers=["rtx4090"])
     await _job(api, "b-personal", "BCG", "bcg-zoe", entered=0.0, promote=False)
+    r = await api.client.get("/v1/queue", headers=bearer("carol"))
+    assert [e["rank"] for e in r.json()["queue"]] == [None] * 4  # no cycle has decided yet
+    assert r.json()["decided_at"] is None
+    await api.decide()  # D1/D7: the dispatcher's cycle, published
     r = await api.client.get("/v1/queue", headers=bearer("carol"))  # any user sees the queue
     assert r.status_code == 200, r.text
     q = r.json()
@@ -111,6 +115,7 @@ async def test_D1_queue_in_fair_share_order_with_reasons(api: Api) -> None:
             **api.kw(), job_id="k-new", node="gpu-4090x2-02", tier="rtx4090", gpus=[1]
         )
     )
+    await api.decide()
     rows = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()["queue"]
     assert [(e["job_id"], e["state"], e["pending_reason"]) for e in rows[:3]] == [
         ("k-new", "RESERVING", "Reservation"),
@@ -125,6 +130,7 @@ async def test_D7_maintenance_is_every_queued_jobs_reason(api: Api) -> None:
     await api.append(
         MaintenanceChanged(**api.kw(), state="DRAINING", by="admin"), projection="maintenance"
     )
+    await api.decide()
     q = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()
     assert q["maintenance"] == "DRAINING"
     assert [e["pending_reason"] for e in q["queue"]] == ["Maintenance"]
@@ -197,3 +203,47 @@ async def test_F3_labs_show_decayed_usage_raw_value_and_counts(api: Api) -> None
     assert series[0][1] == 0.0  # before the charge
     assert [t - HALF_LIFE, 297_360.0] in series  # the charge itself
     assert series[-1] == [t, pytest.approx(148_680.0)]  # decayed to now
+
+
+async def test_D1_D7_the_api_shows_the_dispatchers_own_rank_and_reason(api: Api) -> None:
+    """Issue 10 finding 6 with the real dispatcher running: rank and pending reason in the API
+    are exactly what the dispatcher published for its cycle (never the gateway's own cycle, and
+    never a "None" reason), with the time it decided them."""
+    import asyncio
+
+    from jpu.fold_testing import Watcher
+    from jpu_services.dispatcher.service import run_dispatcher
+    from jpu_services.gateway.routes._queueview import decided
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_dispatcher(api.bus, api.config, api.clock, stop))
+    try:
+        async with Watcher(api.bus, api.config) as w:
+            t = api.clock.now()
+            for i in range(8):  # every GPU busy with OSL's jobs
+                await _job(api, f"busy{i}", "OSL", "osl-erin", entered=t)
+            await w.until(lambda s: all(s.jobs[f"busy{i}"].placement for i in range(8)))
+            await _job(api, "wait1", "BCG", "bcg-alice", entered=t + 1)
+            await _job(api, "wait2", "KDG", "kdg-carol", 2, entered=t + 2)
+            deadline = asyncio.get_running_loop().time() + 15
+            while True:
+                view = await decided(api.bus.js, api.bus.stream)
+                if view is not None and {"wait1", "wait2"} <= set(view.pending):
+                    break
+                assert asyncio.get_running_loop().time() < deadline, view
+                await asyncio.sleep(0.05)
+            await wait_applied(api.pool, "jobs", await api.bus.last_seq(), timeout=15)
+            for job_id in ("wait1", "wait2"):
+                body = (await api.client.get(f"/v1/jobs/{job_id}", headers=bearer("admin"))).json()
+                assert body["rank"] == view.order.index(job_id) + 1, body
+                assert body["pending_reason"] == view.pending[job_id], body
+                assert body["pending_reason"] in ("Priority", "Resources", "Reservation")
+                assert body["decided_at"] == view.at
+            q = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()
+            assert q["decided_at"] == view.at
+            assert [e["job_id"] for e in q["queue"] if e["rank"]] == [
+                j for j in view.order if j in {"wait1", "wait2"}
+            ]
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)

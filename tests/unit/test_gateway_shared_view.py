@@ -59,12 +59,15 @@ def test_D1_rank_of_ranks_global_and_names_personal() -> None:
     view = QueueView(
         now=0.0,
         maintenance="off",
-        ordered=[{"job_id": "a"}, {"job_id": "b"}],
+        ordered=[{"job_id": "a"}, {"job_id": "b"}, {"job_id": "new"}],
         personal=[{"job_id": "p"}],
         usage={},
         reasons={"b": "Resources"},
+        ranked=2,  # the dispatcher's last cycle ranked a and b; "new" came after it
+        decided_at=0.0,
     )
     assert view.rank_of("a") == (1, None)
     assert view.rank_of("b") == (2, "Resources")
+    assert view.rank_of("new") == (None, None)  # D7: the next cycle decides
     assert view.rank_of("p") == (None, "ConcurrencyLimit")
     assert view.rank_of("zzz") == (None, None)

@@ -1,9 +1,11 @@
 """The global queue as the API shows it: rank (SPEC D1) and pending reason (D7), read-only.
 
-Rank is a position in a cycle, not a property of the job (D1), so the gateway recomputes it at
-request time: the policy core's pure dispatch cycle (`jpu.policy.cycle`) runs on a snapshot built
-from the projections and gives the order and the pending reasons; its decisions are discarded —
-nothing is appended, the gateway only reads (the dispatcher alone acts).
+Rank and pending reason are what the dispatcher decided, not a second cycle of the gateway's own
+(issue 10 finding 6): the leading dispatcher publishes each cycle's order and reasons to the NATS
+KV bucket `jpu_views` (services/dispatcher/view.py), and the gateway shows exactly that, with the
+time it was decided (`decided_at`). A queued job the last published cycle has not seen yet (it
+entered the queue after it) has no rank and no reason until the next cycle, which D8 triggers at
+once; a job that cycle dispatched has none either (it is on its way to the GPUs).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from typing import Any, Final
 
 import asyncpg
 from fastapi import Request
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
-from jpu.config import Tier
-from jpu.policy.cycle import cycle
+from jpu import commands
 from jpu.policy.fairshare import ZERO_USAGE, decayed
-from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+from jpu.policy.model import LabUsage
 from jpu.store.projections.maintenance import read_maintenance
 
 PERSONAL: Final = "PERSONAL_QUEUE_WAIT"
@@ -40,7 +42,13 @@ class QueueView:
     personal: list[Any]  # personal-queue rows (Q4), oldest first
     usage: dict[str, float]  # lab -> decayed usage now
     reasons: dict[str, str] = field(default_factory=dict)
+    ranked: int = 0  # the first `ranked` of `ordered` have the dispatcher's rank; the rest none
+    decided_at: float | None = None  # the dispatcher's cycle these ranks and reasons come from
     _ranks: dict[str, int] | None = None  # job id -> rank, built on first use (shared views)
+
+    def rank(self, i: int) -> int | None:
+        """The rank of `ordered[i]` (0-based), None for a job no cycle has ranked yet."""
+        return i + 1 if i < self.ranked else None
 
     def rank_of(self, job_id: str) -> tuple[int | None, str | None]:
         if self._ranks is None:
@@ -51,76 +59,55 @@ class QueueView:
             return None, None
         if rank == 0:
             return None, "ConcurrencyLimit"
-        return rank, self.reasons.get(job_id)
-
-
-def _queued(row: Any) -> QueuedJob:
-    res = None
-    if row["reservation_node"] is not None:
-        res = Reservation(
-            node=row["reservation_node"],
-            tier=row["reservation_tier"],
-            gpus=tuple(row["reservation_gpus"] or ()),
-            since=row["reservation_since"] or 0.0,
-        )
-    return QueuedJob(
-        job_id=row["job_id"],
-        lab=row["lab"],
-        user=row["user"],
-        num_gpus=row["num_gpus"],
-        queue_entered_at=row["queue_entered_at"] or row["submitted_at"],
-        tiers=frozenset(row["tiers"]) if row["tiers"] is not None else None,
-        min_vram_gb=row["min_vram_gb"],
-        attempt=row["attempt"],
-        reservation=res,
-        time_limit_s=row["time_limit_s"],
-    )
+        return self.rank(rank - 1), self.reasons.get(job_id)
 
 
 async def _snapshot_parts(
     pool: asyncpg.Pool,
-) -> tuple[list[asyncpg.Record], dict[str, LabUsage], list[Gpu], str]:
+) -> tuple[list[asyncpg.Record], dict[str, LabUsage], str]:
     rows = await pool.fetch(_QUEUE_SQL, [PERSONAL, "GLOBAL_QUEUE_WAIT", "RESERVING"])
     usage = {
         r["lab"]: LabUsage(r["value"], r["as_of"])
         for r in await pool.fetch("SELECT lab, value, as_of FROM lab_usage")
     }
-    gpus = [
-        Gpu(r["node"], r["tier"], r["index"], r["state"])
-        for r in await pool.fetch("SELECT node, tier, index, state FROM gpu_resources")
-    ]
     maintenance = (await read_maintenance(pool))["state"]
-    return rows, usage, gpus, str(maintenance)
+    return rows, usage, str(maintenance)
+
+
+async def decided(js: Any, stream: str) -> commands.QueueView | None:
+    """The dispatcher's latest published decision (None before its first cycle)."""
+    try:
+        kv = await js.key_value(commands.VIEWS_BUCKET)
+        entry = await kv.get(commands.queue_view_key(stream))
+    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
+        return None
+    if entry is None or not entry.value:
+        return None
+    return commands.decode_view(entry.value)
 
 
 async def queue_view(
-    pool: asyncpg.Pool, tiers: list[Tier], half_life_s: float, now: float
+    pool: asyncpg.Pool,
+    decision: commands.QueueView | None,
+    half_life_s: float,
+    now: float,
 ) -> QueueView:
-    rows, usage, gpus, maintenance = await _snapshot_parts(pool)
-    by_id = {r["job_id"]: r for r in rows}
-    queue = [_queued(r) for r in rows if r["state"] != PERSONAL]
-    snap = Snapshot(
-        tiers={t.name: t for t in tiers},
-        gpus=gpus,
-        queue=queue,
-        usage=usage,
-        half_life_s=half_life_s,
-        maintenance=maintenance,  # type: ignore[arg-type]
-    )
-    # D1 order and D7 reasons: the pure cycle on this snapshot; its decisions are discarded
-    # (read-only). A job the cycle would dispatch now has no reason to wait: "None" (as Slurm
-    # says) until the dispatcher starts it.
-    result = cycle(snap, now)
-    reasons: dict[str, str] = dict.fromkeys(result.order, "None")
-    reasons.update(result.pending.items())
+    rows, usage, maintenance = await _snapshot_parts(pool)
+    queued = {r["job_id"]: r for r in rows if r["state"] != PERSONAL}
+    order = [j for j in (decision.order if decision else []) if j in queued]
+    reasons = {j: r for j, r in (decision.pending if decision else {}).items() if j in queued}
+    ranked = set(order)
+    newer = [r for r in queued.values() if r["job_id"] not in ranked]  # after that cycle
     labs = {r["lab"] for r in rows} | set(usage)
     return QueueView(
         now=now,
         maintenance=maintenance,
-        ordered=[by_id[j] for j in result.order],
+        ordered=[queued[j] for j in order] + newer,
         personal=[r for r in rows if r["state"] == PERSONAL],
         usage={lab: decayed(usage.get(lab, ZERO_USAGE), now, half_life_s) for lab in labs},
         reasons=reasons,
+        ranked=len(order),
+        decided_at=decision.at if decision else None,
     )
 
 
@@ -164,7 +151,9 @@ def shared_view(request: Request) -> SharedView:
             base = app.state.settings.base
             clock = getattr(app.state, "clock", None)
             now = float(clock.now()) if clock is not None else time.time()
-            return await queue_view(app.state.edges.pool, base.tiers, base.half_life_s, now)
+            edges = app.state.edges
+            decision = await decided(edges.bus.js, edges.bus.stream)
+            return await queue_view(edges.pool, decision, base.half_life_s, now)
 
         view = app.state.queue_view = SharedView(compute)
     return view

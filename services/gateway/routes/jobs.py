@@ -77,13 +77,16 @@ async def _json_object(request: Request) -> dict[str, Any]:
 async def _job_body(
     request: Request, pool: Any, settings: Any, row: Any, *, detail: bool = True
 ) -> dict[str, Any]:
-    rank = reason = None
+    rank = reason = decided_at = None
     if row["state"] in ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"):
         view = await shared_view(request).get()  # read after this request's write (see there)
-        rank, reason = view.rank_of(row["job_id"])
+        rank, reason = view.rank_of(row["job_id"])  # D1/D7: the dispatcher's decision
+        decided_at = view.decided_at
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
             rank, reason = None, "ConcurrencyLimit"  # already be promoted; show the row's state
-    return _with_dirs(job_out(row, rank, reason, detail=detail), settings)
+    out = job_out(row, rank, reason, detail=detail)
+    out["decided_at"] = decided_at  # when the dispatcher decided that rank and reason
+    return _with_dirs(out, settings)
 
 
 def _with_dirs(out: dict[str, Any], settings: Any) -> dict[str, Any]:

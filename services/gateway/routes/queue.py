@@ -109,8 +109,8 @@ async def queue(
     states = _states(state)
     view = await shared_view(request).get()
     entries = [
-        _entry(r, i, view.reasons.get(r["job_id"]), view.usage.get(r["lab"], 0.0))
-        for i, r in enumerate(view.ordered, start=1)
+        _entry(r, view.rank(i), view.reasons.get(r["job_id"]), view.usage.get(r["lab"], 0.0))
+        for i, r in enumerate(view.ordered)
     ] + [_entry(r, None, "ConcurrencyLimit", view.usage.get(r["lab"], 0.0)) for r in view.personal]
     running = [
         _running(r, view.usage.get(r["lab"], 0.0), view.now)
@@ -126,6 +126,9 @@ async def queue(
 
     return {
         "as_of": view.now,
+        # D1/D7: ranks and reasons are the dispatcher's, from its cycle at this time (null
+        # before its first cycle); a job that entered the queue since has none yet
+        "decided_at": view.decided_at,
         "maintenance": view.maintenance,
         "half_life_s": settings.base.half_life_s,
         "global_length": len(view.ordered),
