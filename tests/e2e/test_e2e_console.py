@@ -1,6 +1,9 @@
 """SPEC U2, M5: the web console in a real browser (headless Chromium driven by Playwright) against
-the running stack: token, queue with ranks and pending reasons, the GPU pool, lab usage chart, a
-job page with its event timeline, the submit form, Korean/English, and the maintenance banner.
+the running stack: token, queue with ranks and pending reasons, the GPU pool (lab colours, who uses
+what), lab usage chart (its window), a job page with its event timeline (sentences, the raw event
+behind a toggle), a forbidden job never shown above another job's details, live updates without a
+reload (stopped while the page is hidden), the submit form, Korean/English, and the maintenance
+banner. Screenshots go to $JPU_TEST_ARTIFACTS when it is set (CI keeps them).
 
 Chromium is a Debian package (`scripts/install-browser`; CI installs it). Elsewhere the module is
 skipped with the reason, unless JPU_TEST_BROWSER_REQUIRED=1 makes that a failure.
@@ -8,7 +11,10 @@ skipped with the reason, unless JPU_TEST_BROWSER_REQUIRED=1 makes that a failure
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from typing import Any
@@ -60,7 +66,26 @@ async def _login(page: Page, stack: Stack, user: str) -> None:
 
 async def _go(page: Page, stack: Stack, view: str) -> None:
     await page.goto(f"{stack.url}/#/{view}")
-    await page.reload()  # a fresh render of the view, not the 5 s refresh
+    await page.reload()  # a fresh render of the view, not the periodic refresh
+
+
+async def _english(page: Page) -> None:
+    """Start from English whatever an earlier test left saved."""
+    if await page.locator("#lang-toggle").text_content() == "English":
+        await page.click("#lang-toggle")
+    await expect(page.locator("html")).to_have_attribute("lang", "en")
+
+
+async def _shot(page: Page, name: str) -> None:
+    if artifacts := os.environ.get("JPU_TEST_ARTIFACTS"):  # CI keeps them: what a user saw
+        await page.screenshot(path=os.path.join(artifacts, name), full_page=True)
+
+
+async def _no_horizontal_overflow(page: Page) -> None:
+    widths = await page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert widths[0] <= widths[1], f"the page is wider than the window: {widths}"
 
 
 async def test_U2_console_needs_a_token_then_shows_who_is_signed_in(
@@ -81,25 +106,61 @@ async def test_U2_submit_form_then_job_page_with_event_timeline(
     page = browser_page
     await _login(page, stack, "osl-erin")
     await _go(page, stack, "submit")
-    await page.fill("input[name=name]", "from-console")
+    await _english(page)
+    long_name = "from-console-" + "x" * 115  # 128 characters without a break: must wrap
+    await page.fill("input[name=name]", long_name)
     await page.fill("input[name=num_gpus]", "1")
     await page.fill("input[name=tiers]", "rtx4090")
-    await page.fill("textarea[name=command]", 'echo "attempt $JOB_ATTEMPT"')
+    await page.fill("input[name=time_limit]", "1:30:00")  # sbatch --time, like `jpu submit`
+    await expect(page.locator("#time-hint")).to_have_text("= 1 h 30 min (01:30:00)")
+    await page.fill("textarea[name=command]", 'echo "attempt $JOB_ATTEMPT" # ' + "y" * 400)
     await page.fill("textarea[name=env]", "SEED=7")
     await page.click("#submit-form button[type=submit]")
     link = page.locator("#submit-result a")
     await expect(link).to_be_visible()
     job_id = (await link.text_content() or "").strip()
     job = stack.api("osl-erin").wait(job_id, ["COMPLETED"], timeout=30)
-    assert job["name"] == "from-console" and job["tiers"] == ["rtx4090"]
+    assert job["name"] == long_name and job["tiers"] == ["rtx4090"]
+    assert job["time_limit_s"] == 5400  # 1:30:00 = 1 h 30 min
     await link.click()
     await page.reload()
     await expect(page.locator("#job-title")).to_have_text(job_id)
     await expect(page.locator("#job-fields")).to_contain_text("COMPLETED")
-    timeline = page.locator("#job-events li strong")
-    await expect(timeline.first).to_have_text("JobSubmitted")
-    await expect(timeline.last).to_have_text("JobEnded")
+    await expect(page.locator("#job-fields dd[data-field=time_limit_s]")).to_have_text("01:30:00")
     await expect(page.locator("#job-cancel")).to_be_hidden()  # nothing to cancel any more
+
+    # the timeline: one sentence per event, with its local time and how long it took
+    items = page.locator("#job-events li")
+    await expect(items.last).to_have_attribute("data-type", "JobEnded")
+    types = [await li.get_attribute("data-type") for li in await items.all()]
+    events = stack.api("osl-erin").events(job_id)
+    assert types == [e["type"] for e in events]
+    sentences = [s.strip() for s in await items.locator(".sentence").all_text_contents()]
+    assert sentences[0].startswith(f"Submitted by osl-erin (OSL) as “{long_name}”: 1 GPU")
+    assert "tiers rtx4090, time limit 01:30:00" in sentences[0], sentences[0]
+    dispatched = items.locator(".sentence", has_text="Attempt 1 dispatched to ")
+    await expect(dispatched).to_contain_text("(rtx4090), GPU ")
+    await expect(items.filter(has_text="Attempt 1 dispatched")).to_contain_text("in the queue")
+    ended = sentences[types.index("JobEnded")]
+    assert ended.startswith("Attempt 1 ended: COMPLETED, exit code 0"), ended
+    await expect(items.filter(has_text="Attempt 1 ended").locator(".dur")).to_contain_text(
+        "ran for"
+    )
+    for sentence in sentences:  # words, not JSON, not epoch seconds
+        assert "{" not in sentence and '"type"' not in sentence, sentence
+        assert not re.search(r"\b1[0-9]{9}\b", sentence), sentence
+    for clock in await items.locator("time").all_text_contents():
+        assert re.fullmatch(r"(\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}", clock), clock
+    raw = items.first.locator("details.raw pre")
+    await expect(raw).to_be_hidden()  # the raw event is one click away, not on the page
+    await items.first.locator("details.raw summary").click()
+    await expect(raw).to_be_visible()
+    recorded = json.loads(await raw.text_content() or "")
+    assert recorded["type"] == "JobSubmitted" and recorded["job_id"] == job_id
+    await page.wait_for_timeout(3500)  # a live refresh must not close the open raw event
+    await expect(raw).to_be_visible()
+    await _no_horizontal_overflow(page)  # the long name and command wrap
+    await _shot(page, "console-job-timeline.png")
 
 
 async def test_U2_queue_shows_rank_and_pending_reason_and_pool_shows_running_jobs(
@@ -122,11 +183,32 @@ async def test_U2_queue_shows_rank_and_pending_reason_and_pool_shows_running_job
     cells: list[Any] = await row.locator("td").all_text_contents()
     assert cells[0].strip() == "1" and cells[-1].strip() in ("Resources", "Reservation"), cells
 
+    running = page.locator("#running-rows")  # who holds GPUs now, like squeue
+    for job_id in busy:
+        await expect(running.locator("tr", has_text=job_id)).to_contain_text("RUNNING")
+
     await _go(page, stack, "pool")
     cards = page.locator("#pool-cards")
     for job_id in busy[-1:]:  # dave's own running job is linked from its placement
         await expect(cards.locator(f"a[href='#/job/{job_id}']")).to_be_visible()
     await expect(cards.locator(".gpu.job")).to_have_count(8)
+    # who uses what: each busy GPU carries its user and lab, filled with the lab's colour
+    await expect(cards.locator(".gpu.job[data-lab=OSL][data-user=osl-frank]")).to_have_count(6)
+    await expect(cards.locator(".gpu.job[data-lab=KDG][data-user=kdg-dave]")).to_have_count(2)
+    await expect(cards.locator(".holder", has_text="osl-frank (OSL)")).to_have_count(3)
+    await expect(cards.locator(".holder", has_text="kdg-dave (KDG)")).to_have_count(1)
+    colour = "el => getComputedStyle(el).backgroundColor"
+    osl = await cards.locator(".gpu.job[data-lab=OSL]").first.evaluate(colour)
+    kdg = await cards.locator(".gpu.job[data-lab=KDG]").first.evaluate(colour)
+    assert osl != kdg, (osl, kdg)
+    legend = page.locator("#lab-legend")  # the legend: one swatch per lab, the same colours
+    for lab in ("BCG", "KDG", "OSL"):
+        await expect(legend.locator(f".lab-key[data-lab={lab}]")).to_be_visible()
+    key = await legend.locator(".lab-key[data-lab=OSL] .swatch").evaluate(colour)
+    assert key == osl, (key, osl)
+    title = await cards.locator(".gpu.job[data-lab=KDG]").first.get_attribute("title") or ""
+    assert "kdg-dave (KDG)" in title and busy[-1] in title, title
+    await _shot(page, "console-pool.png")
 
 
 async def test_U2_lab_usage_chart_after_a_charge(stack: Stack, browser_page: Page) -> None:
@@ -136,8 +218,59 @@ async def test_U2_lab_usage_chart_after_a_charge(stack: Stack, browser_page: Pag
     wait_until(lambda: erin.lab("OSL")["usage"] > 0, 20, "OSL usage charged")
     await _login(page, stack, "osl-erin")
     await _go(page, stack, "labs")
+    await _english(page)
     await expect(page.locator("#usage-chart svg polyline").first).to_be_visible()
     await expect(page.locator("#lab-rows")).to_contain_text("OSL")
+
+
+async def _chart_window(page: Page) -> tuple[int, float, list[str]]:
+    svg = page.locator("#usage-chart svg")
+    hours = int(await svg.get_attribute("data-hours") or 0)
+    span = float(await svg.get_attribute("data-end") or 0) - float(
+        await svg.get_attribute("data-start") or 0
+    )
+    return hours, span, await svg.locator("text.tick").all_text_contents()
+
+
+async def test_U2_usage_chart_window_24h_7d_30d_and_its_axis(
+    stack: Stack, browser_page: Page
+) -> None:
+    page = browser_page
+    erin = stack.api("osl-erin")
+    erin.wait(erin.submit("sleep 1")["id"], ["COMPLETED"], timeout=30)
+    wait_until(lambda: erin.lab("OSL")["usage"] > 0, 20, "OSL usage charged")
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, "labs")
+    await _english(page)
+    buttons = page.locator("#chart-window button")
+    await expect(buttons).to_have_text(["24 h", "7 d", "30 d"])
+    await expect(buttons.nth(0)).to_have_attribute("aria-pressed", "true")  # the default: a day
+    svg = page.locator("#usage-chart svg")
+    await expect(svg).to_have_attribute("data-hours", "24")
+    hours, span, ticks = await _chart_window(page)
+    assert hours == 24
+    assert abs(span - 24 * 3600) < 5, span
+    assert ticks and all(re.fullmatch(r"\d{2}:00", x) for x in ticks), ticks  # clock times
+    await expect(svg.locator("polyline[data-lab=OSL]")).to_be_visible()
+
+    async with page.expect_request(lambda r: "/v1/usage/history?hours=168" in r.url):
+        await buttons.nth(1).click()
+    await expect(svg).to_have_attribute("data-hours", "168")
+    await expect(buttons.nth(1)).to_have_attribute("aria-pressed", "true")
+    _, span, ticks = await _chart_window(page)
+    assert abs(span - 7 * 86400) < 5, span
+    assert 6 <= len(ticks) <= 8 and not any(":" in x for x in ticks), ticks  # one date a day
+    await _shot(page, "console-usage-7d.png")
+
+    await buttons.nth(2).click()
+    await expect(svg).to_have_attribute("data-hours", "720")
+    _, span, ticks = await _chart_window(page)
+    assert abs(span - 30 * 86400) < 5, span
+    assert 5 <= len(ticks) <= 7 and not any(":" in x for x in ticks), ticks  # every 5 days
+    await page.wait_for_timeout(3500)  # the live refresh keeps the chosen window
+    await expect(svg).to_have_attribute("data-hours", "720")
+    await buttons.nth(0).click()
+    await expect(svg).to_have_attribute("data-hours", "24")
 
 
 async def test_U2_korean_and_english(stack: Stack, browser_page: Page) -> None:
@@ -227,3 +360,166 @@ async def test_U5_log_pane_says_when_an_attempt_has_no_output_yet(
     await _go(page, stack, f"job/{waiting}")
     await expect(page.locator("#job-log-status")).to_contain_text("No output yet")
     await expect(page.locator("#job-log")).to_be_empty()
+
+
+async def test_U2_a_forbidden_job_shows_only_the_403_never_the_previous_jobs_details(
+    stack: Stack, browser_page: Page
+) -> None:
+    page = browser_page
+    erin, frank = stack.api("osl-erin"), stack.api("osl-frank")
+    mine = erin.submit("echo mine", name="mine")["id"]
+    theirs = frank.submit("echo theirs", name="theirs")["id"]  # a plain user sees only their own
+    for api, job_id in ((erin, mine), (frank, theirs)):
+        api.wait(job_id, ["COMPLETED"], timeout=30)
+    await _login(page, stack, "osl-erin")
+    await _english(page)
+    await _go(page, stack, f"job/{mine}")
+    await expect(page.locator("#job-title")).to_have_text(mine)
+    await expect(page.locator("#job-fields")).to_contain_text("osl-erin")
+    body, error = page.locator("#job-body"), page.locator("#error")
+    fields = page.locator("#job-fields")
+
+    await page.evaluate(f"location.hash = '#/job/{theirs}'")  # from my job to one I may not see
+    await expect(error).to_contain_text("Not allowed")
+    await expect(error.locator(".err-code")).to_have_text("403 FORBIDDEN")
+    await expect(error.locator(".err-server")).to_contain_text("only the owner")  # the server's
+    await expect(error).not_to_contain_text("null")
+    await expect(body).to_be_hidden()
+    await expect(fields).to_be_empty()
+    assert await page.locator("#job-title").text_content() == ""
+    await _shot(page, "console-job-forbidden.png")
+
+    await page.evaluate("location.hash = '#/job/no-such-job'")
+    await expect(error).to_contain_text("Not found")
+    await expect(error.locator(".err-server")).to_contain_text("no job 'no-such-job'")
+    await expect(body).to_be_hidden()
+
+    # a slow answer for my job arrives after I went on to theirs: it is dropped (request token)
+    async def slow(route: Any) -> None:
+        await asyncio.sleep(2.5)
+        await route.continue_()
+
+    await page.route(f"**/v1/jobs/{mine}", slow)
+    await page.route(f"**/v1/jobs/{mine}/events", slow)
+    try:
+        async with page.expect_request(lambda r: r.url.endswith(f"/v1/jobs/{mine}")):
+            await page.evaluate(f"location.hash = '#/job/{mine}'")
+        await page.evaluate(f"location.hash = '#/job/{theirs}'")
+        await expect(error).to_contain_text("Not allowed")
+        await page.wait_for_timeout(3500)  # the slow answers have arrived by now
+        await expect(body).to_be_hidden()
+        await expect(fields).to_be_empty()
+        await expect(page.locator("#job-events")).to_be_empty()
+        await expect(error).to_contain_text("Not allowed")
+    finally:
+        await page.unroute(f"**/v1/jobs/{mine}", slow)
+        await page.unroute(f"**/v1/jobs/{mine}/events", slow)
+    await page.evaluate(f"location.hash = '#/job/{mine}'")  # and back: mine, without the error
+    await expect(page.locator("#job-title")).to_have_text(mine)
+    await expect(error).to_be_hidden()
+
+
+async def test_U2_live_updates_the_job_page_without_a_reload(
+    stack: Stack, browser_page: Page
+) -> None:
+    page = browser_page
+    erin = stack.api("osl-erin")
+    job_id = erin.submit(stack.hold("live"), name="live")["id"]
+    erin.wait(job_id, ["RUNNING"], timeout=30)
+    await _login(page, stack, "osl-erin")
+    await _english(page)
+    await _go(page, stack, f"job/{job_id}")
+    state = page.locator("#job-fields dd[data-field=state]")
+    await expect(state).to_have_text("RUNNING")
+    await expect(page.locator("#job-cancel")).to_be_visible()
+    await page.evaluate("window.__same_page = true")  # gone if the page were reloaded
+    stack.release("live")
+    await expect(state).to_have_text("COMPLETED", timeout=20_000)
+    await expect(page.locator("#job-events li").last).to_have_attribute("data-type", "JobEnded")
+    await expect(page.locator("#job-cancel")).to_be_hidden()
+    assert await page.evaluate("window.__same_page === true")  # no reload happened
+
+    # the queue view follows too: the running table empties without a reload
+    busy = erin.submit(stack.hold("live2"), name="live2")["id"]
+    erin.wait(busy, ["RUNNING"], timeout=30)
+    await page.evaluate("location.hash = '#/queue'")
+    row = page.locator("#running-rows tr", has_text=busy)
+    await expect(row).to_be_visible()
+    stack.release("live2")
+    await expect(row).to_have_count(0, timeout=20_000)
+    assert await page.evaluate("window.__same_page === true")
+
+
+async def test_U2_live_updates_stop_while_the_page_is_hidden(
+    stack: Stack, browser_page: Page
+) -> None:
+    page = browser_page
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, "queue")
+    await expect(page.locator("#queue-rows tr").first).to_be_visible()
+    seen: list[str] = []
+
+    def on_request(r: Any) -> None:
+        if "/v1/" in r.url:
+            seen.append(r.url)
+
+    page.on("request", on_request)
+    try:
+        await page.evaluate(
+            """() => {
+              Object.defineProperty(document, "hidden", { value: true, configurable: true });
+              Object.defineProperty(
+                document, "visibilityState", { value: "hidden", configurable: true });
+              document.dispatchEvent(new Event("visibilitychange"));
+            }"""
+        )
+        await page.wait_for_timeout(500)  # a poll already on its way may still land
+        seen.clear()
+        await page.wait_for_timeout(4000)  # more than one poll period
+        assert seen == [], seen
+        await page.evaluate(
+            """() => {
+              delete document.hidden; delete document.visibilityState;
+              document.dispatchEvent(new Event("visibilitychange"));
+            }"""
+        )
+        await page.wait_for_timeout(1000)  # shown again: refreshed at once, then polled
+        assert any("/v1/queue" in u for u in seen), seen
+    finally:
+        page.remove_listener("request", on_request)
+
+
+async def test_U4_queue_shows_an_estimated_start_column_when_the_api_gives_one(
+    stack: Stack, browser_page: Page
+) -> None:
+    page = browser_page
+    frank, dave = stack.api("osl-frank"), stack.api("kdg-dave")
+    busy = [frank.submit(stack.hold(f"eta{i}"), 2, name="eta")["id"] for i in range(3)]
+    busy.append(dave.submit(stack.hold("eta3"), 2, name="eta")["id"])  # all 8 GPUs busy
+    for job_id in busy:
+        stack.api("admin").wait(job_id, ["RUNNING"], timeout=30)
+    waiting = dave.submit("echo later", 2, name="eta-wait")["id"]
+    dave.wait(waiting, lambda j: j.get("rank") == 1, timeout=20)
+    await _login(page, stack, "kdg-dave")
+    await _english(page)
+    await _go(page, stack, "queue")
+    await expect(page.locator("#queue-rows tr", has_text=waiting)).to_be_visible()
+    await expect(page.locator("#queue-eta-head")).to_be_hidden()  # the API has none (yet)
+
+    async def with_estimate(route: Any) -> None:  # what SPEC U4's API will add to each entry
+        response = await route.fetch()
+        body = await response.json()
+        for e in body["queue"]:
+            e["estimated_start"], e["estimate_basis"] = body["as_of"] + 3600, "limits"
+        await route.fulfill(response=response, json=body)
+
+    await page.route("**/v1/queue", with_estimate)
+    try:
+        await page.reload()
+        await expect(page.locator("#queue-eta-head")).to_be_visible()
+        row = page.locator("#queue-rows tr", has_text=waiting)
+        cells = await row.locator("td").all_text_contents()
+        assert cells[-1].strip() in ("Resources", "Reservation"), cells  # the reason stays last
+        assert await row.locator("td").nth(7).get_attribute("title") == "limits"
+    finally:
+        await page.unroute("**/v1/queue", with_estimate)

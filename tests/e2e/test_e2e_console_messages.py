@@ -1,6 +1,8 @@
-"""SPEC U2, issue 12 items 6 and 7: the web console says what to do, in a real browser (headless
+"""SPEC U2, issue 12 items 6, 7 and 8: the web console says what to do, in a real browser (headless
 Chromium driven by Playwright) against the running stack — a refused token is not "type your
-token", and an environment line without `=` stops the submission instead of being dropped.
+token", an environment line without `=` stops the submission instead of being dropped, the time
+limit is read like `jpu submit --time` (SPEC U1) and a bad one refused, and in the Korean console
+API errors (SPEC §8 codes) and job states are Korean, the server's own message beneath.
 
 Skipped with the reason where Chromium or Playwright is missing (test_e2e_console.py says how).
 """
@@ -108,3 +110,108 @@ async def test_U2_job_page_tells_the_oom_retry_in_a_sentence(stack: Stack, page:
     fields = page.locator("#job-fields")
     await expect(fields).to_contain_text("OOM retry")
     await expect(fields).to_contain_text("no GPU with more than 24 GB exists here")
+
+
+async def test_U2_the_time_limit_takes_slurm_format_and_refuses_anything_else(
+    stack: Stack, page: Page
+) -> None:
+    erin = stack.api("osl-erin")
+    before = len(erin.get("/v1/jobs", limit=500)["jobs"])
+    await _token(page, stack, "demo-osl-erin")
+    await expect(page.locator("#whoami")).to_contain_text("osl-erin")
+    await page.goto(f"{stack.url}/#/submit")
+    await page.reload()
+    limit, hint = page.locator("input[name=time_limit]"), page.locator("#time-hint")
+    # the rules of `jpu submit --time` (sbatch): minutes, M:S, H:M:S, D-H[:M[:S]]
+    for text, shown in (
+        ("90", "= 1 h 30 min (01:30:00)"),
+        ("1:30:00", "= 1 h 30 min (01:30:00)"),
+        ("2-00:00:00", "= 2 d (2-00:00:00)"),
+        ("5:30", "= 5 min 30 s (00:05:30)"),
+        ("1-12", "= 1 d 12 h (1-12:00:00)"),
+        ("UNLIMITED", "= no time limit"),
+    ):
+        await limit.fill(text)
+        await expect(hint).to_have_text(shown)
+    await page.fill("input[name=name]", "time-check")
+    await page.fill("textarea[name=command]", "echo timed")
+    await limit.fill("abc")
+    await expect(limit).to_have_attribute("aria-invalid", "true")
+    await page.click("#submit-form button[type=submit]")
+    error = page.locator("#error")
+    await expect(error).to_contain_text('Time limit "abc" is not a time')
+    await expect(error).to_contain_text("D-HH[:MM[:SS]]")
+    await expect(page.locator("#submit-result")).to_be_empty()
+    await limit.fill("0")
+    await page.click("#submit-form button[type=submit]")
+    await expect(error).to_contain_text('Time limit "0" must be positive')
+    await page.click("#lang-toggle")  # the same refusal in Korean
+    await expect(error).to_contain_text('시간 제한 "0"은(는) 0보다 커야 합니다')
+    await page.click("#lang-toggle")
+    assert len(erin.get("/v1/jobs", limit=500)["jobs"]) == before  # nothing was submitted
+
+    await limit.fill("1:30:00")
+    await page.click("#submit-form button[type=submit]")
+    link = page.locator("#submit-result a")
+    await expect(link).to_be_visible()
+    await expect(error).to_be_hidden()
+    job_id = (await link.text_content() or "").strip()
+    assert erin.wait(job_id, ["COMPLETED"], timeout=30)["time_limit_s"] == 5400
+
+
+async def test_U2_api_errors_and_states_are_korean_in_the_korean_console(
+    stack: Stack, page: Page
+) -> None:
+    erin = stack.api("osl-erin")
+    await _token(page, stack, "demo-osl-erin")
+    await expect(page.locator("#whoami")).to_contain_text("osl-erin")
+    await page.evaluate("localStorage.setItem('jpu.lang', 'ko')")
+    try:
+        await page.goto(f"{stack.url}/#/submit")
+        await page.reload()
+        await expect(page.locator("html")).to_have_attribute("lang", "ko")
+        await page.fill("input[name=name]", "too-big")
+        await page.fill("input[name=num_gpus]", "4")  # the largest placement has 2 GPUs
+        await page.fill("textarea[name=command]", "echo big")
+        await page.click("#submit-form button[type=submit]")
+        error = page.locator("#error")
+        await expect(error.locator(".err-head")).to_contain_text(
+            "이 클러스터의 어떤 배치(placement)로도 요청한 대로 실행할 수 없습니다"
+        )
+        await expect(error.locator(".err-code")).to_have_text("422 NO_FIT_PLACEMENT")
+        # beneath: the server's own message, then the fix from its details, in Korean
+        await expect(error.locator(".err-server")).to_contain_text("no placement")
+        await expect(error.locator(".err-fix")).to_contain_text("가장 큰 배치는 GPU 2개입니다")
+        await expect(error.locator(".err-fix")).to_contain_text("2개 이하로 요청하세요")
+        if artifacts := os.environ.get("JPU_TEST_ARTIFACTS"):
+            await page.screenshot(path=os.path.join(artifacts, "console-error-ko.png"))
+        await page.click("#lang-toggle")  # the same error in English, no new request
+        await expect(error.locator(".err-head")).to_contain_text(
+            "No placement of this cluster can run this job as asked"
+        )
+        await expect(error.locator(".err-fix")).to_contain_text(
+            "The largest placement that can run it has 2 GPUs"
+        )
+        await page.click("#lang-toggle")
+
+        await page.goto(f"{stack.url}/#/job/no-such-job")
+        await page.reload()
+        await expect(error.locator(".err-head")).to_contain_text("찾을 수 없습니다")
+        await expect(error.locator(".err-code")).to_have_text("404 NOT_FOUND")
+        await expect(error.locator(".err-server")).to_contain_text("no-such-job")
+        await expect(page.locator("#job-body")).to_be_hidden()
+
+        job_id = erin.submit("echo ko", name="ko-state")["id"]
+        erin.wait(job_id, ["COMPLETED"], timeout=30)
+        await page.goto(f"{stack.url}/#/job/{job_id}")
+        await page.reload()
+        state = page.locator("#job-fields dd[data-field=state] .code")
+        await expect(state).to_have_text("완료")  # the state in Korean, its code in the tooltip
+        assert (await state.get_attribute("title") or "").startswith("COMPLETED")
+        ended = page.locator("#job-events li[data-type=JobEnded] .sentence")
+        await expect(ended).to_contain_text("시도 1 종료: 완료, 종료 코드 0")
+        await expect(page.locator("#job-events li").first.locator(".sentence")).to_contain_text(
+            "osl-erin (OSL)이(가)"
+        )
+    finally:
+        await page.evaluate("localStorage.setItem('jpu.lang', 'en')")

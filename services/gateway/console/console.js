@@ -10,27 +10,37 @@ const STRINGS = {
     "token.missing": "Type your API token (top right) to see the cluster.",
     "token.rejected": "This API token was not accepted: it is mistyped, revoked or expired. Paste a valid one top right (it starts as you received it, e.g. demo-bcg-alice); an admin creates tokens with `jpu-admin token create USER`.",
     "submit.env_bad": "Environment line {n} (\"{line}\") has no \"=\": write KEY=VALUE, one per line. Nothing was submitted.",
+    "submit.time_bad": "Time limit \"{value}\" is not a time: use minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]] as with sbatch --time (e.g. 90, 1:30:00, 2-00:00:00). Nothing was submitted.",
+    "submit.time_zero": "Time limit \"{value}\" must be positive. Nothing was submitted.",
+    "submit.time_none": "no time limit",
+    "submit.time_placeholder": "e.g. 1:30:00, 2-00:00:00, 90 (minutes); empty = none",
     "queue.title": "Global queue", "queue.empty": "The queue is empty.",
+    "running.title": "Running now", "running.empty": "No job holds a GPU.",
     "pool.title": "GPU pool by placement", "labs.title": "Lab usage (decayed)",
     "jobs.title": "Jobs", "jobs.id": "job id", "jobs.open": "Open", "jobs.empty": "No jobs.",
     "job.title": "Job", "job.cancel": "Cancel job", "job.timeline": "Event timeline",
     "job.cancel_sent": "Cancellation requested.",
     "submit.title": "Submit a job", "submit.name": "Name", "submit.gpus": "GPUs",
-    "submit.tiers": "Tiers (comma separated, empty = any)", "submit.time": "Time limit (s)",
+    "submit.tiers": "Tiers (comma separated, empty = any)", "submit.time": "Time limit (as sbatch --time)",
     "submit.command": "Command (shell script)", "submit.env": "Environment (KEY=VALUE per line)",
     "submit.go": "Submit", "submit.ok": "Submitted job",
     "col.rank": "Rank", "col.job": "Job", "col.lab": "Lab", "col.user": "User", "col.gpus": "GPUs",
     "col.state": "State", "col.lab_usage": "Lab usage (TFLOP-s)", "col.reason": "Pending reason",
     "col.usage_now": "Usage now", "col.raw": "Raw value", "col.as_of": "As of",
     "col.running": "Running", "col.queued": "Queued", "col.name": "Name", "col.attempt": "Attempt",
+    "col.eta": "Estimated start", "col.placement": "Placement", "col.elapsed": "Run time",
+    "col.time_limit": "Time limit",
     "gpu.idle": "idle", "gpu.running": "running", "gpu.reserved": "reserved",
-    "gpu.backfill": "LLM backfill", "gpu.down": "down",
-    "pool.capacity": "capacity", "pool.idle": "idle",
+    "gpu.running_lab": "running (filled with its lab's colour)",
+    "gpu.reserved_lab": "reserved (framed in its lab's colour)",
+    "gpu.backfill": "LLM backfill", "gpu.down": "down", "gpu.labs": "Labs:",
+    "pool.capacity": "capacity", "pool.idle": "idle", "pool.gpu": "GPU",
     "maint.DRAINING": "Maintenance: draining. New submissions are refused; running jobs finish.",
     "maint.BACKFILL_RECOVERY": "Maintenance: reclaiming LLM backfill GPUs.",
     "maint.ACTIVE": "Maintenance in progress. Submissions are refused until it ends.",
     "maint.since": "since",
-    "chart.empty": "No usage recorded yet.",
+    "chart.empty": "No usage recorded yet.", "chart.24h": "24 h", "chart.7d": "7 d", "chart.30d": "30 d",
+    "chart.window": "Window",
     "f.state": "State", "f.attempt": "Attempt", "f.user": "User", "f.lab": "Lab",
     "f.num_gpus": "GPUs", "f.rank": "Rank", "f.pending_reason": "Pending reason",
     "f.placement": "Placement", "f.reservation": "Reservation", "f.usage_charged": "Usage charged",
@@ -38,10 +48,82 @@ const STRINGS = {
     "f.reason": "End reason", "f.submitted_at": "Submitted", "f.queue_entered_at": "Entered queue",
     "f.ended_at": "Ended", "f.tiers": "Tiers", "f.min_vram_gb": "Min VRAM (GB)",
     "f.command": "Command", "f.workdir": "Working directory",
+    "f.time_limit_s": "Time limit", "f.elapsed_s": "Run time",
+    "f.estimated_start": "Estimated start (an estimate, not a promise)",
     "f.oom_retry": "OOM retry", "f.raised_by_oom": "raised by the OOM retry, not set by you",
     "job.output": "Output", "log.attempt": "Attempt", "log.none": "No output yet for this attempt.",
     "log.running": "Updating while the attempt runs…", "log.ended": "The attempt has ended.",
     "log.truncated": "Showing the last part only; `jpu logs ID` prints all of it.",
+    // the event timeline: one sentence per event (SPEC U2), durations after "·"
+    "ev.raw": "raw event", "ev.gpus": "{n} GPU", "ev.gpus_n": "{n} GPUs",
+    "ev.JobSubmitted": "Submitted by {user} ({lab}) as “{name}”: {gpus}{tiers}{limit}",
+    "ev.tiers": ", tiers {tiers}", "ev.limit": ", time limit {limit}",
+    "ev.JobPromoted": "Entered the global queue",
+    "ev.JobPromoted.d": "after {d} in the personal queue",
+    "ev.ReservationStarted": "Reserved {gpus} on {node} ({tier})",
+    "ev.ReservationStarted.d": "after {d} in the queue",
+    "ev.ReservationGrown": "Reservation grew to {gpus} on {node} ({tier})",
+    "ev.ReservationGrown.d": "{d} after the reservation started",
+    "ev.ReservationShrunk": "Reservation on {node} ({tier}) lost GPU {removed}; {gpus} still held",
+    "ev.ReservationReleased": "Released the reservation of {gpus} on {node} ({tier}): {why}",
+    "ev.ReservationReleased.d": "held for {d}",
+    "rel.dispatched": "the job starts on these GPUs",
+    "rel.swap": "the job starts on another placement (charged with its run, R4)",
+    "rel.demoted": "the job is no longer rank 1 (charged to the lab now, R3)",
+    "rel.cancelled": "the job was cancelled",
+    "rel.maintenance": "maintenance (charged to the lab now)",
+    "rel.capacity": "the placement lost GPUs (charged to the lab now)",
+    "ev.JobDispatched": "Attempt {attempt} dispatched to {node} ({tier}), GPU {list}",
+    "ev.JobDispatched.d": "after {d} in the queue",
+    "ev.JobStarted": "Attempt {attempt} started (backend job {backend}, isolation {isolation})",
+    "ev.JobStarted.d": "{d} after the dispatch",
+    "ev.JobEnded": "Attempt {attempt} ended: {state}{exit}{reason}{usage}",
+    "ev.exit": ", exit code {code}", "ev.reason": " — {reason}", "ev.usage": "; {usage} TFLOP-s charged",
+    "ev.JobEnded.d": "ran for {d}", "ev.JobEnded.held": "held the GPUs for {d} without starting",
+    "ev.JobRetryScheduled": "Attempt {attempt} ran out of GPU memory: back to the queue, to retry on a GPU with at least {vram} GB",
+    "ev.JobRetryDeclined": "No retry after attempt {attempt}: {why}",
+    "ev.JobRetryDeclined.max_attempts": "it used up its attempts",
+    "ev.JobRetryDeclined.no_fit": "no GPU here has the {vram} GB it would need",
+    "ev.JobCancelRequested": "Cancellation requested by {by}",
+    "ev.other": "{type}",
+    "dur.lt1": "< 1 s", "dur.s": "{s} s", "dur.m": "{m} min", "dur.ms": "{m} min {s} s",
+    "dur.h": "{h} h", "dur.hm": "{h} h {m} min", "dur.d": "{d} d", "dur.dh": "{d} d {h} h",
+    // API errors (SPEC §8 codes): a headline per code, the server's own message beneath
+    "err.VALIDATION_ERROR": "The request was refused: a value is not valid.",
+    "err.NO_FIT_PLACEMENT": "No placement of this cluster can run this job as asked.",
+    "err.SERVICE_MAINTENANCE": "Maintenance: submissions are refused until it ends.",
+    "err.UNAUTHENTICATED": "Not signed in: the API token is missing or was not accepted.",
+    "err.FORBIDDEN": "Not allowed: only the job's owner, a lab admin of its lab or an admin may see or change it.",
+    "err.NOT_FOUND": "Not found: there is no such job (or item).",
+    "err.ALREADY_TERMINAL": "The job has already ended; there is nothing to cancel.",
+    "err.IDEMPOTENCY_CONFLICT": "This submission key was already used for a different job.",
+    "err.RATE_LIMITED": "Too many submissions: wait a moment and try again.",
+    "err.SERVICE_UNAVAILABLE": "A service is not answering right now; try again in a few seconds.",
+    "err.INTAKE_UNAVAILABLE": "The job intake is not answering right now; try again in a few seconds.",
+    "err.REQUEST_TIMEOUT": "The request took too long and was cut off; try again.",
+    "err.BAD_REQUEST": "The request is malformed.", "err.CONFLICT": "The request conflicts with the job's state.",
+    "err.METHOD_NOT_ALLOWED": "This request is not allowed here.",
+    "err.INTERNAL": "Internal error in the gateway; please tell an admin.",
+    "err.OUTPUT_UNREADABLE": "The gateway cannot read the job's output.",
+    "err.NOT_READY": "Not ready yet; try again in a moment.",
+    "err.NETWORK": "The gateway did not answer (network error); retrying.",
+    "err.HTTP": "The gateway answered HTTP {status}.",
+    // what the error's details add: the fix (as the CLI's jpu.cli.messages does)
+    "fix.no_fit": "The largest placement that can run it has {gpus} ({tier} on {node}; a job runs inside one placement): ask for {n} or fewer.",
+    "fix.maintenance": "The admin says: {message}", "fix.rate": "Retry in {s} s.",
+    "fix.field": "Field: {field}",
+    // what states and pending reasons mean (tooltips; English shows the codes themselves)
+    "state.PERSONAL_QUEUE_WAIT.t": "in your personal queue: you are at your running-jobs limit (Q4)",
+    "state.GLOBAL_QUEUE_WAIT.t": "waiting in the global queue for GPUs",
+    "state.RESERVING.t": "rank 1, holding GPUs while waiting for more (R1)",
+    "state.DISPATCHED.t": "sent to a GPU node, starting", "state.RUNNING.t": "running",
+    "state.CANCELLING.t": "being stopped", "state.COMPLETED.t": "ended, exit code 0",
+    "state.FAILED.t": "ended with an error", "state.CANCELLED.t": "cancelled",
+    "reason.Priority.t": "a higher-ranked job takes the resources",
+    "reason.Resources.t": "no placement that fits has enough idle GPUs",
+    "reason.Reservation.t": "holding a reservation, waiting for more GPUs",
+    "reason.Maintenance.t": "maintenance: nothing starts until it ends",
+    "reason.ConcurrencyLimit.t": "personal queue: at the running-jobs limit",
   },
   ko: {
     "nav.queue": "대기열", "nav.pool": "GPU 풀", "nav.labs": "연구실 사용량", "nav.jobs": "작업",
@@ -49,28 +131,36 @@ const STRINGS = {
     "token.missing": "오른쪽 위에 API 토큰을 입력하면 클러스터 현황을 볼 수 있습니다.",
     "token.rejected": "이 API 토큰은 받아들여지지 않았습니다: 잘못 입력했거나 폐기되었거나 만료되었습니다. 오른쪽 위에 올바른 토큰을 붙여 넣으세요 (받은 그대로, 예: demo-bcg-alice). 관리자는 `jpu-admin token create USER`로 토큰을 만듭니다.",
     "submit.env_bad": "환경 변수 {n}번째 줄(\"{line}\")에 \"=\"가 없습니다: 한 줄에 KEY=VALUE로 쓰세요. 아무것도 제출하지 않았습니다.",
+    "submit.time_bad": "시간 제한 \"{value}\"은(는) 올바른 시간이 아닙니다: sbatch --time처럼 분, MM:SS, HH:MM:SS 또는 D-HH[:MM[:SS]]로 쓰세요 (예: 90, 1:30:00, 2-00:00:00). 아무것도 제출하지 않았습니다.",
+    "submit.time_zero": "시간 제한 \"{value}\"은(는) 0보다 커야 합니다. 아무것도 제출하지 않았습니다.",
+    "submit.time_none": "시간 제한 없음",
+    "submit.time_placeholder": "예: 1:30:00, 2-00:00:00, 90 (분); 비우면 제한 없음",
     "queue.title": "전역 대기열", "queue.empty": "대기 중인 작업이 없습니다.",
+    "running.title": "실행 중인 작업", "running.empty": "GPU를 쓰고 있는 작업이 없습니다.",
     "pool.title": "배치(placement)별 GPU 풀", "labs.title": "연구실 사용량 (반감기 적용)",
     "jobs.title": "작업", "jobs.id": "작업 ID", "jobs.open": "열기", "jobs.empty": "작업이 없습니다.",
     "job.title": "작업", "job.cancel": "작업 취소", "job.timeline": "이벤트 타임라인",
     "job.cancel_sent": "취소를 요청했습니다.",
     "submit.title": "작업 제출", "submit.name": "이름", "submit.gpus": "GPU 수",
-    "submit.tiers": "티어 (쉼표로 구분, 비우면 전체)", "submit.time": "시간 제한 (초)",
+    "submit.tiers": "티어 (쉼표로 구분, 비우면 전체)", "submit.time": "시간 제한 (sbatch --time 형식)",
     "submit.command": "명령 (셸 스크립트)", "submit.env": "환경 변수 (한 줄에 KEY=VALUE)",
     "submit.go": "제출", "submit.ok": "제출된 작업",
     "col.rank": "순위", "col.job": "작업", "col.lab": "연구실", "col.user": "사용자",
     "col.gpus": "GPU", "col.state": "상태", "col.lab_usage": "연구실 사용량 (TFLOP-s)",
     "col.reason": "대기 사유", "col.usage_now": "현재 사용량", "col.raw": "기록값",
     "col.as_of": "기준 시각", "col.running": "실행 중", "col.queued": "대기 중",
-    "col.name": "이름", "col.attempt": "시도",
+    "col.name": "이름", "col.attempt": "시도", "col.eta": "예상 시작 시각", "col.placement": "배치",
+    "col.elapsed": "실행 시간", "col.time_limit": "시간 제한",
     "gpu.idle": "유휴", "gpu.running": "실행 중", "gpu.reserved": "예약됨",
-    "gpu.backfill": "LLM backfill", "gpu.down": "중단",
-    "pool.capacity": "용량", "pool.idle": "유휴",
+    "gpu.running_lab": "실행 중 (연구실 색으로 채움)", "gpu.reserved_lab": "예약됨 (연구실 색 테두리)",
+    "gpu.backfill": "LLM backfill", "gpu.down": "중단", "gpu.labs": "연구실:",
+    "pool.capacity": "용량", "pool.idle": "유휴", "pool.gpu": "GPU",
     "maint.DRAINING": "점검 모드: 드레이닝 중. 새 작업 제출이 차단되며 실행 중인 작업은 정상 완료됩니다.",
     "maint.BACKFILL_RECOVERY": "점검 모드: LLM backfill GPU를 회수하고 있습니다.",
     "maint.ACTIVE": "점검 진행 중입니다. 점검이 끝날 때까지 작업 제출이 차단됩니다.",
     "maint.since": "시작",
-    "chart.empty": "아직 기록된 사용량이 없습니다.",
+    "chart.empty": "아직 기록된 사용량이 없습니다.", "chart.24h": "24시간", "chart.7d": "7일", "chart.30d": "30일",
+    "chart.window": "기간",
     "f.state": "상태", "f.attempt": "시도", "f.user": "사용자", "f.lab": "연구실",
     "f.num_gpus": "GPU 수", "f.rank": "순위", "f.pending_reason": "대기 사유",
     "f.placement": "배치", "f.reservation": "예약", "f.usage_charged": "부과된 사용량",
@@ -78,57 +168,274 @@ const STRINGS = {
     "f.reason": "종료 사유", "f.submitted_at": "제출 시각", "f.queue_entered_at": "대기열 진입",
     "f.ended_at": "종료 시각", "f.tiers": "티어", "f.min_vram_gb": "최소 VRAM (GB)",
     "f.command": "명령", "f.workdir": "작업 디렉터리",
+    "f.time_limit_s": "시간 제한", "f.elapsed_s": "실행 시간",
+    "f.estimated_start": "예상 시작 시각 (추정치이며 약속이 아닙니다)",
     "f.oom_retry": "OOM 재시도", "f.raised_by_oom": "OOM 재시도로 올라간 값이며 사용자가 정한 값이 아닙니다",
     "job.output": "출력", "log.attempt": "시도", "log.none": "이 시도의 출력이 아직 없습니다.",
     "log.running": "실행 중인 동안 자동으로 갱신됩니다…", "log.ended": "이 시도는 끝났습니다.",
     "log.truncated": "마지막 부분만 표시합니다. 전체는 `jpu logs ID`로 볼 수 있습니다.",
+    "ev.raw": "원본 이벤트", "ev.gpus": "GPU {n}개", "ev.gpus_n": "GPU {n}개",
+    "ev.JobSubmitted": "{user} ({lab})이(가) “{name}”(으)로 제출: {gpus}{tiers}{limit}",
+    "ev.tiers": ", 티어 {tiers}", "ev.limit": ", 시간 제한 {limit}",
+    "ev.JobPromoted": "전역 대기열에 들어감",
+    "ev.JobPromoted.d": "개인 대기열에서 {d} 기다린 뒤",
+    "ev.ReservationStarted": "{node} ({tier})의 {gpus} 예약",
+    "ev.ReservationStarted.d": "대기열에서 {d} 기다린 뒤",
+    "ev.ReservationGrown": "{node} ({tier})의 예약이 {gpus}(으)로 늘어남",
+    "ev.ReservationGrown.d": "예약 시작 후 {d}",
+    "ev.ReservationShrunk": "{node} ({tier})의 예약에서 GPU {removed}을(를) 잃음; {gpus} 유지",
+    "ev.ReservationReleased": "{node} ({tier})의 {gpus} 예약 해제: {why}",
+    "ev.ReservationReleased.d": "{d} 동안 보유",
+    "rel.dispatched": "이 GPU에서 작업이 시작됨",
+    "rel.swap": "작업이 다른 배치에서 시작됨 (실행과 함께 부과, R4)",
+    "rel.demoted": "작업이 더 이상 1순위가 아님 (지금 연구실에 부과, R3)",
+    "rel.cancelled": "작업이 취소됨",
+    "rel.maintenance": "점검 (지금 연구실에 부과)",
+    "rel.capacity": "배치의 GPU가 줄어듦 (지금 연구실에 부과)",
+    "ev.JobDispatched": "시도 {attempt}을(를) {node} ({tier})의 GPU {list}에 배정",
+    "ev.JobDispatched.d": "대기열에서 {d} 기다린 뒤",
+    "ev.JobStarted": "시도 {attempt} 시작 (백엔드 작업 {backend}, 격리 {isolation})",
+    "ev.JobStarted.d": "배정 후 {d}",
+    "ev.JobEnded": "시도 {attempt} 종료: {state}{exit}{reason}{usage}",
+    "ev.exit": ", 종료 코드 {code}", "ev.reason": " — {reason}", "ev.usage": "; {usage} TFLOP-s 부과",
+    "ev.JobEnded.d": "{d} 동안 실행", "ev.JobEnded.held": "시작하지 못한 채 {d} 동안 GPU 보유",
+    "ev.JobRetryScheduled": "시도 {attempt}에서 GPU 메모리 부족: 대기열로 돌아가 {vram} GB 이상의 GPU에서 다시 시도",
+    "ev.JobRetryDeclined": "시도 {attempt} 이후 재시도하지 않음: {why}",
+    "ev.JobRetryDeclined.max_attempts": "시도 횟수를 모두 썼음",
+    "ev.JobRetryDeclined.no_fit": "필요한 {vram} GB를 가진 GPU가 여기에는 없음",
+    "ev.JobCancelRequested": "{by}이(가) 취소를 요청",
+    "dur.lt1": "1초 미만", "dur.s": "{s}초", "dur.m": "{m}분", "dur.ms": "{m}분 {s}초",
+    "dur.h": "{h}시간", "dur.hm": "{h}시간 {m}분", "dur.d": "{d}일", "dur.dh": "{d}일 {h}시간",
+    "err.VALIDATION_ERROR": "요청이 거부되었습니다: 올바르지 않은 값이 있습니다.",
+    "err.NO_FIT_PLACEMENT": "이 클러스터의 어떤 배치(placement)로도 요청한 대로 실행할 수 없습니다.",
+    "err.SERVICE_MAINTENANCE": "점검 중입니다: 점검이 끝날 때까지 작업 제출이 차단됩니다.",
+    "err.UNAUTHENTICATED": "로그인되지 않았습니다: API 토큰이 없거나 받아들여지지 않았습니다.",
+    "err.FORBIDDEN": "권한이 없습니다: 작업 소유자, 해당 연구실 관리자, 관리자만 보거나 바꿀 수 있습니다.",
+    "err.NOT_FOUND": "찾을 수 없습니다: 그런 작업(또는 항목)이 없습니다.",
+    "err.ALREADY_TERMINAL": "이미 끝난 작업이라 취소할 것이 없습니다.",
+    "err.IDEMPOTENCY_CONFLICT": "이 제출 키(Idempotency-Key)는 이미 다른 작업에 쓰였습니다.",
+    "err.RATE_LIMITED": "제출이 너무 잦습니다: 잠시 후 다시 시도하세요.",
+    "err.SERVICE_UNAVAILABLE": "서비스가 지금 응답하지 않습니다: 몇 초 뒤 다시 시도하세요.",
+    "err.INTAKE_UNAVAILABLE": "작업 접수 서비스가 지금 응답하지 않습니다: 몇 초 뒤 다시 시도하세요.",
+    "err.REQUEST_TIMEOUT": "요청 시간이 초과되어 끊겼습니다: 다시 시도하세요.",
+    "err.BAD_REQUEST": "요청 형식이 잘못되었습니다.", "err.CONFLICT": "요청이 작업의 현재 상태와 충돌합니다.",
+    "err.METHOD_NOT_ALLOWED": "여기서는 허용되지 않는 요청입니다.",
+    "err.INTERNAL": "게이트웨이 내부 오류입니다: 관리자에게 알려 주세요.",
+    "err.OUTPUT_UNREADABLE": "게이트웨이가 작업 출력을 읽을 수 없습니다.",
+    "err.NOT_READY": "아직 준비되지 않았습니다: 잠시 후 다시 시도하세요.",
+    "err.NETWORK": "게이트웨이가 응답하지 않습니다 (네트워크 오류). 다시 시도하는 중입니다.",
+    "err.HTTP": "게이트웨이가 HTTP {status}(으)로 응답했습니다.",
+    "fix.no_fit": "이 작업을 실행할 수 있는 가장 큰 배치는 {gpus}입니다 ({node}의 {tier}; 작업은 한 배치 안에서만 실행됩니다): {n}개 이하로 요청하세요.",
+    "fix.maintenance": "관리자 메시지: {message}", "fix.rate": "{s}초 뒤 다시 시도하세요.",
+    "fix.field": "항목: {field}",
+    "state.PERSONAL_QUEUE_WAIT": "개인 대기열", "state.GLOBAL_QUEUE_WAIT": "전역 대기열 대기",
+    "state.RESERVING": "GPU 예약 중", "state.DISPATCHED": "배정됨", "state.RUNNING": "실행 중",
+    "state.CANCELLING": "취소 중", "state.COMPLETED": "완료", "state.FAILED": "실패",
+    "state.CANCELLED": "취소됨",
+    "state.PERSONAL_QUEUE_WAIT.t": "개인 대기열: 동시에 실행할 수 있는 작업 수 한도에 도달했습니다 (Q4)",
+    "state.GLOBAL_QUEUE_WAIT.t": "전역 대기열에서 GPU를 기다리는 중",
+    "state.RESERVING.t": "1순위로서 GPU를 더 기다리며 일부를 예약해 두는 중 (R1)",
+    "state.DISPATCHED.t": "GPU 노드로 보내져 시작하는 중", "state.RUNNING.t": "실행 중",
+    "state.CANCELLING.t": "중지하는 중", "state.COMPLETED.t": "종료 코드 0으로 끝남",
+    "state.FAILED.t": "오류로 끝남", "state.CANCELLED.t": "취소됨",
+    "reason.Priority": "우선순위 밀림", "reason.Resources": "자원 부족",
+    "reason.Reservation": "예약 후 대기", "reason.Maintenance": "점검 중",
+    "reason.ConcurrencyLimit": "동시 실행 한도",
+    "reason.Priority.t": "더 높은 순위의 작업이 자원을 가져갑니다",
+    "reason.Resources.t": "맞는 배치 중 유휴 GPU가 충분한 곳이 없습니다",
+    "reason.Reservation.t": "예약을 잡고 GPU가 더 비기를 기다립니다",
+    "reason.Maintenance.t": "점검 중: 끝날 때까지 아무것도 시작하지 않습니다",
+    "reason.ConcurrencyLimit.t": "개인 대기열: 동시 실행 작업 수 한도",
+    "end.OOM": "GPU 메모리 부족", "end.HOST_OOM": "호스트 메모리 부족",
+    "end.NonZeroExitCode": "0이 아닌 종료 코드", "end.TIMEOUT": "시간 제한 초과",
+    "end.NODE_FAIL": "노드 장애", "end.PREEMPTED": "선점됨", "end.cancelled": "취소됨",
+    "end.kill_failed": "취소됨 (프로세스 종료 실패)",
   },
 };
+
+const POLL_MS = 3000, LOG_POLL_MS = 2000;  // live updates while the page is visible
+const CHART_WINDOWS = [24, 168, 720];  // hours: 24 h / 7 d / 30 d
 
 const state = {
   lang: localStorage.getItem("jpu.lang") || ((navigator.language || "").startsWith("ko") ? "ko" : "en"),
   token: localStorage.getItem("jpu.token") || "",
-  timer: null,
-  log: null, // the log pane of the job page (see refreshLog)
+  nav: 0,          // request token: answers of an older render are dropped (never a stale view)
+  viewKey: null,   // the view (and job) on screen: another one means a navigation
+  busy: 0,         // the token of a render in flight: a poll waits for the next tick
+  timers: null,    // the poll timers, stopped while the page is hidden
+  error: null,     // the error shown (re-rendered in the other language on the toggle)
+  chartHours: 24,  // the usage chart's window
+  labs: [],        // lab names (sorted): the index gives the lab's colour
+  labsAt: 0,
+  log: null,       // the log pane of the job page (see refreshLog)
 };
 const $ = (id) => document.getElementById(id);
-const t = (key) => (STRINGS[state.lang] || STRINGS.en)[key] || STRINGS.en[key] || key;
+const t = (key) => (STRINGS[state.lang] || STRINGS.en)[key] ?? STRINGS.en[key] ?? key;
+const has = (key) => key in (STRINGS[state.lang] || {}) || key in STRINGS.en;
+const fill = (text, params) => text.replace(/\{(\w+)\}/g, (m, k) => (k in (params || {}) ? String(params[k]) : m));
+const tf = (key, params) => fill(t(key), params);
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") el.className = v; else if (k === "href") el.href = v; else el.setAttribute(k, v);
+    if (v === null || v === undefined) continue;
+    if (k === "class") el.className = v; else if (k === "href") el.href = v;
+    else if (k === "style") Object.assign(el.style, v); else el.setAttribute(k, v);
   }
   for (const c of children.flat()) {
-    if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+    if (c !== null && c !== undefined && c !== false) el.append(c instanceof Node ? c : String(c));
   }
   return el;
 }
 
-const fmtNum = (x) => (x === null || x === undefined ? "" : Number(x).toLocaleString(undefined, { maximumFractionDigits: 1 }));
-const fmtTime = (s) => (s ? new Date(s * 1000).toLocaleString(state.lang === "ko" ? "ko-KR" : undefined) : "");
+// Replace `el`'s children only when what they show changed (`sig`): a poll then leaves the
+// page alone — an open raw event, a selection, a scrolled table stay as they are.
+function setRows(el, sig, build) {
+  const s = state.lang + "\u0000" + sig;
+  if (el.dataset.sig === s) return;
+  el.dataset.sig = s;
+  el.replaceChildren(...build().filter((c) => c !== null && c !== undefined));
+}
+function clearRows(el) { delete el.dataset.sig; el.replaceChildren(); }
+
+const locale = () => (state.lang === "ko" ? "ko-KR" : undefined);
+const fmtNum = (x) => (x === null || x === undefined ? "" : Number(x).toLocaleString(locale(), { maximumFractionDigits: 1 }));
+const fmtTime = (s) => (s ? new Date(s * 1000).toLocaleString(locale()) : "");
+const pad = (n) => String(n).padStart(2, "0");
+
+// Local wall-clock time of an epoch: "12:03:10", with the date when it is not today.
+function fmtClock(s) {
+  const d = new Date(s * 1000), now = new Date();
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  if (d.toDateString() === now.toDateString()) return clock;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}`;
+}
+
+// A duration for people: "4 s", "2 min 5 s", "1 h 3 min", "2 d 3 h" (KO: "4초", "2분 5초", …).
+function fmtDur(seconds) {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) return "";
+  const s = Math.round(Math.max(0, seconds));
+  if (seconds < 1) return t("dur.lt1");
+  if (s < 60) return tf("dur.s", { s });
+  if (s < 3600) { const m = Math.floor(s / 60), r = s % 60; return tf(r ? "dur.ms" : "dur.m", { m, s: r }); }
+  if (s < 86400) { const hh = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60); return tf(m ? "dur.hm" : "dur.h", { h: hh, m }); }
+  const d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600);
+  return tf(hh ? "dur.dh" : "dur.d", { d, h: hh });
+}
+
+// Like squeue's TIME and `jpu show` (jpu.cli.rest_render.fmt_duration): [D-]HH:MM:SS.
+function fmtSlurm(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  let s = Math.round(seconds);
+  const days = Math.floor(s / 86400); s %= 86400;
+  const out = `${pad(Math.floor(s / 3600))}:${pad(Math.floor((s % 3600) / 60))}:${pad(s % 60)}`;
+  return days ? `${days}-${out}` : out;
+}
+
+// sbatch --time, the rules of the CLI's parser (jpu.cli.rest_render.parse_time_limit):
+// "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S" → seconds; "UNLIMITED"/"infinite" → null.
+const TIME_RE = /^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$/;
+function parseTimeLimit(text) {
+  const s = String(text).trim();
+  if (["unlimited", "infinite"].includes(s.toLowerCase())) return null;
+  const m = TIME_RE.exec(s);
+  if (!m) throw localError("submit.time_bad", { value: text });
+  const [days, a, b, c] = m.slice(1).map((g) => (g === undefined ? null : parseInt(g, 10)));
+  let seconds;
+  if (days === null) {
+    const parts = [a, b, c].filter((x) => x !== null);
+    if (parts.length === 1) seconds = parts[0] * 60;  // minutes
+    else if (parts.length === 2) seconds = parts[0] * 60 + parts[1];  // minutes:seconds
+    else seconds = parts[0] * 3600 + parts[1] * 60 + parts[2];
+  } else {
+    seconds = days * 86400 + (a || 0) * 3600 + (b || 0) * 60 + (c || 0);
+  }
+  if (seconds <= 0) throw localError("submit.time_zero", { value: text });
+  return seconds;
+}
+
+// A state, pending reason or end reason: English shows the code (as the CLI and Slurm do),
+// Korean its translation; the tooltip says what it means (and the code, in Korean).
+function codeText(kind, code) {
+  if (code === null || code === undefined || code === "") return "";
+  const base = String(code).split(":")[0];  // "NODE_FAIL: launch failed …" → NODE_FAIL
+  if (!(`${kind}.${base}` in (STRINGS[state.lang] || {}))) return String(code);  // English: the code
+  const rest = String(code).slice(base.length);
+  return t(`${kind}.${base}`) + rest;
+}
+function codeSpan(kind, code) {
+  if (code === null || code === undefined || code === "") return "";
+  const base = String(code).split(":")[0];
+  const tip = has(`${kind}.${base}.t`) ? t(`${kind}.${base}.t`) : "";
+  const title = state.lang === "en" ? tip : [base, tip].filter(Boolean).join(" — ");
+  return h("span", { class: "code", title: title || null, "data-code": base }, codeText(kind, code));
+}
+
+// --- API ---------------------------------------------------------------------------------------
+function localError(key, params) {
+  const e = new Error(fill(STRINGS.en[key] || key, params));
+  e.i18n = { key, params };
+  return e;
+}
 
 async function api(path, options = {}) {
   const headers = Object.assign({ Accept: "application/json" }, options.headers || {});
   if (state.token) headers.Authorization = "Bearer " + state.token;
   if (options.body) headers["Content-Type"] = "application/json";
-  const resp = await fetch(path, Object.assign({}, options, { headers }));
+  let resp;
+  try {
+    resp = await fetch(path, Object.assign({}, options, { headers }));
+  } catch (e) {
+    const err = new Error(String(e.message || e));
+    err.network = true;
+    throw err;
+  }
   const body = await resp.json().catch(() => ({}));
   if (!resp.ok) {
     const e = (body && body.error) || {};
     const err = new Error(`${resp.status} ${e.code || ""}: ${e.message || resp.statusText}`);
-    err.status = resp.status; err.details = e.details;
+    err.status = resp.status; err.code = e.code || ""; err.details = e.details;
+    err.serverMessage = e.message || resp.statusText || "";
     throw err;
   }
   return body;
 }
 
-function showError(err) {
-  const el = $("error");
-  if (!err) { el.hidden = true; return; }
-  // 401: no token yet, or one the gateway refused (mistyped, revoked): say which, and the fix
-  el.textContent = err.status === 401 ? t(state.token ? "token.rejected" : "token.missing")
-    : String(err.message || err);
+// The headline of an API error in the UI's language (SPEC §8 codes), and its code.
+function errorHeadline(err) {
+  if (err.i18n) return fill(t(err.i18n.key), err.i18n.params);
+  if (err.status === 401) return t(state.token ? "token.rejected" : "token.missing");
+  if (err.network) return t("err.NETWORK");
+  if (err.status) return has("err." + err.code) ? t("err." + err.code) : tf("err.HTTP", { status: err.status });
+  return String(err.message || err);
+}
+
+// The fix the error's details give, in the UI's language (SPEC §8 details).
+function errorFix(err) {
+  const d = err.details || {};
+  if (err.code === "NO_FIT_PLACEMENT" && d.largest_placement && d.largest_placement.gpus) {
+    const l = d.largest_placement;
+    return tf("fix.no_fit", { gpus: gpusText(l.gpus), n: l.gpus, tier: l.tier, node: l.node });
+  }
+  if (err.code === "SERVICE_MAINTENANCE" && d.message) return tf("fix.maintenance", { message: d.message });
+  if (err.code === "RATE_LIMITED" && typeof d.retry_after_s === "number") return tf("fix.rate", { s: d.retry_after_s });
+  if (d.field && !String(err.serverMessage || "").includes(String(d.field))) return tf("fix.field", { field: d.field });
+  return null;
+}
+
+function showError(err) { state.error = err || null; drawError(); }
+
+function drawError() {
+  const el = $("error"), err = state.error;
+  if (!err) { el.hidden = true; el.replaceChildren(); return; }
+  const code = err.status && !(err.status === 401 && !state.token) ? `${err.status} ${err.code || ""}`.trim() : null;
+  // beneath the headline: the server's own message (it names the field, the limit, the fix)
+  const server = err.status === 401 && !state.token ? null : err.network ? err.message : err.serverMessage;
+  const fix = err.status ? errorFix(err) : null;
+  el.replaceChildren(...[  // (replaceChildren would write a null as the text "null")
+    h("div", { class: "err-head" }, errorHeadline(err), code ? [" ", h("code", { class: "err-code" }, code)] : null),
+    server ? h("div", { class: "err-server" }, server) : null,
+    fix ? h("div", { class: "err-fix" }, fix) : null].filter(Boolean));
   el.hidden = false;
 }
 
@@ -137,6 +444,29 @@ function applyStrings() {
   document.querySelectorAll("[data-i18n]").forEach((el) => { el.textContent = t(el.dataset.i18n); });
   document.querySelectorAll("[data-i18n-placeholder]").forEach((el) => { el.placeholder = t(el.dataset.i18nPlaceholder); });
   $("lang-toggle").textContent = state.lang === "ko" ? "English" : "한국어";
+  drawError();
+  timeHint();
+}
+
+// --- lab colours (SPEC U2): one per lab, the same in the pool grid, the tables and the chart ----
+const LAB_COLORS = ["#2456c8", "#c62828", "#00838f", "#6d4c41", "#ad1457", "#3949ab", "#558b2f",
+  "#ef6c00", "#37474f", "#0277bd"];
+
+function labColor(lab) {
+  let i = state.labs.indexOf(lab);
+  if (i < 0) { i = 0; for (const ch of String(lab)) i = (i * 31 + ch.charCodeAt(0)) >>> 0; }
+  return LAB_COLORS[i % LAB_COLORS.length];
+}
+const swatch = (lab) => h("span", { class: "swatch", style: { background: labColor(lab) } });
+
+async function labNames(labsBody) {
+  if (labsBody) {
+    state.labs = (labsBody.labs || []).map((l) => l.lab).sort();
+    state.labsAt = Date.now();
+  } else if (!state.labs.length || Date.now() - state.labsAt > 60000) {
+    await labNames(await api("/v1/labs"));
+  }
+  return state.labs;
 }
 
 // --- maintenance banner (SPEC M5): anonymous endpoint, shown in every state but NORMAL ---------
@@ -153,49 +483,110 @@ async function refreshBanner() {
   } catch (_) { /* the next poll retries */ }
 }
 
-// --- views -------------------------------------------------------------------------------------
-async function viewQueue() {
-  const q = await api("/v1/queue");
-  const rows = (q.queue || []).map((j) => h("tr", {},
-    h("td", { class: "num" }, j.rank ?? "–"),
-    h("td", {}, h("a", { href: "#/job/" + encodeURIComponent(j.job_id) }, j.job_id)),
-    h("td", {}, j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
-    h("td", {}, j.state), h("td", { class: "num" }, fmtNum(j.lab_usage)),
-    h("td", {}, j.pending_reason || "")));
-  $("queue-rows").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 8 }, t("queue.empty")))]));
+// --- views: load(arg) fetches and returns draw(); render() draws only if still current ---------
+const jobLink = (id) => h("a", { href: "#/job/" + encodeURIComponent(id) }, id);
+
+async function loadQueue() {
+  const [q] = await Promise.all([api("/v1/queue"), labNames()]);
+  return () => {
+    const queue = q.queue || [], running = q.running || [];
+    const eta = queue.some((j) => "estimated_start" in j);  // SPEC U4, once the API gives it
+    $("queue-eta-head").hidden = !eta;
+    setRows($("queue-rows"), JSON.stringify([eta, queue]), () => {
+      const rows = queue.map((j) => h("tr", {},
+        h("td", { class: "num" }, j.rank ?? "–"), h("td", {}, jobLink(j.job_id)),
+        h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
+        h("td", {}, codeSpan("state", j.state)), h("td", { class: "num" }, fmtNum(j.lab_usage)),
+        eta ? h("td", { title: j.estimate_basis || null }, j.estimated_start ? fmtTime(j.estimated_start) : "–") : null,
+        h("td", {}, codeSpan("reason", j.pending_reason))));
+      return rows.length ? rows : [h("tr", {}, h("td", { colspan: eta ? 9 : 8 }, t("queue.empty")))];
+    });
+    setRows($("running-rows"), JSON.stringify(running.map((j) => [j, Math.floor((j.elapsed_s || 0) / 60)])), () => {
+      const rows = running.map((j) => h("tr", {},
+        h("td", {}, jobLink(j.job_id)), h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user),
+        h("td", { class: "num" }, j.num_gpus),
+        h("td", {}, j.placement ? `${j.placement.node} · ${j.placement.tier} [${j.placement.gpus.join(",")}]` : ""),
+        h("td", {}, codeSpan("state", j.state)), h("td", { class: "num" }, fmtSlurm(j.elapsed_s)),
+        h("td", { class: "num" }, j.time_limit_s ? fmtSlurm(j.time_limit_s) : "–")));
+      return rows.length ? rows : [h("tr", {}, h("td", { colspan: 8 }, t("running.empty")))];
+    });
+  };
 }
 
 function gpuClass(s) { return s.startsWith("job:") ? "job" : s.split(":")[0]; }
 
-async function viewPool() {
-  const p = await api("/v1/placements");
-  const cards = (p.placements || []).map((pl) => h("div", { class: "card" },
-    h("h3", {}, `${pl.node} · ${pl.tier}`),
-    h("div", { class: "meta" }, `${t("pool.capacity")} ${pl.capacity} · ${t("pool.idle")} ${pl.idle}`),
-    h("div", {}, (pl.gpus || []).map((g) => h("span", {
-      class: "gpu " + gpuClass(g.state), title: `#${g.index} ${g.state}` }))),
-    h("div", { class: "meta" },
-      (pl.running || []).map((r) => h("div", {}, `${t("gpu.running")}: `,
-        h("a", { href: "#/job/" + encodeURIComponent(r.job_id) }, r.job_id), ` [${r.gpus.join(",")}]`)),
-      (pl.reserved || []).map((r) => h("div", {}, `${t("gpu.reserved")}: `,
-        h("a", { href: "#/job/" + encodeURIComponent(r.job_id) }, r.job_id), ` [${r.gpus.join(",")}]`)),
-      (pl.backfilled || []).map((b) => h("div", {}, `${t("gpu.backfill")}: #${b.gpu}`)))));
-  $("pool-cards").replaceChildren(...cards);
+// SPEC U2 "the GPU pool by placement", with who uses what: the pool's GPUs carry job ids;
+// /v1/queue (public, like squeue) says whose (user, lab) they are.
+async function loadPool() {
+  const [p, q] = await Promise.all([api("/v1/placements"), api("/v1/queue"), labNames()]);
+  return () => {
+    const who = new Map();
+    for (const j of [...(q.running || []), ...(q.queue || [])]) who.set(j.job_id, j);
+    const owner = (id) => who.get(id) || {};
+    const holder = (kind, r) => {
+      const j = owner(r.job_id);
+      return h("div", { class: "holder" }, j.lab ? swatch(j.lab) : null, `${t(kind)}: `,
+        j.user ? h("strong", {}, `${j.user} (${j.lab})`) : null, " ", jobLink(r.job_id),
+        ` · ${t("pool.gpu")} ${r.gpus.join(",")}`);
+    };
+    const labs = [...new Set([...state.labs, ...[...who.values()].map((j) => j.lab)])];
+    setRows($("lab-legend"), JSON.stringify(labs), () => [h("span", {}, t("gpu.labs")),
+      ...labs.map((l) => h("span", { class: "lab-key", "data-lab": l }, swatch(l), l))]);
+    const sig = JSON.stringify([p.placements, [...who.values()].map((j) => [j.job_id, j.user, j.lab])]);
+    setRows($("pool-cards"), sig, () => (p.placements || []).map((pl) => h("div", { class: "card" },
+      h("h3", {}, `${pl.node} · ${pl.tier}`),
+      h("div", { class: "meta" }, `${t("pool.capacity")} ${pl.capacity} · ${t("pool.idle")} ${pl.idle}`),
+      h("div", {}, (pl.gpus || []).map((g) => {
+        const kind = gpuClass(g.state), ref = g.state.split(":")[1];
+        const j = ref && (kind === "job" || kind === "reserved") ? owner(ref) : {};
+        const style = !j.lab ? null : kind === "job" ? { background: labColor(j.lab) } : { borderColor: labColor(j.lab) };
+        const label = { free: "gpu.idle", job: "gpu.running", reserved: "gpu.reserved", backfill: "gpu.backfill", down: "gpu.down" }[kind];
+        const title = [`#${g.index}`, label ? t(label) : g.state, ref, j.user ? `${j.user} (${j.lab})` : null].filter(Boolean).join(" · ");
+        return h("span", { class: "gpu " + kind, title, style, "data-lab": j.lab || null, "data-user": j.user || null });
+      })),
+      h("div", { class: "meta" },
+        (pl.running || []).map((r) => holder("gpu.running", r)),
+        (pl.reserved || []).map((r) => holder("gpu.reserved", r)),
+        (pl.backfilled || []).map((b) => h("div", {}, `${t("gpu.backfill")}: ${t("pool.gpu")} #${b.gpu}`))))));
+  };
 }
 
-const COLORS = ["#2456c8", "#c62828", "#2e7d32", "#f2a900", "#7e57c2", "#00838f", "#6d4c41"];
+// SPEC U2 "lab usage over time": the window is 24 h (default), 7 d or 30 d; the x axis follows it: every 3 h (clock times) for 24 h, every day for 7 d, every
+// 5 days for 30 d (dates), at local midnight / on the hour.
+function chartTicks(x0, x1, hours) {
+  const out = [];
+  const d = new Date(x0 * 1000);
+  if (hours <= 48) {
+    d.setMinutes(0, 0, 0);
+    const step = hours <= 24 ? 3 : 6;
+    while (d.getHours() % step) d.setHours(d.getHours() + 1);
+    for (; d.getTime() / 1000 <= x1; d.setHours(d.getHours() + step)) {
+      if (d.getTime() / 1000 >= x0) out.push([d.getTime() / 1000, `${pad(d.getHours())}:00`]);
+    }
+  } else {
+    d.setHours(0, 0, 0, 0);
+    const step = hours <= 24 * 8 ? 1 : 5;
+    for (; d.getTime() / 1000 <= x1; d.setDate(d.getDate() + step)) {
+      if (d.getTime() / 1000 >= x0) {
+        out.push([d.getTime() / 1000, d.toLocaleDateString(locale(), { month: "numeric", day: "numeric" })]);
+      }
+    }
+  }
+  return out;
+}
 
-function usageChart(hist) {
+function usageChart(hist, hours) {
   const NS = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(NS, "svg");
-  const W = 800, H = 240, L = 70, B = 20;
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  const labs = Object.keys(hist.series || {});
+  const labs = Object.keys(hist.series || {}).sort();
   const all = labs.flatMap((l) => hist.series[l]);
-  if (!all.length) { const p = h("p", {}, t("chart.empty")); return p; }
+  if (!all.length) return h("p", {}, t("chart.empty"));
+  const svg = document.createElementNS(NS, "svg");
+  const W = 800, H = 240, L = 70, B = 22, R = 14;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const x0 = hist.start, x1 = Math.max(hist.end, x0 + 1);
+  Object.entries({ "data-hours": hours, "data-start": x0, "data-end": x1 }).forEach(([k, v]) => svg.setAttribute(k, v));
   const ymax = Math.max(1, ...all.map((p) => p[1]));
-  const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - 10);
+  const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
   const sy = (y) => H - B - (y / ymax) * (H - B - 10);
   const add = (tag, attrs, text) => {
     const el = document.createElementNS(NS, tag);
@@ -203,42 +594,63 @@ function usageChart(hist) {
     if (text !== undefined) el.textContent = text;
     svg.append(el); return el;
   };
-  add("line", { x1: L, y1: H - B, x2: W - 10, y2: H - B, stroke: "#999" });
+  for (const [x, label] of chartTicks(x0, x1, hours)) {
+    add("line", { x1: sx(x), y1: 10, x2: sx(x), y2: H - B, stroke: "#eceff3" });
+    add("text", { class: "tick", x: sx(x), y: H - 6, "font-size": 11, "text-anchor": "middle", fill: "#6b7280" }, label);
+  }
+  add("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#999" });
   add("line", { x1: L, y1: 10, x2: L, y2: H - B, stroke: "#999" });
-  add("text", { x: 4, y: 16, "font-size": 11 }, fmtNum(ymax));
-  add("text", { x: L, y: H - 4, "font-size": 11 }, fmtTime(x0));
-  add("text", { x: W - 160, y: H - 4, "font-size": 11 }, fmtTime(x1));
+  add("text", { x: L - 6, y: 16, "font-size": 11, "text-anchor": "end" }, fmtNum(ymax));
+  add("text", { x: L - 6, y: sy(ymax / 2) + 4, "font-size": 11, "text-anchor": "end" }, fmtNum(ymax / 2));
+  add("text", { x: L - 6, y: H - B, "font-size": 11, "text-anchor": "end" }, "0");
+  add("text", { x: L - 6, y: 30, "font-size": 10, "text-anchor": "end", fill: "#6b7280" }, "TFLOP-s");
   labs.forEach((lab, i) => {
-    const color = COLORS[i % COLORS.length];
+    const color = labColor(lab);
     const pts = hist.series[lab].map((p) => `${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
-    add("polyline", { points: pts, fill: "none", stroke: color, "stroke-width": 2 });
+    add("polyline", { points: pts, fill: "none", stroke: color, "stroke-width": 2, "data-lab": lab });
     add("text", { x: L + 10 + i * 90, y: 24, fill: color, "font-size": 12 }, lab);
   });
   return svg;
 }
 
-async function viewLabs() {
-  const [labs, hist] = await Promise.all([api("/v1/labs"), api("/v1/usage/history")]);
-  $("lab-rows").replaceChildren(...(labs.labs || []).map((l) => h("tr", {},
-    h("td", {}, l.lab), h("td", { class: "num" }, fmtNum(l.usage)),
-    h("td", { class: "num" }, fmtNum(l.raw_value)), h("td", {}, fmtTime(l.as_of)),
-    h("td", { class: "num" }, l.running), h("td", { class: "num" }, l.queued))));
-  $("usage-chart").replaceChildren(usageChart(hist));
+async function loadLabs() {
+  const hours = state.chartHours;
+  const [labs, hist] = await Promise.all([api("/v1/labs"), api(`/v1/usage/history?hours=${hours}&points=144`)]);
+  await labNames(labs);
+  return () => {
+    document.querySelectorAll("#chart-window button").forEach((b) => {
+      b.setAttribute("aria-pressed", String(Number(b.dataset.hours) === hours));
+    });
+    setRows($("lab-rows"), JSON.stringify(labs.labs), () => (labs.labs || []).map((l) => h("tr", {},
+      h("td", {}, swatch(l.lab), l.lab), h("td", { class: "num" }, fmtNum(l.usage)),
+      h("td", { class: "num" }, fmtNum(l.raw_value)), h("td", {}, fmtTime(l.as_of)),
+      h("td", { class: "num" }, l.running), h("td", { class: "num" }, l.queued))));
+    // redrawn at each poll: the curves decay, and "now" moves
+    $("usage-chart").replaceChildren(usageChart(hist, hours));
+  };
 }
 
-async function viewJobs() {
+async function loadJobs() {
   const r = await api("/v1/jobs?limit=100");
-  const rows = (r.jobs || []).map((j) => h("tr", {},
-    h("td", {}, h("a", { href: "#/job/" + encodeURIComponent(j.id) }, j.id)),
-    h("td", {}, j.name), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
-    h("td", {}, j.state), h("td", { class: "num" }, j.attempt)));
-  $("job-rows").replaceChildren(...(rows.length ? rows : [h("tr", {}, h("td", { colspan: 6 }, t("jobs.empty")))]));
+  return () => setRows($("job-rows"), JSON.stringify(r.jobs), () => {
+    const rows = (r.jobs || []).map((j) => h("tr", {},
+      h("td", {}, jobLink(j.id)), h("td", { class: "wrap" }, j.name), h("td", {}, j.user),
+      h("td", { class: "num" }, j.num_gpus), h("td", {}, codeSpan("state", j.state)),
+      h("td", { class: "num" }, j.attempt)));
+    return rows.length ? rows : [h("tr", {}, h("td", { colspan: 6 }, t("jobs.empty")))];
+  });
 }
 
-function describe(key, v) {
+function describe(key, v, job) {
   if (v === null || v === undefined || v === "") return null;
+  if (key === "state") return codeSpan("state", v);
+  if (key === "pending_reason") return codeSpan("reason", v);
+  if (key === "reason") return codeSpan("end", v);
   if (key === "placement") return `${v.node} · ${v.tier} [${(v.gpus || []).join(",")}]`;
   if (key === "reservation") return `${v.node} · ${v.tier} [${(v.gpus || []).join(",")}] ${t("maint.since")} ${fmtTime(v.since)}`;
+  if (key === "time_limit_s") return fmtSlurm(v);
+  if (key === "elapsed_s") return fmtSlurm(v);
+  if (key === "estimated_start") return `${fmtTime(v)}${job.estimate_basis ? ` (${job.estimate_basis})` : ""}`;
   if (key.endsWith("_at")) return fmtTime(v);
   if (key === "usage_charged") return fmtNum(v) + " TFLOP-s";
   if (Array.isArray(v)) return v.join(", ");
@@ -246,8 +658,89 @@ function describe(key, v) {
 }
 
 const JOB_FIELDS = ["state", "attempt", "user", "lab", "num_gpus", "tiers", "min_vram_gb", "rank",
-  "pending_reason", "placement", "reservation", "usage_charged", "backend_job_id", "isolation",
-  "exit_code", "reason", "submitted_at", "queue_entered_at", "ended_at", "workdir"];
+  "pending_reason", "estimated_start", "placement", "reservation", "time_limit_s", "elapsed_s",
+  "usage_charged", "backend_job_id", "isolation", "exit_code", "reason", "submitted_at",
+  "queue_entered_at", "ended_at", "workdir"];
+
+// --- the event timeline (SPEC U2): each event a sentence, its local time, how long since what it
+// follows; the raw event behind a <details> toggle
+const gpusText = (n) => tf(n === 1 ? "ev.gpus" : "ev.gpus_n", { n });
+
+function timeline(events) {
+  let submitted = null, queued = null, reserved = null, dispatched = null, started = null;
+  return events.map((e) => {
+    const { type, ts } = e;
+    let text, dur = null;
+    const since = (from, key) => { if (from !== null) dur = tf(key, { d: fmtDur(ts - from) }); };
+    const n = (e.gpus || []).length;
+    switch (type) {
+      case "JobSubmitted":
+        submitted = ts; queued = ts;
+        text = tf("ev.JobSubmitted", { user: e.user, lab: e.lab, name: e.name, gpus: gpusText(e.num_gpus),
+          tiers: e.tiers && e.tiers.length ? tf("ev.tiers", { tiers: e.tiers.join(", ") }) : "",
+          limit: e.time_limit_s ? tf("ev.limit", { limit: fmtSlurm(e.time_limit_s) }) : "" });
+        break;
+      case "JobPromoted":
+        text = t("ev.JobPromoted"); since(submitted, "ev.JobPromoted.d");
+        queued = e.queue_entered_at ?? ts;
+        break;
+      case "ReservationStarted":
+        reserved = ts;
+        text = tf("ev.ReservationStarted", { gpus: gpusText(n), node: e.node, tier: e.tier });
+        since(queued, "ev.ReservationStarted.d");
+        break;
+      case "ReservationGrown":
+        text = tf("ev.ReservationGrown", { gpus: gpusText(n), node: e.node, tier: e.tier });
+        since(reserved, "ev.ReservationGrown.d");
+        break;
+      case "ReservationShrunk":
+        text = tf("ev.ReservationShrunk", { gpus: gpusText(n), node: e.node, tier: e.tier, removed: (e.removed || []).join(",") });
+        break;
+      case "ReservationReleased":
+        text = tf("ev.ReservationReleased", { gpus: gpusText(n), node: e.node, tier: e.tier,
+          why: has("rel." + e.reason) ? t("rel." + e.reason) : e.reason });
+        since(reserved, "ev.ReservationReleased.d");
+        reserved = null;
+        break;
+      case "JobDispatched":
+        dispatched = ts; started = null;
+        text = tf("ev.JobDispatched", { attempt: e.attempt, node: e.node, tier: e.tier, list: (e.gpus || []).join(",") });
+        since(queued, "ev.JobDispatched.d");
+        break;
+      case "JobStarted":
+        started = ts;
+        text = tf("ev.JobStarted", { attempt: e.attempt, backend: e.backend_job_id, isolation: e.isolation });
+        since(dispatched, "ev.JobStarted.d");
+        break;
+      case "JobEnded":
+        text = tf("ev.JobEnded", { attempt: e.attempt, state: codeText("state", e.state),
+          exit: e.exit_code !== null && e.exit_code !== undefined ? tf("ev.exit", { code: e.exit_code }) : "",
+          reason: e.reason ? tf("ev.reason", { reason: codeText("end", e.reason) }) : "",
+          usage: e.usage ? tf("ev.usage", { usage: fmtNum(e.usage) }) : "" });
+        if (started !== null) since(started, "ev.JobEnded.d"); else since(dispatched, "ev.JobEnded.held");
+        break;
+      case "JobRetryScheduled":
+        queued = ts;  // back in the global queue, keeping its place (X8)
+        text = tf("ev.JobRetryScheduled", { attempt: e.attempt, vram: e.min_vram_gb });
+        break;
+      case "JobRetryDeclined":
+        text = tf("ev.JobRetryDeclined", { attempt: e.attempt,
+          why: has("ev.JobRetryDeclined." + e.reason) ? tf("ev.JobRetryDeclined." + e.reason, { vram: e.needed_vram_gb }) : e.reason });
+        break;
+      case "JobCancelRequested":
+        text = tf("ev.JobCancelRequested", { by: e.by });
+        break;
+      default:
+        text = tf("ev.other", { type });
+    }
+    return h("li", { "data-type": type, "data-seq": e.seq },
+      h("span", { class: "sentence" }, text),
+      h("span", { class: "sep" }, " · "), h("time", { class: "t", datetime: new Date(ts * 1000).toISOString(), title: fmtTime(ts) }, fmtClock(ts)),
+      dur ? [h("span", { class: "sep" }, " · "), h("span", { class: "dur" }, dur)] : null,
+      // the event as recorded, for whoever needs it (an admin, a bug report)
+      h("details", { class: "raw" }, h("summary", {}, t("ev.raw")), h("pre", {}, JSON.stringify(e, null, 2))));
+  });
+}
 
 // --- the log pane (SPEC U5): GET /v1/jobs/{id}/logs of the selected attempt and stream -----------
 // The first read is the last LOG_TAIL bytes (offset < 0); then only what was appended since
@@ -256,7 +749,7 @@ const LOG_TAIL = 64 * 1024, LOG_KEEP = 256 * 1024;
 
 function resetLog(jobId) {
   state.log = { job: jobId, pinned: false, attempt: null, stream: "stdout", key: null, text: "",
-    next: null, ended: false, missing: false, truncated: false, error: "", busy: false,
+    next: null, ended: false, missing: false, truncated: false, error: null, busy: false,
     latest: null, decoder: null };
   $("job-log").textContent = "";
   $("job-log-status").textContent = "";
@@ -266,11 +759,12 @@ function resetLog(jobId) {
 
 function drawLog() {
   const L = state.log, pre = $("job-log");
-  if (!L) return;
+  if (!L || !L.latest) return;
   const atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 24;
   if (pre.textContent !== L.text) pre.textContent = L.text;
   if (atBottom) pre.scrollTop = pre.scrollHeight;  // keep following the end unless scrolled up
-  const parts = [L.error || (L.missing ? t("log.none") : L.ended ? t("log.ended") : t("log.running"))];
+  const err = L.error ? `${errorHeadline(L.error)} (${L.error.status || ""} ${L.error.code || ""}) ${L.error.serverMessage || ""}` : "";
+  const parts = [err || (L.missing ? t("log.none") : L.ended ? t("log.ended") : t("log.running"))];
   if (L.truncated && !L.missing) parts.push(t("log.truncated"));
   $("job-log-status").textContent = parts.join(" ");
 }
@@ -286,7 +780,7 @@ async function refreshLog(job) {
   const key = `${latest.id}/${attempt}/${L.stream}`;
   if (key !== L.key) {
     Object.assign(L, { key, attempt, text: "", next: null, ended: false, missing: false,
-      truncated: false, error: "", decoder: new TextDecoder("utf-8") });
+      truncated: false, error: null, decoder: new TextDecoder("utf-8") });
   }
   const select = $("job-log-attempt");
   if (select.options.length !== latest.attempt) {
@@ -301,57 +795,86 @@ async function refreshLog(job) {
     const q = `attempt=${attempt}&stream=${L.stream}&offset=${offset}`;
     const headers = state.token ? { Authorization: "Bearer " + state.token } : {};
     const resp = await fetch(`/v1/jobs/${encodeURIComponent(latest.id)}/logs?${q}`, { headers });
-    if (key !== L.key) return;  // another attempt or stream was chosen meanwhile
+    if (key !== L.key || L !== state.log) return;  // another attempt, stream or job meanwhile
     if (resp.ok) {
       const bytes = new Uint8Array(await resp.arrayBuffer());
+      if (key !== L.key || L !== state.log) return;
       if (L.next === null && Number(resp.headers.get("Jpu-Log-Start")) > 0) L.truncated = true;
       L.text += L.decoder.decode(bytes, { stream: true });
       if (L.text.length > LOG_KEEP) { L.text = L.text.slice(-LOG_KEEP); L.truncated = true; }
       L.next = Number(resp.headers.get("Jpu-Log-End"));
       L.ended = resp.headers.get("Jpu-Log-Ended") === "true";
-      L.missing = false; L.error = "";
+      L.missing = false; L.error = null;
     } else if (resp.status === 404) {
       L.missing = true;  // not started yet; an attempt that is over will never have any
       L.ended = latest.terminal || attempt < latest.attempt;
     } else {
       const e = ((await resp.json().catch(() => ({}))).error) || {};
-      L.error = `${resp.status} ${e.code || ""}: ${e.message || resp.statusText}`;
+      L.error = { status: resp.status, code: e.code || "", serverMessage: e.message || resp.statusText };
     }
   } catch (e) {
-    L.error = String(e.message || e);
+    L.error = { network: true, message: String(e.message || e), serverMessage: String(e.message || e) };
   } finally {
     L.busy = false;
   }
-  drawLog();
+  if (L === state.log) drawLog();
 }
 
-async function viewJob(id) {
-  if (!state.log || state.log.job !== id) resetLog(id);  // never another job's output
+function clearJob(id) {
+  $("job-body").hidden = true;
+  $("job-title").textContent = "";
+  clearRows($("job-fields"));
+  clearRows($("job-events"));
+  $("job-cancel").onclick = null;
+  resetLog(id);
+}
+
+async function loadJob(id) {
   const [job, ev] = await Promise.all([
     api("/v1/jobs/" + encodeURIComponent(id)),
     api("/v1/jobs/" + encodeURIComponent(id) + "/events")]);
-  $("job-title").textContent = job.id;
-  const items = JOB_FIELDS.flatMap((k) => {
-    let v = describe(k, job[k]);
-    // X8 raises min_vram_gb after an OOM: never show it as if the user had set it
-    if (k === "min_vram_gb" && v !== null && "min_vram_gb_requested" in job
-        && job.min_vram_gb_requested !== job.min_vram_gb) v += ` (${t("f.raised_by_oom")})`;
-    return v === null ? [] : [h("dt", {}, t("f." + k)), h("dd", {}, v)];
-  });
-  (job.oom_explanation || []).forEach((s) => items.push(h("dt", {}, t("f.oom_retry")), h("dd", {}, s)));
-  if (job.command) items.push(h("dt", {}, t("f.command")), h("dd", {}, h("pre", {}, job.command)));
-  $("job-fields").replaceChildren(...items);
-  $("job-cancel").hidden = ["COMPLETED", "FAILED", "CANCELLED"].includes(job.state);
-  $("job-cancel").onclick = async () => {
-    try { await api(`/v1/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }); showError(null);
-      alert(t("job.cancel_sent")); render(); } catch (e) { showError(e); }
+  return () => {
+    $("job-body").hidden = false;
+    $("job-title").textContent = job.id;
+    setRows($("job-fields"), JSON.stringify(job), () => {
+      const items = JOB_FIELDS.flatMap((k) => {
+        let v = describe(k, job[k], job);
+        // X8 raises min_vram_gb after an OOM: never show it as if the user had set it
+        if (k === "min_vram_gb" && v !== null && "min_vram_gb_requested" in job
+            && job.min_vram_gb_requested !== job.min_vram_gb) v += ` (${t("f.raised_by_oom")})`;
+        return v === null ? [] : [h("dt", {}, t("f." + k)), h("dd", { "data-field": k }, v)];
+      });
+      (job.oom_explanation || []).forEach((s) => items.push(h("dt", {}, t("f.oom_retry")), h("dd", {}, s)));
+      if (job.command) items.push(h("dt", {}, t("f.command")), h("dd", {}, h("pre", {}, job.command)));
+      return items;
+    });
+    $("job-cancel").hidden = Boolean(job.terminal) || ["COMPLETED", "FAILED", "CANCELLED"].includes(job.state);
+    $("job-cancel").onclick = async () => {
+      try {
+        await api(`/v1/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }); showError(null);
+        alert(t("job.cancel_sent")); render({ poll: true });
+      } catch (e) { showError(e); }
+    };
+    const events = ev.events || [];
+    setRows($("job-events"), events.map((e) => e.seq).join(","), () => timeline(events));
+    refreshLog(job);
   };
-  $("job-events").replaceChildren(...(ev.events || []).map((e) => {
-    const { type, ts, seq, event_id, schema_version, job_id, ...rest } = e;
-    return h("li", {}, h("span", { class: "t" }, fmtTime(ts)), h("strong", {}, type), " ",
-      h("code", {}, JSON.stringify(rest)));
-  }));
-  await refreshLog(job);
+}
+
+// --- the submit form (SPEC U2; the time limit as SPEC U1's `jpu submit --time`) ---------------
+function timeHint() {
+  const input = document.querySelector("#submit-form input[name=time_limit]"), hint = $("time-hint");
+  if (!input || !hint) return;
+  const v = input.value.trim();
+  if (!v) { hint.textContent = ""; input.removeAttribute("aria-invalid"); return; }
+  try {
+    const s = parseTimeLimit(v);
+    hint.textContent = s === null ? `= ${t("submit.time_none")}` : `= ${fmtDur(s)} (${fmtSlurm(s)})`;
+    input.removeAttribute("aria-invalid");
+  } catch (e) {
+    hint.textContent = errorHeadline(e);
+    input.setAttribute("aria-invalid", "true");
+  }
 }
 
 async function submitJob(ev) {
@@ -360,8 +883,15 @@ async function submitJob(ev) {
   const body = { name: f.get("name"), command: f.get("command"), num_gpus: Number(f.get("num_gpus")) };
   const tiers = String(f.get("tiers") || "").split(",").map((s) => s.trim()).filter(Boolean);
   if (tiers.length) body.tiers = tiers;
-  if (f.get("time_limit_s")) body.time_limit_s = Number(f.get("time_limit_s"));
   const out = $("submit-result");
+  const refuse = (err) => { out.textContent = ""; showError(err); };
+  const limit = String(f.get("time_limit") || "").trim();
+  if (limit) {
+    try {
+      const s = parseTimeLimit(limit);
+      if (s !== null) body.time_limit_s = s;
+    } catch (e) { refuse(e); return; }
+  }
   // KEY=VALUE per line; a line without "=" is the user's mistake to see, never dropped silently
   const env = {};
   const lines = String(f.get("env") || "").split("\n");
@@ -369,40 +899,83 @@ async function submitJob(ev) {
     const l = lines[n].trim();
     if (!l) continue;
     const i = l.indexOf("=");
-    if (i <= 0) {
-      out.textContent = "";
-      showError(new Error(t("submit.env_bad").replace("{n}", String(n + 1)).replace("{line}", l)));
-      return;
-    }
+    if (i <= 0) { refuse(localError("submit.env_bad", { n: n + 1, line: l })); return; }
     env[l.slice(0, i)] = l.slice(i + 1);
   }
   if (Object.keys(env).length) body.env = env;
   try {
     const job = await api("/v1/jobs", { method: "POST", body: JSON.stringify(body),
       headers: { "Idempotency-Key": crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) } });
-    out.replaceChildren(`${t("submit.ok")} `, h("a", { href: "#/job/" + encodeURIComponent(job.id) }, job.id),
-      ` (${job.state})`);
+    out.replaceChildren(`${t("submit.ok")} `, jobLink(job.id), " (", codeSpan("state", job.state), ")");
     showError(null);
-  } catch (e) { out.textContent = ""; showError(e); }
+  } catch (e) { refuse(e); }
 }
 
-// --- routing -----------------------------------------------------------------------------------
-const VIEWS = { queue: viewQueue, pool: viewPool, labs: viewLabs, jobs: viewJobs, job: viewJob, submit: null };
+// --- routing, with a request token: only the latest render may draw ----------------------------
+const VIEWS = { queue: loadQueue, pool: loadPool, labs: loadLabs, jobs: loadJobs, job: loadJob, submit: null };
+const CLEAR = {
+  queue: () => { clearRows($("queue-rows")); clearRows($("running-rows")); },
+  pool: () => { clearRows($("pool-cards")); },
+  labs: () => { clearRows($("lab-rows")); $("usage-chart").replaceChildren(); },
+  jobs: () => { clearRows($("job-rows")); },
+  job: (id) => clearJob(id),
+};
 
-async function render() {
+function route() {
   const [, name = "queue", arg] = (location.hash || "#/queue").split("/");
   const view = name in VIEWS ? name : "queue";
+  return { view, arg: arg ? decodeURIComponent(arg) : undefined };
+}
+
+async function render(opts = {}) {
+  const { view, arg } = route();
+  const key = `${view}/${arg ?? ""}`;
+  if (opts.poll && (state.busy || key !== state.viewKey)) return;  // a navigation is under way
+  const tok = ++state.nav;
+  if (key !== state.viewKey) {  // a navigation: nothing of the previous view stays on screen
+    state.viewKey = key;
+    if (CLEAR[view]) CLEAR[view](arg);
+    showError(null);
+  }
   document.querySelectorAll(".view").forEach((s) => { s.hidden = s.id !== "view-" + view; });
   document.querySelectorAll("nav a").forEach((a) => a.classList.toggle("active", a.hash === "#/" + view));
   refreshBanner();
   if (!VIEWS[view]) return;
-  try { await VIEWS[view](arg && decodeURIComponent(arg)); showError(null); } catch (e) { showError(e); }
+  state.busy = tok;
+  try {
+    const draw = await VIEWS[view](arg);
+    if (tok !== state.nav) return;  // the answer of an older navigation or poll: dropped
+    draw();
+    showError(null);
+  } catch (e) {
+    if (tok !== state.nav) return;
+    if (view === "job") clearJob(arg);  // a 403/404 alone, never above another job
+    showError(e);
+  } finally {
+    if (state.busy === tok) state.busy = 0;
+  }
 }
 
 async function whoami() {
   if (!state.token) { $("whoami").textContent = ""; return; }
   try { const me = await api("/v1/me"); $("whoami").textContent = `${me.user} (${me.lab}, ${me.role})`; }
   catch (_) { $("whoami").textContent = ""; }
+}
+
+// Live updates (SPEC U2): the current view's endpoints every POLL_MS (the log pane every LOG_POLL_MS)
+// while the page is visible; nothing while it is hidden; at once when it shows again.
+function startPolling() {
+  if (state.timers) return;
+  state.timers = [
+    setInterval(() => { if (!location.hash.startsWith("#/submit")) render({ poll: true }); }, POLL_MS),
+    setInterval(() => {
+      if (location.hash.startsWith("#/job/") && state.log && !state.log.ended) refreshLog();
+    }, LOG_POLL_MS),
+  ];
+}
+function stopPolling() {
+  (state.timers || []).forEach(clearInterval);
+  state.timers = null;
 }
 
 function start() {
@@ -412,6 +985,8 @@ function start() {
     ev.preventDefault();
     state.token = $("token-input").value.trim();
     localStorage.setItem("jpu.token", state.token);
+    state.labs = [];
+    state.viewKey = null;  // everything again, as the new user sees it
     whoami(); render();
   });
   $("lang-toggle").addEventListener("click", () => {
@@ -423,6 +998,14 @@ function start() {
     ev.preventDefault(); location.hash = "#/job/" + encodeURIComponent($("job-id-input").value.trim());
   });
   $("submit-form").addEventListener("submit", submitJob);
+  document.querySelector("#submit-form input[name=time_limit]").addEventListener("input", timeHint);
+  document.querySelectorAll("#chart-window button").forEach((b) => b.addEventListener("click", () => {
+    const hours = Number(b.dataset.hours);
+    if (!CHART_WINDOWS.includes(hours) || hours === state.chartHours) return;
+    state.chartHours = hours;
+    state.viewKey = null;  // a new window: drop what an older request would draw
+    render();
+  }));
   $("job-log-attempt").addEventListener("change", (ev) => {
     if (!state.log) return;
     state.log.pinned = true; state.log.attempt = Number(ev.target.value); refreshLog();
@@ -430,13 +1013,13 @@ function start() {
   document.querySelectorAll("input[name=job-log-stream]").forEach((r) => r.addEventListener("change", () => {
     if (state.log && r.checked) { state.log.stream = r.value; refreshLog(); }
   }));
-  // the log pane of a running attempt: new output every 2 s (the rest of the page every 5 s)
-  setInterval(() => {
-    if (!document.hidden && location.hash.startsWith("#/job/") && state.log && !state.log.ended) refreshLog();
-  }, 2000);
-  window.addEventListener("hashchange", render);
+  document.addEventListener("visibilitychange", () => {
+    if (document.hidden) { stopPolling(); return; }
+    startPolling(); render({ poll: true });
+  });
+  window.addEventListener("hashchange", () => render());
   whoami(); render();
-  state.timer = setInterval(() => { if (!document.hidden && !location.hash.startsWith("#/submit")) render(); }, 5000);
+  if (!document.hidden) startPolling();
 }
 
 start();
