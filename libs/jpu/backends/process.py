@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -163,6 +164,32 @@ def start_ticks(pid: int) -> int | None:
         return None
     fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[19])  # field 22 of proc(5); fields[0] is field 3
+
+
+def started_at(ticks: int) -> float:
+    """The wall-clock time a process with these start ticks started (to ~10 ms)."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def find_wrapper(status_file: Path) -> tuple[int, int] | None:
+    """(pid, start ticks) of the live wrapper of an attempt, found by its status file, which is on
+    its command line (launch_argv): how a restarted agent adopts an attempt that was spawned by
+    an agent that died before saving the pid. None when no such process runs."""
+    needle = os.fsencode(str(status_file))
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if needle in argv:
+            pid = int(entry)
+            ticks = start_ticks(pid)
+            if ticks is not None and is_alive(pid, ticks):
+                return pid, ticks
+    return None
 
 
 def is_alive(pid: int, ticks: int) -> bool:

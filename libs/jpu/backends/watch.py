@@ -74,8 +74,10 @@ class Watcher:
 
     async def _run(self) -> None:
         r = self.record
-        if r.pid == 0:  # the agent died between writing the record and spawning
-            self._finish(reason="never started")
+        if r.pid == 0:  # no process: the agent died before the spawn, or (its pid unsaved,
+            # LocalBackend._adopt_unsaved_spawn) the attempt ended unwatched: its status says so
+            ended = self.store.status_file(r.backend_job_id).exists()
+            self._finish(reason=None if ended else "never started")
             return
         while r.final is None:
             now = time.time()

@@ -1,0 +1,131 @@
+"""SPEC O5, X6, R2 — found by the crash-safety run (tests/e2e/test_crash_safety.py, issue 9): a
+slurm-agent SIGKILLed after the local backend spawned an attempt but before it saved the pid.
+
+The backend saves the attempt's record before the spawn and again, with the pid, after it (an
+fsync in a thread: on a loaded machine the window is hundreds of ms). A restart in between found
+`pid == 0` and reported the attempt NODE_FAIL "never started" — while the job, in its own
+session, kept running on its GPUs: the job was recorded FAILED though it ran to exit 0, its run
+was not charged, and the dispatcher gave its GPU to another job while it still ran there.
+
+A restarted backend must adopt such an attempt (the wrapper is found by its status file, which
+is on its command line), or read its exit status when it already ended, and report "never
+started" only when nothing was spawned. Real processes, no mocks: the disk state of the crash
+is made by undoing the second save.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest_asyncio
+
+from jpu.backends import LaunchSpec
+from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.config import load_config
+from jpu.testing.waits import wait_end
+
+
+def _root_dir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o711)  # the job's account must reach its output dir
+    return path
+
+
+class Dirs:
+    def __init__(self) -> None:
+        self.data, self.out = _root_dir("jpu-spawn-data-"), _root_dir("jpu-spawn-out-")
+        self.n = 0
+
+    def backend(self) -> LocalBackend:
+        return LocalBackend(LocalSettings(data_dir=self.data, nodes=list(load_config().nodes)))
+
+    def spec(self, command: str) -> LaunchSpec:
+        self.n += 1
+        job_id = f"spawncrash{self.n}x{time.monotonic_ns()}"
+        return LaunchSpec(
+            job_id=job_id, attempt=1, user="alice", node="gpu-4090x2-01", tier="rtx4090",
+            gpus=[0], num_gpus=1, command=command, output_dir=str(self.out / job_id / "1"),
+        )  # fmt: skip
+
+
+@pytest_asyncio.fixture
+async def dirs() -> AsyncIterator[Dirs]:
+    d = Dirs()
+    try:
+        yield d
+    finally:
+        backend = d.backend()  # whatever is left running: cancel it
+        for bid in await backend.running():
+            await backend.cancel(bid, 0.0)
+            await wait_end(backend, bid, 10)
+        await backend.close()
+        shutil.rmtree(d.data, ignore_errors=True)
+        shutil.rmtree(d.out, ignore_errors=True)
+
+
+def crash_after_spawn(backend: LocalBackend, bid: str) -> None:
+    """What the disk holds when the agent died after the spawn, before the second save."""
+    record = backend.store.load(bid)
+    assert record is not None and record.pid > 0
+    record.pid, record.ticks, record.started_at = 0, 0, 0.0
+    backend.store.save(record)
+
+
+async def test_O5_spawned_attempt_whose_pid_was_not_saved_is_adopted_while_it_runs(
+    dirs: Dirs,
+) -> None:
+    crashed = dirs.backend()
+    t0 = time.time()
+    bid = await crashed.submit(dirs.spec("sleep 2\necho done\n"))
+    await crashed.close()  # the agent is gone; the job runs on in its own session
+    crash_after_spawn(crashed, bid)
+
+    restarted = dirs.backend()
+    status = await restarted.poll(bid)
+    assert status.state == "RUNNING", status  # before the fix: NODE_FAIL "never started"
+    assert status.started_at is not None and abs(status.started_at - t0) < 1.0, status
+    final = await wait_end(restarted, bid, 20)
+    assert (final.state, final.exit_code) == ("COMPLETED", 0), final
+    assert final.started_at is not None and final.ended_at is not None
+    assert final.ended_at - final.started_at >= 1.9, final  # its run is charged (F5)
+
+
+async def test_O5_spawned_attempt_that_ended_while_no_agent_watched_keeps_its_exit_status(
+    dirs: Dirs,
+) -> None:
+    crashed = dirs.backend()
+    bid = await crashed.submit(dirs.spec("exit 3\n"))
+    await crashed.close()
+    status_file = crashed.store.status_file(bid)
+    deadline = time.monotonic() + 10
+    while not status_file.exists():  # the wrapper records the exit status itself
+        assert time.monotonic() < deadline, "the job never ended"
+        time.sleep(0.05)
+    crash_after_spawn(crashed, bid)
+
+    final = await wait_end(dirs.backend(), bid, 10)
+    assert (final.state, final.exit_code) == ("FAILED", 3), final  # not NODE_FAIL
+    assert final.reason != "never started", final
+
+
+async def test_O5_attempt_never_spawned_is_still_reported_never_started(dirs: Dirs) -> None:
+    """The other side of the window: the record saved, the agent dead before the spawn."""
+    crashed = dirs.backend()
+    spec = dirs.spec("sleep 30\n")
+    bid = await crashed.submit(spec)
+    await crashed.cancel(bid, 0.0)
+    await wait_end(crashed, bid, 10)
+    await crashed.close()
+    record = crashed.store.load(bid)
+    assert record is not None
+    record.pid, record.ticks, record.started_at, record.final = 0, 0, 0.0, None
+    record.intent = record.term_at = record.kill_at = record.killed_at = None
+    crashed.store.save(record)
+    crashed.store.status_file(bid).unlink(missing_ok=True)
+
+    final = await wait_end(dirs.backend(), bid, 10)
+    assert final.state == "NODE_FAIL" and final.reason == "never started", final
