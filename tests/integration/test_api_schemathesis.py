@@ -99,5 +99,6 @@ async def test_A_schemathesis_all_checks_find_no_5xx_and_no_schema_violation(
         )
     report = out.decode(errors="replace")
     (tmp_path / "report.txt").write_text(report)
+    print(report[-2500:])  # the summary (requests, checks) for `pytest -s` and BENCHMARKS.md
     assert proc.returncode == 0, report[-12000:]
     assert " 5xx" not in report and "Server error" not in report, report[-12000:]
