@@ -3,10 +3,12 @@
 A workload over REST — short, failing (exit 3), GPU-OOM (X7/X8: retried on a bigger tier),
 2-GPU (reservations, D3/R1) and cancelled jobs (queued and running, X5) from six users in three
 labs, with LLM backfill on (B1/B2: preempted by research dispatches) — runs while faults are
-injected one after the other: SIGKILL of every service process (the gateway that runs the
+injected one after the other, most of them right after (or a random few ms after) the event
+that opens the window they aim at: SIGKILL of every service process (the gateway that runs the
 projections right after a JobSubmitted and right after a JobStarted was appended, intake, the
-dispatcher, the slurm-agent, accounting, backfill, the API-only gateway), nats-server SIGKILLed
-and restarted on its store, PostgreSQL stopped in immediate mode and restarted. The `make run`
+dispatcher, the slurm-agent — once the instant it spawned an attempt —, accounting, backfill,
+the API-only gateway, then all of them at once), nats-server SIGKILLed and restarted on its
+store, PostgreSQL stopped in immediate mode and restarted. The `make run`
 supervisor restarts the killed services; the test restarts the servers. Each fault's recovery
 time is measured from the injection: for a killed service until its replacement logged that it
 serves again (for the projector: and the views applied what the log held at the kill); for a
@@ -18,8 +20,12 @@ every accepted job visible and in exactly one terminal state (S2, O5), no attemp
 twice (E2), no GPU held by two jobs at once (R2, P3), every charge landed exactly once with its
 amount and every lab's usage chain F3 (F4, F5); the API equals the log's fold (E3); every
 attempt the log started ran exactly once (each run leaves a line in its JOB_OUTPUT_DIR); each
-kind of job ended as it must (X5–X8); and `python -m jpu.replay` finds no difference and no
-projection fault (E6).
+kind of job ended as it must (X5–X8); no two jobs' processes ran on one GPU at once; and
+`python -m jpu.replay` finds no difference and no projection fault (E6).
+
+Found with it: a slurm-agent killed between spawning an attempt and saving its pid left the job
+running unsupervised while the log said NODE_FAIL "never started" and the GPU was handed to the
+next job (libs/jpu/backends/local.py, tests/integration/test_local_spawn_crash.py).
 
 Its own NATS and PostgreSQL servers (they are killed), its own stack. Bounded to a few minutes on
 a 2-core machine. JPU_CRASH_SEED=<n> replays a run's choices; JPU_CRASH_REPORT=<file> writes the
@@ -29,6 +35,7 @@ summary as JSON; JPU_E2E_KEEP=1 keeps the data dir (service logs, server logs, j
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -508,9 +515,11 @@ class Triggers:
 
     @staticmethod
     def _fire(act: Callable[[], None], fut: asyncio.Future[str], said: str) -> None:
-        act()
-        if not fut.done():
-            fut.set_result(said)
+        try:
+            act()
+        finally:
+            if not fut.done():
+                fut.set_result(said)
 
     async def after(
         self,
@@ -585,7 +594,8 @@ class Faults:
         def act() -> None:
             killed_at.append(time.time())
             for pid in pids.values():
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # it may have died on its own
+                    os.kill(pid, signal.SIGKILL)
 
         trigger = await self.triggers.after(types, act, self.rng, within_s)
         fault = Fault(f"kill:{target}", trigger, killed_at[0])
@@ -704,7 +714,8 @@ def kill_on_new_child(pid: int, before: set[int], bound_s: float) -> bool:
                 found = bool({int(c) for c in f.read().split()} - before)
         except OSError:
             break
-    os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
     return found
 
 
