@@ -206,7 +206,7 @@ def _reserve(job: JobView, e: ReservationStarted | ReservationGrown) -> None:
     r = job.reservation
     if r is None:
         return
-    joined = dict(zip(r.gpus, r.joined or (r.since,) * len(r.gpus), strict=True))
+    joined = r.joined_at()
     gpus = tuple(e.gpus)
     job.reservation = Reservation(
         r.node, r.tier, gpus, r.since, tuple(joined.get(i, e.ts) for i in gpus)
@@ -218,7 +218,7 @@ def _shrunk(job: JobView, e: ReservationShrunk) -> None:
     r = job.reservation
     if r is None:
         return
-    joined = dict(zip(r.gpus, r.joined or (r.since,) * len(r.gpus), strict=True))
+    joined = r.joined_at()
     gpus = tuple(g for g in r.gpus if g not in e.removed)
     job.reservation = Reservation(r.node, r.tier, gpus, r.since, tuple(joined[g] for g in gpus))
     job.uncharged_reserved_gpu_s += e.gpu_seconds

@@ -48,6 +48,10 @@ class Reservation(msgspec.Struct, frozen=True, gc=False):
     # When each GPU of `gpus` joined (same order; R2 grows add GPUs later). Empty = all at `since`.
     joined: tuple[float, ...] = ()
 
+    def joined_at(self) -> dict[int, float]:
+        """GPU index → when it joined the reservation (all at `since` without `joined`)."""
+        return dict(zip(self.gpus, self.joined or (self.since,) * len(self.gpus), strict=True))
+
 
 class QueuedJob(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A job in the global queue (GLOBAL_QUEUE_WAIT or RESERVING)."""

@@ -110,7 +110,7 @@ def _shrink(
     """R5: the reservation without the GPUs it lost; their held time rides with the attempt."""
     r = job.reservation
     assert r is not None
-    joined = dict(zip(r.gpus, r.joined or (r.since,) * len(r.gpus), strict=True))
+    joined = r.joined_at()
     removed = tuple(g for g in r.gpus if g not in keep)
     held = sum(max(0.0, now - joined[g]) for g in removed)
     gpus = tuple(g for g in r.gpus if g in keep)
