@@ -49,7 +49,7 @@ from pathlib import Path
 
 from jpu.backends import LaunchSpec
 from jpu.backends.backfill import BackfillSpec
-from jpu.backends.slurm import SlurmBackend, SlurmSettings
+from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.testing.slurm_fixtures import free_base_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

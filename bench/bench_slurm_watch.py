@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from jpu.backends import LaunchSpec
-from jpu.backends.slurm import SlurmBackend, SlurmSettings
-from jpu.backends.slurm_parse import jobs_from_squeue
-from jpu.backends.slurm_submit import NAME_PREFIX
+from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
+from jpu.backends.slurm.parse import jobs_from_squeue
+from jpu.backends.slurm.submit import NAME_PREFIX
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.watchlist import Watched, WatchList
 
@@ -142,7 +142,7 @@ class WatchBench:
 
     async def refresh_cost(self, backend: SlurmBackend) -> list[str]:
         """One refresh of each listing, 5 times: bytes, squeue wall time, parse time."""
-        from jpu.backends.slurm_parse import SQUEUE_FORMAT  # not in the HEAD code
+        from jpu.backends.slurm.parse import SQUEUE_FORMAT  # not in the HEAD code
 
         out = []
         json_argv = ["squeue", "--json"]
@@ -200,7 +200,7 @@ def _parse_json(text: str) -> None:
 
 
 def _parse_lean(text: str) -> None:
-    from jpu.backends.slurm_parse import states_from_squeue  # not in the HEAD code
+    from jpu.backends.slurm.parse import states_from_squeue  # not in the HEAD code
 
     states_from_squeue(text)
 
@@ -232,7 +232,7 @@ def child_main() -> None:
         parser.add_argument(opt, required=True)
     parser.add_argument("--watch-s", type=float, required=True)
     args = parser.parse_args()
-    import jpu.backends.slurm as slurm_mod
+    import jpu.backends.slurm.backend as slurm_mod
 
     progress(f"child runs {slurm_mod.__file__}")
     root = Path(args.root)

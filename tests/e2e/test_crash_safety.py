@@ -25,7 +25,7 @@ kind of job ended as it must (X5–X8); no two jobs' processes ran on one GPU at
 
 Found with it: a slurm-agent killed between spawning an attempt and saving its pid left the job
 running unsupervised while the log said NODE_FAIL "never started" and the GPU was handed to the
-next job (libs/jpu/backends/local.py, tests/integration/test_local_spawn_crash.py).
+next job (libs/jpu/backends/local/backend.py, tests/integration/test_local_spawn_crash.py).
 
 Its own NATS and PostgreSQL servers (they are killed), its own stack. Bounded to a few minutes on
 a 2-core machine. JPU_CRASH_SEED=<n> replays a run's choices; JPU_CRASH_REPORT=<file> writes the

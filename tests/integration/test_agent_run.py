@@ -15,7 +15,7 @@ import msgspec
 import pytest_asyncio
 
 from jpu.backends import LaunchSpec
-from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.bus import EventBus
 from jpu.config import Config, load_config
 from jpu.events import (

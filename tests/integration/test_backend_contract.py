@@ -27,8 +27,8 @@ from jpu.backends import (
     LaunchSpec,
     UnknownBackendJob,
 )
-from jpu.backends.local import LocalBackend, LocalSettings
-from jpu.backends.slurm import SlurmBackend, SlurmSettings
+from jpu.backends.local.backend import LocalBackend, LocalSettings
+from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.config import load_config
 from jpu.policy.oom import is_gpu_oom
 from jpu.testing.slurm_fixtures import SlurmCluster

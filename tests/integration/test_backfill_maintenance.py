@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from jpu.backends.backfill import BackfillHandle, BackfillSpec
-from jpu.backends.local import LocalBackend, LocalSettings
-from jpu.backends.local_stop import terminate_all
+from jpu.backends.local.backend import LocalBackend, LocalSettings
+from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
 from jpu.clock import SystemClock
 from jpu.config import load_config

@@ -11,7 +11,7 @@ import asyncpg
 from test_backfill_support import NODE, TIER, another_backfill, start_stack
 
 from jpu.backends.backfill import BackfillSpec
-from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.events import BackfillEnded, BackfillStarted
 
 

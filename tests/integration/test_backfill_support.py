@@ -22,8 +22,8 @@ from typing import Any
 import asyncpg
 import httpx
 
-from jpu.backends.local import LocalBackend, LocalSettings
-from jpu.backends.local_stop import terminate_all
+from jpu.backends.local.backend import LocalBackend, LocalSettings
+from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
 from jpu.clock import SystemClock
 from jpu.config import Config, load_config

@@ -20,7 +20,7 @@ import pytest_asyncio
 
 from jpu.backends import BackendError, LaunchSpec
 from jpu.backends.isolation import Apptainer
-from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.config import load_config
 from jpu.testing.apptainer_standin import standin_report, write_standin
 from jpu.testing.waits import wait_end

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from jpu.backends import LaunchSpec
-from jpu.backends.local import LocalBackend, LocalSettings
+from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.config import load_config
 from jpu.testing.waits import wait_end
 

@@ -15,8 +15,8 @@ import pytest
 
 from jpu.backends import LaunchSpec
 from jpu.backends.backfill import BackfillSpec
-from jpu.backends.local import LocalBackend, LocalSettings
-from jpu.backends.local_stop import STOP_REASON, terminate_all
+from jpu.backends.local.backend import LocalBackend, LocalSettings
+from jpu.backends.local.stop import STOP_REASON, terminate_all
 from jpu.config import load_config
 
 NODE, TIER = "gpu-4090x2-01", "rtx4090"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from jpu.backends import BackendStatus, LaunchSpec
-from jpu.backends.slurm import SlurmBackend, SlurmSettings
+from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.testing.slurm_fixtures import SlurmCluster
 from jpu.testing.waits import wait_end as _wait_end
 

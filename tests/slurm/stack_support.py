@@ -26,7 +26,7 @@ import msgspec
 from conftest import root_dir
 
 from jpu.backends import make_backend
-from jpu.backends.slurm import SlurmBackend
+from jpu.backends.slurm.backend import SlurmBackend
 from jpu.bus import EventBus
 from jpu.config import Config, load_config
 from jpu.edges import Edges

@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import SlurmEnv, wait_end
 
-from jpu.backends.slurm_pyslurm import cluster_version, pyslurm_usable
+from jpu.backends.slurm.pyslurm_api import cluster_version, pyslurm_usable
 
 
 async def test_X9_pyslurm_reads_the_jobs_where_it_matches_the_cluster(slurm: SlurmEnv) -> None:

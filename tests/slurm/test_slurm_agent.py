@@ -15,7 +15,7 @@ import pytest_asyncio
 from conftest import SlurmEnv, wait_end, wait_file
 
 from jpu.backends import LaunchSpec, make_backend
-from jpu.backends.slurm import SlurmBackend
+from jpu.backends.slurm.backend import SlurmBackend
 from jpu.bus import EventBus
 from jpu.config import Config, Node, load_config
 from jpu.events import (

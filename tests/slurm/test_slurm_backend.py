@@ -15,8 +15,8 @@ import pytest
 from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
 
 from jpu.backends import BackendError
-from jpu.backends.slurm import SlurmBackend, SlurmSettings
-from jpu.backends.slurm_cli import SlurmCli
+from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
+from jpu.backends.slurm.cli import SlurmCli
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 

@@ -17,7 +17,7 @@ from conftest import SlurmEnv, wait_end
 
 from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillSpec
-from jpu.backends.slurm import SlurmBackend
+from jpu.backends.slurm.backend import SlurmBackend
 
 STUB = "python -m jpu.backfill_stub"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import SlurmEnv, wait_end
 
-from jpu.backends.slurm import SlurmBackend
+from jpu.backends.slurm.backend import SlurmBackend
 
 NODE = "gpu-4090x2-02"  # not the node of the session's time-limit job (gpu-3080tix2-01)
 STUCK = "trap '' TERM; while true; do sleep 0.2; done"

@@ -11,9 +11,9 @@ import pytest
 from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
 
 from jpu.backends import BackendError
-from jpu.backends.slurm_cli import SlurmCli
-from jpu.backends.slurm_parse import jobs_from_squeue
-from jpu.backends.slurm_submit import NAME_PREFIX
+from jpu.backends.slurm.cli import SlurmCli
+from jpu.backends.slurm.parse import jobs_from_squeue
+from jpu.backends.slurm.submit import NAME_PREFIX
 
 FIELDS = ("state", "reason", "user", "node", "partition", "start_time", "submit_time")
 

@@ -22,7 +22,7 @@ from jpu.backends.isolation import (
     wants,
 )
 from jpu.backends.process import LOADER, launch_argv
-from jpu.backends.slurm_submit import wrapper
+from jpu.backends.slurm.submit import wrapper
 from jpu.config import ConfigError, load_config
 
 IMAGE = Apptainer("/opt/images/vllm.sif", "apptainer", ("--nv",))

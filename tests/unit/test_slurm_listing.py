@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from jpu.backends.slurm_listing import Listing, note_ends
-from jpu.backends.slurm_parse import SQUEUE_FIELDS, SQUEUE_FORMAT, SlurmJob, states_from_squeue
+from jpu.backends.slurm.listing import Listing, note_ends
+from jpu.backends.slurm.parse import SQUEUE_FIELDS, SQUEUE_FORMAT, SlurmJob, states_from_squeue
 from jpu_services.slurm_agent.watchlist import WatchList, aligned
 
 LISTING = """\

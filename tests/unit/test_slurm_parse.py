@@ -9,8 +9,8 @@ import pytest
 
 from jpu.backends import LaunchSpec
 from jpu.backends.isolation import NONE, netns
-from jpu.backends.slurm_jobs import adopt, comment_for, never_ran, parse_comment, status_of
-from jpu.backends.slurm_parse import (
+from jpu.backends.slurm.jobs import adopt, comment_for, never_ran, parse_comment, status_of
+from jpu.backends.slurm.parse import (
     SlurmJob,
     decode_wait_status,
     gres_counts,
@@ -19,9 +19,9 @@ from jpu.backends.slurm_parse import (
     job_from_squeue,
     map_state,
 )
-from jpu.backends.slurm_pyslurm import job_from_pyslurm
-from jpu.backends.slurm_records import SlurmRecord
-from jpu.backends.slurm_submit import (
+from jpu.backends.slurm.pyslurm_api import job_from_pyslurm
+from jpu.backends.slurm.records import SlurmRecord
+from jpu.backends.slurm.submit import (
     enforced_by_backend,
     export_file,
     job_env,

@@ -14,7 +14,7 @@ import pytest
 
 from jpu.backends import LaunchSpec
 from jpu.backends.isolation import Apptainer, container, netns
-from jpu.backends.slurm_submit import job_env, wrapper
+from jpu.backends.slurm.submit import job_env, wrapper
 from jpu.events import JobSubmitted, decode, encode
 from jpu.fold_jobs import request_digest
 from jpu.policy.queue import validate_submit

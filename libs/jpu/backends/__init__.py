@@ -1,4 +1,5 @@
-"""Execution backends (SPEC X9): the contract (base.py) and the local backend (local.py).
+"""Execution backends (SPEC X9): the contract (base.py), the local backend (local/) and the
+Slurm backend (slurm/); shared plumbing (process, isolation, accounts, outputs) beside them.
 
 `make_backend(config)` picks one by `slurm_backend` (local | slurm). Isolation (X4) comes from
 the shared configuration (`isolation`, `apptainer_image`, `apptainer_bin`, `apptainer_args`;
@@ -55,7 +56,7 @@ def apptainer_of(config: Config) -> Apptainer | None:
 def make_backend(config: Config, env: Mapping[str, str] | None = None) -> ExecutionBackend:
     env = os.environ if env is None else env
     if config.slurm_backend == "local":
-        from jpu.backends.local import LocalBackend, LocalSettings
+        from jpu.backends.local.backend import LocalBackend, LocalSettings
 
         return LocalBackend(
             LocalSettings(
@@ -71,7 +72,7 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
             )
         )
     if config.slurm_backend == "slurm":
-        from jpu.backends.slurm import SlurmBackend, SlurmSettings
+        from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 
         return SlurmBackend(
             SlurmSettings(

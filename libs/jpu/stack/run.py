@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from jpu.admin import DemoUser
-from jpu.backends.local_stop import terminate_all
+from jpu.backends.local.stop import terminate_all
 from jpu.config import ConfigError, load_config
 from jpu.service import install_stop_signals
 from jpu.stack.prepare import prepare

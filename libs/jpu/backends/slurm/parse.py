@@ -63,7 +63,7 @@ class SlurmJob(msgspec.Struct, frozen=True, kw_only=True):
     stdout: str = ""
     stderr: str = ""
     workdir: str = ""
-    comment: str = ""  # ours: "jpu isolation=… limit=…" (slurm_jobs.py)
+    comment: str = ""  # ours: "jpu isolation=… limit=…" (jobs.py)
     submit_time: float | None = None
 
     @property

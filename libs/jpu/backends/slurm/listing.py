@@ -17,7 +17,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from jpu.backends.slurm_parse import SlurmJob
+from jpu.backends.slurm.parse import SlurmJob
 
 Jobs = dict[int, SlurmJob]
 

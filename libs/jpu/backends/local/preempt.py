@@ -14,7 +14,7 @@ import signal
 import time
 
 from jpu.backends import process as proc_
-from jpu.backends.records import RecordStore
+from jpu.backends.local.records import RecordStore
 
 log = logging.getLogger(__name__)
 _PREEMPT_POLL_S = 0.01

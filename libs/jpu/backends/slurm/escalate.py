@@ -27,11 +27,11 @@ import time
 from typing import TYPE_CHECKING
 
 from jpu.backends.base import BackendError, BackendStatus
-from jpu.backends.slurm_records import Intent, SlurmRecord
-from jpu.backends.slurm_submit import enforced_by_backend
+from jpu.backends.slurm.records import Intent, SlurmRecord
+from jpu.backends.slurm.submit import enforced_by_backend
 
 if TYPE_CHECKING:
-    from jpu.backends.slurm import SlurmBackend
+    from jpu.backends.slurm.backend import SlurmBackend
 
 log = logging.getLogger(__name__)
 

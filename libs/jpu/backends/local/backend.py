@@ -29,10 +29,10 @@ from jpu.backends.base import (
     NodeInventory,
     UnknownBackendJob,
 )
-from jpu.backends.local_backfill import LocalBackfill
+from jpu.backends.local.backfill import LocalBackfill
+from jpu.backends.local.records import JobRecord, RecordStore
+from jpu.backends.local.watch import Watcher
 from jpu.backends.outputs import create_private, open_output_dir
-from jpu.backends.records import JobRecord, RecordStore
-from jpu.backends.watch import Watcher
 from jpu.config import Node
 
 log = logging.getLogger(__name__)

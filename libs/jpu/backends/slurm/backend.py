@@ -1,21 +1,21 @@
 """The real Slurm backend (SPEC X9): attempts are Slurm batch jobs, driven through the CLI.
 
-  submit    sbatch (slurm_submit.py: X1–X3), as the user's mapped Unix account (runuser when the
+  submit    sbatch (submit.py: X1–X3), as the user's mapped Unix account (runuser when the
             agent is root, like the local backend's setpriv); idempotent per attempt by job name.
-  poll      one shared lean `squeue` listing of the jobs we have records of (slurm_listing.py:
+  poll      one shared lean `squeue` listing of the jobs we have records of (listing.py:
             refreshed at most every `refresh_s`, longer when a refresh is costly), then the
-            jobcomp log (`sacct -c`) for jobs slurmctld has forgotten; states mapped (slurm_parse).
+            jobcomp log (`sacct -c`) for jobs slurmctld has forgotten; states mapped (parse).
             Name lookups and adoption read the full `squeue --json`.
   cancel    X5: SIGTERM at once, SIGKILL after the grace, kill_failed + drain after
-            `kill_failed_after_s` (slurm_escalate.py, which also enforces sub-minute limits).
+            `kill_failed_after_s` (escalate.py, which also enforces sub-minute limits).
   inventory `sinfo --json`: nodes × GPU types; drained/down nodes' GPUs are down.
   running   our attempts (records under data_dir, or adopted by name through `find`) that Slurm
             still runs: re-adoption after an agent restart. Other jpu-* jobs on the cluster
             (another deployment, LLM backfill) are never ours to cancel.
-  backfill  LLM instances in the `llm` partition (slurm_backfill.py, SPEC B1–B3).
+  backfill  LLM instances in the `llm` partition (backfill.py, SPEC B1–B3).
 
-Times and files of one attempt: slurm_jobs.py. Jobs are read through pyslurm instead of squeue
-where it matches the cluster's Slurm (slurm_pyslurm.py).
+Times and files of one attempt: jobs.py. Jobs are read through pyslurm instead of squeue
+where it matches the cluster's Slurm (pyslurm_api.py).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ from pathlib import Path
 import msgspec
 
 from jpu.backends import isolation as iso_
-from jpu.backends import slurm_jobs as jobs_
-from jpu.backends import slurm_submit as submit_
 from jpu.backends.accounts import Account, AccountMap, current_account
 from jpu.backends.base import (
     BackendError,
@@ -41,18 +39,20 @@ from jpu.backends.base import (
     NodeInventory,
     UnknownBackendJob,
 )
-from jpu.backends.slurm_backfill import SlurmBackfill
-from jpu.backends.slurm_cli import SlurmCli
-from jpu.backends.slurm_escalate import Escalator
-from jpu.backends.slurm_listing import Listing, note_ends
-from jpu.backends.slurm_parse import (
+from jpu.backends.slurm import jobs as jobs_
+from jpu.backends.slurm import submit as submit_
+from jpu.backends.slurm.backfill import SlurmBackfill
+from jpu.backends.slurm.cli import SlurmCli
+from jpu.backends.slurm.escalate import Escalator
+from jpu.backends.slurm.listing import Listing, note_ends
+from jpu.backends.slurm.parse import (
     SlurmJob,
     inventory_from_sinfo,
     jobs_from_squeue,
     used_gpus,
 )
-from jpu.backends.slurm_pyslurm import cluster_version, load_jobs, pyslurm_usable
-from jpu.backends.slurm_records import SlurmRecord, SlurmRecordStore
+from jpu.backends.slurm.pyslurm_api import cluster_version, load_jobs, pyslurm_usable
+from jpu.backends.slurm.records import SlurmRecord, SlurmRecordStore
 
 log = logging.getLogger(__name__)
 

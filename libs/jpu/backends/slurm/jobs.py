@@ -17,9 +17,9 @@ from pathlib import Path
 from jpu.backends.accounts import Account
 from jpu.backends.base import BackendStatus, LaunchSpec
 from jpu.backends.outputs import create_private, open_output_dir, read_tail
-from jpu.backends.slurm_parse import SlurmJob, decode_wait_status
-from jpu.backends.slurm_records import SlurmRecord
-from jpu.backends.slurm_submit import NAME_PREFIX
+from jpu.backends.slurm.parse import SlurmJob, decode_wait_status
+from jpu.backends.slurm.records import SlurmRecord
+from jpu.backends.slurm.submit import NAME_PREFIX
 
 
 def prepare_output(spec: LaunchSpec, account: Account) -> None:

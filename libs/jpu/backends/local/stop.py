@@ -20,7 +20,7 @@ from pathlib import Path
 
 from jpu.backends import process as proc_
 from jpu.backends.base import BackendStatus
-from jpu.backends.records import JobRecord, RecordStore
+from jpu.backends.local.records import JobRecord, RecordStore
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ _KILL_WAIT_S = 2.0
 
 
 def record_stores(data_dir: Path) -> list[RecordStore]:
-    """Research attempts (local.py) and backfill instances (local_backfill.py), where they exist
+    """Research attempts (backend.py) and backfill instances (backfill.py), where they exist
     (a data dir the local backend never used has neither)."""
     root = Path(data_dir) / "local-backend"
     roots = [root, root / "backfill"]

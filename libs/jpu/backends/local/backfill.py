@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 from jpu.backends import process as proc_
 from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.base import BackendError, BackendStatus, UnknownBackendJob
-from jpu.backends.local_preempt import preempt
-from jpu.backends.records import JobRecord, RecordStore
-from jpu.backends.watch import Watcher
+from jpu.backends.local.preempt import preempt
+from jpu.backends.local.records import JobRecord, RecordStore
+from jpu.backends.local.watch import Watcher
 from jpu.embedded.nats import free_port
 
 if TYPE_CHECKING:
-    from jpu.backends.local import LocalSettings
+    from jpu.backends.local.backend import LocalSettings
 
 log = logging.getLogger(__name__)
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")

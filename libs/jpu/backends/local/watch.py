@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from jpu.backends import process as proc_
 from jpu.backends.base import BackendState, BackendStatus
-from jpu.backends.records import Intent, JobRecord, RecordStore
+from jpu.backends.local.records import Intent, JobRecord, RecordStore
 
 if TYPE_CHECKING:
-    from jpu.backends.local import LocalSettings
+    from jpu.backends.local.backend import LocalSettings
 
 log = logging.getLogger(__name__)
 

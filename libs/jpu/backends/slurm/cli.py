@@ -2,7 +2,7 @@
 
 Every call is an argv (never a shell line) with `SLURM_CONF` set when configured. Nothing a user
 wrote ever reaches an argv: the batch script comes on stdin and the job's environment through an
-inherited file descriptor (`--export-file=<fd>`), see slurm_submit.py (X3).
+inherited file descriptor (`--export-file=<fd>`), see submit.py (X3).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jpu.backends.base import BackendError
-from jpu.backends.slurm_parse import (
+from jpu.backends.slurm.parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     SlurmJob,

@@ -13,8 +13,8 @@ import asyncio
 import re
 from typing import Any
 
-from jpu.backends.slurm_cli import SlurmCli
-from jpu.backends.slurm_parse import SlurmJob
+from jpu.backends.slurm.cli import SlurmCli
+from jpu.backends.slurm.parse import SlurmJob
 
 
 def _major_minor(version: str) -> str | None:

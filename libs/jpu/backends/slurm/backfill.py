@@ -30,16 +30,16 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jpu.backends import slurm_submit as submit_
 from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.base import BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.process import DEFAULT_PATH
-from jpu.backends.slurm_jobs import status_of
-from jpu.backends.slurm_parse import SlurmJob, jobs_from_squeue
+from jpu.backends.slurm import submit as submit_
+from jpu.backends.slurm.jobs import status_of
+from jpu.backends.slurm.parse import SlurmJob, jobs_from_squeue
 
 if TYPE_CHECKING:
-    from jpu.backends.slurm import SlurmSettings
-    from jpu.backends.slurm_cli import SlurmCli
+    from jpu.backends.slurm.backend import SlurmSettings
+    from jpu.backends.slurm.cli import SlurmCli
 
 log = logging.getLogger(__name__)
 
