@@ -67,13 +67,3 @@ def rank_permutation(
             perm.extend(merged)
             order.extend([ids[i] for i in merged])
     return perm, order
-
-
-def rank_order(
-    queue: Sequence[QueuedJob], usage: Mapping[str, LabUsage], now: float, half_life_s: float
-) -> list[QueuedJob]:
-    """SPEC D1: the queue by rank, rank 1 first."""
-    seq = in_entry_order(queue)
-    labs, ids = [j.lab for j in seq], [j.job_id for j in seq]
-    perm, _ = rank_permutation(labs, ids, usage, now, half_life_s)
-    return [seq[i] for i in perm]
