@@ -1,4 +1,9 @@
-"""The slurm-agent service's settings, taken from the one configuration (SPEC O1)."""
+"""The slurm-agent service's settings, taken from the one configuration (SPEC O1).
+
+Everything the agent needs is in the shared `Config`: the backend and its settings
+(`slurm_backend`, `cancel_grace_s`, `kill_failed_after_s`, isolation: `jpu.backends.make_backend`)
+and the bus (`jpu.service`); no second copy of those keys is kept here.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,11 @@ from jpu.config import Config, load_config
 
 @dataclass(frozen=True, slots=True)
 class SlurmAgentConfig:
-    base: Config  # bus and database URLs, stream, subject prefix, cluster
-    slurm_backend: str  # local | slurm (X9)
-    cancel_grace_s: float  # X5
-    kill_failed_after_s: float  # X5
-    max_attempts: int  # X8
+    base: Config  # bus and database URLs, stream, subject prefix, cluster, backend
 
     @classmethod
     def from_config(cls, config: Config) -> SlurmAgentConfig:
-        return cls(
-            base=config,
-            slurm_backend=config.slurm_backend,
-            cancel_grace_s=config.cancel_grace_s,
-            kill_failed_after_s=config.kill_failed_after_s,
-            max_attempts=config.max_attempts,
-        )
+        return cls(base=config)
 
 
 def load(env: Mapping[str, str] | None = None) -> SlurmAgentConfig:
