@@ -15,6 +15,7 @@ is made by undoing the second save.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from jpu.backends import LaunchSpec
+from jpu.backends.backfill import BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.config import load_config
 from jpu.testing.waits import wait_end
@@ -129,3 +131,39 @@ async def test_O5_attempt_never_spawned_is_still_reported_never_started(dirs: Di
 
     final = await wait_end(dirs.backend(), bid, 10)
     assert final.state == "NODE_FAIL" and final.reason == "never started", final
+
+
+async def test_B2_backfill_instance_whose_pid_was_not_saved_is_adopted_and_preemptible(
+    dirs: Dirs,
+) -> None:
+    """The same window in the local backfill: an instance recorded as ended while it still
+    served on its GPU would never be preempted (B2), and a research job would share the GPU."""
+    crashed = dirs.backend()
+    spec = BackfillSpec(
+        backfill_id=f"bfcrash{time.monotonic_ns()}", node="gpu-4090x2-01", tier="rtx4090",
+        gpu=1, command="sleep 60\n",
+    )  # fmt: skip
+    bid = (await crashed.submit_backfill(spec)).backend_job_id
+    await crashed.close_backfill()  # the backfill service is gone; the instance runs on
+    await crashed.close()
+    record = crashed._instances().store.load(bid)
+    assert record is not None and record.pid > 0
+    pid = record.pid
+    record.pid, record.ticks, record.started_at = 0, 0, 0.0
+    crashed._instances().store.save(record)
+
+    restarted = dirs.backend()
+    status = await restarted.poll_backfill(bid)
+    assert status.state == "RUNNING", status
+    assert bid in await restarted.running_backfill()
+    stopped = await restarted.preempt_backfill("gpu-4090x2-01", "rtx4090", [1], 0.5)
+    assert stopped == [bid]  # before the fix: [] (recorded ended; it served on, unpreempted)
+    deadline = time.monotonic() + 10
+    while (await restarted.poll_backfill(bid)).state == "RUNNING":
+        assert time.monotonic() < deadline, "the adopted instance was not stopped"
+        await asyncio.sleep(0.05)
+    assert (
+        not Path(f"/proc/{pid}").exists()
+        or b"sleep" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+    await restarted.close_backfill()

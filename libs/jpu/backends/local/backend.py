@@ -31,7 +31,7 @@ from jpu.backends.base import (
 )
 from jpu.backends.local.backfill import LocalBackfill
 from jpu.backends.local.records import JobRecord, RecordStore
-from jpu.backends.local.watch import Watcher
+from jpu.backends.local.watch import Watcher, adopt_unsaved_spawn
 from jpu.backends.outputs import create_private, open_output_dir
 from jpu.config import Node
 
@@ -170,23 +170,8 @@ class LocalBackend(LocalBackfill):
             self._records[record.backend_job_id] = record
             if record.final is None:
                 if record.pid == 0:
-                    self._adopt_unsaved_spawn(record)
+                    adopt_unsaved_spawn(record, self.store)
                 self._watch(record, None)
-
-    def _adopt_unsaved_spawn(self, record: JobRecord) -> None:
-        """The previous agent saved the record, spawned the attempt and died before saving its
-        pid (issue 9): the wrapper runs on in its own session. Adopt it — else it would be
-        reported "never started" while it holds its GPUs. Not found: it was never spawned, or it
-        already ended and left its exit status (the watcher tells which)."""
-        found = proc_.find_wrapper(self.store.status_file(record.backend_job_id))
-        if found is None:
-            return
-        record.pid, record.ticks = found
-        record.started_at = proc_.started_at(record.ticks)
-        self.store.save(record)
-        log.warning(
-            "%s: adopted pid=%d spawned by a previous agent", record.backend_job_id, found[0]
-        )
 
     def _validate(self, spec: LaunchSpec) -> None:
         if not _SAFE_ID.match(spec.job_id) or spec.attempt < 1:

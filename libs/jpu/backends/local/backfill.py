@@ -27,7 +27,7 @@ from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.base import BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.local.preempt import preempt
 from jpu.backends.local.records import JobRecord, RecordStore
-from jpu.backends.local.watch import Watcher
+from jpu.backends.local.watch import Watcher, adopt_unsaved_spawn
 from jpu.embedded.nats import free_port
 
 if TYPE_CHECKING:
@@ -96,6 +96,8 @@ class _Instances:
             return
         self.loaded = True
         for record in self.store.all():
+            if record.pid == 0 and record.final is None:
+                adopt_unsaved_spawn(record, self.store)  # spawned, pid unsaved (issue 9)
             self._watch(record, None)
 
     def get(self, bid: str) -> JobRecord:

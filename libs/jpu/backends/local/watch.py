@@ -75,7 +75,7 @@ class Watcher:
     async def _run(self) -> None:
         r = self.record
         if r.pid == 0:  # no process: the agent died before the spawn, or (its pid unsaved,
-            # LocalBackend._adopt_unsaved_spawn) the attempt ended unwatched: its status says so
+            # adopt_unsaved_spawn) the attempt ended unwatched: its status says so
             ended = self.store.status_file(r.backend_job_id).exists()
             self._finish(reason=None if ended else "never started")
             return
@@ -172,3 +172,18 @@ def _final_state(intent: Intent | None, rc: int | None, kill_failed: bool) -> Ba
     if rc == 0:
         return "COMPLETED"
     return "FAILED" if rc is not None else "NODE_FAIL"
+
+
+def adopt_unsaved_spawn(record: JobRecord, store: RecordStore) -> None:
+    """A previous agent saved the record, spawned the process and died before saving its pid
+    (issue 9): the wrapper runs on in its own session. Adopt it — else it would be reported
+    "never started" (an attempt) or ended (a backfill instance) while it holds its GPU. Not
+    found: it was never spawned, or it already ended and left its exit status (the watcher
+    tells which). Research attempts and backfill instances both come here."""
+    found = proc_.find_wrapper(store.status_file(record.backend_job_id))
+    if found is None:
+        return
+    record.pid, record.ticks = found
+    record.started_at = proc_.started_at(record.ticks)
+    store.save(record)
+    log.warning("%s: adopted pid=%d spawned by a previous agent", record.backend_job_id, found[0])
