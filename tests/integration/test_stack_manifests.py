@@ -64,3 +64,35 @@ def test_O3_k8s_every_service_has_probes_and_replicas() -> None:
     kustomization = yaml.safe_load((ROOT / "k8s" / "kustomization.yaml").read_text())
     listed = set(kustomization["resources"])
     assert listed == {p.name for p in (ROOT / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
+
+
+def _mounts(container: dict) -> dict[str, str]:
+    return {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+
+
+def test_U5_agent_and_gateway_share_the_job_output_storage() -> None:
+    """The agent writes each attempt's output under JPU_OUTPUT_ROOT and the gateway serves it
+    (`jpu logs`): both must mount one storage at that path, in compose and in k8s."""
+    compose = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+    services = compose["services"]
+    root = services["gateway"]["environment"]["JPU_OUTPUT_ROOT"]
+    for name in ("gateway", "slurm_agent"):
+        svc = services[name]
+        assert svc["environment"]["JPU_OUTPUT_ROOT"] == root, name
+        assert f"outputs:{root}" in svc["volumes"], name
+    assert "outputs" in compose["volumes"]
+
+    docs = k8s_docs()
+    env = next(d for d in docs if d["metadata"]["name"] == "jpu-env")["data"]
+    root = env["JPU_OUTPUT_ROOT"]
+    [pvc] = [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]  # agent and gateways on other nodes
+    deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
+    for name in ("gateway", "slurm-agent"):
+        pod = deployments[name]["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        assert _mounts(container).get("outputs") == root, name
+        vol = next(v for v in pod["volumes"] if v["name"] == "outputs")
+        assert vol["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"], name
+    kustomization = yaml.safe_load((ROOT / "k8s" / "kustomization.yaml").read_text())
+    assert "outputs.yaml" in kustomization["resources"]
