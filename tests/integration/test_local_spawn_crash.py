@@ -100,7 +100,7 @@ async def test_O5_spawned_attempt_that_ended_while_no_agent_watched_keeps_its_ex
     dirs: Dirs,
 ) -> None:
     crashed = dirs.backend()
-    bid = await crashed.submit(dirs.spec("exit 3\n"))
+    bid = await crashed.submit(dirs.spec("sleep 1\nexit 3\n"))
     await crashed.close()
     status_file = crashed.store.status_file(bid)
     deadline = time.monotonic() + 10
@@ -112,6 +112,10 @@ async def test_O5_spawned_attempt_that_ended_while_no_agent_watched_keeps_its_ex
     final = await wait_end(dirs.backend(), bid, 10)
     assert (final.state, final.exit_code) == ("FAILED", 3), final  # not NODE_FAIL
     assert final.reason != "never started", final
+    # F5: its second of work is run time (it was all booked as startup before the wrapper
+    # recorded when the job began)
+    assert final.started_at is not None and final.ended_at is not None, final
+    assert final.ended_at - final.started_at >= 0.9, final
 
 
 async def test_O5_attempt_never_spawned_is_still_reported_never_started(dirs: Dirs) -> None:

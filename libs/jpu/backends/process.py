@@ -33,6 +33,7 @@ from jpu.backends.outputs import read_tail
 WRAPPER = (
     "trap ':' TERM\n"
     'status="$1"; shift\n'
+    'printf \'%s\\n\' "$EPOCHREALTIME" > "$status.start"\n'  # when the job began, for a restart
     '"$@"\n'
     "rc=$?\n"
     f"PATH={iso_.RUNTIME_PATH}\n"  # the job's PATH is the user's: not for root's own mv
@@ -210,6 +211,26 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def start_file(status_file: Path) -> Path:
+    """Where the wrapper writes when the job began (epoch seconds), next to its exit status."""
+    return status_file.with_name(status_file.name + ".start")
+
+
+def read_start(status_file: Path) -> float | None:
+    """When the job began, as its wrapper wrote it: an attempt that ended while no agent
+    watched (its pid unsaved) still has its run time (F5), not only startup time."""
+    try:
+        return float(start_file(status_file).read_text().strip().replace(",", "."))
+    except (OSError, ValueError):
+        return None
+
+
+def clear_status(status_file: Path) -> None:
+    """Before a (re)launch under one backend job id: no stale exit status or start time."""
+    for path in (status_file, start_file(status_file)):
+        path.unlink(missing_ok=True)
 
 
 def read_status(path: Path) -> tuple[int | None, float | None]:

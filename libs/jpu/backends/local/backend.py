@@ -9,7 +9,6 @@ job) and reads the exit status the launch wrapper wrote (process.py).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import re
@@ -210,8 +209,7 @@ class LocalBackend(LocalBackfill):
             stderr = create_private(dir_fd, "stderr", account)
         finally:
             os.close(dir_fd)
-        with contextlib.suppress(FileNotFoundError):
-            self.store.status_file(bid).unlink()
+        proc_.clear_status(self.store.status_file(bid))
         record = JobRecord(
             backend_job_id=bid,
             job_id=spec.job_id,

@@ -148,7 +148,7 @@ class _Instances:
                 output_dir=str(out),
                 isolation="none",
             )
-            self.store.status_file(bid).unlink(missing_ok=True)
+            proc_.clear_status(self.store.status_file(bid))
             self.store.save(record)  # before the spawn: a crash in between reads as ended
             process = await self._spawn(record, spec, port)
             record.pid, record.started_at = process.pid, time.time()

@@ -14,6 +14,7 @@ import msgspec
 
 from jpu.backends.base import BackendStatus
 from jpu.backends.jsonstore import JsonRecordStore
+from jpu.backends.process import clear_status
 
 Intent = Literal["cancel", "timeout"]
 
@@ -52,4 +53,4 @@ class RecordStore(JsonRecordStore[JobRecord]):
 
     def forget(self, backend_job_id: str) -> None:
         super().forget(backend_job_id)
-        self.status_file(backend_job_id).unlink(missing_ok=True)
+        clear_status(self.status_file(backend_job_id))

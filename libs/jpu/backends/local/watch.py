@@ -131,7 +131,10 @@ class Watcher:
         self, *, kill_failed: bool = False, reason: str | None = None, save: bool = True
     ) -> None:
         r = self.record
-        rc, written_at = proc_.read_status(self.store.status_file(r.backend_job_id))
+        status_file = self.store.status_file(r.backend_job_id)
+        rc, written_at = proc_.read_status(status_file)
+        if not r.started_at:  # ended while no agent watched (its pid unsaved): the wrapper knows
+            r.started_at = proc_.read_start(status_file) or 0.0
         sig = None
         if self._reaped is not None and self._reaped.done() and not self._reaped.cancelled():
             returncode = self._reaped.result()
