@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 from jpu.bus import EventBus
+from jpu.bus.fold_follow import Follower
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
 from jpu.embedded.nats import EmbeddedNats
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
 from jpu.testing.pg_fixtures import sample_log
 
 START = r"""
@@ -40,7 +40,7 @@ from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
 from jpu.events import decode
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower, SnapshotPolicy
+from jpu.bus.fold_follow import Follower, SnapshotPolicy
 
 async def main(url, mode):
     config = load_config(env={})

@@ -25,10 +25,10 @@ from collections.abc import Awaitable, Callable
 
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.errors import is_unreachable
+from jpu.bus.fold_follow import Follower
 from jpu.config import Config
 from jpu.events import UsageCharged
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
 from jpu.policy.charging import Charge, charge_id
 from jpu.policy.fairshare import ZERO_USAGE, charge
 

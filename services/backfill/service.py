@@ -35,11 +35,11 @@ from typing import cast
 from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillHandle, BackfillSpec
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
+from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.metrics import count_preemption
 from jpu.policy.maintenance import backfill_allowed
 from jpu.policy.model import Gpu, MaintenanceState

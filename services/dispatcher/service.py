@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jpu.bus import Delivered, EventBus
+from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.events import (
@@ -38,7 +39,6 @@ from jpu.events import (
     UsageCharged,
 )
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.fold_snapshot import snapshot
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle

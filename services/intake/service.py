@@ -18,6 +18,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from jpu.bus import Delivered, EventBus
+from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.commands import (
     QUEUE_GROUP,
@@ -39,7 +40,6 @@ from jpu.events import (
     JobSubmitted,
 )
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu_services.intake.promote import Limits, Promoter
 from jpu_services.intake.submit import cancel, submit
 

@@ -18,11 +18,11 @@ import msgspec
 
 from jpu import limits
 from jpu.bus import ConcurrencyConflict, EventBus
+from jpu.bus.fold_follow import Follower
 from jpu.commands import CancelCommand, CommandReply, SubmitCommand, error_reply
 from jpu.config import Config
 from jpu.events import JobCancelRequested, JobSubmitted, new_event_id
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
 from jpu.fold_jobs import JobView, apply_job_event, request_digest
 from jpu.fold_snapshot import gpus
 from jpu.policy import maintenance

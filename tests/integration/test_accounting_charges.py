@@ -20,10 +20,10 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
-from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
 from jpu.policy.fairshare import charge, decayed
 from jpu.policy.model import LabUsage
 from jpu.store import wait_applied
+from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.accounting.charger import Charger
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import run_dispatcher

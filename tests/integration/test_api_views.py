@@ -211,7 +211,7 @@ async def test_D1_D7_the_api_shows_the_dispatchers_own_rank_and_reason(api: Api)
     never a "None" reason), with the time it decided them."""
     import asyncio
 
-    from jpu.fold_testing import Watcher
+    from jpu.testing.fold import Watcher
     from jpu_services.dispatcher.service import run_dispatcher
     from jpu_services.gateway.routes._queueview import decided
 

@@ -30,7 +30,7 @@ from jpu.config import Config, load_config
 from jpu.edges import Edges
 from jpu.events import BackfillEnded, BackfillStarted, Event, MaintenanceChanged
 from jpu.fold import ClusterState
-from jpu.fold_testing import Watcher
+from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
 from jpu_services.backfill.service import BackfillOptions, BackfillStats, run_backfill

@@ -26,7 +26,7 @@ from jpu.events import (
     new_event_id,
 )
 from jpu.fold import ClusterState, evolve
-from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
+from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 
 

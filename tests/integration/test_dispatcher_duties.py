@@ -25,7 +25,7 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
-from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
+from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import run_dispatcher
 

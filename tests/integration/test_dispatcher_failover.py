@@ -12,7 +12,7 @@ from jpu.bus import EventBus
 from jpu.clock import FakeClock
 from jpu.config import load_config
 from jpu.events import JobDispatched
-from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
+from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 
 

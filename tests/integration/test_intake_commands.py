@@ -22,7 +22,7 @@ from jpu.commands import (
 )
 from jpu.config import Config, LabConfig, UserConfig, load_config
 from jpu.events import JobSubmitted, MaintenanceChanged, new_event_id
-from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
+from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import run_dispatcher
 from jpu_services.intake.service import run_intake
 

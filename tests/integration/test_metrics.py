@@ -24,11 +24,11 @@ from jpu.bus import EventBus
 from jpu.clock import FakeClock
 from jpu.config import Config, LabConfig, Node, load_config
 from jpu.events import BackfillEnded
-from jpu.fold_testing import Watcher, end_job, job_id, start_job, submit_global
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
 from jpu.store import last_applied, run_projection, wait_applied
 from jpu.store.projections import jobs
+from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu.testing.pg_fixtures import sample_log
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher

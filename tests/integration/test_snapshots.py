@@ -15,10 +15,10 @@ import msgspec
 import pytest
 
 from jpu.bus import Delivered, EventBus
+from jpu.bus.fold_follow import Follower, SnapshotPolicy
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
 from jpu.fold import ClusterState, evolve
-from jpu.fold_follow import Follower, SnapshotPolicy
 from jpu.state_codec import pack, unpack
 from jpu.testing.pg_fixtures import sample_log
 

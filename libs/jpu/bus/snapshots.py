@@ -6,7 +6,7 @@ intake, dispatcher and backfill have no database), and objects are chunked and d
 the server, so a multi-megabyte state is fine and an interrupted put never becomes visible.
 One bucket (`jpu_snapshots`), one object per snapshot, named `<stream>.state.<seq>`; the newest
 `keep` are kept. Any service that folds the log may write one; a start loads the newest valid one
-and replays only the tail (jpu.fold_follow). The frame and its checks: jpu.state_codec.
+and replays only the tail (jpu.bus.fold_follow). The frame and its checks: jpu.state_codec.
 """
 
 from __future__ import annotations

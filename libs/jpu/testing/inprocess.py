@@ -20,8 +20,8 @@ from jpu.bus import EventBus
 from jpu.clock import SystemClock
 from jpu.config import Config
 from jpu.edges import Edges, connect_edges
-from jpu.fold_testing import Watcher
 from jpu.service import run_workers
+from jpu.testing.fold import Watcher
 from jpu_services.accounting import bootstrap as accounting
 from jpu_services.backfill.service import BackfillOptions, BackfillStats, run_backfill
 from jpu_services.dispatcher.service import run_dispatcher

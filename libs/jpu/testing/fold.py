@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jpu.bus import EventBus
+from jpu.bus.fold_follow import Follower
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.events import (
@@ -23,7 +24,6 @@ from jpu.events import (
     new_event_id,
 )
 from jpu.fold import ClusterState
-from jpu.fold_follow import Follower
 
 
 class Watcher:
