@@ -166,11 +166,11 @@ def explain_usage(
     for line in book.lines:
         if line.lab != lab:
             continue
-        line.value_now = decayed(LabUsage(line.amount, line.at), at, half_life_s)
-        line.decay = line.value_now / line.amount if line.amount else 1.0
-        total += line.value_now
-        if _in(line.at, since, until):
-            listed.append(line)
+        now = decayed(LabUsage(line.amount, line.at), at, half_life_s)
+        total += now
+        if _in(line.at, since, until):  # a copy: the ledger may be shared and extended
+            decay = now / line.amount if line.amount else 1.0
+            listed.append(msgspec.structs.replace(line, decay=decay, value_now=now))
     stored = book.last.get(lab)
     return UsageExplanation(
         lab=lab,

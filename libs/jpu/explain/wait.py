@@ -246,6 +246,103 @@ def _reservation(spans: list[ReservationSpan], e: Event, seq: int) -> None:
         span.cost = e.gpu_seconds * e.tflops  # F1, as jpu.policy.charging charges it
 
 
+class WaitFold:
+    """`wait_timeline`, one event at a time (for readers that stream the log)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        cluster: Cluster,
+        *,
+        state: ClusterState | None = None,
+        half_life_s: float | None = None,
+    ) -> None:
+        self.job_id, self.cluster = job_id, cluster
+        self.hl = half_life_s or float(getattr(cluster, "half_life_s", DEFAULT_HALF_LIFE_S))
+        self.state = state if state is not None else ClusterState.new(cluster, keep_ended=False)
+        self.job: JobView | None = self.state.jobs.get(job_id)
+        self.clock = 0.0
+        self.steps: list[Step] = []
+        self.spans: list[ReservationSpan] = []
+        self.phases: dict[str, float] = {}
+        self.phase_since = self.job.submitted_at if self.job is not None else 0.0
+        self.prev_state = self.job.state if self.job is not None else None
+        self.lost_rank1: Step | None = None  # the step at which it lost rank 1 while reserving
+
+    @property
+    def done(self) -> bool:
+        """The job ended for good (S2): nothing later changes the answer."""
+        return self.job is not None and self.job.terminal and not self.job.oom_pending
+
+    def _spent(self, state: str | None, until: float) -> None:
+        name = PHASES.get(state or "") or ("retry_decision" if state == "FAILED" else None)
+        if name is not None:  # FAILED before a retry: the X8 decision
+            self.phases[name] = self.phases.get(name, 0.0) + max(0.0, until - self.phase_since)
+
+    def apply(self, d: Delivered) -> None:
+        st = self.state
+        if d.seq <= st.seq or self.done:
+            return
+        evolve(st, d)
+        e = d.event
+        self.clock = max(self.clock, e.ts)
+        job = self.job
+        if job is None:
+            job = self.job = st.job_seen(self.job_id)
+            if job is None:
+                return
+        ours = isinstance(e, JobEvent) and e.job_id == self.job_id
+        if job.state != self.prev_state:
+            self._spent(self.prev_state, e.ts)
+            self.phase_since, self.prev_state = e.ts, job.state
+        if ours:
+            _reservation(self.spans, e, d.seq)
+            if isinstance(e, ReservationReleased) and e.reason == "demoted" and self.spans:
+                _blame(self.spans[-1], self.lost_rank1)
+        if ours or (job.state in QUEUED and isinstance(e, QUEUE_EVENTS)):
+            step = _step(st, self.cluster, job, self.clock, d, self.hl)
+            steps = self.steps
+            if not steps or not _same(steps[-1], step):
+                if (
+                    step.state == "RESERVING"
+                    and step.rank not in (None, 1)
+                    and steps
+                    and (steps[-1].rank == 1)
+                ):
+                    self.lost_rank1 = step  # R3: this event took rank 1 from it
+                elif step.rank == 1:
+                    self.lost_rank1 = None
+                steps.append(step)
+
+    def result(self, now: float | None = None) -> WaitTimeline:
+        job = self.job
+        if job is None:
+            raise JobNotInLog(self.job_id)
+        end = self.clock
+        phases = dict(self.phases)
+        if not job.terminal:
+            end = max(self.clock, now) if now is not None else self.clock
+            name = PHASES.get(job.state)
+            if name is not None:
+                phases[name] = phases.get(name, 0.0) + max(0.0, end - self.phase_since)
+        return WaitTimeline(
+            job_id=job.job_id,
+            lab=job.lab,
+            user=job.user,
+            name=job.name,
+            num_gpus=job.num_gpus,
+            state=job.state,
+            attempt=job.attempt,
+            submitted_at=job.submitted_at,
+            as_of=end,
+            seq=self.state.seq,
+            steps=list(self.steps),
+            reservations=list(self.spans),
+            phases=phases,
+            terminal=job.terminal,
+        )
+
+
 def wait_timeline(
     events: Iterable[Delivered],
     job_id: str,
@@ -258,78 +355,12 @@ def wait_timeline(
     """The job's wait, from `events` in stream order (from seq 1, or the tail after `state`, a
     fold restored from a snapshot taken before the job's submission). Stops after the job's
     end for good; `now` (default: the last event's time) closes the phase still running."""
-    hl = half_life_s or float(getattr(cluster, "half_life_s", DEFAULT_HALF_LIFE_S))
-    st = state if state is not None else ClusterState.new(cluster, keep_ended=False)
-    job: JobView | None = st.jobs.get(job_id)
-    clock = 0.0
-    steps: list[Step] = []
-    spans: list[ReservationSpan] = []
-    phases: dict[str, float] = {}
-    phase_since = job.submitted_at if job is not None else 0.0
-    prev_state = job.state if job is not None else None
-    pending_demotion: Step | None = None  # the step at which it lost rank 1 while reserving
+    fold = WaitFold(job_id, cluster, state=state, half_life_s=half_life_s)
     for d in events:
-        if d.seq <= st.seq:
-            continue
-        evolve(st, d)
-        e = d.event
-        clock = max(clock, e.ts)
-        if job is None:
-            job = st.job_seen(job_id)
-            if job is None:
-                continue
-            phase_since = job.submitted_at
-        ours = isinstance(e, JobEvent) and e.job_id == job_id
-        if job.state != prev_state:
-            if prev_state is not None and prev_state in PHASES:
-                name = PHASES[prev_state]
-                phases[name] = phases.get(name, 0.0) + max(0.0, e.ts - phase_since)
-            elif prev_state == "FAILED":  # X8: between the OOM and the retry decision
-                phases["retry_decision"] = phases.get("retry_decision", 0.0) + max(
-                    0.0, e.ts - phase_since
-                )
-            phase_since, prev_state = e.ts, job.state
-        if ours:
-            _reservation(spans, e, d.seq)
-            if isinstance(e, ReservationReleased) and e.reason == "demoted" and spans:
-                _blame(spans[-1], pending_demotion)
-        if ours or (job.state in QUEUED and isinstance(e, QUEUE_EVENTS)):
-            step = _step(st, cluster, job, clock, d, hl)
-            if not steps or not _same(steps[-1], step):
-                if (
-                    step.state == "RESERVING"
-                    and step.rank not in (None, 1)
-                    and steps
-                    and steps[-1].rank == 1
-                ):
-                    pending_demotion = step  # R3: this event took rank 1 from it
-                elif step.rank == 1:
-                    pending_demotion = None
-                steps.append(step)
-        if job.terminal and not job.oom_pending:
-            break  # S2: nothing changes it any more
-    if job is None:
-        raise JobNotInLog(job_id)
-    end = max(clock, now) if now is not None and not job.terminal else clock
-    if not job.terminal and prev_state in PHASES:
-        name = PHASES[prev_state]
-        phases[name] = phases.get(name, 0.0) + max(0.0, end - phase_since)
-    return WaitTimeline(
-        job_id=job.job_id,
-        lab=job.lab,
-        user=job.user,
-        name=job.name,
-        num_gpus=job.num_gpus,
-        state=job.state,
-        attempt=job.attempt,
-        submitted_at=job.submitted_at,
-        as_of=end,
-        seq=st.seq,
-        steps=steps,
-        reservations=spans,
-        phases=phases,
-        terminal=job.terminal,
-    )
+        fold.apply(d)
+        if fold.done:
+            break
+    return fold.result(now)
 
 
 def _blame(span: ReservationSpan, lost: Step | None) -> None:
