@@ -20,6 +20,15 @@ from jpu.policy.cycle import cycle
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 
 
+class Held(msgspec.Struct, kw_only=True):
+    """GPUs of one placement: a reservation (with `since`) or a running job's placement."""
+
+    node: str
+    tier: str
+    gpus: list[int]
+    since: float | None = None
+
+
 class PastEntry(msgspec.Struct, kw_only=True):
     rank: int | None
     job_id: str
@@ -33,8 +42,8 @@ class PastEntry(msgspec.Struct, kw_only=True):
     queue_entered_at: float | None
     submitted_at: float
     pending_reason: str | None
-    reservation: dict[str, object] | None = None
-    placement: dict[str, object] | None = None
+    reservation: Held | None = None
+    placement: Held | None = None
 
 
 class PastQueue(msgspec.Struct, kw_only=True):
@@ -78,10 +87,10 @@ def _entry(j: JobView, rank: int | None, reason: str | None, usage: float) -> Pa
         pending_reason=reason,
         reservation=None
         if r is None
-        else {"node": r.node, "tier": r.tier, "gpus": list(r.gpus), "since": r.since},
+        else Held(node=r.node, tier=r.tier, gpus=list(r.gpus), since=r.since),
         placement=None
         if j.placement is None
-        else {"node": j.placement[0], "tier": j.placement[1], "gpus": list(j.placement[2])},
+        else Held(node=j.placement[0], tier=j.placement[1], gpus=list(j.placement[2])),
     )
 
 

@@ -34,7 +34,7 @@ def _fresh(config: Config) -> ClusterState:
     return ClusterState.new(config, keep_ended=False)
 
 
-async def _from_snapshot(bus: EventBus, config: Config, last_seq: int) -> ClusterState:
+async def start_state(bus: EventBus, config: Config, last_seq: int) -> ClusterState:
     """The fold at the newest valid snapshot covering at most `last_seq`, else empty (seq 0)."""
     state = _fresh(config)
     if not config.snapshots or last_seq < 1:
@@ -72,7 +72,7 @@ async def job_span(bus: EventBus, job_id: str) -> tuple[int, int | None]:
 
 async def read_wait(bus: EventBus, config: Config, job_id: str, now: float) -> WaitTimeline:
     submit_seq, end_seq = await job_span(bus, job_id)
-    state = await _from_snapshot(bus, config, submit_seq - 1)
+    state = await start_state(bus, config, submit_seq - 1)
     fold = WaitFold(job_id, config, state=state, half_life_s=config.half_life_s)
     async for d in _events(bus, state.seq + 1, end_seq):
         fold.apply(d)
@@ -108,7 +108,7 @@ async def read_queue_at(bus: EventBus, config: Config, at: float) -> PastQueue:
             for seq in await store.seqs():  # newest first: the first not after `at`
                 ts = await _event_ts(bus, seq)
                 if ts is not None and ts <= at:
-                    state = await _from_snapshot(bus, config, seq)
+                    state = await start_state(bus, config, seq)
                     break
     reader = bus.replay(start_seq=state.seq + 1, until_ts=at)  # the prefix fold_until takes
     async with contextlib.aclosing(reader) as events:

@@ -170,7 +170,8 @@ def test_D1_D7_queue_at_a_past_moment(simulate: Simulate) -> None:
         (1, "x", "RESERVING", "Reservation"),
         (2, "z", "GLOBAL_QUEUE_WAIT", "Resources"),
     ]
-    assert q.queue[0].reservation == {"node": "n1", "tier": "rtx4090", "gpus": [1], "since": 1.0}
+    held = q.queue[0].reservation
+    assert held is not None and (held.node, held.gpus, held.since) == ("n1", [1], 1.0)
     assert [(e.job_id, e.state) for e in q.running] == [("y", "RUNNING")]
     assert q.queue[0].lab_usage == pytest.approx(decayed(LabUsage(24_000, 0), 100, HALF_LIFE))
     later = queue_at(fold_until(log, 500.0, config), 500.0, config)
