@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import sys
 from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 from test_api_support import Api, api_fixture, assert_error, bearer  # noqa: F401
+from test_cli_gateway import jpu, ok, server  # noqa: F401
 
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
@@ -239,3 +243,53 @@ async def test_D1_D7_queue_at_a_past_moment_for_admins_only(api: Api) -> None:
         "/v1/queue", params={"at": api.clock.now() + 3600}, headers=bearer("admin")
     )
     assert_error(future, 422, "VALIDATION_ERROR")
+
+
+async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
+    api: Api,
+    server: str,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """The CLIs as people run them (real processes): `jpu why` over HTTP names Y's end and its
+    charge as what demoted X; `jpu-admin explain-usage` reads the log from NATS and sums to the
+    lab's usage (F5)."""
+    ex = await r3_live(api)
+    en = ok(await jpu(server, "alice", "why", ex.x, "--lang", "en"))
+    assert f"because {ex.y} (BCG) ended, charging BCG 8,000 TFLOP-s" in en
+    assert (
+        "released — demoted, it was no longer rank 1; 24,780 TFLOP-s charged to BCG at once" in en
+    )
+    assert f"then KDG's job {ex.k} (" in en and "only the rank-1 job keeps a reservation (R3)" in en
+    assert "reserving 5m00s" in en and "running 10m00s" in en
+    ko = ok(await jpu(server, "alice", "why", ex.x, "--lang", "ko"))
+    assert "강등" in ko and f"1위: KDG 연구실의 작업 {ex.k}" in ko
+    assert f"{ex.y} (BCG) 작업이 끝남 — BCG에 8,000 TFLOP-s 부과" in ko
+    rc, out, err = await jpu(server, "carol", "why", ex.x)
+    assert rc == 1 and "FORBIDDEN" in err, (rc, out, err)
+
+    env = {
+        **os.environ,
+        "JPU_STREAM_NAME": api.config.stream_name,
+        "JPU_SUBJECT_PREFIX": api.config.subject_prefix,
+    }
+    at = str(api.clock.now())
+    args = ("-m", "jpu.admin", "explain-usage", "BCG", "--nats", api.config.nats_url, "--at", at)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, "--json", env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err_b.decode()
+    x = json.loads(out_b)
+    assert [c["reason"] for c in x["charges"]] == ["initial", "job_end", "demoted", "job_end"]
+    lab = (await api.client.get("/v1/labs/BCG", headers=bearer("alice"))).json()
+    assert x["usage"] == lab["usage"]
+    assert x["total_value"] == pytest.approx(lab["usage"], abs=1e-6)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    table = out_b.decode()
+    assert proc.returncode == 0, err_b.decode()
+    assert "reservation (R3, at release)" in table and "24,780.000" in table
+    assert f"= its usage {lab['usage']:,.3f} (F5)" in table
