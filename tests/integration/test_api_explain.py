@@ -254,6 +254,7 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     lab's usage (F5)."""
     ex = await r3_live(api)
     en = ok(await jpu(server, "alice", "why", ex.x, "--lang", "en"))
+    print(en)  # -s shows what a lab member reads (docs/explanations.md quotes it)
     assert f"because {ex.y} (BCG) ended, charging BCG 8,000 TFLOP-s" in en
     assert (
         "released — demoted, it was no longer rank 1; 24,780 TFLOP-s charged to BCG at once" in en
