@@ -294,3 +294,32 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     assert proc.returncode == 0, err_b.decode()
     assert "reservation (R3, at release)" in table and "24,780.000" in table
     assert f"= its usage {lab['usage']:,.3f} (F5)" in table
+
+
+async def test_U4_wait_of_a_queued_job_follows_the_log_and_is_not_cached(api: Api) -> None:
+    """A job in flight: its wait runs to now and changes with the log (only terminal jobs are
+    cached, S2); the pending reason is the cycle's (D7)."""
+    from jpu.events import JobPromoted, JobSubmitted
+
+    t = api.clock.now()
+    await api.append(
+        JobSubmitted(**api.kw(), job_id="q1", lab="KDG", user="kdg-carol", name="q1",
+                     command="c", num_gpus=2, tiers=["rtx3080ti"]),
+        JobPromoted(**api.kw(), job_id="q1", queue_entered_at=t),
+    )  # fmt: skip
+    api.clock.advance(60)
+    first = (await api.client.get("/v1/jobs/q1/wait", headers=bearer("carol"))).json()
+    assert (first["state"], first["terminal"]) == ("GLOBAL_QUEUE_WAIT", False)
+    assert first["phases"]["global_queue"] == pytest.approx(60.0)
+    assert first["steps"][-1]["rank"] == 1
+    assert first["steps"][-1]["pending_reason"] is None  # 2 idle rtx3080ti: dispatched now
+    await api.append(
+        JobSubmitted(**api.kw(), job_id="q2", lab="BCG", user="bcg-alice", name="q2",
+                     command="c", num_gpus=1),
+        JobPromoted(**api.kw(), job_id="q2", queue_entered_at=t - 100),
+    )  # fmt: skip
+    api.clock.advance(60)
+    again = (await api.client.get("/v1/jobs/q1/wait", headers=bearer("carol"))).json()
+    assert again["phases"]["global_queue"] == pytest.approx(120.0)
+    assert again["seq"] > first["seq"]
+    assert again["steps"][-1]["cause"]["job_id"] == "q2"
