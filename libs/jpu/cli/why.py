@@ -89,6 +89,7 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.NodeInventoryObserved": "the GPU inventory changed",
         "cause.other": "{event} ({job})",
         "charged": ", charging {lab} {charge} TFLOP-s (now {usage})",
+        "usage": " ({lab}'s usage: {usage} TFLOP-s)",
     },
     "ko": {
         "head": "작업 {job} ({name}, {lab} 연구실, {user}): {state}",
@@ -156,6 +157,7 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.NodeInventoryObserved": "GPU 구성이 바뀜",
         "cause.other": "{event} ({job})",
         "charged": " — {lab}에 {charge} TFLOP-s 부과 (현재 {usage})",
+        "usage": " ({lab} 사용량: {usage} TFLOP-s)",
     },
 }
 
@@ -194,6 +196,8 @@ def _cause(t: dict[str, str], cause: Mapping[str, Any] | None, job_id: str) -> s
         text = t[f"cause.own.{event}"]
     else:
         text = t.get(f"cause.{event}", t["cause.other"]).format(**fields)
+    if event == "JobPromoted" and other != job_id and cause.get("lab_usage") is not None:
+        text += t["usage"].format(lab=cause["lab"], usage=_n(cause["lab_usage"]))
     if cause.get("charge") is not None and cause.get("lab"):
         text += t["charged"].format(
             lab=cause["lab"], charge=_n(cause["charge"]), usage=_n(cause.get("lab_usage"))

@@ -147,6 +147,7 @@ class WaitTimeline(msgspec.Struct, kw_only=True):
     reservations: list[ReservationSpan]
     phases: dict[str, float]  # phase -> seconds spent in it (PHASES), all attempts
     terminal: bool
+    final: bool = False  # ended for good (S2; not an OOM attempt awaiting its X8 decision)
 
 
 class JobNotInLog(LookupError):
@@ -340,6 +341,7 @@ class WaitFold:
             reservations=list(self.spans),
             phases=phases,
             terminal=job.terminal,
+            final=self.done,
         )
 
 

@@ -83,7 +83,7 @@ async def wait(
             404, "NOT_FOUND", f"job {job_id!r} is not in the log", {"job_id": job_id}
         ) from e
     out: dict[str, Any] = msgspec.to_builtins(timeline)
-    if timeline.terminal:  # S2: it never changes again
+    if timeline.final:  # S2: it never changes again
         cache[job_id] = out
         while len(cache) > _CACHE_SIZE:
             cache.popitem(last=False)

@@ -77,7 +77,7 @@ def test_U4_R3_why_names_the_charge_that_demoted_X(simulate: Simulate) -> None:
     # phases of a finished job: entered at 1, reserved 1→301, waited 301→801, ran 801→1801
     assert t.phases == {"personal_queue": 0.0, "global_queue": 500.0, "reserving": 300.0,
                         "starting": 0.0, "running": 1000.0}  # fmt: skip
-    assert t.terminal and t.state == "COMPLETED"
+    assert t.terminal and t.final and t.state == "COMPLETED"
 
 
 def test_U4_wait_is_deterministic_and_the_same_from_a_snapshot(simulate: Simulate) -> None:
@@ -101,7 +101,7 @@ def test_U4_wait_of_a_queued_job_runs_to_now_and_an_unknown_job_is_refused(
     _, config, log = r3_example(simulate)
     upto = [d for d in log if d.event.ts <= 400]  # X waits in the global queue at 400
     t = wait_timeline(upto, "x", config, now=450.0)
-    assert not t.terminal and t.state == "GLOBAL_QUEUE_WAIT" and t.as_of == 450.0
+    assert not t.terminal and not t.final and t.state == "GLOBAL_QUEUE_WAIT" and t.as_of == 450.0
     assert t.phases["global_queue"] == pytest.approx(149.0)
     assert t.steps[-1].rank == 1 and t.steps[-1].pending_reason == "Resources"
     with pytest.raises(JobNotInLog):
@@ -177,3 +177,22 @@ def test_D1_D7_queue_at_a_past_moment(simulate: Simulate) -> None:
     later = queue_at(fold_until(log, 500.0, config), 500.0, config)
     assert [(e.rank, e.job_id, e.pending_reason) for e in later.queue] == [(1, "x", "Resources")]
     assert [e.job_id for e in later.running] == ["z"]
+
+
+def test_X8_wait_of_an_oom_retry_spans_both_attempts(simulate: Simulate) -> None:
+    """An attempt that ran out of GPU memory is not the end (X8): the wait goes on through the
+    retry on a bigger tier; the time between the OOM and the decision is its own phase."""
+    busy = [job(f"b{i}", "OTH", f"o{i}", 0, 1, 500) for i in range(4)]  # both 4090 nodes
+    oom = {**job("m", "BCG", "alice", 1, 1, 100), "peak_vram_gb": 20}  # > 12 GB of a 3080 Ti
+    run = simulate([*busy, oom], labs=[{"name": "OTH", "usage": 1e9}])
+    config = load_config(Path(run.out).parent / "cluster.yaml", env={})
+    log = [Delivered(i + 1, "sim", e, {}) for i, e in enumerate(run.events)]
+    ends = [d for d in log if type(d.event).__name__ == "JobEnded" and d.event.job_id == "m"]
+    assert [e.event.oom for e in ends] == [True, False]  # the sim ran it twice
+    first = wait_timeline(log[: ends[0].seq], "m", config)
+    assert first.terminal and not first.final  # FAILED, retry not decided yet
+    whole = wait_timeline(log, "m", config)
+    assert whole.final and whole.state == "COMPLETED" and whole.attempt == 2
+    assert whole.phases["running"] == pytest.approx(60.0 + 100.0)  # oom_after_s, then the run
+    states = [s.state for s in whole.steps]
+    assert states.count("RUNNING") == 2 and "FAILED" in states
