@@ -323,3 +323,19 @@ async def test_U4_wait_of_a_queued_job_follows_the_log_and_is_not_cached(api: Ap
     assert again["phases"]["global_queue"] == pytest.approx(120.0)
     assert again["seq"] > first["seq"]
     assert again["steps"][-1]["cause"]["job_id"] == "q2"
+
+
+async def test_A_openapi_describes_the_explanations(api: Api) -> None:
+    doc = (await api.client.get("/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    for name in ("WaitTimeline", "Step", "ReservationSpan", "Cause", "UsageExplanation",
+                 "ChargeLine", "UsageStatement", "PastQueue"):  # fmt: skip
+        assert name in schemas, name
+    wait = doc["paths"]["/v1/jobs/{job_id}/wait"]["get"]["responses"]
+    assert wait["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/WaitTimeline"
+    }
+    assert {"401", "403", "404"} <= set(wait)
+    assert "at" in {p["name"] for p in doc["paths"]["/v1/queue"]["get"]["parameters"]}
+    assert "/v1/admin/usage-statement" in doc["paths"]
+    assert "/v1/admin/labs/{lab}/usage-explain" in doc["paths"]

@@ -61,6 +61,7 @@ def _cache(request: Request) -> OrderedDict[str, dict[str, Any]]:
 
 @router.get(
     "/jobs/{job_id}/wait",
+    response_model=None,  # the schema is jpu.explain's model (components())
     responses={**_ok(WaitTimeline, "the job's wait, from the log"), **responses(401, 403, 404)},
 )
 async def wait(
@@ -130,6 +131,7 @@ Until = Annotated[
 
 @router.get(
     "/admin/labs/{lab}/usage-explain",
+    response_model=None,
     responses={
         **_ok(UsageExplanation, "the lab's charges"),
         **responses(401, 403, s403="FORBIDDEN (admins only)"),
@@ -158,6 +160,7 @@ async def usage_explain(
 
 @router.get(
     "/admin/usage-statement",
+    response_model=None,
     responses={
         **_ok(UsageStatement, "usage per lab in the period"),
         **responses(401, 403, s403="FORBIDDEN (admins only)"),
