@@ -243,6 +243,23 @@ async def test_D1_D7_queue_at_a_past_moment_for_admins_only(api: Api) -> None:
         "/v1/queue", params={"at": api.clock.now() + 3600}, headers=bearer("admin")
     )
     assert_error(future, 422, "VALIDATION_ERROR")
+    # from a snapshot whose last event is not after `at` (and not from a later one): the same
+    state = ClusterState.new(api.config, keep_ended=False)
+    async for d in api.bus.replay(until_ts=at):
+        if d.seq > ex.x_submit_seq:
+            break
+        evolve(state, d)
+    store = SnapshotStore(api.bus.js, api.bus.stream)
+    await store.put(pack(state, api.bus.stream, 0.0), state.seq)
+    later = ClusterState.new(api.config, keep_ended=False)
+    async for d in api.bus.replay():
+        evolve(later, d)
+    await store.put(pack(later, api.bus.stream, 0.0), later.seq)  # after `at`: not usable
+    assert await read._event_ts(api.bus, state.seq) <= at < await read._event_ts(api.bus, later.seq)
+    from_snapshot = await read.read_queue_at(api.bus, api.config, at)
+    no_snapshots = msgspec.structs.replace(api.config, snapshots=False)
+    assert msgspec.to_builtins(from_snapshot) == q
+    assert msgspec.to_builtins(await read.read_queue_at(api.bus, no_snapshots, at)) == q
 
 
 async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
