@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from jpu import auth
+from jpu import admin_usage, auth
 from jpu.config import Config, load_config
 
 # Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
         token.add_parser(action, help=text).add_argument("user")
 
     sub.add_parser("seed-demo", help="demo labs, users and well-known tokens (demo only)")
+    admin_usage.add_parsers(sub)  # from the log (NATS), not the database
     return p
 
 
@@ -151,6 +152,8 @@ async def _main(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.what in admin_usage.COMMANDS:
+        return admin_usage.main(args)
     try:
         asyncio.run(_main(args))
     except auth.AuthError as e:

@@ -21,6 +21,7 @@ from jpu_services.gateway.openapi import install_openapi
 from jpu_services.gateway.routes import (
     admin,
     console,
+    explain,
     health,
     jobs,
     labs,
@@ -60,7 +61,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
-    for module in (health, maintenance, me, jobs, queue, labs, placements, admin, console):
+    for module in (health, maintenance, me, jobs, explain, queue, labs, placements, admin, console):
         app.include_router(module.router)
     install_openapi(app, [t.name for t in settings.base.tiers])
     app.state.paths = PathTemplates(lambda: app.openapi()["paths"])  # 405 Allow, guard

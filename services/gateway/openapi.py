@@ -20,6 +20,7 @@ from fastapi.openapi.utils import get_openapi
 
 from jpu import limits
 from jpu_services.gateway.errors import ErrorBody, responses
+from jpu_services.gateway.routes import explain
 
 NO_DEPENDENCY: Final = frozenset({"/healthz"})  # answers without the database or the bus
 _REF: Final = "#/components/schemas/{model}"
@@ -56,6 +57,7 @@ def build(app: FastAPI, tier_names: Collection[str]) -> dict[str, Any]:
     body = ErrorBody.model_json_schema(ref_template=_REF)
     schemas.update(body.pop("$defs", {}))
     schemas["ErrorBody"] = body
+    schemas.update(explain.components())  # the explanations' answers (msgspec models)
     for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, never answered
         schemas.pop(name, None)
     submit = doc["paths"].get("/v1/jobs", {}).get("post")

@@ -124,3 +124,18 @@ async def test_R3_demotion_end_to_end(stack: Stack) -> None:
         10,
         lambda: f"X's GPU released in GET /v1/placements: {stack.placement('gpu-4090x2-01')}",
     )
+
+    # U4 (issue 14): X's wait, replayed from the log, names what took rank 1 from it — Y's end,
+    # whose cost lifted BCG (X's own lab) above KDG — and K as the job that ranked first then.
+    wait = alice.get(f"/v1/jobs/{x}/wait")
+    (res,) = wait["reservations"]
+    assert (res["reason"], res["charged_now"]) == ("demoted", True), res
+    assert res["cost"] == pytest.approx(x_charge, rel=1e-12)
+    by = res["demoted_by"]
+    assert (by["event"], by["job_id"], by["lab"]) == ("JobEnded", y, "BCG"), res
+    assert by["charge"] == pytest.approx(y_usage, rel=1e-12)
+    assert (res["overtaken_by"], res["overtaken_by_lab"]) == (k, "KDG"), res
+    assert by["lab_usage"] > res["overtaken_by_usage"]
+    assert [s["rank"] for s in wait["steps"] if s["state"] == "RESERVING"][:1] == [1]
+    denied = erin.http.get(f"/v1/jobs/{x}/wait")  # another lab's user: as for the job (§8)
+    assert denied.status_code == 403 and denied.json()["error"]["code"] == "FORBIDDEN"

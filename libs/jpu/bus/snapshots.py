@@ -79,11 +79,15 @@ class SnapshotStore:
             except (NotFoundError, nats.errors.Error) as e:
                 log.warning("snapshot %d not pruned: %r", old, e)
 
-    async def load(self, cluster: Cluster, last_seq: int) -> tuple[Header, ClusterState] | None:
+    async def load(
+        self, cluster: Cluster, last_seq: int, *, at_or_before: bool = False
+    ) -> tuple[Header, ClusterState] | None:
         """The newest usable snapshot covering at most `last_seq` (the stream's end now).
 
         A snapshot ahead of the stream, from another schema version, or failing its checksum is
-        skipped with a warning, then the next older one is tried; None: replay from seq 1."""
+        skipped with a warning, then the next older one is tried; None: replay from seq 1.
+        `at_or_before`: `last_seq` is a point in the log a reader starts from (jpu.explain), not
+        the stream's end, so newer snapshots are skipped silently."""
         try:
             seqs = await self.seqs()
             store = await self._bucket()
@@ -93,6 +97,8 @@ class SnapshotStore:
         for seq in seqs:
             name = f"{self.stream}.state.{seq:015d}"
             if seq > last_seq:
+                if at_or_before:
+                    continue
                 log.warning(
                     "snapshot %s is ahead of the stream (last seq %d): ignored", name, last_seq
                 )

@@ -857,6 +857,7 @@ async function loadJob(id) {
     };
     const events = ev.events || [];
     setRows($("job-events"), events.map((e) => e.seq).join(","), () => timeline(events));
+    drawWhy(job.id);  // why.js (U4)
     refreshLog(job);
   };
 }

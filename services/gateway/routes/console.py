@@ -18,6 +18,7 @@ CONSOLE_DIR: Final = Path(__file__).resolve().parent.parent / "console"
 _ASSETS: Final = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
+    "why.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 

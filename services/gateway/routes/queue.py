@@ -7,8 +7,9 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request
 
-from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
+from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.routes import explain
 from jpu_services.gateway.routes._jobview import QUEUED_STATES, RUNNING_STATES
 from jpu_services.gateway.routes._queueview import PERSONAL, shared_view
 
@@ -92,21 +93,44 @@ def _states(state: str | None) -> set[str] | None:
     return states
 
 
-@router.get("/queue", responses=responses(401))
+def _kept(e: dict[str, Any], user: str | None, lab: str | None, states: set[str] | None) -> bool:
+    return (
+        (user is None or e["user"] == user)
+        and (lab is None or e["lab"] == lab)
+        and (states is None or e["state"] in states)
+    )
+
+
+@router.get("/queue", responses=responses(401, 403, s403="FORBIDDEN (`at`: admins only)"))
 async def queue(
     request: Request,
-    _: CurrentUser,
+    caller: CurrentUser,
     pool: PoolDep,
+    edges: EdgesDep,
     settings: SettingsDep,
     user: Annotated[str | None, Query(description="only this user's jobs")] = None,
     lab: Annotated[str | None, Query(description="only this lab's jobs")] = None,
     state: Annotated[str | None, Query(description="state or comma-separated states")] = None,
+    at: Annotated[
+        float | None,
+        Query(
+            allow_inf_nan=False,
+            description="admins: the queue as it stood at this time (epoch seconds), from the log",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
     by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit);
     `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
-    keep the ranks of the whole queue; the lengths count it whole."""
+    keep the ranks of the whole queue; the lengths count it whole. With `at` (admins): the
+    queue, personal queues and running jobs as they stood then, folded from the log with the
+    dispatcher's cycle run at that time (issue 14)."""
     states = _states(state)
+    if at is not None:
+        past = await explain.past_queue(request, caller, edges, settings.base, at)
+        past["queue"] = [e for e in past["queue"] if _kept(e, user, lab, states)]
+        past["running"] = [e for e in past["running"] if _kept(e, user, lab, states)]
+        return past
     view = await shared_view(request).get()
     entries = [
         _entry(r, view.rank(i), view.reasons.get(r["job_id"]), view.usage.get(r["lab"], 0.0))
@@ -118,11 +142,7 @@ async def queue(
     ]
 
     def keep(e: dict[str, Any]) -> bool:
-        return (
-            (user is None or e["user"] == user)
-            and (lab is None or e["lab"] == lab)
-            and (states is None or e["state"] in states)
-        )
+        return _kept(e, user, lab, states)
 
     return {
         "as_of": view.now,

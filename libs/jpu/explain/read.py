@@ -1,0 +1,117 @@
+"""Read the log from NATS for the explanations (jpu.explain.wait, usage, queue_at).
+
+Bounded reads: a job's wait folds from the newest snapshot taken before its submission (issue
+11's object store; else from seq 1) to its last event when it ended, or to the log's end while
+it is in flight; the queue at a past moment folds from the newest snapshot whose last event is
+not after that moment. The answers are the pure modules'; this module only chooses where to
+start and where to stop reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import msgspec
+import nats.errors
+
+from jpu.bus import Delivered, EventBus
+from jpu.bus.snapshots import SnapshotStore
+from jpu.config import Config
+from jpu.events import JobSubmitted, decode
+from jpu.explain.queue_at import PastQueue, queue_at
+from jpu.explain.usage import Ledger
+from jpu.explain.wait import JobNotInLog, WaitFold, WaitTimeline
+from jpu.fold import ClusterState, evolve
+from jpu.fold_jobs import JobView, apply_job_event
+from jpu.state_codec import assign
+
+log = logging.getLogger(__name__)
+
+
+def _fresh(config: Config) -> ClusterState:
+    return ClusterState.new(config, keep_ended=False)
+
+
+async def start_state(bus: EventBus, config: Config, last_seq: int) -> ClusterState:
+    """The fold at the newest valid snapshot covering at most `last_seq`, else empty (seq 0)."""
+    state = _fresh(config)
+    if not config.snapshots or last_seq < 1:
+        return state
+    store = SnapshotStore(bus.js, bus.stream, keep=config.snapshot_keep)
+    found = await store.load(config, last_seq, at_or_before=True)
+    if found is not None:
+        assign(state, found[1])  # drops ended jobs, as the services' fold does
+    return state
+
+
+async def _events(bus: EventBus, start: int, end: int | None) -> AsyncIterator[Delivered]:
+    """The log from `start` to `end` (inclusive; None: to its end now), in order."""
+    reader = bus.replay(start_seq=start)
+    async with contextlib.aclosing(reader) as events:
+        async for d in events:
+            if end is not None and d.seq > end:
+                return
+            yield d
+
+
+async def job_span(bus: EventBus, job_id: str) -> tuple[int, int | None]:
+    """(seq of the job's submission, seq of its last event if it ended for good, else None)."""
+    own = await bus.job_events(job_id)
+    first = next((d for d in own if isinstance(d.event, JobSubmitted)), None)
+    if first is None or not isinstance(first.event, JobSubmitted):
+        raise JobNotInLog(job_id)
+    job = JobView.submitted(first.event, first.seq)
+    for d in own:
+        if d.seq > first.seq:
+            apply_job_event(job, d)
+    ended = job.terminal and not job.oom_pending  # S2 (X8: an OOM retry may still come)
+    return first.seq, own[-1].seq if ended else None
+
+
+async def read_wait(bus: EventBus, config: Config, job_id: str, now: float) -> WaitTimeline:
+    submit_seq, end_seq = await job_span(bus, job_id)
+    state = await start_state(bus, config, submit_seq - 1)
+    fold = WaitFold(job_id, config, state=state, half_life_s=config.half_life_s)
+    async for d in _events(bus, state.seq + 1, end_seq):
+        fold.apply(d)
+        if fold.done:
+            break
+    return fold.result(now)
+
+
+async def read_ledger(bus: EventBus, book: Ledger | None = None) -> Ledger:
+    """Every charge of the log with what it paid for: a lab's usage is the sum of all its
+    charges ever, each decayed (F3), so the ledger reads from seq 1 — or, given one, extends
+    it with the log's tail (the gateway keeps one and pays for the whole log once)."""
+    book = book if book is not None else Ledger()
+    async for d in bus.replay(start_seq=book.seq + 1):
+        book.apply(d)
+    return book
+
+
+async def _event_ts(bus: EventBus, seq: int) -> float | None:
+    try:
+        msg = await bus.js.get_msg(bus.stream, seq)
+        return decode(msg.data or b"").ts
+    except (nats.errors.Error, msgspec.DecodeError, msgspec.ValidationError) as e:
+        log.warning("event at seq %d unreadable (%r): snapshot not used", seq, e)
+        return None
+
+
+async def read_queue_at(bus: EventBus, config: Config, at: float) -> PastQueue:
+    state = _fresh(config)
+    if config.snapshots:
+        store = SnapshotStore(bus.js, bus.stream, keep=config.snapshot_keep)
+        with contextlib.suppress(nats.errors.Error, TimeoutError):
+            for seq in await store.seqs():  # newest first: the first not after `at`
+                ts = await _event_ts(bus, seq)
+                if ts is not None and ts <= at:
+                    state = await start_state(bus, config, seq)
+                    break
+    reader = bus.replay(start_seq=state.seq + 1, until_ts=at)  # the prefix fold_until takes
+    async with contextlib.aclosing(reader) as events:
+        async for d in events:
+            evolve(state, d)
+    return queue_at(state, at, config, config.half_life_s)
