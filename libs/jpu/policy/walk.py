@@ -14,7 +14,7 @@ every job skipped could not use any idle GPU at that point).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from jpu.policy.demotion import DemotionCheck
 from jpu.policy.model import (
@@ -27,7 +27,7 @@ from jpu.policy.model import (
 )
 from jpu.policy.pending import Pending
 from jpu.policy.placements import Slot
-from jpu.policy.pool import Pool
+from jpu.policy.pool import Levels, Pool
 from jpu.policy.release import Kept, release
 from jpu.policy.view import AnyView
 
@@ -160,10 +160,17 @@ class Walk:
             c = min(alive, key=alive.__getitem__)
             i, k = alive[c], classes[c]
             job = self.view.job(i)
-            if parked and job.job_id in parked:  # R6: waits on its reservation (grow_parked)
+            if parked and job.job_id in parked:  # R6: a parked reservation at its rank
+                freed = self.parked_dispatch(i, job, k.levels)
                 alive[c] = next_of(c, i + 1)
                 if alive[c] >= total:
                     del alive[c]
+                for c2 in list(alive):
+                    k2 = classes[c2]
+                    if not pool.can_serve(k2.flat, k2.n):
+                        del alive[c2]
+                if freed:  # its GPUs are idle again: classes dropped may be servable now
+                    self.revive(alive, cid, start, next_of)
                 continue
             slot = pool.best_fit(k.levels, k.n)
             assert slot is not None  # alive ⇒ servable
@@ -179,6 +186,48 @@ class Walk:
                 k2 = classes[c2]
                 if not pool.can_serve(k2.flat, k2.n):
                     del alive[c2]
+
+    def parked_dispatch(self, i: int, job: QueuedJob, levels: Levels) -> bool:
+        """R6, D3.a/b for a parked job reached in rank order while its class is servable: its
+        own placement if complete there (D4) and no higher waiting job could start there were
+        it released (D5), else the best fit elsewhere as a swap (R4). True if GPUs were freed."""
+        pool, check = self.pool, self.check
+        _, own, held = self.parked.pop(job.job_id)
+        need = max(0, job.num_gpus - len(held))
+        if len(own.idle) >= need and not (
+            check is not None and check.higher_can_use(job, own, held, self.dispatched)
+        ):
+            self.out.releases.append(release(job, "dispatched", self.now, pool.tiers))
+            self.dispatch(job, own, [*held, *pool.take(own, need)])
+            self.dispatched.append(i)
+            return False
+        slot = pool.best_fit(levels, job.num_gpus)
+        assert slot is not None  # its class is servable
+        self.out.releases.append(release(job, "swap", self.now, pool.tiers))
+        self.dispatch(job, slot, pool.take(slot, job.num_gpus))
+        own.reserved.pop(job.job_id, None)
+        pool.give(own, held)
+        self.dispatched.append(i)
+        return bool(held)
+
+    def revive(
+        self, alive: dict[int, int], cid: list[int], start: int, next_of: Callable[[int, int], int]
+    ) -> None:
+        """After a parked swap gave GPUs back: every class servable again resumes at its first
+        job not yet dispatched (min index first, so higher ranks still choose first: D5)."""
+        pool, classes, total = self.pool, self.classes, len(cid)
+        done = set(self.dispatched)
+        for c in self.present:
+            if c in alive:
+                continue
+            k = classes[c]
+            if not pool.can_serve(k.flat, k.n):
+                continue
+            j = next_of(c, start)
+            while j < total and j in done:
+                j = next_of(c, j + 1)
+            if j < total:
+                alive[c] = j
 
     def grow_parked(self) -> None:
         """R6: parked reservations, in rank order, absorb what the walk left idle in their own
