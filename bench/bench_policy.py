@@ -42,7 +42,7 @@ from jpu.sim.workload import WorkloadJob
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "data" / "philly-sample.csv"
 # weeks counted from the trace's first Monday (2017-09-04), 0-based: the weeks 6-7 first
-FULL_WINDOWS = ["2017-10-16:14", "2017-10-02:14", "2017-11-06:14"]
+FULL_WINDOWS = ["2017-10-16:14", "2017-10-02:14", "2017-10-09:14"]
 SHORT_WINDOWS = ["all"]
 H = 3600.0
 TIERS = [
@@ -196,13 +196,14 @@ def measure(cluster: Cluster, jobs: list[WorkloadJob], params: SimParams) -> dic
         "jain": s["jain_fairness"],
         "ftf_max": max(rho.values(), default=float("nan")),
         "ftf_jain": jain(list(rho.values())),
-        "tail_before_rank1": sum(before) / len(before) if before else float("nan"),
+        # jobs that never reserved count 100 %: meaningful for jpu only
+        "tail_before_rank1": sum(before) / len(before) if before and started else float("nan"),
         "reserved_gpu_h": s["gpu_seconds"]["reserved"] / H,
     }
 
 
 ROWS: list[tuple[str, Any]] = [
-    ("8-GPU jobs: p99 / max wait, h", lambda m: f"{m['g8_p99_h']:.2f} / {m['g8_max_h']:.2f}"),
+    ("8-GPU jobs: p99 / max wait, h", lambda m: f"{_h(m['g8_p99_h'])} / {_h(m['g8_max_h'])}"),
     ("2-GPU jobs: p99 wait, h", lambda m: f"{m['g2_p99_h']:.3f}"),
     ("1-GPU jobs: mean / p99 wait, h", lambda m: f"{m['g1_mean_h']:.3f} / {m['g1_p99_h']:.2f}"),
     ("lightest third of labs: mean wait, h", lambda m: f"{m['light_mean_h']:.3f}"),
@@ -211,7 +212,7 @@ ROWS: list[tuple[str, Any]] = [
     ("R3 demotions per reservation", lambda m: _ratio(m["demoted"], m["reservations"])),
     ("GPU-h held by demoted reservations", lambda m: f"{m['demoted_gpu_h']:,.1f}"),
     ("GPU-h held by all reservations", lambda m: f"{m['reserved_gpu_h']:,.1f}"),
-    ("8-GPU tail (>= p99): wait before rank 1", lambda m: f"{100 * m['tail_before_rank1']:.0f}%"),
+    ("8-GPU tail (>= p99): wait before rank 1", lambda m: _pct(m["tail_before_rank1"])),
     ("research utilization", lambda m: f"{m['research_util']:.3f}"),
     ("Jain's index (lab usage)", lambda m: f"{m['jain']:.3f}"),
     ("finish-time fairness: worst lab / Jain",
@@ -225,6 +226,14 @@ def _res(m: dict[str, Any]) -> str:
         return "-"
     pct = 100 * m["demoted"] / m["reservations"]
     return f"{m['reservations']:,} / {m['demoted']:,} ({pct:.0f}%)"
+
+
+def _h(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.2f}"
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{100 * x:.0f}%"
 
 
 def _ratio(a: float, b: float) -> str:
