@@ -61,6 +61,8 @@ def demotion_check(
         rule,
         order=view.order,
         cid_rank=view.cid_rank,
+        present=view.present,
+        holders={j.job_id for j in view.holders},
         classes=view.classes,
         pool=pool,
         usage=snapshot.usage,

@@ -20,8 +20,7 @@ idle. Trade-offs are written up in docs/reservations.md.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import msgspec
 
@@ -61,7 +60,9 @@ class DemotionCheck:
         rule: Demotion,
         *,
         order: Sequence[str],
-        cid_rank: Sequence[int],
+        cid_rank: list[int],
+        present: Collection[int],
+        holders: Collection[str],
         classes: ClassTable,
         pool: Pool,
         usage: Mapping[str, LabUsage],
@@ -74,6 +75,10 @@ class DemotionCheck:
         self.pool, self.usage, self.tiers = pool, usage, tiers
         self.now, self.half_life_s = now, half_life_s
         self._flat: dict[int, tuple[Req, list[str]]] = {}
+        self._first: dict[int, int] = {}  # class -> its first rank (C-level list.index)
+        self.present = present
+        self.holders = holders
+        self._ranks: dict[str, int] | None = None
 
     def demote(self, job: QueuedJob, rank1: QueuedJob, slot: Slot, held: Sequence[int]) -> bool:
         """SPEC R3/R6: `job` (not rank 1) reserving `held` GPUs in `slot` loses them."""
@@ -96,25 +101,45 @@ class DemotionCheck:
         tier = self.tiers.get(slot.tier)
         if tier is None:
             return True
-        rank = self.order.index(job.job_id)
+        rank = self.rank_of(job.job_id)
         # a higher job reserving in the same placement would add its own GPUs (D2): count the
         # largest other reservation there (an over-estimate: errs towards R3)
         others = max((len(g) for j, g in slot.reserved.items() if j != job.job_id), default=0)
         usable = len(slot.idle) + len(held) + others
-        above = Counter(self.cid_rank[:rank])
-        for r in dispatched:
-            if r < rank:
-                above[self.cid_rank[r]] -= 1
-        for cid, waiting in above.items():
-            if waiting <= 0:
-                continue
+        done = set(dispatched)
+        for cid in self.present:  # per request class (a handful), not per job
             req, flat = self._class(cid)
             n = req.num_gpus
             if n > usable or n > slot.capacity or not tier_admits(req, tier):
                 continue
-            if not self.pool.can_serve(flat, n):  # it waits for GPUs: the reserved ones would do
+            if self.pool.can_serve(flat, n):  # it can start elsewhere: the GPUs are not needed
+                continue
+            if self._first_waiting(cid, done, rank) < rank:
                 return True
         return False
+
+    def rank_of(self, job_id: str) -> int:
+        """The 0-based rank of a reservation holder: one pass over the order for all of them."""
+        if self._ranks is None:
+            ids = self.holders
+            self._ranks = {j: k for k, j in enumerate(self.order) if j in ids}
+        return self._ranks[job_id]
+
+    def _first_waiting(self, cid: int, done: set[int], limit: int) -> int:
+        """Rank of the first job of class `cid` not dispatched, or `limit` if none before it."""
+        ranks = self.cid_rank
+        at = self._first.get(cid)
+        if at is None:
+            try:
+                at = self._first[cid] = ranks.index(cid, 0, limit)
+            except ValueError:
+                return limit  # not cached: a later holder may have a higher limit
+        while at in done:
+            try:
+                at = ranks.index(cid, at + 1, limit)
+            except ValueError:
+                return limit
+        return at
 
     def _class(self, cid: int) -> tuple[Req, list[str]]:
         got = self._flat.get(cid)

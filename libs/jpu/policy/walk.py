@@ -210,6 +210,10 @@ class Walk:
         self.dispatched.append(i)
         return bool(held)
 
+    def rank_of(self, job_id: str) -> int:
+        check = self.check
+        return check.rank_of(job_id) if check is not None else self.view.order.index(job_id)
+
     def revive(
         self, alive: dict[int, int], cid: list[int], start: int, next_of: Callable[[int, int], int]
     ) -> None:
@@ -241,12 +245,12 @@ class Walk:
                 and check is not None
                 and check.higher_can_use(job, own, held, self.dispatched)
             ):
-                self.held_ranks[self.view.order.index(job.job_id)] = "Reservation"
+                self.held_ranks[self.rank_of(job.job_id)] = "Reservation"
                 continue
             if len(own.idle) >= need:
                 self.out.releases.append(release(job, "dispatched", now, pool.tiers))
                 self.dispatch(job, own, [*held, *pool.take(own, need)])
-                self.dispatched.append(self.view.order.index(job.job_id))
+                self.dispatched.append(self.rank_of(job.job_id))
                 continue
             if own.idle:
                 added = pool.take(own, need)
@@ -259,7 +263,7 @@ class Walk:
                         added=added,
                     )
                 )
-            self.held_ranks[self.view.order.index(job.job_id)] = "Reservation"
+            self.held_ranks[self.rank_of(job.job_id)] = "Reservation"
 
     def pending(self) -> None:
         """SPEC D7 for every job not dispatched: its class's reason, looked up lazily."""
