@@ -68,4 +68,7 @@ def snapshot(state: ClusterState, config: Cluster, half_life_s: float | None = N
         half_life_s=half_life,
         maintenance=maintenance,
         running=running(state),
+        # R6: the configured demotion mode (the simulator passes the same keys, SimParams)
+        reservation_demotion=config.reservation_demotion,
+        reservation_demotion_margin=config.reservation_demotion_margin,
     )

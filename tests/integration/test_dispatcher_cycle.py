@@ -236,3 +236,43 @@ async def test_R5_a_lost_reserved_gpu_leaves_the_reservation_and_the_rest_is_kep
     (shrunk,) = [e for e in log if isinstance(e, ReservationShrunk)]
     assert (shrunk.job_id, shrunk.removed, shrunk.gpus) == (x, [lost], [held[0]])
     assert shrunk.gpu_seconds == pytest.approx(50.0) and shrunk.tflops == 82.6
+
+
+async def test_R6_dispatcher_honours_reservation_demotion_useful(bus: EventBus):
+    """SPEC R6 through the real config path (JPU_RESERVATION_DEMOTION=useful): R3's worked
+    example, but KDG's job only admits rtx3080ti, so releasing X's rtx4090 GPU would help no
+    one. X keeps its reservation although it is rank 2, absorbs Y's freed GPU (which KDG cannot
+    use) and dispatches; nothing is charged at release (strict would demote and charge 24,780)."""
+    base = load_config(env={"JPU_RESERVATION_DEMOTION": "useful"})
+    assert base.reservation_demotion == "useful"
+    nodes = [
+        Node(name="gpu-4090x2-01", gpus={"rtx4090": 2}),
+        Node(name="gpu-3080tix2-01", gpus={"rtx3080ti": 2}),
+    ]
+    config = msgspec.structs.replace(base, cycle_s=0.5, min_cycle_gap_s=0.02, nodes=nodes)
+    clock = FakeClock(10_000.0)
+    await bus.append_many(
+        [
+            UsageCharged(event_id=new_event_id(), ts=clock.now(), lab=lab, amount=v,
+                         value_after=v, as_of=clock.now(), reason="initial")
+            for lab, v in (("BCG", 24_000.0), ("KDG", 28_000.0), ("OTH", 1e9))
+        ]
+    )  # fmt: skip
+    async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
+        f, y, x, k = job_id(), job_id(), job_id(), job_id()
+        await submit_global(bus, clock, f, "OTH", "olga", 1, tiers=["rtx3080ti"])
+        await w.until(lambda s: state_of(s, f) == "DISPATCHED")
+        await submit_global(bus, clock, y, "BCG", "bob", 1)
+        await w.until(lambda s: state_of(s, y) == "DISPATCHED")
+        await start_job(bus, w.state, clock, y)
+        await submit_global(bus, clock, x, "BCG", "alice", 2)  # rank 1: reserves 1 rtx4090
+        await w.until(lambda s: state_of(s, x) == "RESERVING")
+        assert w.state.jobs[x].reservation.tier == "rtx4090"
+        await submit_global(bus, clock, k, "KDG", "carol", 2, tiers=["rtx3080ti"])
+        clock.advance(300)  # Y ends: BCG 32,000 > KDG 28,000, k is rank 1
+        await end_job(bus, w.state, config, clock, y, usage=8_000.0)
+        await w.until(lambda s: state_of(s, x) == "DISPATCHED" and state_of(s, k) == "RESERVING")
+    log = [d.event async for d in bus.replay()]
+    (released,) = [e for e in log if isinstance(e, ReservationReleased) and e.job_id == x]
+    assert released.reason == "dispatched" and not released.charged_now  # R4/F4: lazily
+    assert [e.job_id for e in log if isinstance(e, ReservationStarted)] == [x, k]  # R1: rank 1

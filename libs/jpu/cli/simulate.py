@@ -7,7 +7,7 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from jpu.config import ConfigError
+from jpu.config import DEMOTION_MODES, ConfigError
 from jpu.policy import POLICIES
 from jpu.sim.audit import audit_dir
 from jpu.sim.params import SimParams
@@ -64,6 +64,20 @@ def register(sub: Any) -> None:
         help="per-user slots for users the cluster file does not list (Q5)",
     )
     p.add_argument("--max-attempts", type=int, default=_D.max_attempts, help="OOM retries (X8)")
+    p.add_argument(
+        "--reservation-demotion",
+        choices=DEMOTION_MODES,
+        default=None,
+        help="how R3 demotes (SPEC R6); default: the cluster file's reservation_demotion "
+        "(strict unless it says otherwise)",
+    )
+    p.add_argument(
+        "--reservation-demotion-margin",
+        type=float,
+        default=None,
+        help="hysteresis/damped margin, a fraction of the reserving lab's usage "
+        "(default: the cluster file's, 0.1)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument(
         "--audit",
@@ -111,7 +125,13 @@ def run_simulate(args: argparse.Namespace) -> int:
         backfill=args.backfill,
         backfill_settle_s=args.backfill_settle_s,
         progress=not args.quiet,
+        reservation_demotion=args.reservation_demotion,
+        reservation_demotion_margin=args.reservation_demotion_margin,
     )
+    if params.reservation_demotion_margin is not None and not (
+        0.0 <= params.reservation_demotion_margin < 1.0
+    ):
+        raise ConfigError("--reservation-demotion-margin: must be in [0, 1)")
     s = run_files(args.cluster, args.workload, args.out, params)
     util = s["gpu_utilization"]
     print(

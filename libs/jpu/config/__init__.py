@@ -8,12 +8,18 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import msgspec
 import yaml
 
 DEFAULT_PATH = Path(__file__).with_name("default.yaml")
+
+
+# SPEC R6: how R3 demotes a reserving job that is no longer rank 1 (jpu.policy.demotion)
+DemotionMode = Literal["strict", "useful", "hysteresis", "damped"]
+DEMOTION_MODES: tuple[str, ...] = get_args(DemotionMode)
+DEFAULT_DEMOTION_MARGIN = 0.1
 
 
 class ConfigError(ValueError):
@@ -56,6 +62,9 @@ class Cluster(msgspec.Struct, frozen=True, kw_only=True):
     tiers: list[Tier]
     nodes: list[Node]
     labs: list[LabConfig] = []
+    # SPEC R6 (policy, so shared with the simulator): strict | useful | hysteresis | damped
+    reservation_demotion: DemotionMode = "strict"
+    reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN  # hysteresis: usage fraction
 
     def tier(self, name: str) -> Tier:
         for t in self.tiers:
@@ -111,9 +120,16 @@ def _validate(cluster: Cluster) -> None:
                 raise ConfigError(f"nodes[{i}].gpus.{tier}: negative GPU count")
     if len({n.name for n in cluster.nodes}) != len(cluster.nodes):
         raise ConfigError("nodes: duplicate node name")
+    _validate_demotion(cluster)
     if isinstance(cluster, Config):
         _validate_isolation(cluster)
         _validate_snapshots(cluster)
+
+
+def _validate_demotion(cluster: Cluster) -> None:
+    # the mode itself is checked by msgspec (a Literal): the error names the key
+    if not 0.0 <= cluster.reservation_demotion_margin < 1.0:
+        raise ConfigError("reservation_demotion_margin: must be in [0, 1)")
 
 
 def _validate_snapshots(config: Config) -> None:

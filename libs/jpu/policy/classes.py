@@ -17,7 +17,9 @@ from jpu.policy.placements import tier_admits
 Key = tuple[int, Collection[str] | None, int | None]
 
 
-class _Req:
+class Req:
+    """A class's request, as fit (D2) reads it."""
+
     __slots__ = ("min_vram_gb", "num_gpus", "tiers")
 
     def __init__(self, key: Key) -> None:
@@ -28,7 +30,7 @@ class RequestClass:
     __slots__ = ("flat", "levels", "n", "reason")
 
     def __init__(self, key: Key, tiers: Mapping[str, Tier], baseline: Mapping[str, int]) -> None:
-        req = _Req(key)
+        req = Req(key)
         ok = sorted((t for t in tiers.values() if tier_admits(req, t)), key=_best_first)
         self.n = key[0]
         # T1: tiers best first; tiers of equal sort_order compete on fewest idle (D4)
@@ -66,6 +68,10 @@ class ClassTable(dict[int, RequestClass]):
         key = self._keys.get(cid, (cid, None, None))
         k = self[cid] = RequestClass(key, self.tiers, self.baseline)
         return k
+
+    def request_of(self, cid: int) -> Req:
+        """The request a class id stands for (without building the class: no baseline needed)."""
+        return Req(self._keys.get(cid, (cid, None, None)))
 
     def id_of(self, key: Key) -> int:
         try:

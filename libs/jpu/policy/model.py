@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from jpu.config import Tier
+from jpu.config import DEFAULT_DEMOTION_MARGIN, DemotionMode, Tier
 
 if TYPE_CHECKING:
     from jpu.policy.labqueues import LabQueues
@@ -97,6 +97,9 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     half_life_s: float = 7 * 24 * 3600.0
     maintenance: MaintenanceState = "NORMAL"
     running: list[RunningJob] = []
+    # SPEC R6: how R3 demotes (jpu.policy.demotion); "strict" is R3 exactly as written
+    reservation_demotion: DemotionMode = "strict"
+    reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN
 
 
 # --- decisions ------------------------------------------------------------------------------

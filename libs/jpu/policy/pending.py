@@ -11,13 +11,13 @@ plain dict. `dict(p.items())` copies it at C speed; `reason_at(rank)` needs no i
 from __future__ import annotations
 
 from collections.abc import Collection, ItemsView, Iterator, Mapping, Sequence
-from itertools import compress, count
+from itertools import compress, count, islice
 
 from jpu.policy.model import PendingReason
 
 
 class Pending(Mapping[str, PendingReason]):
-    __slots__ = ("_cids", "_first", "_index", "_order", "_reasons", "_skip")
+    __slots__ = ("_cids", "_index", "_order", "_reasons", "_skip", "_special")
 
     def __init__(
         self,
@@ -26,20 +26,25 @@ class Pending(Mapping[str, PendingReason]):
         reasons: Mapping[int, PendingReason],
         skip: Collection[int] = (),
         first: PendingReason | None = None,
+        special: Mapping[int, PendingReason] | None = None,
     ) -> None:
         """`order`/`cids`: job ids and class ids by rank; `reasons`: class -> reason; `skip`:
-        ranks without a reason (dispatched); `first`: the reason of rank 1 if not its class's."""
+        ranks without a reason (dispatched); `first`: the reason of rank 1 if not its class's;
+        `special`: rank -> reason for the few others that are not their class's (R6 parked)."""
         self._order, self._cids, self._reasons = order, cids, reasons
         self._skip = frozenset(skip)
-        self._first = first
+        self._special = dict(special or {})
+        if first is not None:
+            self._special[0] = first
         self._index: dict[str, int] | None = None
 
     def reason_at(self, rank: int) -> PendingReason | None:
         """The reason of the job at `rank` (0-based), None if it was dispatched."""
         if rank in self._skip:
             return None
-        if rank == 0 and self._first is not None:
-            return self._first
+        got = self._special.get(rank) if self._special else None
+        if got is not None:
+            return got
         return self._reasons[self._cids[rank]]
 
     def _rank(self, job_id: str) -> int | None:
@@ -73,8 +78,8 @@ class Pending(Mapping[str, PendingReason]):
     def _pairs(self) -> Iterator[tuple[str, PendingReason]]:
         order = self._order
         reasons: Iterator[PendingReason] = map(self._reasons.__getitem__, self._cids)
-        if self._first is not None and order:
-            reasons = _replace_first(reasons, self._first)
+        if self._special and order:
+            reasons = _replace(reasons, self._special)
         pairs = zip(order, reasons, strict=True)
         return compress(pairs, self._mask()) if self._skip else pairs
 
@@ -85,9 +90,16 @@ class Pending(Mapping[str, PendingReason]):
         return f"Pending({dict(self._pairs())!r})"
 
 
-def _replace_first(it: Iterator[PendingReason], first: PendingReason) -> Iterator[PendingReason]:
-    next(it, None)
-    yield first
+def _replace(
+    it: Iterator[PendingReason], special: Mapping[int, PendingReason]
+) -> Iterator[PendingReason]:
+    """The class reasons with the few `special` ranks replaced, at C speed between them."""
+    at = 0
+    for rank in sorted(special):
+        yield from islice(it, rank - at)
+        next(it, None)
+        yield special[rank]
+        at = rank + 1
     yield from it
 
 

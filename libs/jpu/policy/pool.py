@@ -99,14 +99,26 @@ class Pool:
             for _, node, tier in sorted(found):
                 yield self.slots[(node, tier)]
 
-    def most_idle(self, levels: Levels, n: int) -> Slot | None:
-        """SPEC D4 for a new reservation: sort_order DESC, idle DESC, node name; capacity ≥ n."""
+    def most_idle(
+        self, levels: Levels, n: int, parked: Mapping[tuple[str, str], int] | None = None
+    ) -> Slot | None:
+        """SPEC D4 for a new reservation: sort_order DESC, idle DESC, node name; capacity ≥ n.
+        `parked` (R6): GPUs other jobs keep reserved per placement; they do not count as
+        capacity, so a new reservation never waits on GPUs a parked one holds."""
+        parked = parked or {}
         for level in levels:
             best: tuple[int, str, str] | None = None
             for tier in level:
                 b = self.buckets.get(tier, {})
                 for k in sorted(b, reverse=True):
-                    node = next((x for x in b[k] if self.slots[(x, tier)].capacity >= n), None)
+                    node = next(
+                        (
+                            x
+                            for x in b[k]
+                            if self.slots[(x, tier)].capacity - parked.get((x, tier), 0) >= n
+                        ),
+                        None,
+                    )
                     if node is not None:
                         cand = (-k, node, tier)
                         if best is None or cand < best:

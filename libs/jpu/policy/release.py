@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import msgspec
 
@@ -20,7 +20,9 @@ from jpu.policy.placements import Slot, tier_admits
 from jpu.policy.pool import Pool
 
 Held = dict[str, tuple[Slot | None, list[int], bool]]  # job -> (placement, GPUs held, any lost)
-Kept = tuple[QueuedJob, Slot, list[int]]  # rank 1, its placement, the GPUs it holds
+Kept = tuple[QueuedJob, Slot, list[int]]  # a kept holder, its placement, the GPUs it holds
+# R6: (job not rank 1, rank 1, its placement, GPUs it holds) -> demote it (jpu.policy.demotion)
+Demote = Callable[[QueuedJob, QueuedJob, Slot, list[int]], bool]
 
 # R3 demotion, M1 maintenance and R5 capacity loss charge the held time at once; dispatch and
 # swap leave it to the attempt's end (F4, R4); cancellation charges it with the job's end.
@@ -80,22 +82,32 @@ def release_phase(
     tiers: Mapping[str, Tier],
     now: float,
     out: CycleResult,
+    demote: Demote | None = None,
+    parked: list[Kept] | None = None,
 ) -> Kept | None:
+    """Phase 3: capacity/tier losses (R5, T2), then R3 demotion of every holder but rank 1.
+    With `demote` (R6, not strict) a holder it spares is kept and appended to `parked`."""
     kept: Kept | None = None
     for j in holders:
         s, mine, lost = held[j.job_id]
         tier = tiers.get(j.reservation.tier) if j.reservation else None
+        top = j is rank1
         reason: ReleaseReason
         if s is None or tier is None or s.capacity < j.num_gpus or (lost and not mine):
             reason = "capacity"  # R5: the placement can no longer fit the job
         elif not tier_admits(j, tier):
             reason = "capacity"  # T2: tier inactive (or the job no longer admits it)
-        elif j is not rank1:
-            reason = "demoted"  # R3
+        elif not top and (
+            rank1 is None or demote is None or parked is None or demote(j, rank1, s, mine)
+        ):
+            reason = "demoted"  # R3 (R6: in a damped mode, only when the mode says so)
         else:
             if lost:  # R5: the lost GPUs leave the reservation, the rest is kept
                 j = _shrink(j, mine, tier.tflops, now, out)
-            kept = (j, s, mine)
+            if top:
+                kept = (j, s, mine)
+            elif parked is not None:
+                parked.append((j, s, mine))  # R6: kept although not rank 1 ("parked")
             continue
         out.releases.append(release(j, reason, now, tiers))
         if s is not None:

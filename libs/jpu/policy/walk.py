@@ -1,7 +1,11 @@
 """Phase 4 of the cycle (SPEC D3.4): walk the queue from rank 1 and decide, plus pending reasons.
 
-Only rank 1 can hold a reservation here (phase 3 released all others, R3) and only rank 1 may
-start one (R1). Every later job can only dispatch (D3.a) or wait (D3.d). Since GPUs are only taken
+Under strict R3 only rank 1 can hold a reservation here (phase 3 released all others) and only
+rank 1 may start one (R1). Every later job can only dispatch (D3.a) or wait (D3.d). A damped
+demotion mode (R6) may keep ("park") reservations of lower jobs: the walk skips them (their GPUs
+are not idle for anyone, R2) and only after it lets them absorb GPUs of their own placement that
+it left idle — GPUs no job of the queue could start on this cycle (D5) — and dispatch once
+complete. Since GPUs are only taken
 during the walk after rank 1, a request class that cannot be served stays so for the rest of the
 cycle: the walk jumps from one servable job to the next with a C-level `list.index` per class,
 and the cost does not grow with the number of waiting jobs it passes (D5 holds by construction:
@@ -10,8 +14,9 @@ every job skipped could not use any idle GPU at that point).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from jpu.policy.demotion import DemotionCheck
 from jpu.policy.model import (
     CycleResult,
     Dispatch,
@@ -22,7 +27,7 @@ from jpu.policy.model import (
 )
 from jpu.policy.pending import Pending
 from jpu.policy.placements import Slot
-from jpu.policy.pool import Pool
+from jpu.policy.pool import Levels, Pool
 from jpu.policy.release import Kept, release
 from jpu.policy.view import AnyView
 
@@ -49,9 +54,21 @@ class Walk:
         self.out = out
         self.dispatched: list[int] = []  # ranks (0-based) dispatched this cycle
         self.reserving = False  # rank 1 holds a reservation after this cycle
+        self.parked: dict[str, Kept] = {}  # R6: kept reservations of jobs below rank 1
+        self.held_ranks: dict[int, PendingReason] = {}  # their ranks → "Reservation" (D7)
 
-    def run(self, kept: Kept | None, *, reservations: bool = True) -> None:
-        """`reservations=False` is plain greedy in queue order (the FIFO baseline)."""
+    def run(
+        self,
+        kept: Kept | None,
+        *,
+        reservations: bool = True,
+        parked: Sequence[Kept] = (),
+        check: DemotionCheck | None = None,
+    ) -> None:
+        """`reservations=False` is plain greedy in queue order (the FIFO baseline).
+        `parked`/`check` (R6): reservations a damped mode kept below rank 1, and its check."""
+        self.parked = {p[0].job_id: p for p in parked}
+        self.check = check
         pool = self.pool
         baseline = dict(pool.max_idle)
         if kept is not None:  # its reserved GPUs count for D7 "Priority" of lower jobs
@@ -64,6 +81,7 @@ class Walk:
         if len(view) and reservations:
             self.rank1(view.cid_rank[0], kept)
             self.rest(view.cid_rank, 1)
+            self.grow_parked()
         elif len(view):
             self.rest(view.cid_rank, 0)
         self.pending()
@@ -107,13 +125,20 @@ class Walk:
             self.dispatch(job, slot, pool.take(slot, job.num_gpus))
             self.dispatched.append(0)
         elif job.num_gpus >= 2:  # D3.c, R1: only rank 1, only multi-GPU
-            slot = pool.most_idle(k.levels, job.num_gpus)
+            slot = pool.most_idle(k.levels, job.num_gpus, self.parked_gpus())
             if slot is not None:
                 gpus = pool.take(slot, job.num_gpus)
                 self.out.starts.append(
                     ReservationStart(job_id=job.job_id, node=slot.node, tier=slot.tier, gpus=gpus)
                 )
                 self.reserving = True
+
+    def parked_gpus(self) -> dict[tuple[str, str], int]:
+        """R6: GPUs parked reservations hold, per placement (not capacity for a new one)."""
+        out: dict[tuple[str, str], int] = {}
+        for _, s, held in self.parked.values():
+            out[(s.node, s.tier)] = out.get((s.node, s.tier), 0) + len(held)
+        return out
 
     def rest(self, cid: list[int], start: int) -> None:
         """Ranks start+1..N: dispatch (D3.a) in rank order whatever is available, skip the rest."""
@@ -130,13 +155,27 @@ class Walk:
             k = classes[c]
             if pool.can_serve(k.flat, k.n) and (i := next_of(c, start)) < total:
                 alive[c] = i
+        parked = self.parked
         while alive:
             c = min(alive, key=alive.__getitem__)
             i, k = alive[c], classes[c]
+            job = self.view.job(i)
+            if parked and job.job_id in parked:  # R6: a parked reservation at its rank
+                freed = self.parked_dispatch(i, job, k.levels)
+                alive[c] = next_of(c, i + 1)
+                if alive[c] >= total:
+                    del alive[c]
+                for c2 in list(alive):
+                    k2 = classes[c2]
+                    if not pool.can_serve(k2.flat, k2.n):
+                        del alive[c2]
+                if freed:  # its GPUs are idle again: classes dropped may be servable now
+                    self.revive(alive, cid, start, next_of)
+                continue
             slot = pool.best_fit(k.levels, k.n)
             assert slot is not None  # alive ⇒ servable
             top = pool.max_idle[slot.tier]
-            self.dispatch(self.view.job(i), slot, pool.take(slot, k.n))
+            self.dispatch(job, slot, pool.take(slot, k.n))
             self.dispatched.append(i)
             alive[c] = next_of(c, i + 1)
             if alive[c] >= total:
@@ -148,9 +187,94 @@ class Walk:
                 if not pool.can_serve(k2.flat, k2.n):
                     del alive[c2]
 
+    def parked_dispatch(self, i: int, job: QueuedJob, levels: Levels) -> bool:
+        """R6, D3.a/b for a parked job reached in rank order while its class is servable: its
+        own placement if complete there (D4) and no higher waiting job could start there were
+        it released (D5), else the best fit elsewhere as a swap (R4). True if GPUs were freed."""
+        pool, check = self.pool, self.check
+        _, own, held = self.parked.pop(job.job_id)
+        need = max(0, job.num_gpus - len(held))
+        if len(own.idle) >= need and not (
+            check is not None and check.higher_can_use(job, own, held, self.dispatched)
+        ):
+            self.out.releases.append(release(job, "dispatched", self.now, pool.tiers))
+            self.dispatch(job, own, [*held, *pool.take(own, need)])
+            self.dispatched.append(i)
+            return False
+        slot = pool.best_fit(levels, job.num_gpus)
+        assert slot is not None  # its class is servable
+        self.out.releases.append(release(job, "swap", self.now, pool.tiers))
+        self.dispatch(job, slot, pool.take(slot, job.num_gpus))
+        own.reserved.pop(job.job_id, None)
+        pool.give(own, held)
+        self.dispatched.append(i)
+        return bool(held)
+
+    def rank_of(self, job_id: str) -> int:
+        check = self.check
+        return check.rank_of(job_id) if check is not None else self.view.order.index(job_id)
+
+    def revive(
+        self, alive: dict[int, int], cid: list[int], start: int, next_of: Callable[[int, int], int]
+    ) -> None:
+        """After a parked swap gave GPUs back: every class servable again resumes at its first
+        job not yet dispatched (min index first, so higher ranks still choose first: D5)."""
+        pool, classes, total = self.pool, self.classes, len(cid)
+        done = set(self.dispatched)
+        for c in self.present:
+            if c in alive:
+                continue
+            k = classes[c]
+            if not pool.can_serve(k.flat, k.n):
+                continue
+            j = next_of(c, start)
+            while j < total and j in done:
+                j = next_of(c, j + 1)
+            if j < total:
+                alive[c] = j
+
+    def grow_parked(self) -> None:
+        """R6: parked reservations, in rank order, absorb what the walk left idle in their own
+        placement (D3.b); complete → dispatch there — unless a waiting job ranked above could
+        start there if the reservation were released (D5: it never jumps ahead of one)."""
+        pool, now, check = self.pool, self.now, self.check
+        for job, own, held in self.parked.values():
+            need = max(0, job.num_gpus - len(held))
+            if (
+                own.idle
+                and check is not None
+                and check.higher_can_use(job, own, held, self.dispatched)
+            ):
+                self.held_ranks[self.rank_of(job.job_id)] = "Reservation"
+                continue
+            if len(own.idle) >= need:
+                self.out.releases.append(release(job, "dispatched", now, pool.tiers))
+                self.dispatch(job, own, [*held, *pool.take(own, need)])
+                self.dispatched.append(self.rank_of(job.job_id))
+                continue
+            if own.idle:
+                added = pool.take(own, need)
+                self.out.grows.append(
+                    ReservationGrow(
+                        job_id=job.job_id,
+                        node=own.node,
+                        tier=own.tier,
+                        gpus=(*held, *added),
+                        added=added,
+                    )
+                )
+            self.held_ranks[self.rank_of(job.job_id)] = "Reservation"
+
     def pending(self) -> None:
         """SPEC D7 for every job not dispatched: its class's reason, looked up lazily."""
         classes, view = self.classes, self.view
         reasons = {c: classes[c].reason for c in self.present}
         first: PendingReason | None = "Reservation" if self.reserving else None
-        self.out.pending = Pending(view.order, view.cid_rank, reasons, self.dispatched, first)
+        self.out.pending = Pending(
+            view.order,
+            view.cid_rank,
+            reasons,
+            self.dispatched,
+            first,
+            self.held_ranks,
+        )

@@ -42,7 +42,7 @@ class Simulator:
         log: EventLog,
         progress: Progress | None = None,
     ) -> None:
-        self.params = params
+        self.params = params = params.resolved(cluster)
         self.policy = POLICIES[params.policy]
         self.tiers = {t.name: t for t in cluster.tiers}
         self.cluster = SimCluster(cluster)
@@ -211,6 +211,8 @@ class Simulator:
             usage=dict(self.usage),
             half_life_s=self.params.half_life_s,
             running=list(self.running.values()),
+            reservation_demotion=self.params.reservation_demotion or "strict",
+            reservation_demotion_margin=self.params.reservation_demotion_margin or 0.0,
         )
         t0 = time.perf_counter()
         result = self.policy(snapshot, self.now)

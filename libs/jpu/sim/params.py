@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from jpu.config import Config
+from jpu.config import Cluster, Config, DemotionMode
 
 _DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Config)}  # the services' defaults
 
@@ -19,3 +19,19 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
     backfill: bool = _DEFAULTS["backfill_enabled"]  # §6
     backfill_settle_s: float = _DEFAULTS["backfill_settle_s"]  # B1
     progress: bool = False  # U3: progress lines on stderr
+    # R6: how R3 demotes; None = the cluster file's `reservation_demotion[_margin]` (whose
+    # defaults are the services' own), so the simulator runs the mode the services would
+    reservation_demotion: DemotionMode | None = None
+    reservation_demotion_margin: float | None = None
+
+    def resolved(self, cluster: Cluster) -> SimParams:
+        """The parameters with every "from the cluster file" value filled in."""
+        return msgspec.structs.replace(
+            self,
+            reservation_demotion=self.reservation_demotion or cluster.reservation_demotion,
+            reservation_demotion_margin=(
+                cluster.reservation_demotion_margin
+                if self.reservation_demotion_margin is None
+                else self.reservation_demotion_margin
+            ),
+        )

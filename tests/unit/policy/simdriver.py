@@ -36,6 +36,7 @@ class Sim:
     held_since: dict[tuple[str, str, int], float] = field(default_factory=dict)
     dispatched_at: dict[str, float] = field(default_factory=dict)
     results: list[tuple[Snapshot, CycleResult]] = field(default_factory=list)
+    demotion: str = "strict"  # SPEC R6 mode for every cycle
 
     def _charge(self, lab: str, amount: float) -> None:
         u = self.usage.get(lab, LabUsage())
@@ -74,6 +75,7 @@ class Sim:
             queue=list(self.queue.values()),
             usage=dict(self.usage),
             half_life_s=self.half_life_s,
+            reservation_demotion=self.demotion,  # type: ignore[arg-type]
         )
         res = policy(snap, self.now)
         self.results.append((snap, res))

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import random
 
+import msgspec
+import pytest
 from builders import tier
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import ref_cycle
 from simdriver import Sim
 
-from jpu.policy import cycle
+from jpu.policy import cycle, placements
 from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+from jpu.policy.placements import tier_admits
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LABS = ["A", "B", "C", "D"]
@@ -112,7 +115,7 @@ def test_D3_cycle_equals_literal_reading(case):
 
 
 def check_invariants(snap: Snapshot, res) -> None:
-    """No GPU given twice; only idle/own/just-released GPUs; R1; R2; D5; D7 complete."""
+    """No GPU given twice; only idle/own/just-released GPUs; R1; R2; R3/R6; D5; D7 complete."""
     state = {(g.node, g.tier, g.index): g.state for g in snap.gpus}
     holders = {j.job_id: j for j in snap.queue if j.reservation}
     released = {(r.node, r.tier, i) for r in res.releases for i in r.gpus}
@@ -131,27 +134,67 @@ def check_invariants(snap: Snapshot, res) -> None:
             assert key not in seen
             seen.add(key)
     rank1 = res.order[0] if res.order else None
+    strict = snap.reservation_demotion == "strict"
+    gone = {r.job_id for r in res.releases if r.reason not in ("dispatched", "swap")}
+    parked = set(holders) - gone - {rank1}  # R6: kept below rank 1 (none under strict)
     assert all(s.job_id == rank1 for s in res.starts), "R1"
-    assert all(g.job_id == rank1 for g in res.grows), "R1"
+    assert all(g.job_id == rank1 or g.job_id in parked for g in res.grows), "R1: grows only"
     still = set(holders) - {r.job_id for r in res.releases}
     assert all(s.job_id not in still for s in res.starts), "R2: one reservation per job"
     assert len(res.starts) <= 1
-    for j in holders:
-        if j != rank1:
-            assert j in {r.job_id for r in res.releases}, "R3"
+    if strict:
+        for j in holders:
+            if j != rank1:
+                assert j in {r.job_id for r in res.releases}, "R3"
     dispatched = [d.job_id for d in res.dispatches]
     assert set(dispatched).isdisjoint(res.pending)
     assert set(dispatched) | set(res.pending) == set(res.order), "D7: every job has a reason"
     pos = {jid: k for k, jid in enumerate(res.order)}
-    assert [pos[j] for j in dispatched if j != rank1] == sorted(
-        pos[j] for j in dispatched if j != rank1
-    ), "walk in rank order"
+    walked = [pos[j] for j in dispatched if j != rank1]
+    if strict:  # R6: a parked swap gives GPUs back mid-walk; higher ranks then choose again
+        assert walked == sorted(walked), "walk in rank order"
+    check_parked_d5(snap, res, parked, pos)
 
 
+def check_parked_d5(snap: Snapshot, res, parked: set[str], pos: dict[str, int]) -> None:
+    """D5 for R6: a parked reservation grows/dispatches only on GPUs that no job still waiting
+    above it could start on, even with the parked GPUs released."""
+    after: dict[tuple[str, str], int] = {}  # idle GPUs per placement after the cycle
+    for p in placements(snap.gpus, snap.tiers):
+        after[(p.node, p.tier)] = len(p.idle)
+    for r in res.releases:
+        if r.reason != "dispatched":
+            after[(r.node, r.tier)] = after.get((r.node, r.tier), 0) + len(r.gpus)
+    for d in [*res.dispatches, *res.starts]:
+        taken = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id))
+        after[(d.node, d.tier)] = after.get((d.node, d.tier), 0) - taken
+    for g in res.grows:
+        after[(g.node, g.tier)] = after.get((g.node, g.tier), 0) - len(g.added)
+    waiting = [j for j in snap.queue if j.job_id in res.pending and j.reservation is None]
+    cap = {(p.node, p.tier): p.capacity for p in placements(snap.gpus, snap.tiers)}
+    took = [(g.job_id, g.node, g.tier, len(g.gpus)) for g in res.grows if g.job_id in parked]
+    took += [(d.job_id, d.node, d.tier, len(d.gpus)) for d in res.dispatches if d.job_id in parked]
+    for jid, node, tier_name, n_held in took:
+        t = snap.tiers[tier_name]
+        for w in waiting:
+            if pos[w.job_id] < pos[jid] and tier_admits(w, t):
+                usable = after[(node, tier_name)] + n_held
+                assert not (w.num_gpus <= min(usable, cap[(node, tier_name)])), "D5 (R6 parked)"
+
+
+def _own(snap: Snapshot, job_id: str) -> set[tuple[str, str, int]]:
+    return {(g.node, g.tier, g.index) for g in snap.gpus if g.state == f"reserved:{job_id}"}
+
+
+MODES = ["strict", "useful", "hysteresis", "damped"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 @SETTINGS
 @given(snapshots())
-def test_invariants_single_cycle(case):
+def test_invariants_single_cycle(mode, case):
     snap, now = case
+    snap = msgspec.structs.replace(snap, reservation_demotion=mode)
     check_invariants(snap, cycle(snap, now))
 
 
@@ -179,10 +222,12 @@ def _small_sim(seed: int, n_jobs: int) -> Sim:
     return sim
 
 
+@pytest.mark.parametrize("mode", MODES)
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 12))
-def test_F5_every_gpu_second_charged_exactly_once(seed, n_jobs):
+def test_F5_every_gpu_second_charged_exactly_once(mode, seed, n_jobs):
     sim = _small_sim(seed, n_jobs)
+    sim.demotion = mode
     for _ in range(40):
         res = sim.step(5.0)
         check_invariants(*sim.results[-1])

@@ -87,3 +87,27 @@ def test_SIM_identical_logs_across_processes_and_hash_seeds(tmp_path: Path) -> N
         )  # fmt: skip
         logs.append((out / "events.jsonl").read_bytes())
     assert logs[0] == logs[1] and logs[0].count(b"\n") > 100
+
+
+def test_R6_simulate_reads_reservation_demotion_from_flag_or_cluster_file(tmp_path: Path) -> None:
+    """The simulator runs the mode the services would: the cluster file's key, or the flag."""
+    w = tmp_path / "w.jsonl"
+    w.write_text('{"id": "a", "lab": "L", "user": "u", "submit_s": 0, "num_gpus": 2, '
+                 '"duration_s": 5}\n')  # fmt: skip
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(DEFAULT_PATH.read_text() + "\nreservation_demotion: damped\n"
+                       "reservation_demotion_margin: 0.25\n")  # fmt: skip
+
+    def params(*extra: str) -> dict[str, object]:
+        out = tmp_path / f"o{len(extra)}"
+        assert main(["simulate", "--cluster", str(cluster), "--workload", str(w),
+                     "--out", str(out), "--quiet", *extra]) == 0  # fmt: skip
+        return json.loads((out / "summary.json").read_text())["parameters"]
+
+    p = params()
+    assert (p["reservation_demotion"], p["reservation_demotion_margin"]) == ("damped", 0.25)
+    p = params("--reservation-demotion", "useful")
+    assert (p["reservation_demotion"], p["reservation_demotion_margin"]) == ("useful", 0.25)
+    with pytest.raises(SystemExit):  # argparse refuses an unknown mode, naming the choices
+        main(["simulate", "--cluster", str(cluster), "--workload", str(w), "--out",
+              str(tmp_path / "x"), "--reservation-demotion", "never"])  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jpu.config import Cluster
+from jpu.config import Cluster, DemotionMode
 from jpu.events import (
     JobDispatched,
     JobEnded,
@@ -111,13 +111,29 @@ def ledger(events: list[Any]) -> tuple[float, float]:
     return held, charged
 
 
-@pytest.mark.parametrize("policy", ["jpu", "fifo", "slurm-like"])
+@pytest.mark.parametrize(
+    ("policy", "demotion"),
+    [
+        ("jpu", "strict"),
+        ("jpu", "useful"),
+        ("jpu", "hysteresis"),
+        ("jpu", "damped"),  # SPEC R6: every mode
+        ("fifo", "strict"),
+        ("slurm-like", "strict"),
+    ],
+)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=workloads(), backfill=st.booleans(), slots=st.integers(1, 3))
 def test_F5_conservation_and_no_double_booking(
-    policy: str, jobs: list[WorkloadJob], backfill: bool, slots: int
+    policy: str, demotion: DemotionMode, jobs: list[WorkloadJob], backfill: bool, slots: int
 ) -> None:
-    params = SimParams(policy=policy, backfill=backfill, max_active_jobs=slots, half_life_s=900)
+    params = SimParams(
+        policy=policy,
+        backfill=backfill,
+        max_active_jobs=slots,
+        half_life_s=900,
+        reservation_demotion=demotion,
+    )
     buf = io.BytesIO()
     summary = simulate(CLUSTER, jobs, params, buf)
     events = [decode(line) for line in buf.getvalue().splitlines()]

@@ -1,0 +1,150 @@
+"""How R3 demotes (SPEC R6): does a reserving job that is no longer rank 1 lose its reservation?
+
+This is the one place that decides it; the cycle (release phase) asks it for every reserving job
+that is not rank 1 and still fits its placement. Modes (`reservation_demotion`):
+
+- `strict` — SPEC R3 exactly: every such job is demoted.
+- `useful` — demoted only if some job ranked above it could start on the reserved GPUs this
+  cycle and on no others: its tier admits that job, the placement's capacity fits it, the
+  placement's idle GPUs plus the reserved ones are enough, and no placement has enough idle GPUs
+  for it already. Otherwise releasing would help no higher job, and the reservation is kept.
+- `hysteresis` — demoted only if rank 1's lab has a decayed usage below the reserving lab's by
+  more than `margin` (a fraction of the reserving lab's): small reorders among labs of nearly
+  equal usage no longer throw the gathered GPUs away.
+- `damped` — both conditions must hold.
+
+A kept reservation of a job that is not rank 1 is "parked" (walk.py): its GPUs stay non-idle for
+everyone else (R2), it starts no new reservation (R1) and it grows only on GPUs the walk left
+idle. Trade-offs are written up in docs/reservations.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import msgspec
+
+from jpu.config import DEFAULT_DEMOTION_MARGIN, DEMOTION_MODES, DemotionMode, Tier
+from jpu.policy.classes import ClassTable, Req
+from jpu.policy.model import LabUsage, QueuedJob
+from jpu.policy.ordering import lab_usage_at
+from jpu.policy.placements import Slot, tier_admits
+from jpu.policy.pool import Pool
+
+__all__ = ["DEMOTION_MODES", "STRICT", "Demotion", "DemotionCheck", "DemotionMode", "beyond_margin"]
+
+
+class Demotion(msgspec.Struct, frozen=True, gc=False):
+    """The R6 setting as the cycle reads it (from `Config.reservation_demotion[_margin]`)."""
+
+    mode: DemotionMode = "strict"
+    margin: float = (
+        DEFAULT_DEMOTION_MARGIN  # hysteresis / damped: fraction of the reserving lab's usage
+    )
+
+
+STRICT = Demotion()
+
+
+def beyond_margin(reserving: float, top: float, margin: float) -> bool:
+    """Hysteresis: rank 1's lab usage `top` is below the reserving lab's by more than `margin`."""
+    return top < reserving * (1.0 - margin)
+
+
+class DemotionCheck:
+    """One cycle's R6 decision. `pool` must be indexed (idle at the start of the cycle);
+    `order`/`cid_rank` are the cycle's rank order (D1) and class of each rank."""
+
+    def __init__(
+        self,
+        rule: Demotion,
+        *,
+        order: Sequence[str],
+        cid_rank: list[int],
+        present: Collection[int],
+        holders: Collection[str],
+        classes: ClassTable,
+        pool: Pool,
+        usage: Mapping[str, LabUsage],
+        tiers: Mapping[str, Tier],
+        now: float,
+        half_life_s: float,
+    ) -> None:
+        self.rule = rule
+        self.order, self.cid_rank, self.classes = order, cid_rank, classes
+        self.pool, self.usage, self.tiers = pool, usage, tiers
+        self.now, self.half_life_s = now, half_life_s
+        self._flat: dict[int, tuple[Req, list[str]]] = {}
+        self._first: dict[int, int] = {}  # class -> its first rank (C-level list.index)
+        self.present = present
+        self.holders = holders
+        self._ranks: dict[str, int] | None = None
+
+    def demote(self, job: QueuedJob, rank1: QueuedJob, slot: Slot, held: Sequence[int]) -> bool:
+        """SPEC R3/R6: `job` (not rank 1) reserving `held` GPUs in `slot` loses them."""
+        mode = self.rule.mode
+        if mode == "strict":
+            return True
+        if mode in ("hysteresis", "damped"):
+            u = lab_usage_at({job.lab, rank1.lab}, self.usage, self.now, self.half_life_s)
+            if not beyond_margin(u[job.lab], u[rank1.lab], self.rule.margin):
+                return False
+        if mode in ("useful", "damped"):
+            return self.higher_can_use(job, slot, held)
+        return True
+
+    def higher_can_use(
+        self, job: QueuedJob, slot: Slot, held: Sequence[int], dispatched: Sequence[int] = ()
+    ) -> bool:
+        """Some job ranked above `job` (not among the `dispatched` ranks) could start on the
+        placement's idle and reserved GPUs now, and on no other placement (pool as it is)."""
+        tier = self.tiers.get(slot.tier)
+        if tier is None:
+            return True
+        rank = self.rank_of(job.job_id)
+        # a higher job reserving in the same placement would add its own GPUs (D2): count the
+        # largest other reservation there (an over-estimate: errs towards R3)
+        others = max((len(g) for j, g in slot.reserved.items() if j != job.job_id), default=0)
+        usable = len(slot.idle) + len(held) + others
+        done = set(dispatched)
+        for cid in self.present:  # per request class (a handful), not per job
+            req, flat = self._class(cid)
+            n = req.num_gpus
+            if n > usable or n > slot.capacity or not tier_admits(req, tier):
+                continue
+            if self.pool.can_serve(flat, n):  # it can start elsewhere: the GPUs are not needed
+                continue
+            if self._first_waiting(cid, done, rank) < rank:
+                return True
+        return False
+
+    def rank_of(self, job_id: str) -> int:
+        """The 0-based rank of a reservation holder: one pass over the order for all of them."""
+        if self._ranks is None:
+            ids = self.holders
+            self._ranks = {j: k for k, j in enumerate(self.order) if j in ids}
+        return self._ranks[job_id]
+
+    def _first_waiting(self, cid: int, done: set[int], limit: int) -> int:
+        """Rank of the first job of class `cid` not dispatched, or `limit` if none before it."""
+        ranks = self.cid_rank
+        at = self._first.get(cid)
+        if at is None:
+            try:
+                at = self._first[cid] = ranks.index(cid, 0, limit)
+            except ValueError:
+                return limit  # not cached: a later holder may have a higher limit
+        while at in done:
+            try:
+                at = ranks.index(cid, at + 1, limit)
+            except ValueError:
+                return limit
+        return at
+
+    def _class(self, cid: int) -> tuple[Req, list[str]]:
+        got = self._flat.get(cid)
+        if got is None:
+            req = self.classes.request_of(cid)
+            flat = [t.name for t in self.tiers.values() if tier_admits(req, t)]
+            got = self._flat[cid] = (req, flat)
+        return got

@@ -1,0 +1,149 @@
+"""SPEC R3/R6: the reservation demotion modes on hand-made clusters whose right answer is known.
+
+Default cluster (§1.1): gpu-4090x2-01/02 (A1, A2: 2 × rtx4090), gpu-3080tix2-01/02 (B1, B2).
+In each case X (lab BCG, 2 GPUs) holds a reservation and KDG, with less usage, now ranks above.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+from builders import default_cluster, job, reserved, snap
+
+from jpu.config import DEMOTION_MODES, ConfigError, load_config
+from jpu.policy import cycle
+from jpu.policy.demotion import beyond_margin
+from jpu.policy.model import LabUsage, Snapshot
+
+A1, A2, B1, B2 = "gpu-4090x2-01", "gpu-4090x2-02", "gpu-3080tix2-01", "gpu-3080tix2-02"
+BUSY = {(n, i): f"job:r-{n}-{i}" for n in (A1, A2, B1, B2) for i in (0, 1)}
+USAGE = {"BCG": LabUsage(32_000.0, 300.0), "KDG": LabUsage(28_000.0, 300.0)}
+RES_X = reserved(A1, "rtx4090", (0,), since=0.0)
+
+
+def states(*free: tuple[str, int]) -> dict[tuple[str, int], str]:
+    s = {k: v for k, v in BUSY.items() if k not in free}
+    return s | {(A1, 0): "reserved:X"}
+
+
+def with_mode(s: Snapshot, mode: str, margin: float = 0.1) -> Snapshot:
+    return msgspec.structs.replace(
+        s,
+        reservation_demotion=mode,  # type: ignore[arg-type]
+        reservation_demotion_margin=margin,
+    )
+
+
+def worked_example() -> Snapshot:
+    """SPEC R3's example at T+5min+ε: Y ended (A1/1 free), KDG's Z now ranks above X."""
+    q = [job("X", "BCG", n=2, at=-100.0, res=RES_X), job("Z", "KDG", n=2, at=-50.0)]
+    return snap(default_cluster(states((A1, 1))), q, USAGE)
+
+
+@pytest.mark.parametrize("mode", ["strict", "useful", "hysteresis", "damped"])
+def test_R3_worked_example_demotes_and_charges_24780(mode):
+    # Z could start on A1 with X's GPU and nowhere else; KDG is 12.5 % below BCG (> 10 %)
+    r = cycle(with_mode(worked_example(), mode), now=300.0)
+    assert r.order == ["Z", "X"]
+    [rel] = r.releases
+    assert (rel.job_id, rel.reason, rel.lab) == ("X", "demoted", "BCG")
+    assert rel.charge_now == 24_780.0  # 1 × 300 × 82.6, exactly
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"Z": (A1, (0, 1))}
+
+
+def test_R6_strict_is_the_default_everywhere():
+    assert Snapshot(tiers={}, gpus=[], queue=[], usage={}).reservation_demotion == "strict"
+    assert load_config(env={}).reservation_demotion == "strict"
+    assert set(DEMOTION_MODES) == {"strict", "useful", "hysteresis", "damped"}
+
+
+def test_R6_useful_keeps_a_reservation_the_higher_job_cannot_use_tier():
+    # Z only admits rtx3080ti: releasing X's rtx4090 GPU would help no one
+    q = [
+        job("X", "BCG", n=2, at=-100.0, res=RES_X),
+        job("Z", "KDG", n=2, at=-50.0, tiers=["rtx3080ti"]),
+    ]
+    s = snap(default_cluster(states((A1, 1), (B1, 0))), q, USAGE)
+    strict = cycle(s, now=300.0)
+    assert [r.reason for r in strict.releases] == ["demoted"]
+    r = cycle(with_mode(s, "useful"), now=300.0)
+    # X is parked and grows on the idle A1/1 nobody above can use → complete → dispatched (D3.b);
+    # its held time rides with the attempt (F4), nothing is charged now
+    assert [(x.reason, x.charge_now) for x in r.releases] == [("dispatched", 0.0)]
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"X": (A1, (0, 1))}
+    # Z, rank 1, reserves the idle 3080 Ti GPU (R1: only rank 1 starts one)
+    assert [(x.job_id, x.node, x.gpus) for x in r.starts] == [("Z", B1, (0,))]
+
+
+def test_R6_useful_keeps_a_reservation_too_small_for_the_higher_job():
+    # X holds 1 GPU of A1, A1/1 busy; Z needs 2: X's GPU alone cannot start it
+    q = [job("X", "BCG", n=2, at=-100.0, res=RES_X), job("Z", "KDG", n=2, at=-50.0)]
+    s = with_mode(snap(default_cluster(states((B2, 1))), q, USAGE), "useful")
+    r = cycle(s, now=300.0)
+    assert r.releases == [] and r.dispatches == []
+    assert [(x.job_id, x.node, x.gpus) for x in r.starts] == [("Z", B2, (1,))]  # R1, R2
+    assert r.pending == {"Z": "Reservation", "X": "Reservation"}  # D7
+
+
+def test_R6_useful_keeps_a_reservation_when_the_higher_job_starts_elsewhere():
+    # a 1-GPU job above X fits on the free B1/0: X's GPU is not needed
+    q = [job("X", "BCG", n=2, at=-100.0, res=RES_X), job("z", "KDG", n=1, at=-50.0)]
+    s = snap(default_cluster(states((B1, 0))), q, USAGE)
+    assert [r.reason for r in cycle(s, now=300.0).releases] == ["demoted"]  # strict
+    r = cycle(with_mode(s, "useful"), now=300.0)
+    assert r.releases == []
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"z": (B1, (0,))}
+    assert r.pending == {"X": "Reservation"}
+
+
+def test_R6_useful_demotes_when_a_1gpu_job_above_has_nowhere_else():
+    q = [job("X", "BCG", n=2, at=-100.0, res=RES_X), job("z", "KDG", n=1, at=-50.0)]
+    r = cycle(with_mode(snap(default_cluster(states()), q, USAGE), "useful"), now=300.0)
+    [rel] = r.releases
+    assert (rel.reason, rel.charge_now) == ("demoted", 24_780.0)
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"z": (A1, (0,))}  # D5
+
+
+def test_R6_hysteresis_boundary():
+    # KDG 28,000 vs BCG 32,000: KDG is exactly 12.5 % below. Demote only if strictly beyond.
+    assert beyond_margin(32_000.0, 28_000.0, 0.12)
+    assert not beyond_margin(32_000.0, 28_000.0, 0.125)  # 32,000 × 0.875 = 28,000 exactly
+    s = worked_example()
+    r = cycle(with_mode(s, "hysteresis", 0.125), now=300.0)
+    assert r.releases == [] and r.dispatches == []
+    # Z may not reserve A1/1: with X's GPU parked there A1 can never fit Z (no deadlock)
+    assert r.starts == [] and r.grows == []
+    assert r.pending == {"Z": "Resources", "X": "Reservation"}
+    r = cycle(with_mode(s, "hysteresis", 0.12), now=300.0)
+    assert [(x.reason, x.charge_now) for x in r.releases] == [("demoted", 24_780.0)]
+
+
+def test_R6_damped_needs_both_conditions():
+    # Z can use X's GPUs (useful says demote) but the usages are within a 20 % margin
+    r = cycle(with_mode(worked_example(), "damped", 0.2), now=300.0)
+    assert r.releases == []
+    # beyond the margin, but Z only admits rtx3080ti (useful says keep)
+    q = [
+        job("X", "BCG", n=2, at=-100.0, res=RES_X),
+        job("Z", "KDG", n=2, at=-50.0, tiers=["rtx3080ti"]),
+    ]
+    s = snap(default_cluster(states((A1, 1))), q, USAGE)
+    r = cycle(with_mode(s, "damped", 0.05), now=300.0)
+    assert [x.reason for x in r.releases] == ["dispatched"]  # parked, grown on A1/1, complete
+
+
+def test_R6_rank1_always_keeps_and_only_other_reasons_release():
+    # R5 capacity loss still releases a parked reservation, whatever the mode
+    q = [job("X", "BCG", n=2, at=-100.0, res=RES_X), job("Z", "KDG", n=2, at=-50.0)]
+    st = states() | {(A1, 1): "down"}
+    for mode in DEMOTION_MODES:
+        r = cycle(with_mode(snap(default_cluster(st), q, USAGE), mode), now=300.0)
+        assert [x.reason for x in r.releases] == ["capacity"], mode
+
+
+def test_R6_config_validates_the_mode_and_margin():
+    assert load_config(env={"JPU_RESERVATION_DEMOTION": "useful"}).reservation_demotion == "useful"
+    with pytest.raises(ConfigError, match="reservation_demotion"):
+        load_config(env={"JPU_RESERVATION_DEMOTION": "sometimes"})
+    with pytest.raises(ConfigError, match="reservation_demotion_margin"):
+        load_config(env={"JPU_RESERVATION_DEMOTION_MARGIN": "1.0"})
