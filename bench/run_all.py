@@ -21,6 +21,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "bus": ([], ["--n", "50000"]),
     "projection": ([], ["--n", "100000"]),
     "sim": ([], ["--jobs", "0"]),
+    "estimate": ([], []),
     "start": ([], ["--n", "1000000"]),
     "gateway": ([], ["--requests", "10000", "--seconds", "60"]),
     "e2e": ([], ["--jobs", "3000", "--timeout", "240"]),
