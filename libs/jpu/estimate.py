@@ -8,7 +8,10 @@ The dispatcher's `ClusterState` (the same fold its cycle decides on) becomes a `
 How long a job runs once started (its basis):
 - `limits`: its `time_limit_s`;
 - `predicted`: without a limit, the median of the same user's last `keep` completed runs with
-  the same `num_gpus`, else the median of the lab's (same `num_gpus`), from `RunTimes`;
+  the same `num_gpus`, else the median of the lab's (same `num_gpus`), from `RunTimes`. With a
+  limit, when the user's (else the lab's) recent runs ended well before their limits (median of
+  run time / limit below `LOOSE`), the limit × that median: users who write 2× their run time
+  get estimates from what their jobs really take (`RunTimes(scale_limits=False)`: limits only);
 - `unknown`: neither (a running job then holds its GPUs for the whole estimate).
 `RunTimes` is fed from the log's `JobEnded` events as the dispatcher follows them; it starts
 empty after a restart from a snapshot and fills up as jobs complete.
@@ -40,22 +43,40 @@ from jpu.sim.forward import (
 __all__ = ["EstimateParams", "ForwardResult", "RunTimes", "estimate", "present"]
 
 RunKey = tuple[str, int]  # (user or lab, num_gpus)
+LOOSE = 0.9  # runs ending before 90 % of their limit (median): the limit is scaled
 
 
 class RunTimes:
     """Recent completed run times per (user, num_gpus) and (lab, num_gpus), bounded."""
 
-    def __init__(self, keep: int = 20) -> None:
-        self.keep = keep
+    def __init__(self, keep: int = 20, *, scale_limits: bool = True) -> None:
+        self.keep, self.scale_limits = keep, scale_limits
         self.by_user: dict[RunKey, deque[float]] = {}
         self.by_lab: dict[RunKey, deque[float]] = {}
+        self.ratio_user: dict[str, deque[float]] = {}  # run time / limit, any num_gpus
+        self.ratio_lab: dict[str, deque[float]] = {}
 
-    def record(self, user: str, lab: str, num_gpus: int, run_s: float) -> None:
+    def record(
+        self, user: str, lab: str, num_gpus: int, run_s: float, limit_s: float | None = None
+    ) -> None:
         for table, who in ((self.by_user, user), (self.by_lab, lab)):
             d = table.get((who, num_gpus))
             if d is None:
                 d = table[(who, num_gpus)] = deque(maxlen=self.keep)
             d.append(run_s)
+        if limit_s:
+            for ratios, who in ((self.ratio_user, user), (self.ratio_lab, lab)):
+                r = ratios.get(who)
+                if r is None:
+                    r = ratios[who] = deque(maxlen=self.keep)
+                r.append(min(1.0, run_s / limit_s))
+
+    def limit_ratio(self, user: str, lab: str) -> float | None:
+        """Median run time / limit of the user's recent runs with a limit, else the lab's."""
+        for d in (self.ratio_user.get(user), self.ratio_lab.get(lab)):
+            if d:
+                return float(statistics.median(d))
+        return None
 
     def observe(self, state: ClusterState, event: object) -> None:
         """A completed attempt's run time, from its `JobEnded` (after the fold applied it)."""
@@ -64,7 +85,8 @@ class RunTimes:
         job = state.job_seen(event.job_id)
         if job is None or event.gpu_seconds_run <= 0:
             return
-        self.record(job.user, job.lab, job.num_gpus, event.gpu_seconds_run / len(event.gpus))
+        run_s = event.gpu_seconds_run / len(event.gpus)
+        self.record(job.user, job.lab, job.num_gpus, run_s, job.time_limit_s)
 
     def predict(self, user: str, lab: str, num_gpus: int) -> float | None:
         for d in (self.by_user.get((user, num_gpus)), self.by_lab.get((lab, num_gpus))):
@@ -76,6 +98,9 @@ class RunTimes:
         self, user: str, lab: str, num_gpus: int, time_limit_s: float | None
     ) -> tuple[float | None, Basis]:
         if time_limit_s:
+            r = self.limit_ratio(user, lab) if self.scale_limits else None
+            if r is not None and r < LOOSE:
+                return float(time_limit_s) * r, "predicted"
             return float(time_limit_s), "limits"
         p = self.predict(user, lab, num_gpus)
         return (p, "predicted") if p is not None else (None, "unknown")

@@ -233,3 +233,31 @@ def test_U4_estimate_does_not_change_the_live_state(n: int):
     before = (dict(log.state.holders), len(log.state.queue), dict(log.state.usage))
     log.estimate(T0 + 10)
     assert (dict(log.state.holders), len(log.state.queue), dict(log.state.usage)) == before
+
+
+def test_U4_limits_scaled_by_the_users_habit_of_writing_loose_limits():
+    """A user whose jobs end at half their limit: a new running job's end is its limit × 0.5
+    (basis predicted); with RunTimes(scale_limits=False) the limit itself (basis limits)."""
+    log = Log(_one_node(1))
+    for i in range(3):
+        start = T0 + i * 10_000
+        log.run(f"h{i}", "A", "a", "n1", "rtx4090", [0], start, time_limit_s=2 * H)
+        log.add(
+            JobEnded,
+            start + H,
+            job_id=f"h{i}",
+            attempt=1,
+            state="COMPLETED",
+            node="n1",
+            tier="rtx4090",
+            gpus=[0],
+            gpu_seconds_run=H,
+            tflops=82.6,
+        )
+    assert log.runtimes.limit_ratio("a", "A") == 0.5
+    t = T0 + 100_000
+    log.run("r", "A", "a", "n1", "rtx4090", [0], t, time_limit_s=4 * H)
+    log.queue("q", "B", "b", 1, t + 1, time_limit_s=H)
+    assert log.estimate(t + 10) == {"q": (t + 2 * H, "predicted")}
+    log.runtimes.scale_limits = False
+    assert log.estimate(t + 10) == {"q": (t + 4 * H, "limits")}

@@ -104,6 +104,16 @@ class Simulator:
 
     def run(self) -> float:
         """Simulate to the last job's end; returns the end time."""
+        self.begin()
+        total = len(self.jobs)
+        handlers = self.handlers()
+        while self._heap and self.done < total:  # stop at the last job's end
+            self.step(handlers)
+        self.log.flush()
+        return max((j.end_at for j in self.jobs.values() if j.end_at is not None), default=0.0)
+
+    def begin(self) -> None:
+        """Initial usage, the workload's arrivals and backfill, on the heap (nothing played)."""
         for lab, value in sorted(self.initial_usage.items()):
             self.usage[lab] = LabUsage(value, 0.0)
             self.log.emit(
@@ -119,12 +129,6 @@ class Simulator:
             self.at(job.submit_s, ARRIVAL, self.jobs[job.id])
         if self.params.backfill:
             backfill.schedule_initial(self)
-        total = len(self.jobs)
-        handlers = self.handlers()
-        while self._heap and self.done < total:  # stop at the last job's end
-            self.step(handlers)
-        self.log.flush()
-        return max((j.end_at for j in self.jobs.values() if j.end_at is not None), default=0.0)
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
         return {
