@@ -113,8 +113,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs")
     ap.add_argument("--max-cycles", type=int, default=EstimateParams().max_cycles)
+    ap.add_argument("--growth", type=float, default=EstimateParams().growth)
     args = ap.parse_args()
-    params = EstimateParams(max_cycles=args.max_cycles)
+    params = EstimateParams(max_cycles=args.max_cycles, growth=args.growth)
     runs = 3 if args.quick else 5
     print(
         f"{'queue':>6} {'gpus':>5} | {'estimate cpu s: med':>19} {'max':>6} | {'cycle ms':>8} |"

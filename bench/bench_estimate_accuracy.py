@@ -362,6 +362,9 @@ def main() -> int:
     ap.add_argument("--workload", choices=("lab", "philly-sample", "philly"), default="lab")
     ap.add_argument("--trace", type=Path, default=ROOT / "data" / "philly.csv")
     ap.add_argument("--settings", nargs="*", default=["exact", "2x", "2x-limits", "predicted"])
+    ap.add_argument("--nodes-scale", type=float, default=1.25, help="philly: × the yaml's nodes")
+    ap.add_argument("--weeks", type=int, nargs=2, default=(6, 7), help="philly: first, last week")
+    ap.add_argument("--growth", type=float, default=EstimateParams().growth)
     ap.add_argument("--submit-samples", type=int, default=400, help="arrivals probed (about)")
     args = ap.parse_args()
     if args.workload == "lab":
@@ -373,7 +376,8 @@ def main() -> int:
         if not args.trace.exists():
             print(f"{args.trace}: missing (make philly-trace)", file=sys.stderr)
             return 2
-        cluster, jobs = philly_cluster(1.25), philly_workload(args.trace, (6, 7))
+        weeks = (args.weeks[0], args.weeks[1])
+        cluster, jobs = philly_cluster(args.nodes_scale), philly_workload(args.trace, weeks)
     gpus = sum(c for n in cluster.nodes for c in n.gpus.values())
     print(f"workload {args.workload}: {len(jobs)} jobs on {gpus} GPUs", flush=True)
     every = max(1, len(jobs) // max(1, args.submit_samples))
@@ -387,6 +391,7 @@ def main() -> int:
         # 2x-limits: the same workload, the estimate from limits only (no scaling by history)
         limits = with_limits(jobs, setting.removesuffix("-limits"))
         sim = ProbedSim(cluster, limits, setting, every, not setting.endswith("-limits"))
+        sim.params_est = EstimateParams(growth=args.growth)
         sim.run_probed()
         r = evaluate(sim)
         for kind in ("submit", "hourly"):

@@ -98,7 +98,7 @@ class EstimateParams(msgspec.Struct, frozen=True, kw_only=True):
     horizon_s: float = 7 * 86400.0  # no estimate beyond now + horizon (unknown)
     max_cycles: int = 400  # cap on simulated cycles: bounds the CPU of one estimate
     resolution_s: float = 60.0  # virtual cycles at least this far apart ...
-    growth: float = 0.02  # ... and at least this fraction of the distance from now
+    growth: float = 0.03  # ... and at least this fraction of the distance from now
     maintenance_ends_at: float | None = None  # a known end of maintenance (else: unknown)
     policy: str = "jpu"  # the policy core to run (jpu.policy.POLICIES)
     frozen_usage: bool = False  # a baseline: no fair-share change at ends (Slurm-style)
