@@ -23,6 +23,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "sim": ([], ["--jobs", "0"]),
     "explain": ([], ["--jobs", "2000"]),
     "policy": ([], ["--full", "--trace", "data/philly.csv"]),
+    "estimate": ([], []),
     "start": ([], ["--n", "1000000"]),
     "gateway": ([], ["--requests", "10000", "--seconds", "60"]),
     "e2e": ([], ["--jobs", "3000", "--timeout", "240"]),

@@ -115,7 +115,7 @@ def error_reply(code: str, message: str, details: dict[str, Any] | None = None) 
 
 # --- the dispatcher's last decision, for the API's rank and pending reason (SPEC D1, D7) -----
 
-VIEWS_BUCKET: Final = "jpu_views"  # NATS KV bucket; key `queue.<stream>`
+VIEWS_BUCKET: Final = "jpu_views"  # NATS KV bucket; keys `queue.<stream>`, `estimates.<stream>`
 
 
 class QueueView(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,3 +144,30 @@ def encode_view(view: QueueView) -> bytes:
 
 def decode_view(data: bytes) -> QueueView:
     return _view_decoder.decode(data)
+
+
+class EstimatesView(msgspec.Struct, frozen=True, kw_only=True):
+    """Written by the leading dispatcher every `estimate_every_s` (SPEC U4): the forward estimate
+    of when each queued job starts (jpu.estimate), computed on its state at `at` (stream seq
+    `seq`). `jobs` = job id → [estimated start (null: unknown), basis: limits | predicted |
+    unknown]. `complete` = every job got a start within the horizon and the cycle cap."""
+
+    at: float
+    seq: int
+    jobs: dict[str, tuple[float | None, str]]
+    complete: bool = True
+
+
+def estimates_view_key(stream: str) -> str:
+    return f"estimates.{stream}"
+
+
+_estimates_decoder: Final = msgspec.json.Decoder(EstimatesView)
+
+
+def encode_estimates(view: EstimatesView) -> bytes:
+    return _encoder.encode(view)
+
+
+def decode_estimates(data: bytes) -> EstimatesView:
+    return _estimates_decoder.decode(data)

@@ -27,6 +27,7 @@ from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.estimate import RunTimes
 from jpu.events import (
     BackfillEnded,
     JobCancelRequested,
@@ -49,6 +50,7 @@ from jpu_services.dispatcher.decide import (
     escalations,
     maintenance_step,
 )
+from jpu_services.dispatcher.estimates import Estimator
 from jpu_services.dispatcher.lease import Lease
 from jpu_services.dispatcher.view import ViewPublisher
 from jpu_services.dispatcher.writer import LeaseLost, Writer
@@ -91,6 +93,7 @@ class Dispatcher:
     stats: DispatcherStats
     wake: asyncio.Event
     view: ViewPublisher
+    estimator: Estimator
 
     async def run_cycle(self) -> None:
         now = self.clock.now()
@@ -114,10 +117,14 @@ class Dispatcher:
             log.debug("cycle appended %d events", self.writer.appended - before)
 
 
-def _triggered(wake: asyncio.Event) -> Callable[[Delivered], None]:
+def _triggered(
+    wake: asyncio.Event, state: ClusterState, runtimes: RunTimes
+) -> Callable[[Delivered], None]:
     def on_event(d: Delivered) -> None:
         if isinstance(d.event, TRIGGERS):
             wake.set()
+        if isinstance(d.event, JobEnded):
+            runtimes.observe(state, d.event)  # U4: run times for predicted durations
 
     return on_event
 
@@ -135,10 +142,15 @@ async def run_dispatcher(
 ) -> None:
     state = ClusterState.new(config, keep_ended=False)  # issue 11: in-flight jobs only
     wake = asyncio.Event()
+    runtimes = RunTimes()
     follower = Follower(
-        bus, state, _triggered(wake), snapshots=SnapshotPolicy.from_config(bus, config)
+        bus,
+        state,
+        _triggered(wake, state, runtimes),
+        snapshots=SnapshotPolicy.from_config(bus, config),
     )
     lease = Lease(bus.js, f"dispatcher.{bus.stream}", holder, lease_ttl_s, lease_renew_s)
+    view = ViewPublisher(bus.js, bus.stream)
     d = Dispatcher(
         bus,
         config,
@@ -149,7 +161,8 @@ async def run_dispatcher(
         Writer(bus, state, lease.valid),
         stats or DispatcherStats(),
         wake,
-        ViewPublisher(bus.js, bus.stream),
+        view,
+        Estimator(config, state, view, runtimes),
     )
     await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(lease.run(stop))]
@@ -158,6 +171,7 @@ async def run_dispatcher(
         with observing_queue(state.jobs):  # SPEC O4
             await _loop(d, stop)
     finally:
+        await d.estimator.stop()
         for t in tasks:
             t.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -193,6 +207,7 @@ async def _loop(d: Dispatcher, stop: asyncio.Event) -> None:
             elapsed = time.perf_counter() - t0
             d.stats.cycle_ms.append(elapsed * 1000)
             record_cycle(elapsed)  # SPEC O4
+            d.estimator.maybe_start(d.clock.now())  # U4: between cycles, simulated off the loop
         except LeaseLost:
             leading = d.stats.leader = False
             log.warning("lease lost: standing by")

@@ -1,4 +1,5 @@
-"""Publish the cycle's queue order and pending reasons to NATS KV (SPEC D1, D7).
+"""Publish the cycle's queue order and pending reasons to NATS KV (SPEC D1, D7), and the
+estimated starts (U4, services/dispatcher/estimates.py).
 
 Rank and pending reason are properties of a cycle, not of a job, so they are not events; the
 gateway reads the latest `QueueView` from the `jpu_views` bucket (jpu.commands)."""
@@ -12,7 +13,15 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError
 from nats.js.kv import KeyValue
 
-from jpu.commands import VIEWS_BUCKET, QueueView, encode_view, queue_view_key
+from jpu.commands import (
+    VIEWS_BUCKET,
+    EstimatesView,
+    QueueView,
+    encode_estimates,
+    encode_view,
+    estimates_view_key,
+    queue_view_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +29,7 @@ log = logging.getLogger(__name__)
 class ViewPublisher:
     def __init__(self, js: JetStreamContext, stream: str) -> None:
         self.js, self.key = js, queue_view_key(stream)
+        self.estimates_key = estimates_view_key(stream)
         self._kv: KeyValue | None = None
         self._last: tuple[list[str], dict[str, str]] | None = None
 
@@ -44,3 +54,11 @@ class ViewPublisher:
             self._last = (list(order), dict(pending))
         except Exception as e:  # never let the view stop dispatching
             log.warning("queue view not published: %s", e)
+
+    async def publish_estimates(self, view: EstimatesView) -> None:
+        """SPEC U4, best effort like the queue view."""
+        try:
+            kv = await self._bucket()
+            await kv.put(self.estimates_key, encode_estimates(view))
+        except Exception as e:
+            log.warning("estimates not published: %s", e)

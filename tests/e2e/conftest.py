@@ -24,6 +24,7 @@ from jpu.testing.nats_fixtures import unique_names
 BASE_ENV = {
     "JPU_CYCLE_S": "0.5",  # D3/D8: short upper bound; triggered cycles do most of the work
     "JPU_CANCEL_GRACE_S": "2",  # X5
+    "JPU_ESTIMATE_EVERY_S": "1",  # U4: estimates within a second of a change
     "JPU_SUBMIT_RATE_PER_S": "0",  # tests submit in bursts; the limiter has its own tests
 }
 

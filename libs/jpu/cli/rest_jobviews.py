@@ -23,6 +23,15 @@ def has_estimates(data: dict[str, Any]) -> bool:
     return any("estimated_start" in e for e in data.get("queue", []))
 
 
+def estimate(j: dict[str, Any]) -> str:
+    """SPEC U4 in words: an estimate with its basis and when it was computed, never a promise."""
+    start, basis = j.get("estimated_start"), j.get("estimate_basis")
+    at = f", computed {fmt_ts(j['estimated_at'])}" if j.get("estimated_at") else ""
+    if start is None:
+        return f"unknown (estimate{at})"
+    return f"{fmt_ts(start)} (estimate from {basis}{at})"
+
+
 def queue(data: dict[str, Any], start: bool = False) -> str:
     """The global queue by rank, the personal queues, then the jobs running now (like squeue:
     STATE, TIME = run time, NODELIST(REASON)). `start`: an ESTIMATED_START column, when the API
@@ -41,8 +50,10 @@ def queue(data: dict[str, Any], start: bool = False) -> str:
             e.get("state"),
             fmt_duration(e.get("elapsed_s")),
         ]
-        if with_start:
-            row.append(fmt_ts(e.get("estimated_start")))
+        if with_start:  # U4: "unknown" when the estimate found no start
+            start = e.get("estimated_start")
+            unknown = start is None and e.get("estimate_basis")
+            row.append("unknown" if unknown else fmt_ts(start))
         rows.append([*row, fmt_usage(e.get("lab_usage")), _where(e)])
     headers = [*_QUEUE_HEADERS, *(["ESTIMATED_START"] if with_start else [])]
     out = table([*headers, "LAB_USAGE", "NODELIST(REASON)"], rows)
@@ -138,6 +149,8 @@ def job(j: dict[str, Any]) -> str:
     ]
     if j.get("rank") is not None or j.get("pending_reason"):
         pairs += [("Rank", j.get("rank")), ("Reason", j.get("pending_reason"))]
+    if j.get("estimate_basis"):
+        pairs.append(("EstimatedStart", estimate(j)))
     pairs += [
         ("Reservation", _reservation(j)),
         ("Placement", _placement(j)),

@@ -79,6 +79,9 @@ class Config(Cluster, frozen=True, kw_only=True):
     min_cycle_gap_s: float = 0.2
     max_active_jobs: int = 3
     max_attempts: int = 3
+    estimate_every_s: float = 15.0  # U4: the leading dispatcher's estimate cadence; 0: none
+    estimate_horizon_s: float = 7 * 24 * 3600.0  # U4: no estimate further ahead (unknown)
+    estimate_max_cycles: int = 400  # U4: simulated cycles per estimate (bounds its CPU)
     cancel_grace_s: float = 30.0
     kill_failed_after_s: float = 300.0
     backfill_settle_s: float = 60.0
@@ -124,6 +127,16 @@ def _validate(cluster: Cluster) -> None:
     if isinstance(cluster, Config):
         _validate_isolation(cluster)
         _validate_snapshots(cluster)
+        _validate_estimates(cluster)
+
+
+def _validate_estimates(config: Config) -> None:
+    if not config.estimate_every_s >= 0:  # also refuses NaN
+        raise ConfigError("estimate_every_s: must be >= 0 (0 turns estimates off)")
+    if not config.estimate_horizon_s > 0:
+        raise ConfigError("estimate_horizon_s: must be positive")
+    if config.estimate_max_cycles < 1:
+        raise ConfigError("estimate_max_cycles: must be at least 1")
 
 
 def _validate_demotion(cluster: Cluster) -> None:

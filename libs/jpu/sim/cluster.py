@@ -30,6 +30,22 @@ class SimCluster:
         self.idle_since: dict[int, float] = dict.fromkeys(range(self.capacity), 0.0)
         self.backfill: dict[int, tuple[str, float]] = {}  # position -> (backfill id, since)
 
+    @classmethod
+    def from_rows(cls, rows: list[Gpu], now: float) -> SimCluster:
+        """A cluster as it stands now (a forward estimate's start), from `gpu_resources` rows.
+
+        Backfill is dropped: it always yields (B4), so a backfilled GPU is simply free here."""
+        self = cls(Cluster(tiers=[], nodes=[]))
+        self.gpus = [
+            Gpu(g.node, g.tier, g.index, "free" if g.state.startswith("backfill:") else g.state)
+            for g in rows
+        ]
+        self.pos = {(g.node, g.tier, g.index): p for p, g in enumerate(self.gpus)}
+        self.capacity = len(self.gpus)
+        self.idle_count = sum(1 for g in self.gpus if g.state == "free")
+        self.idle_since = {p: now for p, g in enumerate(self.gpus) if g.state == "free"}
+        return self
+
     # --- state changes --------------------------------------------------------------------
 
     def _set(self, p: int, state: str) -> None:

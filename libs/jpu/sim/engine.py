@@ -21,7 +21,7 @@ from jpu.events import UsageCharged
 from jpu.policy import POLICIES, fairshare
 from jpu.policy.charging import charge_id
 from jpu.policy.labqueues import LabQueues
-from jpu.policy.model import LabUsage, RunningJob, Snapshot
+from jpu.policy.model import LabUsage, MaintenanceState, RunningJob, Snapshot
 from jpu.policy.queue import promotions
 from jpu.sim import attempts, backfill, cycles
 from jpu.sim.cluster import SimCluster
@@ -73,6 +73,7 @@ class Simulator:
         self._dirty = False
         self._cycle_at: float | None = None
         self._last_cycle = -math.inf
+        self.maintenance: MaintenanceState = "NORMAL"  # D6: a forward estimate may start in it
 
     # --- scheduling ------------------------------------------------------------------------
 
@@ -84,21 +85,35 @@ class Simulator:
         """Something that can change a cycle's outcome happened (SPEC D8): cycle soon."""
         self._dirty = True
         if self._cycle_at is None:
-            p = self.params
-            # D8: event-triggered, at most one per min_cycle_gap_s (inf = none at all) ...
-            gap = p.min_cycle_gap_s
-            coalesced = math.inf if gap == math.inf else max(self.now, self._last_cycle + gap)
-            # ... and D3: the periodic cycle at the next multiple of cycle_s not yet cycled
-            periodic = math.ceil(self.now / p.cycle_s) * p.cycle_s
-            if self._last_cycle > -math.inf:
-                periodic = max(periodic, (self._last_cycle // p.cycle_s + 1) * p.cycle_s)
-            self._cycle_at = min(coalesced, periodic)
+            self._cycle_at = self.next_cycle_at()
             self.at(self._cycle_at, CYCLE)
+
+    def next_cycle_at(self) -> float:
+        """When the cycle a change asks for runs (a forward estimate coarsens this)."""
+        p = self.params
+        # D8: event-triggered, at most one per min_cycle_gap_s (inf = none at all) ...
+        gap = p.min_cycle_gap_s
+        coalesced = math.inf if gap == math.inf else max(self.now, self._last_cycle + gap)
+        # ... and D3: the periodic cycle at the next multiple of cycle_s not yet cycled
+        periodic = math.ceil(self.now / p.cycle_s) * p.cycle_s
+        if self._last_cycle > -math.inf:
+            periodic = max(periodic, (self._last_cycle // p.cycle_s + 1) * p.cycle_s)
+        return min(coalesced, periodic)
 
     # --- run -------------------------------------------------------------------------------
 
     def run(self) -> float:
         """Simulate to the last job's end; returns the end time."""
+        self.begin()
+        total = len(self.jobs)
+        handlers = self.handlers()
+        while self._heap and self.done < total:  # stop at the last job's end
+            self.step(handlers)
+        self.log.flush()
+        return max((j.end_at for j in self.jobs.values() if j.end_at is not None), default=0.0)
+
+    def begin(self) -> None:
+        """Initial usage, the workload's arrivals and backfill, on the heap (nothing played)."""
         for lab, value in sorted(self.initial_usage.items()):
             self.usage[lab] = LabUsage(value, 0.0)
             self.log.emit(
@@ -114,20 +129,25 @@ class Simulator:
             self.at(job.submit_s, ARRIVAL, self.jobs[job.id])
         if self.params.backfill:
             backfill.schedule_initial(self)
-        handlers: dict[int, Callable[[Simulator, Any], None]] = {
+
+    def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
+        return {
             END: attempts.on_end,
             CANCEL: attempts.on_cancel,
             ARRIVAL: Simulator._on_arrival,
             BACKFILL: backfill.on_check,
             CYCLE: Simulator._on_cycle,
         }
-        total = len(self.jobs)
-        while self._heap and self.done < total:  # stop at the last job's end
-            t, kind, _, obj = heapq.heappop(self._heap)
-            self.now = t
-            handlers[kind](self, obj)
-        self.log.flush()
-        return max((j.end_at for j in self.jobs.values() if j.end_at is not None), default=0.0)
+
+    def next_time(self) -> float:
+        """The virtual time of the next happening (inf when there is none)."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def step(self, handlers: dict[int, Callable[[Simulator, Any], None]]) -> None:
+        """Play the next happening (the clock moves to its time)."""
+        t, kind, _, obj = heapq.heappop(self._heap)
+        self.now = t
+        handlers[kind](self, obj)
 
     # --- intake (SPEC Q2, Q4, Q5) ------------------------------------------------------------
 
@@ -213,6 +233,7 @@ class Simulator:
             running=list(self.running.values()),
             reservation_demotion=self.params.reservation_demotion or "strict",
             reservation_demotion_margin=self.params.reservation_demotion_margin or 0.0,
+            maintenance=self.maintenance,
         )
         t0 = time.perf_counter()
         result = self.policy(snapshot, self.now)

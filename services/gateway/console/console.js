@@ -50,6 +50,8 @@ const STRINGS = {
     "f.command": "Command", "f.workdir": "Working directory",
     "f.time_limit_s": "Time limit", "f.elapsed_s": "Run time",
     "f.estimated_start": "Estimated start (an estimate, not a promise)",
+    "est.limits": "from time limits", "est.predicted": "from predicted run times",
+    "est.unknown": "unknown", "est.at": "estimated at",
     "f.oom_retry": "OOM retry", "f.raised_by_oom": "raised by the OOM retry, not set by you",
     "job.output": "Output", "log.attempt": "Attempt", "log.none": "No output yet for this attempt.",
     "log.running": "Updating while the attempt runs…", "log.ended": "The attempt has ended.",
@@ -170,6 +172,8 @@ const STRINGS = {
     "f.command": "명령", "f.workdir": "작업 디렉터리",
     "f.time_limit_s": "시간 제한", "f.elapsed_s": "실행 시간",
     "f.estimated_start": "예상 시작 시각 (추정치이며 약속이 아닙니다)",
+    "est.limits": "시간 제한 기준", "est.predicted": "예측 실행 시간 기준",
+    "est.unknown": "알 수 없음", "est.at": "추정 시각",
     "f.oom_retry": "OOM 재시도", "f.raised_by_oom": "OOM 재시도로 올라간 값이며 사용자가 정한 값이 아닙니다",
     "job.output": "출력", "log.attempt": "시도", "log.none": "이 시도의 출력이 아직 없습니다.",
     "log.running": "실행 중인 동안 자동으로 갱신됩니다…", "log.ended": "이 시도는 끝났습니다.",
@@ -497,7 +501,7 @@ async function loadQueue() {
         h("td", { class: "num" }, j.rank ?? "–"), h("td", {}, jobLink(j.job_id)),
         h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
         h("td", {}, codeSpan("state", j.state)), h("td", { class: "num" }, fmtNum(j.lab_usage)),
-        eta ? h("td", { title: j.estimate_basis || null }, j.estimated_start ? fmtTime(j.estimated_start) : "–") : null,
+        eta ? h("td", { title: estimateTitle(j) }, estimateText(j)) : null,
         h("td", {}, codeSpan("reason", j.pending_reason))));
       return rows.length ? rows : [h("tr", {}, h("td", { colspan: eta ? 9 : 8 }, t("queue.empty")))];
     });
@@ -641,7 +645,15 @@ async function loadJobs() {
   });
 }
 
+// SPEC U4: an estimate, with its basis and when it was computed; "unknown" when it found no start
+const estimateText = (j) => j.estimated_start ? fmtTime(j.estimated_start)
+  : j.estimate_basis ? t("est.unknown") : "–";
+const estimateTitle = (j) => j.estimate_basis
+  ? `${t("est." + j.estimate_basis)}${j.estimated_at ? ` · ${t("est.at")} ${fmtTime(j.estimated_at)}` : ""}`
+  : null;
+
 function describe(key, v, job) {
+  if (key === "estimated_start" && job.estimate_basis) return `${estimateText(job)} (${estimateTitle(job)})`;
   if (v === null || v === undefined || v === "") return null;
   if (key === "state") return codeSpan("state", v);
   if (key === "pending_reason") return codeSpan("reason", v);
@@ -650,7 +662,6 @@ function describe(key, v, job) {
   if (key === "reservation") return `${v.node} · ${v.tier} [${(v.gpus || []).join(",")}] ${t("maint.since")} ${fmtTime(v.since)}`;
   if (key === "time_limit_s") return fmtSlurm(v);
   if (key === "elapsed_s") return fmtSlurm(v);
-  if (key === "estimated_start") return `${fmtTime(v)}${job.estimate_basis ? ` (${job.estimate_basis})` : ""}`;
   if (key.endsWith("_at")) return fmtTime(v);
   if (key === "usage_charged") return fmtNum(v) + " TFLOP-s";
   if (Array.isArray(v)) return v.join(", ");

@@ -44,11 +44,24 @@ class QueueView:
     reasons: dict[str, str] = field(default_factory=dict)
     ranked: int = 0  # the first `ranked` of `ordered` have the dispatcher's rank; the rest none
     decided_at: float | None = None  # the dispatcher's cycle these ranks and reasons come from
+    estimates: commands.EstimatesView | None = None  # U4: the dispatcher's latest estimate
     _ranks: dict[str, int] | None = None  # job id -> rank, built on first use (shared views)
 
     def rank(self, i: int) -> int | None:
         """The rank of `ordered[i]` (0-based), None for a job no cycle has ranked yet."""
         return i + 1 if i < self.ranked else None
+
+    def estimate_of(self, job_id: str) -> dict[str, Any]:
+        """SPEC U4: `estimated_start` (null: unknown or not estimated yet), `estimate_basis`
+        (limits | predicted | unknown; null: no estimate has seen this job yet) and
+        `estimated_at` (the dispatcher's time the estimate was computed for)."""
+        est = self.estimates
+        got = est.jobs.get(job_id) if est is not None else None
+        return {
+            "estimated_start": got[0] if got else None,
+            "estimate_basis": got[1] if got else None,
+            "estimated_at": est.at if est is not None and got else None,
+        }
 
     def rank_of(self, job_id: str) -> tuple[int | None, str | None]:
         if self._ranks is None:
@@ -86,11 +99,24 @@ async def decided(js: Any, stream: str) -> commands.QueueView | None:
     return commands.decode_view(entry.value)
 
 
+async def estimated(js: Any, stream: str) -> commands.EstimatesView | None:
+    """The dispatcher's latest estimated starts (SPEC U4; None before its first estimate)."""
+    try:
+        kv = await js.key_value(commands.VIEWS_BUCKET)
+        entry = await kv.get(commands.estimates_view_key(stream))
+    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
+        return None
+    if entry is None or not entry.value:
+        return None
+    return commands.decode_estimates(entry.value)
+
+
 async def queue_view(
     pool: asyncpg.Pool,
     decision: commands.QueueView | None,
     half_life_s: float,
     now: float,
+    estimates: commands.EstimatesView | None = None,
 ) -> QueueView:
     rows, usage, maintenance = await _snapshot_parts(pool)
     queued = {r["job_id"]: r for r in rows if r["state"] != PERSONAL}
@@ -108,6 +134,7 @@ async def queue_view(
         reasons=reasons,
         ranked=len(order),
         decided_at=decision.at if decision else None,
+        estimates=estimates,
     )
 
 
@@ -153,7 +180,8 @@ def shared_view(request: Request) -> SharedView:
             now = float(clock.now()) if clock is not None else time.time()
             edges = app.state.edges
             decision = await decided(edges.bus.js, edges.bus.stream)
-            return await queue_view(edges.pool, decision, base.half_life_s, now)
+            estimates = await estimated(edges.bus.js, edges.bus.stream)
+            return await queue_view(edges.pool, decision, base.half_life_s, now, estimates)
 
         view = app.state.queue_view = SharedView(compute)
     return view

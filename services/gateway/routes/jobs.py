@@ -78,14 +78,17 @@ async def _job_body(
     request: Request, pool: Any, settings: Any, row: Any, *, detail: bool = True
 ) -> dict[str, Any]:
     rank = reason = decided_at = None
+    estimate: dict[str, Any] = dict.fromkeys(("estimated_start", "estimate_basis", "estimated_at"))
     if row["state"] in ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"):
         view = await shared_view(request).get()  # read after this request's write (see there)
         rank, reason = view.rank_of(row["job_id"])  # D1/D7: the dispatcher's decision
         decided_at = view.decided_at
+        estimate = view.estimate_of(row["job_id"])  # U4: an estimate, not a promise
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
             rank, reason = None, "ConcurrencyLimit"  # already be promoted; show the row's state
     out = job_out(row, rank, reason, detail=detail)
     out["decided_at"] = decided_at  # when the dispatcher decided that rank and reason
+    out.update(estimate)
     return _with_dirs(out, settings)
 
 

@@ -120,7 +120,8 @@ async def queue(
     ] = None,
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
-    by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit);
+    by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit), each
+    with its `estimated_start`, `estimate_basis` and `estimated_at` (U4; see README);
     `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
     keep the ranks of the whole queue; the lengths count it whole. With `at` (admins): the
     queue, personal queues and running jobs as they stood then, folded from the log with the
@@ -136,6 +137,8 @@ async def queue(
         _entry(r, view.rank(i), view.reasons.get(r["job_id"]), view.usage.get(r["lab"], 0.0))
         for i, r in enumerate(view.ordered)
     ] + [_entry(r, None, "ConcurrencyLimit", view.usage.get(r["lab"], 0.0)) for r in view.personal]
+    for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise
+        e.update(view.estimate_of(e["job_id"]))
     running = [
         _running(r, view.usage.get(r["lab"], 0.0), view.now)
         for r in await pool.fetch(_RUNNING_SQL, list(RUNNING_STATES))

@@ -1,0 +1,209 @@
+"""Estimated start of every queued job from the live fold (SPEC U4). Pure: `now` passed in.
+
+    estimate(state, config, now, runtimes) -> ForwardResult
+
+The dispatcher's `ClusterState` (the same fold its cycle decides on) becomes a `Present`, which
+`jpu.sim.forward` plays forward with the same policy core (see there for what is assumed).
+
+How long a job runs once started (its basis):
+- `limits`: its `time_limit_s`;
+- `predicted`: without a limit, the median of the same user's last `keep` completed runs with
+  the same `num_gpus`, else the median of the lab's (same `num_gpus`), from `RunTimes`. With a
+  limit, when the user's (else the lab's) recent runs ended well before their limits (median of
+  run time / limit below `LOOSE`), the limit × that median: users who write 2× their run time
+  get estimates from what their jobs really take (`RunTimes(scale_limits=False)`: limits only);
+- `unknown`: neither (a running job then holds its GPUs for the whole estimate).
+`RunTimes` is fed from the log's `JobEnded` events as the dispatcher follows them; it starts
+empty after a restart from a snapshot and fills up as jobs complete.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+from jpu.config import Config
+from jpu.events import JobEnded
+from jpu.fold import ClusterState, JobView
+from jpu.fold_jobs import QUEUED, queued_job
+from jpu.fold_snapshot import gpus
+from jpu.policy.charging import with_owed
+from jpu.policy.model import Gpu, MaintenanceState
+from jpu.sim.forward import (
+    Basis,
+    EstimateParams,
+    ForwardJob,
+    ForwardResult,
+    Present,
+    QueuedNow,
+    RunningNow,
+    forward,
+)
+
+__all__ = ["EstimateParams", "ForwardResult", "RunTimes", "estimate", "present"]
+
+RunKey = tuple[str, int]  # (user or lab, num_gpus)
+LOOSE = 0.9  # runs ending before 90 % of their limit (median): the limit is scaled
+
+
+class RunTimes:
+    """Recent completed run times per (user, num_gpus) and (lab, num_gpus), bounded."""
+
+    def __init__(self, keep: int = 20, *, scale_limits: bool = True) -> None:
+        self.keep, self.scale_limits = keep, scale_limits
+        self.by_user: dict[RunKey, deque[float]] = {}
+        self.by_lab: dict[RunKey, deque[float]] = {}
+        self.ratio_user: dict[str, deque[float]] = {}  # run time / limit, any num_gpus
+        self.ratio_lab: dict[str, deque[float]] = {}
+
+    def record(
+        self, user: str, lab: str, num_gpus: int, run_s: float, limit_s: float | None = None
+    ) -> None:
+        for table, who in ((self.by_user, user), (self.by_lab, lab)):
+            d = table.get((who, num_gpus))
+            if d is None:
+                d = table[(who, num_gpus)] = deque(maxlen=self.keep)
+            d.append(run_s)
+        if limit_s:
+            for ratios, who in ((self.ratio_user, user), (self.ratio_lab, lab)):
+                r = ratios.get(who)
+                if r is None:
+                    r = ratios[who] = deque(maxlen=self.keep)
+                r.append(min(1.0, run_s / limit_s))
+
+    def limit_ratio(self, user: str, lab: str) -> float | None:
+        """Median run time / limit of the user's recent runs with a limit, else the lab's."""
+        for d in (self.ratio_user.get(user), self.ratio_lab.get(lab)):
+            if d:
+                return float(statistics.median(d))
+        return None
+
+    def observe(self, state: ClusterState, event: object) -> None:
+        """A completed attempt's run time, from its `JobEnded` (after the fold applied it)."""
+        if not isinstance(event, JobEnded) or event.state != "COMPLETED" or not event.gpus:
+            return
+        job = state.job_seen(event.job_id)
+        if job is None or event.gpu_seconds_run <= 0:
+            return
+        run_s = event.gpu_seconds_run / len(event.gpus)
+        self.record(job.user, job.lab, job.num_gpus, run_s, job.time_limit_s)
+
+    def predict(self, user: str, lab: str, num_gpus: int) -> float | None:
+        for d in (self.by_user.get((user, num_gpus)), self.by_lab.get((lab, num_gpus))):
+            if d:
+                return float(statistics.median(d))
+        return None
+
+    def duration(
+        self, user: str, lab: str, num_gpus: int, time_limit_s: float | None
+    ) -> tuple[float | None, Basis]:
+        if time_limit_s:
+            r = self.limit_ratio(user, lab) if self.scale_limits else None
+            if r is not None and r < LOOSE:
+                return float(time_limit_s) * r, "predicted"
+            return float(time_limit_s), "limits"
+        p = self.predict(user, lab, num_gpus)
+        return (p, "predicted") if p is not None else (None, "unknown")
+
+
+def _fjob(j: JobView, runtimes: RunTimes) -> ForwardJob:
+    d, basis = runtimes.duration(j.user, j.lab, j.num_gpus, j.time_limit_s)
+    return ForwardJob(
+        job_id=j.job_id,
+        lab=j.lab,
+        user=j.user,
+        num_gpus=j.num_gpus,
+        tiers=j.tiers,
+        min_vram_gb=j.min_vram_gb,
+        time_limit_s=j.time_limit_s,
+        attempt=j.attempt,
+        duration_s=d,
+        basis=basis,
+    )
+
+
+def present(
+    state: ClusterState, config: Config, now: float, runtimes: RunTimes | None = None
+) -> Present:
+    """The live fold at `now` as the forward estimate's starting point."""
+    rt = runtimes or RunTimes()
+    running: list[RunningNow] = []
+    queued: list[QueuedNow] = []
+    keep: set[str] = set()  # jobs the estimate plays; GPUs held by others are freed
+    for j in state.jobs.values():
+        if j.placement is not None and j.state in ("DISPATCHED", "RUNNING", "CANCELLING"):
+            node, tier, held = j.placement
+            fj = _fjob(j, rt)
+            begun = j.started_at or j.dispatched_at or now
+            ends = None
+            if j.state == "CANCELLING":  # X5: SIGTERM now, SIGKILL after the grace
+                ends = now + config.cancel_grace_s
+            elif fj.duration_s is not None:
+                ends = begun + fj.duration_s
+            running.append(
+                RunningNow(
+                    job=fj,
+                    node=node,
+                    tier=tier,
+                    gpus=held,
+                    started_at=j.dispatched_at or begun,  # F5: held from the dispatch
+                    ends_at=ends,
+                    uncharged_gpu_s=j.uncharged_reserved_gpu_s,
+                    uncharged_cost=j.uncharged_reserved_usage,
+                )
+            )
+            keep.add(j.job_id)
+        elif j.state in QUEUED:
+            queued.append(
+                QueuedNow(
+                    job=_fjob(j, rt),
+                    record=queued_job(j),
+                    uncharged_gpu_s=j.uncharged_reserved_gpu_s,
+                    uncharged_cost=j.uncharged_reserved_usage,
+                )
+            )
+            keep.add(j.job_id)
+    personal: dict[str, list[ForwardJob]] = {}
+    for user, ids in state.personal.items():
+        pq = [
+            _fjob(state.jobs[i], rt)
+            for i in ids
+            if i in state.jobs and state.jobs[i].state == "PERSONAL_QUEUE_WAIT"
+        ]
+        if pq:
+            personal[user] = pq
+    rows = []
+    for g in gpus(state):
+        holder = g.state.split(":", 1)[1] if g.state.startswith(("job:", "reserved:")) else None
+        rows.append(Gpu(g.node, g.tier, g.index, "free") if holder and holder not in keep else g)
+    maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
+    limits = {
+        u.name: u.max_active_jobs
+        for lab in config.labs
+        for u in lab.users
+        if u.max_active_jobs is not None
+    }
+    return Present(
+        now=now,
+        tiers={t.name: t for t in config.tiers},
+        gpus=rows,
+        usage=with_owed(state.usage, state.owed.values(), config.half_life_s),
+        half_life_s=config.half_life_s,
+        maintenance=maintenance,
+        running=running,
+        queued=queued,
+        personal=personal,
+        limits=limits,
+        max_active_jobs=config.max_active_jobs,
+    )
+
+
+def estimate(
+    state: ClusterState,
+    config: Config,
+    now: float,
+    runtimes: RunTimes | None = None,
+    params: EstimateParams | None = None,
+) -> ForwardResult:
+    """SPEC U4: job id -> (estimated start | None, basis) for every queued job."""
+    return forward(present(state, config, now, runtimes), params)

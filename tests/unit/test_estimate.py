@@ -1,0 +1,263 @@
+"""Estimated start (SPEC U4) on small hand-made clusters where the answer is known exactly.
+
+The state is built from real events through the services' fold (ClusterState), then played
+forward by `jpu.estimate` with the policy core (D1–D8, R1–R5, F3/F4, Q5, D6)."""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+import pytest
+
+from jpu.bus import Delivered
+from jpu.config import Config, load_config
+from jpu.estimate import RunTimes, estimate
+from jpu.events import (
+    Event,
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobStarted,
+    JobSubmitted,
+    MaintenanceChanged,
+    ReservationStarted,
+    UsageCharged,
+    new_event_id,
+)
+from jpu.fold import ClusterState, evolve
+from jpu.sim.forward import EstimateParams
+
+T0 = 1_000_000.0
+H = 3600.0
+
+
+def _config(**over: Any) -> Config:
+    base = load_config(env={})
+    return base if not over else type(base)(**{**_fields(base), **over})
+
+
+def _fields(c: Config) -> dict[str, Any]:
+    import msgspec
+
+    return {f.name: getattr(c, f.name) for f in msgspec.structs.fields(c)}
+
+
+class Log:
+    """Events through the real fold, as the dispatcher follows them."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.state = ClusterState.new(config)
+        self.seq = count(1)
+        self.runtimes = RunTimes()
+
+    def add(self, cls: type[Event], ts: float, /, **kw: Any) -> None:
+        event = cls(event_id=new_event_id(), ts=ts, **kw)
+        evolve(self.state, Delivered(seq=next(self.seq), subject="s", event=event, headers={}))
+        self.runtimes.observe(self.state, event)
+
+    def submit(self, job: str, lab: str, user: str, n: int, ts: float, **kw: Any) -> None:
+        self.add(
+            JobSubmitted,
+            ts,
+            job_id=job,
+            lab=lab,
+            user=user,
+            name=job,
+            command="c",
+            num_gpus=n,
+            **kw,
+        )
+
+    def queue(self, job: str, lab: str, user: str, n: int, ts: float, **kw: Any) -> None:
+        self.submit(job, lab, user, n, ts, **kw)
+        self.add(JobPromoted, ts, job_id=job, queue_entered_at=ts)
+
+    def run(
+        self,
+        job: str,
+        lab: str,
+        user: str,
+        node: str,
+        tier: str,
+        gpus: list[int],
+        ts: float,
+        **kw: Any,
+    ) -> None:
+        self.queue(job, lab, user, len(gpus), ts, **kw)
+        self.add(JobDispatched, ts, job_id=job, attempt=1, node=node, tier=tier, gpus=gpus)
+        self.add(JobStarted, ts, job_id=job, attempt=1, backend_job_id=f"b-{job}")
+
+    def estimate(self, now: float, **params: Any) -> dict[str, tuple[float | None, str]]:
+        result = estimate(self.state, self.config, now, self.runtimes, EstimateParams(**params))
+        return {j: (e.start, e.basis) for j, e in result.estimates.items()}
+
+
+def _one_node(gpus: int = 2) -> Config:
+    base = load_config(env={})
+    return _config(
+        nodes=[type(base.nodes[0])(name="n1", gpus={"rtx4090": gpus})],
+    )
+
+
+def test_U4_next_job_starts_when_the_running_jobs_limit_ends():
+    log = Log(_one_node(1))
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=2 * H)
+    log.queue("q", "B", "b", 1, T0 + 60)
+    est = log.estimate(T0 + 600)
+    assert est == {"q": (T0 + 2 * H, "limits")}
+
+
+def test_U4_job_that_fits_now_starts_now():
+    log = Log(_one_node(2))
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=H)
+    log.queue("q", "B", "b", 1, T0 + 60)
+    assert log.estimate(T0 + 100) == {"q": (T0 + 100, "limits")}
+
+
+def test_U4_D1_queue_order_follows_fair_share_including_charges_at_ends():
+    """Two jobs wait for one GPU; the lab with less usage goes first (D1). When its job ends its
+    lab is charged (F4) and the other lab's job is next."""
+    log = Log(_one_node(1))
+    log.add(UsageCharged, T0 - 10, lab="A", amount=1e6, value_after=1e6, as_of=T0 - 10)
+    log.run("r", "C", "c", "n1", "rtx4090", [0], T0, time_limit_s=H)
+    log.queue("a1", "A", "a", 1, T0 + 1, time_limit_s=H)  # earlier, but lab A used more
+    log.queue("b1", "B", "b", 1, T0 + 2, time_limit_s=H)
+    est = log.estimate(T0 + 10)
+    assert est["b1"] == (T0 + H, "limits")
+    assert est["a1"] == (T0 + 2 * H, "limits")
+
+
+def test_U4_R1_multi_gpu_job_behind_a_reservation():
+    """X (2 GPUs, rank 1) holds a reservation of GPU 0; GPU 1 runs R until T0+1h. X starts at
+    T0+1h (its reservation completes, D3.b); Y (1 GPU, lower rank) cannot take reserved GPUs
+    (R2, D5) and starts when X ends, T0+1h+2h."""
+    log = Log(_one_node(2))
+    log.run("r", "C", "c", "n1", "rtx4090", [1], T0, time_limit_s=H)
+    log.queue("x", "A", "a", 2, T0 + 10, time_limit_s=2 * H)
+    log.add(ReservationStarted, T0 + 10, job_id="x", node="n1", tier="rtx4090", gpus=[0])
+    log.queue("y", "B", "b", 1, T0 + 20, time_limit_s=H)
+    log.add(UsageCharged, T0, lab="B", amount=1e9, value_after=1e9, as_of=T0)  # y ranks below
+    est = log.estimate(T0 + 30)
+    assert est["x"] == (T0 + H, "limits")
+    assert est["y"] == (T0 + 3 * H, "limits")
+
+
+def test_U4_R3_reservation_lost_to_a_lab_whose_charge_reorders():
+    """The seed's R3 shape forward: X (BCG, 2 GPUs) reserves; Y (BCG) ends and its charge puts
+    BCG above KDG; KDG's 1-GPU job K then ranks first and takes the freed GPU (X is demoted)."""
+    log = Log(_one_node(2))
+    log.add(UsageCharged, T0, lab="BCG", amount=24_000, value_after=24_000, as_of=T0)
+    log.add(UsageCharged, T0, lab="KDG", amount=28_000, value_after=28_000, as_of=T0)
+    log.run("y", "BCG", "y", "n1", "rtx4090", [1], T0, time_limit_s=300)
+    log.queue("x", "BCG", "x", 2, T0 + 1, time_limit_s=H)
+    log.add(ReservationStarted, T0 + 1, job_id="x", node="n1", tier="rtx4090", gpus=[0])
+    log.queue("k", "KDG", "k", 1, T0 + 2, time_limit_s=600)
+    est = log.estimate(T0 + 3)
+    # Y's end at T0+300 charges BCG 300 × 82.6 = 24,780 (> 28,000 − 24,000): K is rank 1 (D1),
+    # X loses its reservation (R3) and K takes a GPU; X starts once K ends.
+    assert est["k"] == (T0 + 300, "limits")
+    assert est["x"] == (T0 + 900, "limits")
+
+
+def test_U4_Q5_personal_queue_job_is_promoted_when_a_slot_frees():
+    log = Log(_one_node(1))
+    log.config = _config(nodes=log.config.nodes, max_active_jobs=1)
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=H)
+    log.submit("p", "A", "a", 1, T0 + 5, time_limit_s=H)  # user a's slot is taken (Q5)
+    est = log.estimate(T0 + 10)
+    assert est == {"p": (T0 + H, "limits")}
+
+
+def test_U4_D6_maintenance_without_a_known_end_gives_unknown():
+    log = Log(_one_node(1))
+    log.queue("q", "A", "a", 1, T0, time_limit_s=H)
+    log.add(MaintenanceChanged, T0 + 1, state="DRAINING", by="admin", message="nfs")
+    assert log.estimate(T0 + 10) == {"q": (None, "unknown")}
+
+
+def test_U4_D6_no_start_before_a_maintenance_window_ends():
+    log = Log(_one_node(1))
+    log.queue("q", "A", "a", 1, T0, time_limit_s=H)
+    log.add(MaintenanceChanged, T0 + 1, state="DRAINING", by="admin", message="nfs")
+    est = log.estimate(T0 + 10, maintenance_ends_at=T0 + 2 * H)
+    assert est == {"q": (T0 + 2 * H, "limits")}
+
+
+def test_U4_predicted_duration_is_the_users_median_then_the_labs():
+    log = Log(_one_node(1))
+    for i, run_s in enumerate((600.0, 1200.0, 3000.0)):  # user a, 1 GPU: median 1200
+        start = T0 + i * 10_000
+        log.run(f"h{i}", "A", "a", "n1", "rtx4090", [0], start)
+        log.add(
+            JobEnded,
+            start + run_s,
+            job_id=f"h{i}",
+            attempt=1,
+            state="COMPLETED",
+            node="n1",
+            tier="rtx4090",
+            gpus=[0],
+            gpu_seconds_run=run_s,
+            tflops=82.6,
+        )
+    assert log.runtimes.predict("a", "A", 1) == 1200.0
+    assert log.runtimes.predict("a2", "A", 1) == 1200.0  # the lab's
+    assert log.runtimes.predict("z", "Z", 1) is None
+    t = T0 + 100_000
+    log.run("r", "A", "a", "n1", "rtx4090", [0], t)  # no limit: runs the predicted 1200 s
+    log.queue("q", "B", "b", 1, t + 1, time_limit_s=H)
+    assert log.estimate(t + 10) == {"q": (t + 1200, "predicted")}
+
+
+def test_U4_running_job_with_no_limit_and_no_history_leaves_the_wait_unknown():
+    log = Log(_one_node(1))
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0)
+    log.queue("q", "B", "b", 1, T0 + 1, time_limit_s=H)
+    assert log.estimate(T0 + 10) == {"q": (None, "unknown")}
+
+
+def test_U4_beyond_the_horizon_is_unknown():
+    log = Log(_one_node(1))
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=10 * H)
+    log.queue("q", "B", "b", 1, T0 + 1, time_limit_s=H)
+    assert log.estimate(T0 + 10, horizon_s=5 * H) == {"q": (None, "unknown")}
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_U4_estimate_does_not_change_the_live_state(n: int):
+    log = Log(_one_node(2))
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=H)
+    log.queue("q", "B", "b", n, T0 + 1, time_limit_s=H)
+    before = (dict(log.state.holders), len(log.state.queue), dict(log.state.usage))
+    log.estimate(T0 + 10)
+    assert (dict(log.state.holders), len(log.state.queue), dict(log.state.usage)) == before
+
+
+def test_U4_limits_scaled_by_the_users_habit_of_writing_loose_limits():
+    """A user whose jobs end at half their limit: a new running job's end is its limit × 0.5
+    (basis predicted); with RunTimes(scale_limits=False) the limit itself (basis limits)."""
+    log = Log(_one_node(1))
+    for i in range(3):
+        start = T0 + i * 10_000
+        log.run(f"h{i}", "A", "a", "n1", "rtx4090", [0], start, time_limit_s=2 * H)
+        log.add(
+            JobEnded,
+            start + H,
+            job_id=f"h{i}",
+            attempt=1,
+            state="COMPLETED",
+            node="n1",
+            tier="rtx4090",
+            gpus=[0],
+            gpu_seconds_run=H,
+            tflops=82.6,
+        )
+    assert log.runtimes.limit_ratio("a", "A") == 0.5
+    t = T0 + 100_000
+    log.run("r", "A", "a", "n1", "rtx4090", [0], t, time_limit_s=4 * H)
+    log.queue("q", "B", "b", 1, t + 1, time_limit_s=H)
+    assert log.estimate(t + 10) == {"q": (t + 2 * H, "predicted")}
+    log.runtimes.scale_limits = False
+    assert log.estimate(t + 10) == {"q": (t + 4 * H, "limits")}
