@@ -195,6 +195,8 @@ def present(
         personal=personal,
         limits=limits,
         max_active_jobs=config.max_active_jobs,
+        reservation_demotion=config.reservation_demotion,
+        reservation_demotion_margin=config.reservation_demotion_margin,
     )
 
 

@@ -261,3 +261,42 @@ def test_U4_limits_scaled_by_the_users_habit_of_writing_loose_limits():
     assert log.estimate(t + 10) == {"q": (t + 2 * H, "predicted")}
     log.runtimes.scale_limits = False
     assert log.estimate(t + 10) == {"q": (t + 4 * H, "limits")}
+
+
+def _two_tiers(**over: Any) -> Config:
+    base = load_config(env={})
+    node = type(base.nodes[0])
+    return _config(
+        nodes=[node(name="n1", gpus={"rtx4090": 2}), node(name="n2", gpus={"rtx3080ti": 1})],
+        **over,
+    )
+
+
+@pytest.mark.parametrize("mode", ["strict", "useful"])
+def test_U4_R6_estimate_plays_the_dispatchers_demotion_mode(mode: str) -> None:
+    """X (lab A, 2 × rtx4090) reserves GPU 0 of n1 but K (lab B, less usage, rtx3080ti only)
+    now ranks above it. Under `strict` X is demoted at once (R3) and L (lab D, 1 × rtx4090,
+    lowest rank) takes GPU 0 now. Under `useful` K cannot use n1, so X keeps GPU 0 (R6) and L
+    must wait for R's GPU 1. The estimate plays the configured mode, as the dispatcher does."""
+    log = Log(_two_tiers(reservation_demotion=mode))
+    for lab, usage in (("B", 1_000.0), ("A", 24_000.0), ("C", 5e5), ("D", 1e6)):
+        log.add(UsageCharged, T0, lab=lab, amount=usage, value_after=usage, as_of=T0)
+    log.run("r", "C", "c", "n1", "rtx4090", [1], T0, time_limit_s=H)
+    log.run("s", "C", "c2", "n2", "rtx3080ti", [0], T0, time_limit_s=2 * H)
+    log.queue("x", "A", "a", 2, T0 + 5, time_limit_s=H, tiers=["rtx4090"])
+    log.add(ReservationStarted, T0 + 10, job_id="x", node="n1", tier="rtx4090", gpus=[0])
+    log.queue("k", "B", "b", 1, T0 + 20, time_limit_s=H, tiers=["rtx3080ti"])
+    log.queue("l", "D", "d", 1, T0 + 25, time_limit_s=3 * H, tiers=["rtx4090"])
+    now = T0 + 30
+    est = log.estimate(now)
+    assert est["k"] == (T0 + 2 * H, "limits")  # when S frees n2, in both modes
+    if mode == "strict":
+        assert est["l"] == (now, "limits")  # on the GPU X was demoted from
+        l_ends = now + 3 * H
+    else:
+        assert est["l"] == (T0 + H, "limits")  # GPU 0 stays X's: L gets R's GPU 1
+        l_ends = T0 + 4 * H
+    start, basis = est["x"]
+    assert basis == "limits" and start is not None
+    # X starts when L gives its GPU back, within the estimate's cycle resolution
+    assert l_ends <= start <= l_ends + 0.03 * (l_ends - now) + 60.0

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from jpu.config import Cluster, Tier
+from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Tier
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import Gpu, LabUsage, MaintenanceState, QueuedJob, RunningJob
 from jpu.sim import attempts
@@ -92,6 +92,9 @@ class Present(msgspec.Struct, frozen=True, kw_only=True):
     personal: dict[str, list[ForwardJob]] = {}  # user -> personal queue, oldest first (Q4)
     limits: dict[str, int] = {}  # per-user max_active_jobs (Q5)
     max_active_jobs: int = 3
+    # R6: the dispatcher's demotion mode, so the estimate plays the R3 the services play
+    reservation_demotion: DemotionMode = "strict"
+    reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN
 
 
 class EstimateParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,7 +149,12 @@ class ForwardSim(Simulator):
             max_active_jobs=present.max_active_jobs,
             backfill=False,  # B4: backfill always yields, it never delays a start
         )
-        cluster = Cluster(tiers=list(present.tiers.values()), nodes=[])
+        cluster = Cluster(
+            tiers=list(present.tiers.values()),
+            nodes=[],
+            reservation_demotion=present.reservation_demotion,
+            reservation_demotion_margin=present.reservation_demotion_margin,
+        )
         super().__init__(cluster, [_spec(j, now) for j in fjobs], sim_params, EventLog(None))
         self.est = params
         self.origin = self.now = now
