@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL: Final = "jpu_projection"
-REBUILD_CHUNK: Final = 512
+# A rebuild folds this many events in memory per write of each row it touches (the live path
+# takes what one fetch brings).
+REBUILD_CHUNK: Final = 8192
 _MAX_RETRY_DELAY_S: Final = 10.0
 
 
