@@ -10,7 +10,8 @@ Measured in the same run:
              batches of 512, each batch one transaction with the tracking rows — the
              projector's real path without the bus (also: the jobs projection alone);
   raw read   the n events read back in order from JetStream and decoded (jpu.bus.ordered);
-  live       run_projections(every projection) from the bus until wait_applied (end to end);
+  live       run_projections(every projection) from the bus until wait_applied (end to end,
+             its default batch);
   rebuild    rebuild_many(every projection) from seq 1 (what `python -m jpu.replay` runs).
 Progress on stderr, results on stdout.
 """
@@ -109,7 +110,7 @@ async def bench_bus(
         await empty(pool)
         stop = asyncio.Event()
         t = time.perf_counter()
-        task = asyncio.create_task(run_projections(bus, pool, ALL, stop=stop, batch=batch))
+        task = asyncio.create_task(run_projections(bus, pool, ALL, stop=stop))
         for p in ALL:
             await wait_applied(pool, p.name, last, timeout=600)
         out["live"] = time.perf_counter() - t
