@@ -1,13 +1,15 @@
 """Start time of a service's fold against a long log: snapshot + tail vs full replay (issue 11).
 
-    python bench/bench_start.py [--n 100000] [--tail 1000]
+    python bench/bench_start.py [--n 100000] [--tail 1000] [--profile FILE]
 
 Starts its own NATS. Appends n events (the job-lifecycle mix of jpu.testing.pg_fixtures), then
 measures, each in a fresh process (so RSS is the process's own), in the same run:
   reference  a raw ordered read of the whole stream (jpu.bus.ordered, decode only);
   full       a ClusterState (services' bounded mode) replayed from seq 1, no snapshot;
   snapshot   the same after a snapshot written at n, with `tail` more events appended after it.
-Results on stdout, progress on stderr.
+Each time runs from the process's first line (imports included) to caught up (ready); the
+snapshot line also shows the time to the reader's clean stop. Results on stdout, progress on
+stderr.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ async def main(url, mode):
             if n >= last:
                 stop.set()
         restored = 0
+        ready = time.perf_counter() - t0
     else:
         state = ClusterState.new(config, keep_ended=False)
         policy = None
@@ -65,17 +68,22 @@ async def main(url, mode):
         stop = asyncio.Event()
         task = asyncio.create_task(f.run(stop))
         await f.catch_up()
+        ready = time.perf_counter() - t0  # the service's readiness line would come here
         stop.set()
         await task
     dt = time.perf_counter() - t0
     # VmHWM: this process's own peak (ru_maxrss would carry the parent's over fork + exec)
     hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
     rss = int(hwm.split()[1]) / 1024
-    print(json.dumps({"mode": mode, "seconds": dt, "rss_mb": rss, "events": last,
+    print(json.dumps({"mode": mode, "seconds": ready, "exit_s": dt, "rss_mb": rss, "events": last,
                       "restored_from": restored}))
     await bus.close()
 
-asyncio.run(main(*sys.argv[1:]))
+if len(sys.argv) > 3:  # a profile of the start (bench_start.py --profile FILE)
+    import cProfile
+    cProfile.run("asyncio.run(main(*sys.argv[1:3]))", sys.argv[3])
+else:
+    asyncio.run(main(*sys.argv[1:]))
 """
 
 
@@ -83,9 +91,9 @@ def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_start(url: str, mode: str, cwd: Path) -> dict:
+def run_start(url: str, mode: str, cwd: Path, profile: str | None = None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-P", "-c", START, url, mode],
+        [sys.executable, "-P", "-c", START, url, mode, *([profile] if profile else [])],
         capture_output=True, text=True, check=True, cwd=cwd,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -126,6 +134,12 @@ async def main(args: argparse.Namespace) -> None:
     try:
         url = nats.start()
         in_flight, size = await prepare(url, args.n, args.tail)
+        if args.profile:
+            snap = run_start(url, "snapshot", root, str(Path(args.profile).resolve()))
+            print(
+                f"snapshot + tail start under cProfile: {snap['seconds']:.2f} s -> {args.profile}"
+            )
+            return
         results = {m: run_start(url, m, root) for m in ("raw", "full", "snapshot")}
         raw, full, snap = results["raw"], results["full"], results["snapshot"]
         n = full["events"]
@@ -136,7 +150,8 @@ async def main(args: argparse.Namespace) -> None:
         print(f"full replay start:          {full['seconds']:6.2f} s  {n / full['seconds']:>9,.0f} "
               f"events/s  RSS {full['rss_mb']:.0f} MB")  # fmt: skip
         print(f"snapshot + tail start:      {snap['seconds']:6.2f} s  (from seq "
-              f"{snap['restored_from']:,})  RSS {snap['rss_mb']:.0f} MB  "
+              f"{snap['restored_from']:,}; stopped at {snap['exit_s']:.2f} s)  "
+              f"RSS {snap['rss_mb']:.0f} MB  "
               f"= {snap['seconds'] / full['seconds']:.3f} of the full replay")  # fmt: skip
     finally:
         nats.stop()
@@ -149,4 +164,5 @@ if __name__ == "__main__":
     )
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--tail", type=int, default=1_000)
+    ap.add_argument("--profile", help="only the snapshot start, under cProfile, stats to this file")
     asyncio.run(main(ap.parse_args()))

@@ -126,6 +126,12 @@ async def _one_consumer(
     expires_ns = int(_FETCH_TIMEOUT_S * 1e9)
     expected = 1  # the consumer sequence of the next message
     idle = 0
+
+    async def wake_on_stop() -> None:  # a stop is noticed at once, not at the request's expiry
+        await stop.wait()
+        pull.arrived.set()
+
+    waker = asyncio.create_task(wake_on_stop())
     try:
         while not stop.is_set():
             if pull.owed == 0 and len(pull.msgs) < pull.size:  # the next request, early
@@ -152,6 +158,7 @@ async def _one_consumer(
                 expected += 1
             yield msgs
     finally:
+        waker.cancel()
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
         with contextlib.suppress(Exception):
