@@ -2,7 +2,8 @@
 
     python bench/bench_start.py [--n 100000] [--tail 1000] [--profile FILE]
 
-Starts its own NATS. Appends n events (the job-lifecycle mix of jpu.testing.pg_fixtures), then
+Starts its own NATS. Appends n events (the job-lifecycle mix of jpu.testing.pg_fixtures, its
+charges carrying the ids accounting writes: as_accounting_writes), then
 measures, each in a fresh process (so RSS is the process's own), in the same run:
   reference  a raw ordered read of the whole stream (jpu.bus.ordered, decode only);
   full       a ClusterState (services' bounded mode) replayed from seq 1, no snapshot;
@@ -25,12 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 from jpu.bus import EventBus
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
 from jpu.embedded.nats import EmbeddedNats
+from jpu.events import AnyEvent, UsageCharged
 from jpu.fold import ClusterState
 from jpu.fold_follow import Follower
+from jpu.policy.charging import charge_id
 from jpu.testing.pg_fixtures import sample_log
 
 START = r"""
@@ -87,6 +92,18 @@ else:
 """
 
 
+def as_accounting_writes(log: list[AnyEvent]) -> list[AnyEvent]:
+    """sample_log's charges get the id accounting gives them (`chg-<source event id>`, the
+    source being the event just before each charge there), so they settle what the fold owes,
+    as on a real platform; with random ids every charge stayed owed and the snapshot carried
+    all of them."""
+    out = list(log)
+    for i, e in enumerate(out):
+        if isinstance(e, UsageCharged) and i > 0:
+            out[i] = msgspec.structs.replace(e, event_id=charge_id(out[i - 1].event_id))
+    return out
+
+
 def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -103,7 +120,7 @@ def run_start(url: str, mode: str, cwd: Path, profile: str | None = None) -> dic
 async def prepare(url: str, n: int, tail: int) -> tuple[int, int]:
     bus = await EventBus.connect(url, stream="BENCH", prefix="bench")
     await bus.ensure_stream()
-    log = sample_log((n + tail) // 6 + 10)[: n + tail]
+    log = as_accounting_writes(sample_log((n + tail) // 6 + 10)[: n + tail])
     t = time.perf_counter()
     for i in range(0, n, 1000):
         await bus.append_many(log[i : min(i + 1000, n)])
