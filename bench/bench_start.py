@@ -1,13 +1,16 @@
 """Start time of a service's fold against a long log: snapshot + tail vs full replay (issue 11).
 
-    python bench/bench_start.py [--n 100000] [--tail 1000]
+    python bench/bench_start.py [--n 100000] [--tail 1000] [--profile FILE]
 
-Starts its own NATS. Appends n events (the job-lifecycle mix of jpu.testing.pg_fixtures), then
+Starts its own NATS. Appends n events (the job-lifecycle mix of jpu.testing.pg_fixtures, its
+charges carrying the ids accounting writes: as_accounting_writes), then
 measures, each in a fresh process (so RSS is the process's own), in the same run:
   reference  a raw ordered read of the whole stream (jpu.bus.ordered, decode only);
   full       a ClusterState (services' bounded mode) replayed from seq 1, no snapshot;
   snapshot   the same after a snapshot written at n, with `tail` more events appended after it.
-Results on stdout, progress on stderr.
+Each time runs from the process's first line (imports included) to caught up (ready); the
+snapshot line also shows the time to the reader's clean stop. Results on stdout, progress on
+stderr.
 """
 
 from __future__ import annotations
@@ -23,12 +26,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import msgspec
+
 from jpu.bus import EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
 from jpu.embedded.nats import EmbeddedNats
+from jpu.events import AnyEvent, UsageCharged
 from jpu.fold import ClusterState
+from jpu.policy.charging import charge_id
 from jpu.testing.pg_fixtures import sample_log
 
 START = r"""
@@ -55,6 +62,7 @@ async def main(url, mode):
             if n >= last:
                 stop.set()
         restored = 0
+        ready = time.perf_counter() - t0
     else:
         state = ClusterState.new(config, keep_ended=False)
         policy = None
@@ -65,27 +73,44 @@ async def main(url, mode):
         stop = asyncio.Event()
         task = asyncio.create_task(f.run(stop))
         await f.catch_up()
+        ready = time.perf_counter() - t0  # the service's readiness line would come here
         stop.set()
         await task
     dt = time.perf_counter() - t0
     # VmHWM: this process's own peak (ru_maxrss would carry the parent's over fork + exec)
     hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
     rss = int(hwm.split()[1]) / 1024
-    print(json.dumps({"mode": mode, "seconds": dt, "rss_mb": rss, "events": last,
+    print(json.dumps({"mode": mode, "seconds": ready, "exit_s": dt, "rss_mb": rss, "events": last,
                       "restored_from": restored}))
     await bus.close()
 
-asyncio.run(main(*sys.argv[1:]))
+if len(sys.argv) > 3:  # a profile of the start (bench_start.py --profile FILE)
+    import cProfile
+    cProfile.run("asyncio.run(main(*sys.argv[1:3]))", sys.argv[3])
+else:
+    asyncio.run(main(*sys.argv[1:]))
 """
+
+
+def as_accounting_writes(log: list[AnyEvent]) -> list[AnyEvent]:
+    """sample_log's charges get the id accounting gives them (`chg-<source event id>`, the
+    source being the event just before each charge there), so they settle what the fold owes,
+    as on a real platform; with random ids every charge stayed owed and the snapshot carried
+    all of them."""
+    out = list(log)
+    for i, e in enumerate(out):
+        if isinstance(e, UsageCharged) and i > 0:
+            out[i] = msgspec.structs.replace(e, event_id=charge_id(out[i - 1].event_id))
+    return out
 
 
 def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_start(url: str, mode: str, cwd: Path) -> dict:
+def run_start(url: str, mode: str, cwd: Path, profile: str | None = None) -> dict:
     out = subprocess.run(
-        [sys.executable, "-P", "-c", START, url, mode],
+        [sys.executable, "-P", "-c", START, url, mode, *([profile] if profile else [])],
         capture_output=True, text=True, check=True, cwd=cwd,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
@@ -95,7 +120,7 @@ def run_start(url: str, mode: str, cwd: Path) -> dict:
 async def prepare(url: str, n: int, tail: int) -> tuple[int, int]:
     bus = await EventBus.connect(url, stream="BENCH", prefix="bench")
     await bus.ensure_stream()
-    log = sample_log((n + tail) // 6 + 10)[: n + tail]
+    log = as_accounting_writes(sample_log((n + tail) // 6 + 10)[: n + tail])
     t = time.perf_counter()
     for i in range(0, n, 1000):
         await bus.append_many(log[i : min(i + 1000, n)])
@@ -126,6 +151,12 @@ async def main(args: argparse.Namespace) -> None:
     try:
         url = nats.start()
         in_flight, size = await prepare(url, args.n, args.tail)
+        if args.profile:
+            snap = run_start(url, "snapshot", root, str(Path(args.profile).resolve()))
+            print(
+                f"snapshot + tail start under cProfile: {snap['seconds']:.2f} s -> {args.profile}"
+            )
+            return
         results = {m: run_start(url, m, root) for m in ("raw", "full", "snapshot")}
         raw, full, snap = results["raw"], results["full"], results["snapshot"]
         n = full["events"]
@@ -136,7 +167,8 @@ async def main(args: argparse.Namespace) -> None:
         print(f"full replay start:          {full['seconds']:6.2f} s  {n / full['seconds']:>9,.0f} "
               f"events/s  RSS {full['rss_mb']:.0f} MB")  # fmt: skip
         print(f"snapshot + tail start:      {snap['seconds']:6.2f} s  (from seq "
-              f"{snap['restored_from']:,})  RSS {snap['rss_mb']:.0f} MB  "
+              f"{snap['restored_from']:,}; stopped at {snap['exit_s']:.2f} s)  "
+              f"RSS {snap['rss_mb']:.0f} MB  "
               f"= {snap['seconds'] / full['seconds']:.3f} of the full replay")  # fmt: skip
     finally:
         nats.stop()
@@ -149,4 +181,5 @@ if __name__ == "__main__":
     )
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--tail", type=int, default=1_000)
+    ap.add_argument("--profile", help="only the snapshot start, under cProfile, stats to this file")
     asyncio.run(main(ap.parse_args()))

@@ -64,7 +64,11 @@ class ClusterState:
     backfill: dict[GpuKey, str] = field(default_factory=dict)  # GPU -> backfill id
     usage: dict[str, LabUsage] = field(default_factory=dict)
     lab_seq: dict[str, int] = field(default_factory=dict)  # lab subject -> last stream seq
-    charged_ids: set[str] = field(default_factory=set)  # event_ids of UsageCharged (dedup)
+    # Ids of the UsageCharged that could still be called for again (dedup, F5): the labs'
+    # initial charges and the charges of jobs in the hot state. A job that left it can owe
+    # nothing more (charge_for needs the job), so its ids leave with it (issue 11).
+    charged_ids: set[str] = field(default_factory=set)
+    charged_by_job: dict[str, set[str]] = field(default_factory=dict)
     # F4: charges the log owes (an attempt ended, a reservation charged at release) that no
     # UsageCharged has settled yet; the cycle ranks with them (D1, jpu.policy.charging)
     owed: dict[str, Charge] = field(default_factory=dict)
@@ -117,8 +121,8 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
     if isinstance(event, UsageCharged):
         state.usage[event.lab] = LabUsage(event.value_after, event.as_of)
         state.lab_seq[event.lab] = delivered.seq
-        state.charged_ids.add(event.event_id)
         state.owed.pop(event.event_id, None)
+        _charged(state, event)
     elif isinstance(event, MaintenanceChanged):
         m = Maintenance(event.state, event.ts, event.message, event.by, delivered.seq)
         state.maintenance = m
@@ -136,6 +140,22 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
         if isinstance(event, JobEnded | ReservationReleased):
             _owe(state, event)
         _job(state, delivered)
+
+
+def _charged(state: ClusterState, event: UsageCharged) -> None:
+    if event.job_id is None:  # a lab's initial charge: once ever (bounded by the labs)
+        state.charged_ids.add(event.event_id)
+    elif event.job_id in state.jobs:  # the job's events may still call for it again
+        state.charged_ids.add(event.event_id)
+        state.charged_by_job.setdefault(event.job_id, set()).add(event.event_id)
+    # else: the job left the hot state (or was never seen): nothing can charge it again
+
+
+def forget(state: ClusterState, job_id: str) -> JobView:
+    """A job leaves the hot state (issue 11), with the charge ids only it could repeat."""
+    job = state.jobs.pop(job_id)
+    state.charged_ids.difference_update(state.charged_by_job.pop(job_id, ()))
+    return job
 
 
 def _owe(state: ClusterState, event: JobEnded | ReservationReleased) -> None:
@@ -214,5 +234,5 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
         if not queue:
             state.personal.pop(job.user, None)
     if job.terminal and not job.oom_pending and not state.keep_ended:
-        del state.jobs[job.job_id]  # S2: nothing can move it again; its GPUs are released above
-        state.just_ended = job
+        # S2: nothing can move it again; its GPUs are released above
+        state.just_ended = forget(state, job.job_id)

@@ -21,7 +21,7 @@ from typing import Final
 import msgspec
 
 from jpu.config import Cluster
-from jpu.fold import ClusterState, Maintenance
+from jpu.fold import ClusterState, Maintenance, forget
 from jpu.fold_jobs import QUEUED, JobView, queued_job
 from jpu.policy.charging import Charge
 from jpu.policy.labqueues import LabQueues
@@ -29,7 +29,7 @@ from jpu.policy.model import LabUsage
 
 # Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
 # another version are ignored (a full replay rebuilds the state under the new rules).
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: charge ids carry their job (bounded dedup)
 MAGIC: Final = b"JPUSNAP\n"
 
 
@@ -54,7 +54,7 @@ class _Payload(msgspec.Struct):
     backfill: list[tuple[str, str, int, str]]
     usage: dict[str, LabUsage]
     lab_seq: dict[str, int]
-    charged_ids: list[str]
+    charged: list[tuple[str, str | None]]  # (UsageCharged id, its job: None for a lab's)
     owed: list[Charge]
     maintenance: Maintenance
 
@@ -69,7 +69,7 @@ def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
             backfill=[(n, t, i, b) for (n, t, i), b in state.backfill.items()],
             usage=dict(state.usage),
             lab_seq=dict(state.lab_seq),
-            charged_ids=sorted(state.charged_ids),
+            charged=_charged(state),
             owed=list(state.owed.values()),
             maintenance=state.maintenance,
         )
@@ -83,6 +83,11 @@ def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
         written_at=written_at,
     )
     return MAGIC + msgspec.json.encode(header) + b"\n" + payload
+
+
+def _charged(state: ClusterState) -> list[tuple[str, str | None]]:
+    of_jobs = {c: j for j, ids in state.charged_by_job.items() for c in ids}
+    return sorted((c, of_jobs.get(c)) for c in state.charged_ids)
 
 
 def read_header(data: bytes) -> tuple[Header, bytes]:
@@ -122,7 +127,10 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
     state.backfill = {(n, t, i): b for n, t, i, b in p.backfill}
     state.usage = dict(p.usage)
     state.lab_seq = dict(p.lab_seq)
-    state.charged_ids = set(p.charged_ids)
+    for charge_id, job_id in p.charged:
+        state.charged_ids.add(charge_id)
+        if job_id is not None:
+            state.charged_by_job.setdefault(job_id, set()).add(charge_id)
     state.owed = {c.charge_id: c for c in p.owed}
     state.maintenance = p.maintenance
     # Derived exactly as the fold keeps them (jpu.fold._job, _submitted).
@@ -148,4 +156,4 @@ def assign(target: ClusterState, source: ClusterState) -> None:
             setattr(target, name, getattr(source, name))
     if not target.keep_ended:
         for job_id in [j.job_id for j in target.jobs.values() if j.terminal and not j.oom_pending]:
-            del target.jobs[job_id]
+            forget(target, job_id)

@@ -86,14 +86,19 @@ def _jobs_to_reconcile(batch: list[Delivered], recovered_to: int) -> list[str]:
 
 async def recover(agent: JobAgent, bus: EventBus, config: Config) -> int:
     """Re-adopt from the log; cancel backend jobs the log does not account for."""
-    jobs, last = await fold_log(bus, config)
-    agent.cache.seed(jobs.values())
-    active: list[AgentJob] = [j for j in jobs.values() if next_action(j) is not None]
+    found = await fold_log(bus, config)
+    agent.cache.seed(found.jobs.values())
+    active: list[AgentJob] = [j for j in found.jobs.values() if next_action(j) is not None]
     for job in active:
         await agent.reconcile(job.view.job_id, job)
     await _cancel_orphans(agent, bus, config)
-    log.info("recovered: %d active attempts, log at seq %d", len(active), last)
-    return last
+    log.info(
+        "recovered: %d active attempts, log at seq %d%s",
+        len(active),
+        found.last_seq,
+        f" (from the snapshot at seq {found.restored_from})" if found.restored_from else "",
+    )
+    return found.last_seq
 
 
 async def _cancel_orphans(agent: JobAgent, bus: EventBus, config: Config) -> None:
@@ -102,8 +107,7 @@ async def _cancel_orphans(agent: JobAgent, bus: EventBus, config: Config) -> Non
     suspects = set(await agent.backend.running()) - set(agent.watch.jobs)
     if not suspects:
         return
-    jobs, _ = await fold_log(bus, config)
-    for job in jobs.values():
+    for job in (await fold_log(bus, config)).jobs.values():
         if next_action(job) is not None:
             suspects.discard(await agent.backend.find(job.view.job_id, job.attempt) or "")
     for bid in sorted(suspects):

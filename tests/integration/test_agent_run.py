@@ -269,3 +269,38 @@ async def test_X5_kill_failed_is_recorded_and_the_node_drained(world: World) -> 
             break
         assert time.monotonic() < deadline, states
         await asyncio.sleep(0.2)
+
+
+async def test_O5_agent_recovers_from_the_snapshot_and_the_tail(world: World) -> None:
+    """Issue 11: a restart folds the shared snapshot + the log's tail (not every job subject
+    from seq 1), finds the same attempts a full replay finds, and runs them."""
+    from jpu.bus.snapshots import SnapshotStore
+    from jpu.fold import ClusterState, evolve
+    from jpu_services.slurm_agent.recovery import fold_log
+
+    await world.append(
+        *submitted("jold", "true"), dispatched("jold", [0]),
+        event(JobEnded, job_id="jold", attempt=1, state="COMPLETED", node=NODE, tier=TIER,
+              gpus=[0], exit_code=0),
+        *submitted("jsnap", "sleep 0.3"), dispatched("jsnap", [0]),
+        *submitted("jqueued", "true"),  # in flight, but owes the agent nothing
+    )  # fmt: skip
+    state = ClusterState.new(world.config, keep_ended=False)  # what a service would snapshot
+    async for d in world.bus.replay():
+        evolve(state, d)
+    header = await SnapshotStore(world.bus.js, world.bus.stream).save(state)
+    await world.append(*submitted("jtail", "sleep 0.3"), dispatched("jtail", [1]))
+
+    found = await fold_log(world.bus, world.config)
+    assert found.restored_from == header.seq and found.last_seq == await world.bus.last_seq()
+    assert set(found.jobs) == {"jsnap", "jtail"}
+    full = await fold_log(world.bus, msgspec.structs.replace(world.config, snapshots=False))
+    assert full.restored_from == 0 and full.last_seq == found.last_seq
+    assert full.jobs == found.jobs
+
+    world.start_agent()
+    for job in ("jsnap", "jtail"):
+        events = await wait_events(world.bus, job, ended)
+        assert [e.state for e in of(events, JobEnded)] == ["COMPLETED"]
+        assert len(of(events, JobStarted)) == 1
+    assert len(of(await world.bus.job_events("jold"), JobStarted)) == 0  # ended: not run again

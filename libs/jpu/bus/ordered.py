@@ -29,7 +29,8 @@ from nats.nuid import NUID
 log = logging.getLogger(__name__)
 _nuid = NUID()
 
-_FETCH_TIMEOUT_S = 0.5  # also the latency of noticing `stop`
+_FETCH_TIMEOUT_S = 0.5  # a pull request's expiry; also the latency of noticing `stop`
+_PULL_MIN = 1024  # messages per pull request (at least the caller's batch)
 _RETRY_S = 0.2
 _INACTIVE_S = 30.0  # the server removes the consumer of a reader that died
 _CHECK_EVERY = 10  # idle fetches between checks that the consumer still exists
@@ -66,6 +67,38 @@ async def follow_ordered(
             await asyncio.sleep(_RETRY_S)
 
 
+class _Pull:
+    """One pull consumer's deliveries, gathered by a subscription callback.
+
+    nats-py's `fetch` awaits every message through a task and a timeout of its own (a third of a
+    replay's time); here the client's reader hands each message to `_on_msg`, which only appends
+    it, and a pull request for `size` messages is renewed as soon as the previous one is
+    complete, so the server sends the next messages while the caller applies the last ones."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.msgs: list[Msg] = []
+        self.owed = 0  # messages the open request may still bring (0: none open)
+        self.arrived = asyncio.Event()
+
+    async def on_msg(self, msg: Msg) -> None:
+        status = msg.headers.get("Status") if msg.headers else None
+        if status is not None and not msg.data:
+            if status != "100":  # 404 no messages, 408 expired, 409 …: the request is over
+                self.owed = 0
+                self.arrived.set()
+            return  # 100: an idle heartbeat or flow control (none asked for)
+        self.msgs.append(msg)
+        self.owed = max(self.owed - 1, 0)
+        self.arrived.set()
+
+    def take(self, most: int) -> list[Msg]:
+        out, self.msgs = self.msgs[:most], self.msgs[most:]
+        if not self.msgs:
+            self.arrived.clear()
+        return out
+
+
 async def _one_consumer(
     js: JetStreamContext,
     stream: str,
@@ -85,14 +118,32 @@ async def _one_consumer(
         num_replicas=1,
     )
     info = await js.add_consumer(stream, config)
-    sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
+    nc = js._nc  # the JetStream context's connection (nats-py keeps no public accessor)
+    pull = _Pull(max(batch, _PULL_MIN))
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=pull.on_msg)
+    request = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{info.name}"
+    expires_ns = int(_FETCH_TIMEOUT_S * 1e9)
     expected = 1  # the consumer sequence of the next message
     idle = 0
+
+    async def wake_on_stop() -> None:  # a stop is noticed at once, not at the request's expiry
+        await stop.wait()
+        pull.arrived.set()
+
+    waker = asyncio.create_task(wake_on_stop())
     try:
         while not stop.is_set():
+            if pull.owed == 0 and len(pull.msgs) < pull.size:  # the next request, early
+                pull.owed = pull.size
+                body = f'{{"batch":{pull.size},"expires":{expires_ns}}}'.encode()
+                await nc.publish(request, body, reply=inbox)
             try:
-                msgs = await sub.fetch(batch, timeout=_FETCH_TIMEOUT_S)
-            except TimeoutError:  # nats raises its own and asyncio's
+                await asyncio.wait_for(pull.arrived.wait(), _FETCH_TIMEOUT_S + 1.0)
+            except TimeoutError:  # no answer at all: a lost request (or a server restart)
+                pull.owed = 0
+            msgs = pull.take(batch)
+            if not msgs:  # the request expired empty (or was lost)
                 idle += 1
                 if idle % _CHECK_EVERY == 0:
                     # A consumer the server dropped (restart, a caller that held a batch past
@@ -100,8 +151,6 @@ async def _one_consumer(
                     await js.consumer_info(stream, info.name)
                 continue
             idle = 0
-            if not msgs:
-                continue
             for m in msgs:
                 got = m.metadata.sequence.consumer
                 if got != expected:
@@ -109,6 +158,7 @@ async def _one_consumer(
                 expected += 1
             yield msgs
     finally:
+        waker.cancel()
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
         with contextlib.suppress(Exception):

@@ -11,6 +11,7 @@ and replays only the tail (jpu.bus.fold_follow). The frame and its checks: jpu.s
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import time
@@ -29,6 +30,14 @@ from jpu.state_codec import Header, SnapshotInvalid, pack, read_header, unpack
 log = logging.getLogger(__name__)
 
 BUCKET: Final = "jpu_snapshots"
+
+
+async def _fetch(store: ObjectStore, name: str) -> bytes:
+    """The object's bytes. Into a buffer: nats-py's `get` without one appends each chunk to a
+    bytes object (quadratic: seconds for a snapshot of tens of MB)."""
+    buf = io.BytesIO()
+    await store.get(name, writeinto=buf)
+    return buf.getvalue()
 
 
 class SnapshotStore:
@@ -104,8 +113,7 @@ class SnapshotStore:
                 )
                 continue
             try:
-                data = (await store.get(name)).data or b""
-                header, state = unpack(data, cluster)
+                header, state = unpack(await _fetch(store, name), cluster)
             except SnapshotInvalid as e:
                 log.warning("snapshot %s ignored: %s", name, e)
                 continue

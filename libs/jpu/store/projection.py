@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, cast, runtime_checkable
 
 import asyncpg
@@ -31,8 +31,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL: Final = "jpu_projection"
-REBUILD_CHUNK: Final = 512
+# A rebuild folds this many events in memory per write of each row it touches (the live path
+# takes what one fetch brings).
+REBUILD_CHUNK: Final = 8192
 _MAX_RETRY_DELAY_S: Final = 10.0
+# The most events one live transaction takes: a projector that is behind (a start, a burst)
+# applies what the reader has gathered, up to this many, in one go; one that keeps up sees
+# small batches (whatever arrived), so this costs no latency.
+LIVE_BATCH: Final = 4096
 
 
 @runtime_checkable
@@ -350,7 +356,7 @@ async def run_projections(
     projections: Sequence[Projection],
     *,
     stop: asyncio.Event,
-    batch: int = 512,
+    batch: int = LIVE_BATCH,
     max_tries: int = 5,
     retry_delay_s: float = 0.5,
     after_commit: AfterCommit | None = None,
@@ -410,7 +416,7 @@ async def run_projection(
     projection: Projection,
     *,
     stop: asyncio.Event,
-    batch: int = 512,
+    batch: int = LIVE_BATCH,
     after_commit: AfterCommit | None = None,
     lag_every_s: float = 5.0,
 ) -> None:
@@ -442,8 +448,13 @@ async def _rebuild_chunk(
     positions: dict[str, int],
     chunk: Sequence[Delivered],
     upto: Mapping[str, int] | None,
+    undecodable: Sequence[Fault] = (),
 ) -> dict[str, int]:
     """The live path's apply inside the rebuild's transaction: fast, or isolated on a failure."""
+    limit = upto or {}
+    await _record_faults(
+        conn, [f for f in undecodable if f.seq <= limit.get(f.projection, f.seq)]
+    )  # fmt: skip
     try:
         async with conn.transaction():  # a savepoint: a failing chunk is redone isolated
             return (await _apply_fast(conn, projections, positions, chunk, upto))[0]
@@ -479,26 +490,48 @@ async def rebuild_many(
         for p in projections:
             await _reset(conn, p)
         positions = dict.fromkeys(names, 0)
+        end = await bus.last_seq()  # the log as it is now (a rebuild never chases it)
+        if stop_at is not None:
+            end = min(end, stop_at)
         last = 0
-        chunk: list[Delivered] = []
-        async with contextlib.aclosing(bus.replay(start_seq=1, until_ts=until_ts)) as events:
-            async for d in events:
-                if stop_at is not None and d.seq > stop_at:
-                    break
-                chunk.append(d)
-                last = d.seq
-                if len(chunk) >= REBUILD_CHUNK:
-                    positions = await _rebuild_chunk(conn, projections, positions, chunk, upto)
-                    chunk = []
-                    if progress is not None:
-                        progress(last)
-        positions = await _rebuild_chunk(conn, projections, positions, chunk, upto)
+        async for chunk, bad in _read_log(bus, end, until_ts, names):
+            positions = await _rebuild_chunk(conn, projections, positions, chunk, upto, bad)
+            last = max([last, *(d.seq for d in chunk), *(f.seq for f in bad)])
+            if progress is not None:
+                progress(last)
         for name in names:  # read through here (events of other kinds included)
             positions[name] = max(positions[name], min(last, upto.get(name, last)))
         await _save_positions(conn, before, positions)
         if progress is not None:
             progress(last)
         return positions
+
+
+async def _read_log(
+    bus: EventBus, end: int, until_ts: float | None, names: Sequence[str]
+) -> AsyncGenerator[tuple[list[Delivered], list[Fault]], None]:
+    """The log from seq 1 to `end` (stopping before the first event after `until_ts`) in
+    decoded chunks of up to REBUILD_CHUNK, through the live path's ordered reader."""
+    if end < 1:
+        return
+    stop = asyncio.Event()
+    reader = follow_ordered(
+        bus.js, bus.stream, f"{bus.prefix}.>", 1, stop, batch=REBUILD_CHUNK
+    )  # fmt: skip
+    async with contextlib.aclosing(reader) as batches:
+        async for msgs in batches:
+            inside = [m for m in msgs if m.metadata.sequence.stream <= end]
+            chunk, bad = decode_batch(inside, names)
+            if until_ts is not None and any(d.event.ts > until_ts for d in chunk):
+                cut = next(d.seq for d in chunk if d.event.ts > until_ts)
+                chunk = [d for d in chunk if d.seq < cut]
+                bad = [f for f in bad if f.seq < cut]
+                stop.set()
+            if chunk or bad:
+                yield chunk, bad
+            meta = msgs[-1].metadata
+            if stop.is_set() or meta.sequence.stream >= end or meta.num_pending == 0:
+                return
 
 
 async def rebuild(

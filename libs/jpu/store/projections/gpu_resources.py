@@ -9,7 +9,8 @@ becomes `down`, not `free`.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Final, NamedTuple
 
 import asyncpg
 
@@ -26,14 +27,24 @@ from jpu.events import (
     ReservationStarted,
 )
 
-_FREED: Final = "CASE WHEN available THEN 'free' ELSE 'down' END"
-_TAKE: Final = (
-    "UPDATE gpu_resources SET state = $4, updated_seq = $5 "
-    "WHERE node = $1 AND tier = $2 AND index = ANY($3::int[])"
+_LOAD: Final = (
+    "SELECT node, tier, index, state, available, updated_seq FROM gpu_resources "
+    "WHERE node = ANY($1::text[]) OR state = ANY($2::text[])"
 )
-_RELEASE: Final = (
-    f"UPDATE gpu_resources SET state = {_FREED}, updated_seq = $2 WHERE state = ANY($1::text[])"
+_UPSERT: Final = (
+    "INSERT INTO gpu_resources (node, tier, index, state, available, updated_seq) "
+    "SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bool[], "
+    "$6::bigint[]) ON CONFLICT (node, tier, index) DO UPDATE SET state = EXCLUDED.state, "
+    "available = EXCLUDED.available, updated_seq = EXCLUDED.updated_seq"
 )
+
+GpuKey = tuple[str, str, int]
+
+
+class Gpu(NamedTuple):
+    state: str
+    available: bool
+    updated_seq: int
 
 
 def observed_state(state: str, *, ok: bool, lost: bool) -> str:
@@ -46,45 +57,106 @@ def observed_state(state: str, *, ok: bool, lost: bool) -> str:
     return state  # drained or removed while held: becomes down when released
 
 
-async def _inventory(conn: asyncpg.Connection, e: NodeInventoryObserved, seq: int) -> None:
-    """P1: create rows for new GPUs; mark missing, failed or drained ones unavailable."""
-    present = {(tier, i) for tier, n in e.gpus.items() for i in range(n)}
-    failed = {(tier, i) for tier, idx in e.down.items() for i in idx}
-    rows = await conn.fetch(
-        "SELECT tier, index, state, available FROM gpu_resources WHERE node = $1", e.node
-    )
-    known = {(r["tier"], r["index"]): (r["state"], r["available"]) for r in rows}
-    changes = []
-    for key in sorted(present | set(known)):
-        ok = e.state == "up" and key in present and key not in failed
-        old_state, old_ok = known.get(key, ("down", False))
-        state = observed_state(old_state, ok=ok, lost=e.state == "down" or key in failed)
-        if key not in known or (state, ok) != (old_state, old_ok):
-            changes.append((e.node, key[0], key[1], state, ok, seq))
-    await conn.executemany(
-        "INSERT INTO gpu_resources (node, tier, index, state, available, updated_seq) "
-        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (node, tier, index) DO UPDATE SET "
-        "state = EXCLUDED.state, available = EXCLUDED.available, "
-        "updated_seq = EXCLUDED.updated_seq",
-        changes,
-    )
+def _freed(gpu: Gpu, seq: int) -> Gpu:
+    return Gpu("free" if gpu.available else "down", gpu.available, seq)
 
 
-async def _job_ended(conn: asyncpg.Connection, e: JobEnded, seq: int) -> None:
-    """Free the ended attempt's GPUs (only those it names, when it names them: after an OOM
-    retry the next attempt may already hold other GPUs) and any reservation left over."""
-    await conn.execute(_RELEASE, [f"reserved:{e.job_id}"], seq)
-    if e.node is not None and e.gpus:
-        await conn.execute(
-            _RELEASE + " AND node = $3 AND tier = $4 AND index = ANY($5::int[])",
-            [f"job:{e.job_id}"],
-            seq,
-            e.node,
-            e.tier,
-            list(e.gpus),
-        )
-    else:
-        await conn.execute(_RELEASE, [f"job:{e.job_id}"], seq)
+class _Pool:
+    """The GPU rows a batch can touch, folded in memory; `changed` is written once at the end.
+
+    Complete for the batch: a row an event addresses by node is loaded with its node, one it
+    addresses by holder (`state`) either holds it at the batch's start (loaded by state) or
+    came to hold it through an earlier event of the batch (loaded by that event's node)."""
+
+    def __init__(self, rows: dict[GpuKey, Gpu]) -> None:
+        self.rows = rows
+        self.changed: set[GpuKey] = set()
+
+    def _set(self, key: GpuKey, gpu: Gpu) -> None:
+        self.rows[key] = gpu
+        self.changed.add(key)
+
+    def take(
+        self, node: str, tier: str, gpus: list[int], tag: str, seq: int, ok: Callable[[str], bool]
+    ) -> None:
+        for i in gpus:
+            gpu = self.rows.get((node, tier, i))
+            if gpu is not None and ok(gpu.state):
+                self._set((node, tier, i), Gpu(tag, gpu.available, seq))
+
+    def release(
+        self, tag: str, seq: int, where: tuple[str, str | None, list[int]] | None = None
+    ) -> None:
+        """Every GPU held by `tag` (only those of `where` = (node, tier, indexes), if given)
+        becomes free, or down when unavailable."""
+        if where is not None:
+            node, tier, idx = where
+            keys = [] if tier is None else [(node, tier, i) for i in idx]
+        else:
+            keys = [k for k, g in self.rows.items() if g.state == tag]
+        for key in keys:
+            gpu = self.rows.get(key)
+            if gpu is not None and gpu.state == tag:
+                self._set(key, _freed(gpu, seq))
+
+    def inventory(self, e: NodeInventoryObserved, seq: int) -> None:
+        """P1: create rows for new GPUs; mark missing, failed or drained ones unavailable."""
+        present = {(tier, i) for tier, n in e.gpus.items() for i in range(n)}
+        failed = {(tier, i) for tier, idx in e.down.items() for i in idx}
+        known = {(k[1], k[2]): g for k, g in self.rows.items() if k[0] == e.node}
+        for tier, i in sorted(present | set(known)):
+            ok = e.state == "up" and (tier, i) in present and (tier, i) not in failed
+            old = known.get((tier, i))
+            old_state, old_ok = (old.state, old.available) if old is not None else ("down", False)
+            lost = e.state == "down" or (tier, i) in failed
+            state = observed_state(old_state, ok=ok, lost=lost)
+            if old is None or (state, ok) != (old_state, old_ok):
+                self._set((e.node, tier, i), Gpu(state, ok, seq))
+
+
+def _apply(pool: _Pool, e: object, seq: int) -> None:
+    match e:
+        case NodeInventoryObserved():
+            pool.inventory(e, seq)
+        case ReservationStarted() | ReservationGrown():  # R2: may cover a backfill (B4)
+            tag = f"reserved:{e.job_id}"
+            pool.take(e.node, e.tier, list(e.gpus), tag, seq,
+                      lambda s: s == "free" or s.startswith("backfill:") or s == tag)  # fmt: skip
+        case ReservationReleased():
+            pool.release(f"reserved:{e.job_id}", seq)
+        case ReservationShrunk():  # R5: only the lost GPUs, if still shown as reserved
+            pool.release(f"reserved:{e.job_id}", seq, (e.node, e.tier, list(e.removed)))
+        case JobDispatched():  # preempts backfill (B2); its own reserved GPUs become the job's
+            pool.take(e.node, e.tier, list(e.gpus), f"job:{e.job_id}", seq, lambda s: s != "down")
+        case JobEnded():
+            # Free the ended attempt's GPUs (only those it names, when it names them: after an
+            # OOM retry the next attempt may already hold other GPUs) and any reservation left.
+            pool.release(f"reserved:{e.job_id}", seq)
+            if e.node is not None and e.gpus:
+                pool.release(f"job:{e.job_id}", seq, (e.node, e.tier, list(e.gpus)))
+            else:
+                pool.release(f"job:{e.job_id}", seq)
+        case BackfillStarted():  # backfill only ever takes a free GPU (B1)
+            pool.take(e.node, e.tier, [e.gpu], f"backfill:{e.backfill_id}", seq,
+                      lambda s: s == "free")  # fmt: skip
+        case BackfillEnded():
+            pool.release(f"backfill:{e.backfill_id}", seq)
+
+
+def _touches(e: object) -> tuple[str | None, list[str]]:
+    """The node an event addresses GPUs of, and the holders whose GPUs it may release."""
+    match e:
+        case NodeInventoryObserved():
+            return e.node, []
+        case ReservationStarted() | ReservationGrown() | JobDispatched() | BackfillStarted():
+            return e.node, []
+        case ReservationReleased() | ReservationShrunk():
+            return None, [f"reserved:{e.job_id}"]
+        case JobEnded():
+            return None, [f"reserved:{e.job_id}", f"job:{e.job_id}"]
+        case BackfillEnded():
+            return None, [f"backfill:{e.backfill_id}"]
+    return None, []
 
 
 class GpuResourcesProjection:
@@ -92,52 +164,36 @@ class GpuResourcesProjection:
     tables: tuple[str, ...] = ("gpu_resources",)
 
     async def apply(self, conn: asyncpg.Connection, d: Delivered) -> None:
-        e, seq = d.event, d.seq
-        match e:
-            case NodeInventoryObserved():
-                await _inventory(conn, e, seq)
-            case ReservationStarted() | ReservationGrown():  # R2: may cover a backfill (B4)
-                await conn.execute(
-                    _TAKE + " AND (state = 'free' OR state LIKE 'backfill:%' OR state = $4)",
-                    e.node,
-                    e.tier,
-                    list(e.gpus),
-                    f"reserved:{e.job_id}",
-                    seq,
-                )
-            case ReservationReleased():
-                await conn.execute(_RELEASE, [f"reserved:{e.job_id}"], seq)
-            case ReservationShrunk():  # R5: only the lost GPUs, if still shown as reserved
-                await conn.execute(
-                    _RELEASE + " AND node = $3 AND tier = $4 AND index = ANY($5::int[])",
-                    [f"reserved:{e.job_id}"],
-                    seq,
-                    e.node,
-                    e.tier,
-                    list(e.removed),
-                )
-            case JobDispatched():  # preempts backfill (B2); its own reserved GPUs become the job's
-                await conn.execute(
-                    _TAKE + " AND state <> 'down'",
-                    e.node,
-                    e.tier,
-                    list(e.gpus),
-                    f"job:{e.job_id}",
-                    seq,
-                )
-            case JobEnded():
-                await _job_ended(conn, e, seq)
-            case BackfillStarted():  # backfill only ever takes a free GPU (B1)
-                await conn.execute(
-                    _TAKE + " AND state = 'free'",
-                    e.node,
-                    e.tier,
-                    [e.gpu],
-                    f"backfill:{e.backfill_id}",
-                    seq,
-                )
-            case BackfillEnded():
-                await conn.execute(_RELEASE, [f"backfill:{e.backfill_id}"], seq)
+        await self.apply_many(conn, [d])
+
+    async def apply_many(self, conn: asyncpg.Connection, batch: list[Delivered]) -> None:
+        """Load the rows the batch can touch, fold the batch in memory, write each changed row
+        once (one round trip each way, however many events)."""
+        nodes: set[str] = set()
+        holders: set[str] = set()
+        for d in batch:
+            node, tags = _touches(d.event)
+            if node is not None:
+                nodes.add(node)
+            holders.update(tags)
+        if not nodes and not holders:
+            return
+        rows = await conn.fetch(_LOAD, sorted(nodes), sorted(holders))
+        pool = _Pool(
+            {(r["node"], r["tier"], r["index"]): Gpu(r["state"], r["available"], r["updated_seq"])
+             for r in rows}
+        )  # fmt: skip
+        for d in batch:
+            _apply(pool, d.event, d.seq)
+        if pool.changed:
+            keys = sorted(pool.changed)
+            gpus = [pool.rows[k] for k in keys]
+            await conn.execute(
+                _UPSERT,
+                [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+                [g.state for g in gpus], [g.available for g in gpus],
+                [g.updated_seq for g in gpus],
+            )  # fmt: skip
 
 
 projection = GpuResourcesProjection()

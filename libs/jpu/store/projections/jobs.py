@@ -9,8 +9,9 @@ here exactly as in the dispatcher. Besides the view a row holds the request as s
 (command, env, chdir, the tiers as written) and one accounting fact, `usage_charged` (F4: every
 UsageCharged of the job, even after it ended).
 
-`apply_many` loads the rows a batch touches, folds in memory and upserts every changed row once:
-one round trip per batch instead of one per event.
+`apply_many` loads the rows a batch touches, folds every event of a job into its JobView in memory
+and upserts each changed row once, its view encoded once: one round trip per batch instead of
+one per event.
 """
 
 from __future__ import annotations
@@ -77,44 +78,72 @@ def _new_row(e: JobSubmitted, view: JobView) -> Row:
     }  # fmt: skip
 
 
+def step(rows: dict[str, Row], views: dict[str, JobView], job_id: str, d: Delivered) -> bool:
+    """Fold `d` into job `job_id`'s row (in `rows`, changed in place) and its JobView (in
+    `views`, decoded from the row's `view` on first use); True when the row changed."""
+    event = d.event
+    row = rows.get(job_id)
+    if isinstance(event, UsageCharged):
+        # Charging happens after the attempt ends (F4): accounting facts, not job state, so
+        # they are recorded even on terminal jobs.
+        if row is None or not event.job_id or event.amount == 0:
+            return False
+        row["usage_charged"] += event.amount
+        row["updated_at"], row["updated_seq"] = event.ts, d.seq
+        return True
+    if row is None:
+        if not isinstance(event, JobSubmitted):
+            return False  # an event of a job whose submit was never seen: nothing to show
+        new = views[job_id] = JobView.submitted(event, d.seq)
+        rows[job_id] = {**_new_row(event, new), "updated_at": event.ts, "updated_seq": d.seq}
+        return True
+    if isinstance(event, JobSubmitted):
+        return False  # a second submit of the same id never wins (E2: expected seq 0)
+    found = views.get(job_id)
+    view = found if found is not None else views.setdefault(job_id, _view(row))
+    apply_job_event(view, d)  # the services' own fold (jpu.fold_jobs)
+    visible = columns(view)
+    if any(row.get(k) != v for k, v in visible.items()):
+        row["updated_at"], row["updated_seq"] = event.ts, d.seq  # the last visible change
+    row.update(visible)
+    return True
+
+
 def _view(row: Row) -> JobView:
     raw = row["view"]
     return _view_decoder.decode(raw if isinstance(raw, bytes | str) else _json.encode(raw))
 
 
+def _view_bytes(row: Row, view: JobView | None) -> bytes:
+    if view is not None:
+        return _view_json.encode(view)
+    raw = row["view"]  # untouched: as read (text from _SELECT)
+    return (
+        raw.encode()
+        if isinstance(raw, str)
+        else raw
+        if isinstance(raw, bytes)
+        else _json.encode(raw)
+    )
+
+
+def _with_view(row: Row, view: JobView | None) -> Row:
+    """The row to write, its view as raw JSON inside the batch's payload (encoded once)."""
+    return {**row, "view": msgspec.Raw(_view_bytes(row, view))}
+
+
 def evolve(row: Row | None, d: Delivered) -> Row | None:
-    """The row after `d` (a new dict), or the same object when the event is not the job's."""
-    event = d.event
-    if isinstance(event, UsageCharged):
-        # Charging happens after the attempt ends (F4): accounting facts, not job state, so
-        # they are recorded even on terminal jobs.
-        if row is None or not event.job_id or event.amount == 0:
-            return row
-        return {
-            **row,
-            "usage_charged": row["usage_charged"] + event.amount,
-            "updated_at": event.ts,
-            "updated_seq": d.seq,
-        }
-    if row is None:
-        if not isinstance(event, JobSubmitted):
-            return None  # an event of a job whose submit was never seen: nothing to show
-        view = JobView.submitted(event, d.seq)
-        return {**_new_row(event, view), "view": _encoded(view), "updated_at": event.ts,
-                "updated_seq": d.seq}  # fmt: skip
-    if isinstance(event, JobSubmitted):
-        return row  # a second submit of the same id never wins (E2: expected seq 0)
-    view = _view(row)
-    apply_job_event(view, d)  # the services' own fold (jpu.fold_jobs)
-    visible = columns(view)
-    new = {**row, **visible, "view": _encoded(view)}
-    if any(row.get(k) != v for k, v in visible.items()):
-        new["updated_at"], new["updated_seq"] = event.ts, d.seq  # the last visible change
-    return new
-
-
-def _encoded(view: JobView) -> Any:
-    return msgspec.json.decode(_view_json.encode(view))  # jsonb travels inside the batch
+    """One event on one row (pure): the row after `d` (a new dict, its view as JSON text), or the
+    same object when the event is not the job's. `apply_many` is the same fold over a batch."""
+    job_id = _job_id(d.event)
+    if job_id is None:
+        return row
+    rows = {} if row is None else {job_id: dict(row)}
+    views: dict[str, JobView] = {}
+    if not step(rows, views, job_id, d):
+        return row
+    new = rows[job_id]
+    return {**new, "view": _view_bytes(new, views.get(job_id)).decode()}
 
 
 def _job_id(event: Any) -> str | None:
@@ -143,7 +172,11 @@ _UPSERT_JSON: Final = (
     f"SELECT {', '.join(_QUOTED)} FROM jsonb_populate_recordset(NULL::jobs, $1::text::jsonb) "
     "ON CONFLICT (job_id) DO UPDATE SET " + ", ".join(f"{q} = EXCLUDED.{q}" for q in _QUOTED[1:])
 )
-_SELECT: Final = f"SELECT {', '.join(_QUOTED)} FROM jobs WHERE job_id = ANY($1::text[])"
+# `view` as text: decoded straight into a JobView (msgspec), only for jobs an event changes
+_SELECT: Final = (
+    "SELECT " + ", ".join(q for q in _QUOTED if q != '"view"') + ', "view"::text AS "view" '
+    "FROM jobs WHERE job_id = ANY($1::text[])"
+)
 
 
 class JobsProjection:
@@ -158,19 +191,15 @@ class JobsProjection:
         if not ids:
             return
         rows: dict[str, Row] = {r["job_id"]: dict(r) for r in await conn.fetch(_SELECT, list(ids))}
+        views: dict[str, JobView] = {}
         changed: set[str] = set()
-        for d in batch:
+        for d in batch:  # many events of one job: folded in memory, its row written once
             job_id = _job_id(d.event)
-            if job_id is None:
-                continue
-            old = rows.get(job_id)
-            new = evolve(old, d)
-            if new is not old and new is not None:
-                rows[job_id] = new
+            if job_id is not None and step(rows, views, job_id, d):
                 changed.add(job_id)
         if changed:
-            payload = _json.encode([rows[j] for j in sorted(changed)]).decode()
-            await conn.execute(_UPSERT_JSON, payload)
+            payload = [_with_view(rows[j], views.get(j)) for j in sorted(changed)]
+            await conn.execute(_UPSERT_JSON, _json.encode(payload).decode())
 
 
 projection = JobsProjection()

@@ -12,14 +12,17 @@ import asyncpg
 from jpu.bus.model import Delivered
 from jpu.events import UsageCharged
 
+# Multi-row statements (unnest of arrays): one round trip per batch, however many charges.
 _UPSERT: Final = (
-    "INSERT INTO lab_usage (lab, value, as_of, updated_seq) VALUES ($1, $2, $3, $4) "
+    "INSERT INTO lab_usage (lab, value, as_of, updated_seq) "
+    "SELECT * FROM unnest($1::text[], $2::float8[], $3::float8[], $4::bigint[]) "
     "ON CONFLICT (lab) DO UPDATE SET value = EXCLUDED.value, as_of = EXCLUDED.as_of, "
     "updated_seq = EXCLUDED.updated_seq"
 )
 _HISTORY: Final = (
     "INSERT INTO usage_history (seq, lab, as_of, value, amount, job_id, reason) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (seq) DO NOTHING"
+    "SELECT * FROM unnest($1::bigint[], $2::text[], $3::float8[], $4::float8[], $5::float8[], "
+    "$6::text[], $7::text[]) ON CONFLICT (seq) DO NOTHING"
 )
 
 
@@ -37,15 +40,23 @@ class LabUsageProjection:
         latest: dict[str, tuple[int, UsageCharged]] = {}
         for seq, e in charges:  # batch is in seq order: the last charge per lab wins
             latest[e.lab] = (seq, e)
-        await conn.executemany(
-            _UPSERT, [(lab, e.value_after, e.as_of, seq) for lab, (seq, e) in latest.items()]
+        last = list(latest.items())
+        await conn.execute(
+            _UPSERT,
+            [lab for lab, _ in last],
+            [e.value_after for _, (_, e) in last],
+            [e.as_of for _, (_, e) in last],
+            [seq for _, (seq, _) in last],
         )
-        await conn.executemany(
+        await conn.execute(
             _HISTORY,
-            [
-                (seq, e.lab, e.as_of, e.value_after, e.amount, e.job_id, e.reason)
-                for seq, e in charges
-            ],
+            [seq for seq, _ in charges],
+            [e.lab for _, e in charges],
+            [e.as_of for _, e in charges],
+            [e.value_after for _, e in charges],
+            [e.amount for _, e in charges],
+            [e.job_id for _, e in charges],
+            [e.reason for _, e in charges],
         )
 
 

@@ -23,8 +23,14 @@ class MaintenanceProjection:
     tables: tuple[str, ...] = ("maintenance",)
 
     async def apply(self, conn: asyncpg.Connection, d: Delivered) -> None:
-        e = d.event
-        if isinstance(e, MaintenanceChanged):
+        await self.apply_many(conn, [d])
+
+    async def apply_many(self, conn: asyncpg.Connection, batch: list[Delivered]) -> None:
+        """Only the batch's last change shows: one write at most."""
+        last = [d for d in batch if isinstance(d.event, MaintenanceChanged)][-1:]
+        for d in last:
+            e = d.event
+            assert isinstance(e, MaintenanceChanged)
             await conn.execute(_UPSERT, e.state, e.ts, e.message, e.by, d.seq)
 
 
