@@ -15,7 +15,7 @@ from jpu.fold import ClusterState
 from jpu.fold_snapshot import gpus
 from jpu.policy.backfill import BackfillPlan, plan_backfill
 from jpu.policy.model import MaintenanceState
-from jpu_services.backfill.tracker import GpuKey, Tracker
+from jpu_services.backfill.tracker import GpuKey, Idle, Tracker
 
 EndReason = Literal["preempted", "reclaimed", "exited", "failed"]  # BackfillEnded.reason
 
@@ -24,6 +24,12 @@ def plan(tracker: Tracker, now: float, settle_s: float) -> BackfillPlan:
     idle = {k: v.since for k, v in tracker.idle.items()}
     maintenance: MaintenanceState = tracker.state.maintenance.state
     return plan_backfill(gpus(tracker.state), idle, now, settle_s, maintenance)
+
+
+def still_idle(tracker: Tracker, key: GpuKey, planned: Idle) -> bool:
+    """B1/B2: a start is recorded only while its GPU is in the idle period it was planned for;
+    a dispatch or reservation the fold applied since took the GPU (the log gave it first)."""
+    return tracker.idle.get(key) == planned
 
 
 def to_cancel(state: ClusterState, p: BackfillPlan) -> dict[str, EndReason]:

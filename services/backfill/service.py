@@ -14,7 +14,10 @@ every `poll_s`:
      BackfillStarted on the node's subject with its expected last sequence (E2). Once the live
      state leaves NORMAL/DRAINING mid-round, nothing more is launched (M2); an instance already
      launched is still recorded — it exists — so the next round reclaims it and ACTIVE (M3,
-     decided on the log) never comes while it runs.
+     decided on the log) never comes while it runs. B2 against a concurrent dispatch (the two
+     subjects never conflict, E2): a GPU that left the idle period its start was planned for
+     gets no instance, and the fold catches up before each BackfillStarted; a dispatch that
+     still lands first in log order makes that start one `to_cancel` preempts at once.
 
 Exactly once: the backfill id is derived from (GPU, stream seq at which it became free), so two
 replicas or a restart deciding on the same log submit the same instance (the backend's submit is
@@ -44,12 +47,13 @@ from jpu.metrics import count_preemption
 from jpu.policy.maintenance import backfill_allowed
 from jpu.policy.model import Gpu, MaintenanceState
 from jpu.service import wait_any
-from jpu_services.backfill.decide import EndReason, end_reason, plan, to_cancel
+from jpu_services.backfill.decide import EndReason, end_reason, plan, still_idle, to_cancel
 from jpu_services.backfill.options import BackfillOptions, BackfillStats
-from jpu_services.backfill.tracker import WAKE_EVENTS, GpuKey, Tracker, backfill_id
+from jpu_services.backfill.tracker import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 
 log = logging.getLogger(__name__)
 __all__ = ["BackfillOptions", "BackfillService", "BackfillStats", "run_backfill"]
+_CATCH_UP_S = 10.0  # a fold that cannot catch up: the round is retried (run)
 
 
 class BackfillService:
@@ -110,10 +114,12 @@ class BackfillService:
             return
         p = plan(self.tracker, now, self.options.settle_s)
         await self._cancel(to_cancel(self.state, p))
-        wanted = {backfill_id(_key(g), self.tracker.idle[_key(g)].seq): g for g in p.start}
+        # the idle period each start was planned for: the fold moves on during the launches
+        planned = {_key(g): self.tracker.idle[_key(g)] for g in p.start}
+        wanted = {backfill_id(_key(g), planned[_key(g)].seq): g for g in p.start}
         if self.options.enabled:
             for bf, gpu in wanted.items():
-                if not await self._start(bf, gpu, now):
+                if not await self._start(bf, gpu, planned[_key(gpu)], now):
                     break
         await self._drop_unwanted(set(wanted) if self.options.enabled else set())
 
@@ -166,14 +172,20 @@ class BackfillService:
 
     # --- 4. start -------------------------------------------------------------------------------
 
-    async def _start(self, bf: str, gpu: Gpu, now: float) -> bool:
-        """Launch (idempotent), then record; False when the node's subject moved (re-decide)."""
+    async def _start(self, bf: str, gpu: Gpu, idle: Idle, now: float) -> bool:
+        """Launch (idempotent), then record; False when the node's subject moved (re-decide).
+
+        B2: a dispatch folded while this round launched (the GPU left its planned idle period)
+        wins the GPU: nothing is launched, or the instance is dropped unrecorded. Before the
+        record the fold catches up with the log, so only a dispatch appended in the last instant
+        can precede our BackfillStarted in log order; `to_cancel` preempts that one at once."""
         key = _key(gpu)
-        idle = self.tracker.idle[key]
         handle = self.pending.get(bf)
         live = cast(MaintenanceState, self.state.maintenance.state)  # not the plan's
         if handle is None and not backfill_allowed(live):
             return True  # M2: maintenance moved on during this round's earlier launches
+        if handle is None and not still_idle(self.tracker, key, idle):
+            return True  # taken during this round's earlier launches
         if handle is None:
             spec = BackfillSpec(  # no partition: the tier's is the research one; the backend
                 # knows its preemptible one (Slurm: `llm`, B2)
@@ -189,7 +201,8 @@ class BackfillService:
                 log.exception("backfill %s on %s/%s#%d: launch failed", bf, *key)
                 return True
             self.pending[bf] = handle
-        if self.tracker.idle.get(key) != idle:
+        await self.follower.catch_up(timeout=_CATCH_UP_S)  # the dispatches in the log now
+        if not still_idle(self.tracker, key, idle):
             return True  # a dispatch took the GPU while it spawned: dropped below
         started = BackfillStarted(
             event_id=f"{bf}-started",
