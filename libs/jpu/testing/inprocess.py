@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -32,6 +33,8 @@ from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.run import run_agent
 
 Worker = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+log = logging.getLogger(__name__)
 
 
 def service_workers(
@@ -118,6 +121,7 @@ async def inprocess_stack(
     )
     stop = asyncio.Event()
     task = asyncio.create_task(run_workers(stop, workers(edges), 10.0))
+    task.add_done_callback(_report_crash)  # a crashed service must not look like a stuck job
     try:
         async with contextlib.AsyncExitStack() as scope:
             await scope.enter_async_context(app.router.lifespan_context(app))
@@ -139,3 +143,8 @@ async def inprocess_stack(
         await edges.close()
         await bus.delete_stream()
         await bus.close()
+
+
+def _report_crash(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and (e := task.exception()) is not None:
+        log.error("in-process services stopped by a crash", exc_info=e)
