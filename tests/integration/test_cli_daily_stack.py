@@ -112,10 +112,10 @@ async def test_U1_queue_shows_running_jobs_filters_and_submit_says_held_only_whe
         assert [e["job_id"] for e in pending["queue"]] == [fourth] and pending["running"] == []
         assert rows(ok(await jpu(url, "bcg-bob", "queue", "--lab", "KDG", cwd=project))) == {}
 
-        # --start: a column only when the API gives estimated starts; none here yet (U4)
-        rc, out, err = await jpu(url, "bcg-bob", "queue", "--start", cwd=project)
-        assert rc == 0 and "ESTIMATED_START" not in out and fourth in out
-        assert "estimated start times are not available yet" in err
+        # --start: the dispatcher's estimated starts as a column (U4; "-" until one is computed)
+        rc, out, _err = await jpu(url, "bcg-bob", "queue", "--start", cwd=project)
+        assert rc == 0 and out.splitlines()[0].split()[9] == "ESTIMATED_START", out
+        assert fourth in out
 
         # RunTime while it runs (from started_at, by the gateway's clock)
         shown = ok(await jpu(url, "bcg-bob", "show", running[0], cwd=project))
