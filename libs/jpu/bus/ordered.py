@@ -124,17 +124,7 @@ async def _one_consumer(
     stop: asyncio.Event,
     batch: int,
 ) -> AsyncGenerator[list[Msg], None]:
-    config = ConsumerConfig(
-        name=_nuid.next().decode(),
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=start_seq,
-        ack_policy=AckPolicy.NONE,
-        filter_subject=filter_subject,
-        inactive_threshold=_INACTIVE_S,
-        mem_storage=True,
-        num_replicas=1,
-    )
-    info = await js.add_consumer(stream, config)
+    info = await js.add_consumer(stream, _ephemeral(filter_subject, start_seq))
     nc = js._nc  # the JetStream context's connection (nats-py keeps no public accessor)
     pull = _Pull(max(batch, _PULL_MIN))
     inbox = nc.new_inbox()
@@ -191,17 +181,7 @@ async def _fetch_consumer(
     batch: int,
 ) -> AsyncGenerator[list[Msg], None]:
     """One consumer read through nats-py's `fetch` (the live path of the services' folds)."""
-    config = ConsumerConfig(
-        name=_nuid.next().decode(),
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=start_seq,
-        ack_policy=AckPolicy.NONE,
-        filter_subject=filter_subject,
-        inactive_threshold=_INACTIVE_S,
-        mem_storage=True,
-        num_replicas=1,
-    )
-    info = await js.add_consumer(stream, config)
+    info = await js.add_consumer(stream, _ephemeral(filter_subject, start_seq))
     sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
     expected = 1  # the consumer sequence of the next message
     idle = 0
@@ -230,3 +210,17 @@ async def _fetch_consumer(
             await sub.unsubscribe()
         with contextlib.suppress(Exception):
             await js.delete_consumer(stream, info.name)
+
+
+def _ephemeral(filter_subject: str, start_seq: int) -> ConsumerConfig:
+    """An unacknowledged, in-memory consumer from `start_seq`: nothing depends on acks (E3)."""
+    return ConsumerConfig(
+        name=_nuid.next().decode(),
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start_seq,
+        ack_policy=AckPolicy.NONE,
+        filter_subject=filter_subject,
+        inactive_threshold=_INACTIVE_S,
+        mem_storage=True,
+        num_replicas=1,
+    )
