@@ -92,9 +92,3 @@ def submitted(job: Mapping[str, Any], me: Mapping[str, Any] | None) -> str:
             "the global queue when one of your jobs ends)"
         )
     return out
-
-
-START_NOT_AVAILABLE: Final = (
-    "note: estimated start times are not available yet (SPEC U4): this gateway does not "
-    "compute them; RANK and REASON say where each job stands"
-)

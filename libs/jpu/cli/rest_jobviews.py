@@ -18,11 +18,6 @@ def _where(e: dict[str, Any]) -> str:
     return f"({e.get('pending_reason') or 'None'})"
 
 
-def has_estimates(data: dict[str, Any]) -> bool:
-    """Whether the API gives `estimated_start` (SPEC U4) for the queued jobs."""
-    return any("estimated_start" in e for e in data.get("queue", []))
-
-
 def estimate(j: dict[str, Any]) -> str:
     """SPEC U4 in words: an estimate with its basis and when it was computed, never a promise."""
     start, basis = j.get("estimated_start"), j.get("estimate_basis")
@@ -34,9 +29,8 @@ def estimate(j: dict[str, Any]) -> str:
 
 def queue(data: dict[str, Any], start: bool = False) -> str:
     """The global queue by rank, the personal queues, then the jobs running now (like squeue:
-    STATE, TIME = run time, NODELIST(REASON)). `start`: an ESTIMATED_START column, when the API
-    gives one."""
-    with_start = start and has_estimates(data)
+    STATE, TIME = run time, NODELIST(REASON)). `start`: an ESTIMATED_START column (U4; "-" for
+    a job no estimate has covered yet)."""
     rows = []
     for e in [*data.get("queue", []), *data.get("running", [])]:
         row = [
@@ -50,12 +44,12 @@ def queue(data: dict[str, Any], start: bool = False) -> str:
             e.get("state"),
             fmt_duration(e.get("elapsed_s")),
         ]
-        if with_start:  # U4: "unknown" when the estimate found no start
-            start = e.get("estimated_start")
-            unknown = start is None and e.get("estimate_basis")
-            row.append("unknown" if unknown else fmt_ts(start))
+        if start:  # U4: "unknown" when the estimate found no start
+            at = e.get("estimated_start")
+            unknown = at is None and e.get("estimate_basis")
+            row.append("unknown" if unknown else fmt_ts(at))
         rows.append([*row, fmt_usage(e.get("lab_usage")), _where(e)])
-    headers = [*_QUEUE_HEADERS, *(["ESTIMATED_START"] if with_start else [])]
+    headers = [*_QUEUE_HEADERS, *(["ESTIMATED_START"] if start else [])]
     out = table([*headers, "LAB_USAGE", "NODELIST(REASON)"], rows)
     state = data.get("maintenance", "NORMAL")
     if state != "NORMAL":

@@ -2,8 +2,8 @@
 
 `queue`: `GET /v1/queue` — the global queue by rank, the personal queues and the running jobs,
 filtered by `-u/--user`, `--me`, `--lab`, `--state S[,S]` (JPU states or squeue's short ones:
-PD, R, CG); `--start` adds ESTIMATED_START when the API gives it (SPEC U4), else says it is not
-available yet. `jobs`: `GET /v1/jobs`, newest first, followed page by page (`next_cursor`) up to
+PD, R, CG); `--start` adds the dispatcher's estimated starts as ESTIMATED_START (SPEC U4).
+`jobs`: `GET /v1/jobs`, newest first, followed page by page (`next_cursor`) up to
 `--limit` rows or `--all`; `history` is `jobs` of ended jobs.
 """
 
@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
 import jpu.cli.rest_views as views
-from jpu.cli import messages
 from jpu.cli.rest_client import RestClient, RestError, resolve_target
-from jpu.cli.rest_jobviews import has_estimates
 
 QUEUED: Final = ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING")
 HOLDING: Final = ("DISPATCHED", "RUNNING", "CANCELLING")
@@ -100,8 +97,6 @@ def cmd_queue(args: argparse.Namespace) -> int:
         params = {"user": user, "lab": args.lab, "state": ",".join(states) if states else None}
         data = c.get("/v1/queue", {k: v for k, v in params.items() if v})
     _print(args, data, lambda d: views.queue(d, start=args.start))
-    if args.start and not has_estimates(data):
-        print(messages.START_NOT_AVAILABLE, file=sys.stderr)  # U4: said, not an error
     return 0
 
 
