@@ -79,6 +79,8 @@ class DemotionCheck:
         self.present = present
         self.holders = holders
         self._ranks: dict[str, int] | None = None
+        # kept because the usage gap to rank 1 is within the margin (hysteresis, damped)
+        self.incumbents: set[str] = set()
 
     def demote(self, job: QueuedJob, rank1: QueuedJob, slot: Slot, held: Sequence[int]) -> bool:
         """SPEC R3/R6: `job` (not rank 1) reserving `held` GPUs in `slot` loses them."""
@@ -88,10 +90,24 @@ class DemotionCheck:
         if mode in ("hysteresis", "damped"):
             u = lab_usage_at({job.lab, rank1.lab}, self.usage, self.now, self.half_life_s)
             if not beyond_margin(u[job.lab], u[rank1.lab], self.rule.margin):
+                self.incumbents.add(job.job_id)
                 return False
         if mode in ("useful", "damped"):
             return self.higher_can_use(job, slot, held)
         return True
+
+    def holds_back(
+        self, job: QueuedJob, slot: Slot, held: Sequence[int], dispatched: Sequence[int] = ()
+    ) -> bool:
+        """D5 for a parked reservation that could grow or complete in its placement: it waits
+        while a higher job could start there were it released. Not an incumbent (kept by the
+        margin): the near-tie reorder does not count for it, so it goes on as rank 1's would.
+        Otherwise rank 1, which cannot reserve the GPUs it holds, and it, waiting for rank 1,
+        would wait for each other for as long as the two labs' usage ratio stays (decay keeps
+        it), and nothing would ever run there."""
+        if job.job_id in self.incumbents:
+            return False
+        return self.higher_can_use(job, slot, held, dispatched)
 
     def higher_can_use(
         self, job: QueuedJob, slot: Slot, held: Sequence[int], dispatched: Sequence[int] = ()

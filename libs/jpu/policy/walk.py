@@ -195,7 +195,7 @@ class Walk:
         _, own, held = self.parked.pop(job.job_id)
         need = max(0, job.num_gpus - len(held))
         if len(own.idle) >= need and not (
-            check is not None and check.higher_can_use(job, own, held, self.dispatched)
+            check is not None and check.holds_back(job, own, held, self.dispatched)
         ):
             self.out.releases.append(release(job, "dispatched", self.now, pool.tiers))
             self.dispatch(job, own, [*held, *pool.take(own, need)])
@@ -240,11 +240,7 @@ class Walk:
         pool, now, check = self.pool, self.now, self.check
         for job, own, held in self.parked.values():
             need = max(0, job.num_gpus - len(held))
-            if (
-                own.idle
-                and check is not None
-                and check.higher_can_use(job, own, held, self.dispatched)
-            ):
+            if own.idle and check is not None and check.holds_back(job, own, held, self.dispatched):
                 self.held_ranks[self.rank_of(job.job_id)] = "Reservation"
                 continue
             if len(own.idle) >= need:

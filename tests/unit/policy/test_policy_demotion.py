@@ -110,10 +110,12 @@ def test_R6_hysteresis_boundary():
     assert not beyond_margin(32_000.0, 28_000.0, 0.125)  # 32,000 × 0.875 = 28,000 exactly
     s = worked_example()
     r = cycle(with_mode(s, "hysteresis", 0.125), now=300.0)
-    assert r.releases == [] and r.dispatches == []
-    # Z may not reserve A1/1: with X's GPU parked there A1 can never fit Z (no deadlock)
+    # within the margin X is the incumbent: the reorder does not count, so X completes on the
+    # idle A1/1 as rank 1 would (D3.b) and its held time rides with the attempt (R4)
+    assert [(x.reason, x.charge_now) for x in r.releases] == [("dispatched", 0.0)]
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"X": (A1, (0, 1))}
+    # Z may not reserve A1/1 meanwhile: with X's GPU kept there A1 could never fit Z
     assert r.starts == [] and r.grows == []
-    assert r.pending == {"Z": "Resources", "X": "Reservation"}
     r = cycle(with_mode(s, "hysteresis", 0.12), now=300.0)
     assert [(x.reason, x.charge_now) for x in r.releases] == [("demoted", 24_780.0)]
 
@@ -121,7 +123,7 @@ def test_R6_hysteresis_boundary():
 def test_R6_damped_needs_both_conditions():
     # Z can use X's GPUs (useful says demote) but the usages are within a 20 % margin
     r = cycle(with_mode(worked_example(), "damped", 0.2), now=300.0)
-    assert r.releases == []
+    assert [x.reason for x in r.releases] == ["dispatched"]  # kept by the margin: completes
     # beyond the margin, but Z only admits rtx3080ti (useful says keep)
     q = [
         job("X", "BCG", n=2, at=-100.0, res=RES_X),
@@ -130,6 +132,18 @@ def test_R6_damped_needs_both_conditions():
     s = snap(default_cluster(states((A1, 1))), q, USAGE)
     r = cycle(with_mode(s, "damped", 0.05), now=300.0)
     assert [x.reason for x in r.releases] == ["dispatched"]  # parked, grown on A1/1, complete
+
+
+@pytest.mark.parametrize("mode", ["hysteresis", "damped"])
+def test_R6_D5_a_reservation_kept_by_the_margin_never_deadlocks_rank1(mode):
+    # Found by the simulator's property test: X kept within the margin on A1/0, A1/1 idle, Z
+    # (rank 1) needs A1 whole. Z may not reserve the GPU X keeps; had X waited for Z (D5 read
+    # as "Z could use it were it released"), neither would move in any later cycle, since decay
+    # keeps the two labs' usage ratio. X completes now; Z gets A1 when X ends.
+    s = worked_example()
+    for now in (300.0, 3_600.0, 86_400.0):  # any later cycle: the same usage ratio
+        r = cycle(with_mode(s, mode, 0.2), now=now)
+        assert [d.job_id for d in r.dispatches] == ["X"], now
 
 
 def test_R6_rank1_always_keeps_and_only_other_reasons_release():
