@@ -23,10 +23,10 @@ import statistics
 from collections import deque
 
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.states import QUEUED, JobView, queued_job
 from jpu.events import JobEnded
-from jpu.fold import ClusterState, JobView
-from jpu.fold_jobs import QUEUED, queued_job
-from jpu.fold_snapshot import gpus
 from jpu.policy.charging import with_owed
 from jpu.policy.model import Gpu, MaintenanceState
 from jpu.sim.forward import (

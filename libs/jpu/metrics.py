@@ -34,8 +34,8 @@ from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Ob
 
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.states import TERMINAL, JobView
 from jpu.events import Event, JobDispatched, ReservationReleased, ReservationStarted
-from jpu.fold_jobs import TERMINAL, JobView
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
 from jpu.policy.queue import SLOT_HOLDING_STATES

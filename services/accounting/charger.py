@@ -27,8 +27,8 @@ from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.errors import is_unreachable
 from jpu.bus.fold_follow import Follower
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
 from jpu.events import UsageCharged
-from jpu.fold import ClusterState
 from jpu.policy.charging import Charge, charge_id
 from jpu.policy.fairshare import ZERO_USAGE, charge
 

@@ -41,15 +41,15 @@ from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.backfill import EndReason, end_reason, plan, still_idle, to_cancel
+from jpu.domain.cluster import ClusterState
+from jpu.domain.idle import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
-from jpu.fold import ClusterState
 from jpu.metrics import count_preemption
 from jpu.policy.maintenance import backfill_allowed
 from jpu.policy.model import Gpu, MaintenanceState
 from jpu.service import wait_any
-from jpu_services.backfill.decide import EndReason, end_reason, plan, still_idle, to_cancel
 from jpu_services.backfill.options import BackfillOptions, BackfillStats
-from jpu_services.backfill.tracker import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 
 log = logging.getLogger(__name__)
 __all__ = ["BackfillOptions", "BackfillService", "BackfillStats", "run_backfill"]

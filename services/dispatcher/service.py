@@ -27,6 +27,14 @@ from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
+from jpu.domain.dispatch import (
+    cancellations,
+    cycle_events,
+    escalations,
+    maintenance_step,
+)
+from jpu.domain.holdings import snapshot
 from jpu.estimate import RunTimes
 from jpu.events import (
     BackfillEnded,
@@ -39,17 +47,9 @@ from jpu.events import (
     ReservationReleased,
     UsageCharged,
 )
-from jpu.fold import ClusterState
-from jpu.fold_snapshot import snapshot
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
 from jpu.service import wait_any
-from jpu_services.dispatcher.decide import (
-    cancellations,
-    cycle_events,
-    escalations,
-    maintenance_step,
-)
 from jpu_services.dispatcher.estimates import Estimator
 from jpu_services.dispatcher.lease import Lease
 from jpu_services.dispatcher.view import ViewPublisher

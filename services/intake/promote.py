@@ -18,8 +18,8 @@ import asyncpg
 
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
 from jpu.events import JobPromoted, new_event_id
-from jpu.fold import ClusterState
 from jpu.policy.queue import promotions
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,10 @@ from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.commands import CancelCommand, CommandReply, SubmitCommand, error_reply
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.states import JobView, apply_job_event, request_digest
 from jpu.events import JobCancelRequested, JobSubmitted, new_event_id
-from jpu.fold import ClusterState
-from jpu.fold_jobs import JobView, apply_job_event, request_digest
-from jpu.fold_snapshot import gpus
 from jpu.policy import maintenance
 from jpu.policy.placements import ever_fits
 from jpu.policy.queue import largest_placement, validate_submit

@@ -23,10 +23,10 @@ from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, Unknown
 from jpu.bus import Delivered, EventBus
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.execution import AgentJob, next_action
 from jpu.events import JobCancelRequested, JobDispatched, NodeInventoryObserved, new_event_id
 from jpu.service import wait_any
 from jpu_services.slurm_agent.agent import JobAgent
-from jpu_services.slurm_agent.jobstate import AgentJob, next_action
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.recovery import fold_log
 from jpu_services.slurm_agent.watchlist import Watched

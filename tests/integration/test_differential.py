@@ -3,9 +3,9 @@
 Logs of mixed workloads come from the simulator (the services' policy with a virtual clock:
 reservations with swap and R3 demotion, OOM retries and OOM failures with no bigger tier,
 cancellations in every state, backfill preemption). Each log is folded by the services' domain
-fold (jpu.fold ClusterState) and applied to the SQL projections (jobs, lab_usage); both must say
-what the simulator's own summary says: every job's state and attempts, and every lab's usage (to
-1e-6 relative).
+fold (jpu.domain.cluster ClusterState) and applied to the SQL projections (jobs, lab_usage);
+both must say what the simulator's own summary says: every job's state and attempts, and every
+lab's usage (to 1e-6 relative).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 
 from jpu.bus import Delivered
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import JobSubmitted, decode, subject_for
-from jpu.fold import ClusterState, evolve
 from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
 from jpu.sim.workload import WorkloadJob

@@ -12,6 +12,7 @@ import pytest
 
 from jpu.bus import Delivered
 from jpu.config import Config, load_config
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.estimate import RunTimes, estimate
 from jpu.events import (
     Event,
@@ -25,7 +26,6 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
-from jpu.fold import ClusterState, evolve
 from jpu.sim.forward import EstimateParams
 
 T0 = 1_000_000.0

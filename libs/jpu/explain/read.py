@@ -19,13 +19,13 @@ import nats.errors
 from jpu.bus import Delivered, EventBus
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import assign
+from jpu.domain.states import JobView, apply_job_event
 from jpu.events import JobSubmitted, decode
 from jpu.explain.queue_at import PastQueue, queue_at
 from jpu.explain.usage import Ledger
 from jpu.explain.wait import JobNotInLog, WaitFold, WaitTimeline
-from jpu.fold import ClusterState, evolve
-from jpu.fold_jobs import JobView, apply_job_event
-from jpu.state_codec import assign
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 import asyncpg
 
 from jpu import auth
-from jpu.fold_jobs import TERMINAL  # SPEC S2
+from jpu.domain.states import TERMINAL  # SPEC S2
 from jpu_services.gateway.errors import ApiError
 
 QUEUED_STATES: Final = ("GLOBAL_QUEUE_WAIT", "RESERVING")

@@ -10,19 +10,19 @@ from collections.abc import Mapping
 from typing import Literal
 
 from jpu.backends import BackendStatus
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.idle import GpuKey, Idle, Tracker
 from jpu.events import BackfillStarted
-from jpu.fold import ClusterState
-from jpu.fold_snapshot import gpus
 from jpu.policy.backfill import BackfillPlan, plan_backfill
 from jpu.policy.model import MaintenanceState
-from jpu_services.backfill.tracker import GpuKey, Idle, Tracker
 
 EndReason = Literal["preempted", "reclaimed", "exited", "failed"]  # BackfillEnded.reason
 
 
 def plan(tracker: Tracker, now: float, settle_s: float) -> BackfillPlan:
     idle = {k: v.since for k, v in tracker.idle.items()}
-    maintenance: MaintenanceState = tracker.state.maintenance.state
+    maintenance: MaintenanceState = tracker.state.maintenance.state  # type: ignore[assignment]
     return plan_backfill(gpus(tracker.state), idle, now, settle_s, maintenance)
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from jpu.bus import Delivered
 from jpu.events import (
     JobCancelRequested,
     JobDispatched,
@@ -34,6 +34,9 @@ from jpu.events import (
     ReservationStarted,
 )
 from jpu.policy.model import QueuedJob, Reservation
+
+if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
+    from jpu.bus.model import Delivered
 
 GpuKey = tuple[str, str, int]
 SLOT_STATES = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"})

@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from jpu.config import Config, Tier
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.states import JobView
 from jpu.events import (
     Event,
     JobDispatched,
@@ -21,8 +24,6 @@ from jpu.events import (
     ReservationShrunk,
     ReservationStarted,
 )
-from jpu.fold import ClusterState, JobView
-from jpu.fold_snapshot import gpus
 from jpu.policy import maintenance, oom
 from jpu.policy.fairshare import held_gpu_seconds
 from jpu.policy.model import CycleResult, MaintenanceState

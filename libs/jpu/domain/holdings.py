@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jpu.config import Cluster
-from jpu.fold import ClusterState
+from jpu.domain.cluster import ClusterState
 from jpu.policy.charging import with_owed
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import Gpu, MaintenanceState, RunningJob, Snapshot

@@ -1,0 +1,19 @@
+"""The domain: the log's fold and every service's decisions, pure (SPEC sections → modules).
+
+No NATS, PostgreSQL, OpenTelemetry or clock here (tests/unit/test_domain_is_pure.py checks it):
+the services consume the log, call these functions with `now` and append what they return.
+
+    S  job states (S1–S3, X8 per job)      states.py     JobView, apply_job_event, the state sets
+    E  the log as state (E2, E3)           cluster.py    ClusterState, evolve (slots, queue, owed)
+                                           codec.py      ClusterState as snapshot bytes (issue 11)
+    P  GPUs and who holds them (P1, P2)    holdings.py   gpus, running, the cycle's Snapshot
+    D  dispatch (D1–D8), R3–R5, M2–M3      dispatch.py   the events the dispatcher appends
+    X  execution (X1–X8)                   execution.py  the agent's fold of a job, its next action
+                                           ending.py     backend status → JobEnded (X6, X7, F5)
+                                           attempts.py   a job's attempts told from its events
+    B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)
+                                           backfill.py   what the backfill service starts/cancels
+
+The dispatch cycle itself (D1–D7, R1–R6) and the cost formulas (F1–F4) are the policy core,
+`jpu.policy` (`cycle`, `charging`, `fairshare`, `queue`, `oom`, `maintenance`, `backfill`).
+"""
