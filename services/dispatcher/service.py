@@ -33,8 +33,8 @@ from jpu.domain.dispatch import (
     cycle_events,
     escalations,
     maintenance_step,
+    snapshot,
 )
-from jpu.domain.holdings import snapshot
 from jpu.estimate import RunTimes
 from jpu.events import (
     BackfillEnded,

@@ -89,7 +89,7 @@ class Api:
         shows ranks and reasons from there only (issue 10 finding 6); these tests run no
         dispatcher, so that its appends do not move the jobs they arrange."""
         from jpu.domain.cluster import ClusterState, evolve
-        from jpu.domain.holdings import snapshot
+        from jpu.domain.dispatch import snapshot
         from jpu.policy.cycle import cycle
         from jpu_services.dispatcher.view import ViewPublisher
 

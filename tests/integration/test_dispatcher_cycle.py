@@ -168,7 +168,7 @@ async def test_D1_F4_R3_worked_example_with_Y_beside_X_ranks_Ys_cost_before_acco
 def test_F4_an_owed_charge_counts_once_before_and_after_accounting_writes_it() -> None:
     """The fold's owed charge and accounting's UsageCharged for it never add up twice."""
     from jpu.bus import Delivered
-    from jpu.domain.holdings import snapshot
+    from jpu.domain.dispatch import snapshot
     from jpu.policy.charging import charge_id
     from jpu.policy.fairshare import decayed
 

@@ -7,7 +7,7 @@ from itertools import count
 
 from jpu.bus import Delivered
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.holdings import queue
+from jpu.domain.dispatch import queue
 from jpu.domain.states import QUEUED, queued_job
 from jpu.events import (
     Event,

@@ -6,8 +6,8 @@ the services consume the log, call these functions with `now` and append what th
     S  job states (S1–S3, X8 per job)      states.py     JobView, apply_job_event, the state sets
     E  the log as state (E2, E3)           cluster.py    ClusterState, evolve (slots, queue, owed)
                                            codec.py      ClusterState as snapshot bytes (issue 11)
-    P  GPUs and who holds them (P1, P2)    holdings.py   gpus, running, the cycle's Snapshot
-    D  dispatch (D1–D8), R3–R5, M2–M3      dispatch.py   the events the dispatcher appends
+    P  GPUs and who holds them (P1, P2)    holdings.py   gpus, running
+    D  dispatch (D1–D8), R3–R5, M2–M3      dispatch.py   the cycle's Snapshot, the events it appends
     X  execution (X1–X8)                   execution.py  the agent's fold of a job, its next action
                                            ending.py     backend status → JobEnded (X6, X7, F5)
                                            attempts.py   a job's attempts told from its events

@@ -1,4 +1,6 @@
-"""What the dispatcher appends, as pure functions of (state, config, now) → events.
+"""The dispatcher's duties (SPEC D1–D8, R3–R5, X8, M2–M3): what a cycle decides on (`snapshot`)
+and what the dispatcher appends, as pure functions of (state, config, now) → events, one per duty.
+The cycle itself is the policy core (jpu.policy.cycle).
 
 The events carry an empty `event_id`; the writer gives each a deterministic id derived from
 (type, subject, expected sequence), so a retried append is de-duplicated by the stream.
@@ -8,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jpu.config import Config, Tier
+from jpu.config import Cluster, Config, Tier
 from jpu.domain.cluster import ClusterState
-from jpu.domain.holdings import gpus
+from jpu.domain.holdings import gpus, running
 from jpu.domain.states import JobView
 from jpu.events import (
     Event,
@@ -25,11 +27,39 @@ from jpu.events import (
     ReservationStarted,
 )
 from jpu.policy import maintenance, oom
+from jpu.policy.charging import with_owed
 from jpu.policy.fairshare import held_gpu_seconds
-from jpu.policy.model import CycleResult, MaintenanceState
+from jpu.policy.labqueues import LabQueues
+from jpu.policy.model import CycleResult, MaintenanceState, Snapshot
 
+DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 CANCEL_HERE = frozenset({"PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"})
 CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
+
+
+def queue(state: ClusterState) -> LabQueues:
+    """The global queue: GLOBAL_QUEUE_WAIT and RESERVING (a cancel request takes a job out),
+    kept grouped by lab by the fold itself (`ClusterState.queue`)."""
+    return state.queue
+
+
+def snapshot(state: ClusterState, config: Cluster, half_life_s: float | None = None) -> Snapshot:
+    """What the dispatch cycle decides on. `half_life_s` defaults to the config's (F3)."""
+    half_life = half_life_s or float(getattr(config, "half_life_s", DEFAULT_HALF_LIFE_S))
+    maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
+    return Snapshot(
+        tiers={t.name: t for t in config.tiers},
+        gpus=gpus(state),
+        queue=queue(state),
+        # D1/F4: with every charge the log owes, before accounting has written it
+        usage=with_owed(state.usage, state.owed.values(), half_life),
+        half_life_s=half_life,
+        maintenance=maintenance,
+        running=running(state),
+        # R6: the configured demotion mode (the simulator passes the same keys, SimParams)
+        reservation_demotion=config.reservation_demotion,
+        reservation_demotion_margin=config.reservation_demotion_margin,
+    )
 
 
 def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> list[Event]:

@@ -1,14 +1,10 @@
-"""ClusterState → the policy core's Snapshot (SPEC §1.2 GPU states, D1 queue, F3 usage)."""
+"""Who holds each GPU (SPEC §1.2, P1–P2): the ClusterState as the policy core's GPU rows and
+running jobs. Placements are not stored (P1): the core groups these rows by (node, tier)."""
 
 from __future__ import annotations
 
-from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState
-from jpu.policy.charging import with_owed
-from jpu.policy.labqueues import LabQueues
-from jpu.policy.model import Gpu, MaintenanceState, RunningJob, Snapshot
-
-DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
+from jpu.policy.model import Gpu, RunningJob
 
 
 def gpus(state: ClusterState) -> list[Gpu]:
@@ -30,12 +26,6 @@ def gpus(state: ClusterState) -> list[Gpu]:
     return rows
 
 
-def queue(state: ClusterState) -> LabQueues:
-    """The global queue: GLOBAL_QUEUE_WAIT and RESERVING (a cancel request takes a job out),
-    kept grouped by lab by the fold itself (`ClusterState.queue`)."""
-    return state.queue
-
-
 def running(state: ClusterState) -> list[RunningJob]:
     out = []
     for j in state.jobs.values():
@@ -53,22 +43,3 @@ def running(state: ClusterState) -> list[RunningJob]:
                 )
             )
     return out
-
-
-def snapshot(state: ClusterState, config: Cluster, half_life_s: float | None = None) -> Snapshot:
-    """What the dispatch cycle decides on. `half_life_s` defaults to the config's (F3)."""
-    half_life = half_life_s or float(getattr(config, "half_life_s", DEFAULT_HALF_LIFE_S))
-    maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
-    return Snapshot(
-        tiers={t.name: t for t in config.tiers},
-        gpus=gpus(state),
-        queue=queue(state),
-        # D1/F4: with every charge the log owes, before accounting has written it
-        usage=with_owed(state.usage, state.owed.values(), half_life),
-        half_life_s=half_life,
-        maintenance=maintenance,
-        running=running(state),
-        # R6: the configured demotion mode (the simulator passes the same keys, SimParams)
-        reservation_demotion=config.reservation_demotion,
-        reservation_demotion_margin=config.reservation_demotion_margin,
-    )

@@ -2,7 +2,7 @@
 
 The log is folded (`jpu.domain.cluster.evolve`) up to the first event after TIME — the same prefix
 `EventBus.replay(until_ts=TIME)` yields — and the dispatcher's cycle (`jpu.policy.cycle` on
-`jpu.domain.holdings.snapshot`) run at TIME gives ranks and pending reasons (D1, D7).
+`jpu.domain.dispatch.snapshot`) run at TIME gives ranks and pending reasons (D1, D7).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import msgspec
 from jpu.bus import Delivered
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.holdings import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
 from jpu.domain.states import JobView
 from jpu.policy.cycle import cycle
 from jpu.policy.fairshare import ZERO_USAGE, decayed

@@ -2,7 +2,7 @@
 
 The log is folded with the services' own fold (`jpu.domain.cluster.evolve`); at every event that
 can change the queue while the job waits, the dispatcher's own cycle (`jpu.policy.cycle` on
-`jpu.domain.holdings.snapshot`, at the event's time) gives the job's rank and pending reason and
+`jpu.domain.dispatch.snapshot`, at the event's time) gives the job's rank and pending reason and
 who is ahead. Ranks only move on events: decay multiplies every lab's usage by the same factor
 (F3), so time alone never reorders labs — the event at which the job's rank changed is what
 changed it. A reservation lost by R3 is blamed on the event after which the job stopped being
@@ -23,7 +23,7 @@ import msgspec
 from jpu.bus import Delivered
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.holdings import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
 from jpu.domain.states import QUEUED, JobView
 from jpu.events import (
     BackfillEnded,
