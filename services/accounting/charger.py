@@ -1,4 +1,5 @@
-"""Accounting: charge every held GPU-second exactly once (SPEC F3–F5, O5).
+"""Accounting's edge: append every charge the log owes exactly once (SPEC F3–F5, O5). What each
+charge says is decided in jpu.domain.accounting; this module appends it.
 
 Sources of charges, each turned into one `UsageCharged` on the lab's subject:
   * `JobEnded` — the attempt's whole uncharged cost (`usage`, F4), reason "job_end";
@@ -26,21 +27,12 @@ from collections.abc import Awaitable, Callable
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.errors import is_unreachable
 from jpu.bus.fold_follow import Follower
-from jpu.config import Config
+from jpu.domain.accounting import owed_by, unsettled, usage_charged
 from jpu.domain.cluster import ClusterState
 from jpu.events import UsageCharged
-from jpu.policy.charging import Charge, charge_id
-from jpu.policy.fairshare import ZERO_USAGE, charge
+from jpu.policy.charging import Charge
 
 log = logging.getLogger(__name__)
-
-
-def initial_charges(config: Config, at: float) -> list[Charge]:
-    return [
-        Charge(f"init-{lab.name}", lab.name, lab.usage, at, None, "initial")
-        for lab in config.labs
-        if lab.usage > 0
-    ]
 
 
 class Charger:
@@ -64,16 +56,12 @@ class Charger:
         if isinstance(d.event, UsageCharged):
             self.pending.pop(d.event.event_id, None)
             return
-        # The fold decided what this event owes (jpu.policy.charging) before it could drop the
-        # job (issue 11): the charge is whatever it recorded in `owed`.
-        c = self.state.owed.get(charge_id(d.event.event_id))
-        if c is not None and c.charge_id not in self.state.charged_ids:
+        c = owed_by(self.state, d.event.event_id)
+        if c is not None:
             self.pending[c.charge_id] = c
 
     def add(self, charges: list[Charge]) -> None:
-        for c in charges:
-            if c.charge_id not in self.state.charged_ids:
-                self.pending[c.charge_id] = c
+        self.pending.update((c.charge_id, c) for c in unsettled(self.state, charges))
 
     async def drain(self) -> None:
         """Append every pending charge; on a conflict catch up and decide again."""
@@ -106,19 +94,7 @@ class Charger:
             await asyncio.sleep(0.5)
 
     async def _append(self, c: Charge) -> int:
-        usage = self.state.usage.get(c.lab, ZERO_USAGE)
-        after = charge(usage, c.amount, c.at, self.half_life_s)  # F3
-        event = UsageCharged(
-            event_id=c.charge_id,
-            ts=c.at,
-            lab=c.lab,
-            amount=c.amount,
-            value_after=after.value,
-            as_of=after.as_of,
-            job_id=c.job_id,
-            reason=c.reason,
-            attempt=c.attempt,
-        )
+        event = usage_charged(self.state, c, self.half_life_s)
         expected = self.state.lab_seq.get(c.lab, 0)
         seq = await self.bus.append_retrying(
             event, expected_last_subject_seq=expected, stop=self.stop

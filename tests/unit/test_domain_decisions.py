@@ -1,0 +1,79 @@
+"""The decisions intake and accounting take from the domain (jpu.domain.promotion, .accounting),
+on a state folded from real events (SPEC Q5, S1, F3–F5)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jpu.bus import Delivered
+from jpu.config import load_config
+from jpu.domain.accounting import initial_charges, owed_by, unsettled, usage_charged
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.promotion import promoted, to_promote
+from jpu.events import Event, JobEnded, JobSubmitted, subject_for
+from jpu.policy.model import LabUsage
+
+CONFIG = load_config(env={})
+
+
+def _fold(events: list[Event]) -> ClusterState:
+    state = ClusterState.new(CONFIG)
+    for i, e in enumerate(events, start=1):
+        evolve(state, Delivered(i, subject_for(e), e, {}))
+    return state
+
+
+def _submit(job_id: str, user: str, ts: float) -> JobSubmitted:
+    return JobSubmitted(
+        event_id=f"s-{job_id}", ts=ts, job_id=job_id, lab="L", user=user, name=job_id,
+        command="true", num_gpus=1,
+    )  # fmt: skip
+
+
+def test_Q5_the_oldest_personal_jobs_are_promoted_up_to_each_users_limit() -> None:
+    log: list[Event] = [_submit(j, u, t) for t, (j, u) in enumerate([
+        ("a1", "ann"), ("b1", "bob"), ("a2", "ann"), ("a3", "ann"), ("b2", "bob"),
+    ])]  # fmt: skip
+    state = _fold(log)
+    assert to_promote(state, None, {"ann": 2}, 1) == ["a1", "a2", "b1"]
+    assert to_promote(state, {"bob"}, {"ann": 2}, 1) == ["b1"]
+    events = [promoted(j, 50.0, f"p-{j}") for j in ("a1", "a2", "b1")]
+    assert all(e.queue_entered_at == 50.0 for e in events)  # Q5: the promotion time
+    state = _fold([*log, *events])
+    assert state.slots == {"ann": 2, "bob": 1}  # S1: global queue jobs hold slots
+    assert to_promote(state, None, {"ann": 2}, 1) == []
+
+
+def test_F4_an_ended_attempt_is_owed_until_its_charge_is_in_the_log() -> None:
+    end = JobEnded(
+        event_id="end-a1", ts=100.0, job_id="a1", attempt=1, state="COMPLETED",
+        gpu_seconds_run=10.0, tflops=82.6, usage=826.0,
+    )  # fmt: skip
+    log: list[Event] = [_submit("a1", "ann", 0.0), end]
+    state = _fold(log)
+    owed = owed_by(state, end.event_id)
+    assert owed is not None and (owed.lab, owed.amount, owed.job_id) == ("L", 826.0, "a1")
+    assert unsettled(state, [owed]) == [owed]
+    charged = usage_charged(state, owed, CONFIG.half_life_s)
+    state = _fold([*log, charged])
+    assert owed_by(state, end.event_id) is None  # F5: charged once
+    assert unsettled(state, [owed]) == []
+
+
+def test_F3_a_charge_is_added_to_the_labs_usage_decayed_to_its_time() -> None:
+    end = JobEnded(event_id="e", ts=100.0, job_id="a1", attempt=1, state="FAILED", usage=10.0)
+    state = _fold([_submit("a1", "ann", 0.0), end])
+    state.usage["L"] = LabUsage(1000.0, 0.0)
+    owed = owed_by(state, "e")
+    assert owed is not None
+    charged = usage_charged(state, owed, half_life_s=100.0)
+    assert (charged.event_id, charged.lab, charged.as_of) == (owed.charge_id, "L", 100.0)
+    assert charged.value_after == pytest.approx(500.0 + 10.0)
+
+
+def test_F6_only_a_lab_configured_with_usage_gets_an_initial_charge_once() -> None:
+    config = load_config(env={"JPU_LABS": "[{name: A, usage: 5.0}, {name: B}]"})
+    [c] = initial_charges(config, 7.0)
+    assert (c.charge_id, c.lab, c.amount, c.at, c.reason) == ("init-A", "A", 5.0, 7.0, "initial")
+    charged = usage_charged(_fold([]), c, config.half_life_s)
+    assert unsettled(_fold([charged]), initial_charges(config, 9.0)) == []  # once ever
