@@ -28,25 +28,9 @@ from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.domain.dispatch import (
-    cancellations,
-    cycle_events,
-    escalations,
-    maintenance_step,
-    snapshot,
-)
+from jpu.domain.dispatch import CYCLE_TRIGGERS, cycle_events, duties, snapshot
 from jpu.estimate import RunTimes
-from jpu.events import (
-    BackfillEnded,
-    JobCancelRequested,
-    JobEnded,
-    JobPromoted,
-    JobRetryScheduled,
-    MaintenanceChanged,
-    NodeInventoryObserved,
-    ReservationReleased,
-    UsageCharged,
-)
+from jpu.events import JobEnded
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
 from jpu.service import wait_any
@@ -56,19 +40,6 @@ from jpu_services.dispatcher.view import ViewPublisher
 from jpu_services.dispatcher.writer import LeaseLost, Writer
 
 log = logging.getLogger(__name__)
-
-# D8: events after which a cycle may decide differently (plus cancellations for phase 0).
-TRIGGERS = (
-    JobPromoted,
-    JobRetryScheduled,
-    JobEnded,
-    UsageCharged,
-    ReservationReleased,
-    MaintenanceChanged,
-    NodeInventoryObserved,
-    BackfillEnded,
-    JobCancelRequested,
-)
 
 
 @dataclass
@@ -98,16 +69,12 @@ class Dispatcher:
     async def run_cycle(self) -> None:
         now = self.clock.now()
         self.writer.begin()
-        tiers = {t.name: t for t in self.config.tiers}
-        duties = cancellations(self.state, tiers, now) + escalations(self.state, self.config, now)
-        step = maintenance_step(self.state, now)
-        if step is not None:
-            duties.append(step)
-        if not await self.writer.append_all(duties):
+        if not await self.writer.append_all(duties(self.state, self.config, now)):
             self.wake.set()  # the state moved under us: decide again once caught up
             return
         result = cycle(snapshot(self.state, self.config), now)
         before = self.writer.appended
+        tiers = {t.name: t for t in self.config.tiers}
         ok = await self.writer.append_all(cycle_events(result, tiers, now))
         await self.view.publish(now, self.state.seq, result.order, dict(result.pending.items()))
         self.stats.dispatched += sum(1 for _ in result.dispatches) if ok else 0
@@ -121,7 +88,7 @@ def _triggered(
     wake: asyncio.Event, state: ClusterState, runtimes: RunTimes
 ) -> Callable[[Delivered], None]:
     def on_event(d: Delivered) -> None:
-        if isinstance(d.event, TRIGGERS):
+        if isinstance(d.event, CYCLE_TRIGGERS):
             wake.set()
         if isinstance(d.event, JobEnded):
             runtimes.observe(state, d.event)  # U4: run times for predicted durations

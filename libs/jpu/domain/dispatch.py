@@ -15,16 +15,21 @@ from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus, running
 from jpu.domain.states import JobView
 from jpu.events import (
+    BackfillEnded,
     Event,
+    JobCancelRequested,
     JobDispatched,
     JobEnded,
+    JobPromoted,
     JobRetryDeclined,
     JobRetryScheduled,
     MaintenanceChanged,
+    NodeInventoryObserved,
     ReservationGrown,
     ReservationReleased,
     ReservationShrunk,
     ReservationStarted,
+    UsageCharged,
 )
 from jpu.policy import maintenance, oom
 from jpu.policy.charging import with_owed
@@ -35,6 +40,18 @@ from jpu.policy.model import CycleResult, MaintenanceState, Snapshot
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 CANCEL_HERE = frozenset({"PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"})
 CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
+# D8: events after which a cycle may decide differently (plus cancellations for the duties).
+CYCLE_TRIGGERS = (
+    JobPromoted,
+    JobRetryScheduled,
+    JobEnded,
+    UsageCharged,
+    ReservationReleased,
+    MaintenanceChanged,
+    NodeInventoryObserved,
+    BackfillEnded,
+    JobCancelRequested,
+)
 
 
 def queue(state: ClusterState) -> LabQueues:
@@ -60,6 +77,16 @@ def snapshot(state: ClusterState, config: Cluster, half_life_s: float | None = N
         reservation_demotion=config.reservation_demotion,
         reservation_demotion_margin=config.reservation_demotion_margin,
     )
+
+
+def duties(state: ClusterState, config: Config, now: float) -> list[Event]:
+    """What the dispatcher owes before a cycle, in the order it lands: queued jobs whose cancel
+    was requested end (R5), OOM retries are decided once (X8), maintenance takes its next step
+    (M2/M3)."""
+    tiers = {t.name: t for t in config.tiers}
+    out = cancellations(state, tiers, now) + escalations(state, config, now)
+    step = maintenance_step(state, now)
+    return out if step is None else [*out, step]
 
 
 def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> list[Event]:
