@@ -1,16 +1,31 @@
-"""The decisions intake and accounting take from the domain (jpu.domain.promotion, .accounting),
-on a state folded from real events (SPEC Q5, S1, F3–F5)."""
+"""The decisions intake and accounting take from the domain (jpu.domain.submission, .promotion,
+.accounting), on a state folded from real events (SPEC Q2, Q3, Q5, Q6, S1, S2, F3–F6)."""
 
 from __future__ import annotations
 
 import pytest
 
 from jpu.bus import Delivered
+from jpu.commands import CancelCommand, SubmitCommand
 from jpu.config import load_config
 from jpu.domain.accounting import initial_charges, owed_by, unsettled, usage_charged
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.promotion import promoted, to_promote
-from jpu.events import Event, JobEnded, JobSubmitted, subject_for
+from jpu.domain.submission import (
+    cancel_answer,
+    idempotent_job_id,
+    refused,
+    replay,
+    submitted,
+)
+from jpu.events import (
+    Event,
+    JobCancelRequested,
+    JobEnded,
+    JobSubmitted,
+    MaintenanceChanged,
+    subject_for,
+)
 from jpu.policy.model import LabUsage
 
 CONFIG = load_config(env={})
@@ -77,3 +92,49 @@ def test_F6_only_a_lab_configured_with_usage_gets_an_initial_charge_once() -> No
     assert (c.charge_id, c.lab, c.amount, c.at, c.reason) == ("init-A", "A", 5.0, 7.0, "initial")
     charged = usage_charged(_fold([]), c, config.half_life_s)
     assert unsettled(_fold([charged]), initial_charges(config, 9.0)) == []  # once ever
+
+
+def _cmd(num_gpus: int = 1) -> SubmitCommand:
+    body = {"command": "true", "num_gpus": num_gpus}
+    return SubmitCommand(user="ann", lab="L", body=body, idempotency_key="k1")
+
+
+def test_Q6_a_key_names_one_job_and_a_different_body_conflicts() -> None:
+    jid = idempotent_job_id("ann", "k1")
+    assert jid == idempotent_job_id("ann", "k1") != idempotent_job_id("bob", "k1")
+    first = submitted(_cmd(), jid, 0.0, "e1")
+    state = _fold([first])
+    known = state.jobs[jid]
+    again = replay(known.digest, submitted(_cmd(), jid, 9.0, "e2"), known.submit_seq, known.state)
+    assert (again.status, again.job_id, again.replayed) == (200, jid, True)
+    other = replay(known.digest, submitted(_cmd(2), jid, 9.0, "e3"), 1, known.state)
+    assert other.status == 409 and other.error and other.error.code == "IDEMPOTENCY_CONFLICT"
+
+
+def test_Q2_Q3_maintenance_refuses_first_then_a_job_no_placement_can_ever_run() -> None:
+    tiers = {t.name: t for t in CONFIG.tiers}
+    fits, never = submitted(_cmd(1), "j1", 0.0, "e1"), submitted(_cmd(64), "j2", 0.0, "e2")
+    state = _fold([])
+    assert refused(state, fits, tiers) is None
+    no_fit = refused(state, never, tiers)
+    assert no_fit and no_fit.error and no_fit.error.code == "NO_FIT_PLACEMENT"
+    m = MaintenanceChanged(event_id="m", ts=1.0, state="DRAINING", by="admin", message="nfs")
+    down = refused(_fold([m]), fits, tiers)
+    assert down and down.status == 503 and down.error and down.error.code == "SERVICE_MAINTENANCE"
+
+
+def test_S2_an_ended_job_is_not_cancelled_but_a_pending_OOM_retry_is() -> None:
+    by_owner = CancelCommand(job_id="a1", by="ann")
+    oom = JobEnded(event_id="x", ts=5.0, job_id="a1", attempt=1, state="FAILED", oom=True)
+    done = JobEnded(event_id="y", ts=5.0, job_id="a1", attempt=1, state="COMPLETED")
+    pending = _fold([_submit("a1", "ann", 0.0), oom]).jobs["a1"]
+    assert cancel_answer(by_owner, pending) is None  # X8: the retry can be called off
+    ended = _fold([_submit("a1", "ann", 0.0), done]).jobs["a1"]
+    refusal = cancel_answer(by_owner, ended)
+    assert refusal and refusal.error and refusal.error.code == "ALREADY_TERMINAL"
+    stranger = cancel_answer(CancelCommand(job_id="a1", by="eve"), pending)
+    assert stranger and stranger.error and stranger.error.code == "FORBIDDEN"
+    asked = JobCancelRequested(event_id="c", ts=1.0, job_id="a1", by="ann")
+    cancelling = _fold([_submit("a1", "ann", 0.0), asked]).jobs["a1"]
+    again = cancel_answer(by_owner, cancelling)
+    assert again and (again.status, again.replayed) == (202, True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -158,6 +159,17 @@ def queued_job(j: JobView) -> QueuedJob:
         time_limit_s=j.time_limit_s,
         reservation=j.reservation,
     )
+
+
+def job_view(events: Sequence[Delivered]) -> JobView | None:
+    """The job folded from its own events in order; None when they do not begin with its
+    JobSubmitted (no such job)."""
+    if not events or not isinstance(events[0].event, JobSubmitted):
+        return None
+    job = JobView.submitted(events[0].event, events[0].seq)
+    for d in events[1:]:
+        apply_job_event(job, d)
+    return job
 
 
 def apply_job_event(job: JobView, delivered: Delivered) -> None:
