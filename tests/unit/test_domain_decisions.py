@@ -11,6 +11,7 @@ from jpu.config import load_config
 from jpu.domain.accounting import initial_charges, owed_by, unsettled, usage_charged
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.promotion import promoted, to_promote
+from jpu.domain.states import job_view
 from jpu.domain.submission import (
     cancel_answer,
     idempotent_job_id,
@@ -138,3 +139,14 @@ def test_S2_an_ended_job_is_not_cancelled_but_a_pending_OOM_retry_is() -> None:
     cancelling = _fold([_submit("a1", "ann", 0.0), asked]).jobs["a1"]
     again = cancel_answer(by_owner, cancelling)
     assert again and (again.status, again.replayed) == (202, True)
+
+
+def test_S3_a_job_is_the_fold_of_its_own_events_from_its_submission_on() -> None:
+    asked = JobCancelRequested(event_id="c", ts=1.0, job_id="a1", by="ann")
+    own = [
+        Delivered(s, subject_for(e), e, {}) for s, e in ((7, _submit("a1", "ann", 0.0)), (9, asked))
+    ]
+    job = job_view(own)
+    assert job is not None
+    assert (job.submit_seq, job.state, job.cancel_by) == (7, "CANCELLING", "ann")
+    assert job_view(own[1:]) is None  # no submission: no such job

@@ -162,13 +162,15 @@ def queued_job(j: JobView) -> QueuedJob:
 
 
 def job_view(events: Sequence[Delivered]) -> JobView | None:
-    """The job folded from its own events in order; None when they do not begin with its
-    JobSubmitted (no such job)."""
-    if not events or not isinstance(events[0].event, JobSubmitted):
+    """The job folded from its own events in order, from its JobSubmitted on; None when there is
+    none (no such job)."""
+    first = next((d for d in events if isinstance(d.event, JobSubmitted)), None)
+    if first is None or not isinstance(first.event, JobSubmitted):
         return None
-    job = JobView.submitted(events[0].event, events[0].seq)
-    for d in events[1:]:
-        apply_job_event(job, d)
+    job = JobView.submitted(first.event, first.seq)
+    for d in events:
+        if d.seq > first.seq:
+            apply_job_event(job, d)
     return job
 
 
