@@ -1,8 +1,10 @@
-"""Who holds each GPU (SPEC §1.2, P1–P2): the ClusterState as the policy core's GPU rows and
-running jobs. Placements are not stored (P1): the core groups these rows by (node, tier)."""
+"""Which GPUs exist and who holds each (SPEC §1.2, P1–P2): the ClusterState as the policy core's
+GPU rows and running jobs, and the inventory the agent reports. Placements are not stored (P1):
+the core groups these rows by (node, tier)."""
 
 from __future__ import annotations
 
+from jpu.backends.base import NodeInventory
 from jpu.domain.cluster import ClusterState
 from jpu.policy.model import Gpu, RunningJob
 
@@ -43,3 +45,23 @@ def running(state: ClusterState) -> list[RunningJob]:
                 )
             )
     return out
+
+
+def with_missing(
+    observed: list[NodeInventory], configured: dict[str, dict[str, int]]
+) -> list[NodeInventory]:
+    """The backend's nodes, plus every configured node it does not know, all GPUs down (P2):
+    a node in the configuration but not in Slurm (a typo, or not yet added) must take no job."""
+    known = {inv.node for inv in observed}
+    missing = [
+        NodeInventory(
+            node=name,
+            gpus=dict(gpus),
+            down={t: list(range(n)) for t, n in gpus.items()},
+            state="down",
+            reason="not in the backend's inventory",
+        )
+        for name, gpus in sorted(configured.items())
+        if name not in known
+    ]
+    return [*observed, *missing]
