@@ -9,7 +9,9 @@ from jpu.bus import Delivered
 from jpu.commands import CancelCommand, SubmitCommand
 from jpu.config import load_config
 from jpu.domain.accounting import initial_charges, owed_by, unsettled, usage_charged
+from jpu.domain.backfill import ended, may_launch, started
 from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.idle import GpuKey, Tracker
 from jpu.domain.promotion import promoted, to_promote
 from jpu.domain.states import job_view
 from jpu.domain.submission import (
@@ -22,12 +24,13 @@ from jpu.domain.submission import (
 from jpu.events import (
     Event,
     JobCancelRequested,
+    JobDispatched,
     JobEnded,
     JobSubmitted,
     MaintenanceChanged,
     subject_for,
 )
-from jpu.policy.model import LabUsage
+from jpu.policy.model import Gpu, LabUsage
 
 CONFIG = load_config(env={})
 
@@ -150,3 +153,38 @@ def test_S3_a_job_is_the_fold_of_its_own_events_from_its_submission_on() -> None
     assert job is not None
     assert (job.submit_seq, job.state, job.cancel_by) == (7, "CANCELLING", "ann")
     assert job_view(own[1:]) is None  # no submission: no such job
+
+
+def test_B2_M2_a_planned_backfill_start_launches_only_while_its_gpu_is_idle_and_allowed() -> None:
+    state = _fold([])
+    tracker = Tracker(state)
+    tracker.refresh(0.0, 0)
+    key: GpuKey = ("gpu-4090x2-01", "rtx4090", 0)
+    planned = tracker.idle[key]
+    assert may_launch(tracker, key, planned)
+    log: list[Event] = [
+        _submit("a1", "ann", 1.0),
+        promoted("a1", 1.0, "p"),
+        JobDispatched(event_id="d", ts=2.0, job_id="a1", attempt=1, node=key[0], tier=key[1],
+                      gpus=[0]),
+    ]  # fmt: skip
+    for i, e in enumerate(log, start=1):
+        evolve(state, Delivered(i, subject_for(e), e, {}))
+        tracker.on_event(Delivered(i, subject_for(e), e, {}))
+    assert not may_launch(tracker, key, planned)  # B2: the dispatch took the GPU
+    other: GpuKey = ("gpu-4090x2-01", "rtx4090", 1)
+    assert may_launch(tracker, other, tracker.idle[other])
+    m = MaintenanceChanged(event_id="m", ts=3.0, state="BACKFILL_RECOVERY", by="d", message="")
+    evolve(state, Delivered(len(log) + 1, subject_for(m), m, {}))
+    assert not may_launch(tracker, other, tracker.idle[other])  # M2: no new backfill
+
+
+def test_B1_an_instance_is_recorded_under_ids_that_follow_from_its_backfill_id() -> None:
+    gpu = Gpu("gpu-4090x2-01", "rtx4090", 1, "free")
+    start = started("bf-1", gpu, "slurm-7", "http://n:8000/v1", 5.0)
+    assert (start.event_id, start.node, start.gpu, start.backend_job_id) == (
+        "bf-1-started", "gpu-4090x2-01", 1, "slurm-7",
+    )  # fmt: skip
+    end = ended(start, "preempted", 9.0)
+    assert (end.event_id, end.backfill_id, end.gpu, end.reason) == ("bf-1-ended", "bf-1", 1,
+                                                                    "preempted")  # fmt: skip
