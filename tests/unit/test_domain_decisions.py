@@ -13,7 +13,16 @@ from jpu.domain.backfill import ended, may_launch, started
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.idle import GpuKey, Tracker
 from jpu.domain.promotion import promoted, to_promote
-from jpu.domain.states import job_view
+from jpu.domain.states import (
+    PENDING,
+    PLACED,
+    QUEUED,
+    SLOT_STATES,
+    STATES,
+    TERMINAL,
+    in_order,
+    job_view,
+)
 from jpu.domain.submission import (
     cancel_answer,
     idempotent_job_id,
@@ -188,3 +197,14 @@ def test_B1_an_instance_is_recorded_under_ids_that_follow_from_its_backfill_id()
     end = ended(start, "preempted", 9.0)
     assert (end.event_id, end.backfill_id, end.gpu, end.reason) == ("bf-1-ended", "bf-1", 1,
                                                                     "preempted")  # fmt: skip
+
+
+def test_S1_S2_the_state_sets_are_one_partition_of_the_lifecycle() -> None:
+    assert {"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"} == SLOT_STATES
+    assert {"COMPLETED", "FAILED", "CANCELLED"} == TERMINAL
+    assert QUEUED | {"PERSONAL_QUEUE_WAIT"} == PENDING and SLOT_STATES == QUEUED | PLACED
+    assert set(STATES) == PENDING | PLACED | TERMINAL and len(STATES) == 9
+    assert not (PENDING & PLACED or PLACED & TERMINAL or PENDING & TERMINAL)
+    assert in_order(TERMINAL | {"PERSONAL_QUEUE_WAIT"}) == (
+        "PERSONAL_QUEUE_WAIT", "COMPLETED", "FAILED", "CANCELLED",
+    )  # fmt: skip

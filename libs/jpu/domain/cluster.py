@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jpu.config import Cluster
-from jpu.domain.states import QUEUED, JobView, apply_job_event, queued_job
+from jpu.domain.states import PLACED, QUEUED, JobView, apply_job_event, queued_job
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not imp
 
 GpuKey = tuple[str, str, int]  # (node, tier, index)
 
-BUSY = frozenset({"DISPATCHED", "RUNNING"})  # a user job holds GPUs (M2 also counts CANCELLING)
+BUSY = PLACED - {"CANCELLING"}  # a user job holds GPUs (M2 also counts CANCELLING)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from jpu.config import Cluster, Config, Tier
 from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus, running
-from jpu.domain.states import JobView
+from jpu.domain.states import PENDING, JobView
 from jpu.events import (
     BackfillEnded,
     Event,
@@ -38,7 +38,6 @@ from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import CycleResult, MaintenanceState, Snapshot
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
-CANCEL_HERE = frozenset({"PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"})
 CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
 # D8: events after which a cycle may decide differently (plus cancellations for the duties).
 CYCLE_TRIGGERS = (
@@ -201,7 +200,7 @@ def cancellations(state: ClusterState, tiers: Mapping[str, Tier], now: float) ->
     return [
         e
         for j in state.jobs.values()
-        if j.state == "CANCELLING" and j.placement is None and j.cancel_from in CANCEL_HERE
+        if j.state == "CANCELLING" and j.placement is None and j.cancel_from in PENDING
         for e in cancellation(j, tiers, now)
     ]
 

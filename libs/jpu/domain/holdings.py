@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from jpu.backends.base import NodeInventory
 from jpu.domain.cluster import ClusterState
+from jpu.domain.states import PLACED
 from jpu.policy.model import Gpu, RunningJob
 
 
@@ -31,7 +32,7 @@ def gpus(state: ClusterState) -> list[Gpu]:
 def running(state: ClusterState) -> list[RunningJob]:
     out = []
     for j in state.jobs.values():
-        if j.placement is not None and j.state in ("DISPATCHED", "RUNNING", "CANCELLING"):
+        if j.placement is not None and j.state in PLACED:
             node, tier, held = j.placement
             out.append(
                 RunningJob(

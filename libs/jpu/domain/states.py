@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,9 +40,29 @@ if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not imp
     from jpu.bus.model import Delivered
 
 GpuKey = tuple[str, str, int]
-SLOT_STATES = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"})
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
-QUEUED = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING"})
+# SPEC §1.4 in lifecycle order; every set of job states is written here, once.
+STATES: tuple[str, ...] = (
+    "PERSONAL_QUEUE_WAIT",
+    "GLOBAL_QUEUE_WAIT",
+    "RESERVING",
+    "DISPATCHED",
+    "RUNNING",
+    "CANCELLING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+)
+QUEUED = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING"})  # the global queue (D1)
+PENDING = QUEUED | {"PERSONAL_QUEUE_WAIT"}  # not dispatched yet: in either queue
+PLACED = frozenset({"DISPATCHED", "RUNNING", "CANCELLING"})  # may hold a placement
+SLOT_STATES = QUEUED | PLACED  # S1
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})  # S2
+
+
+def in_order(states: Iterable[str]) -> tuple[str, ...]:
+    """`states` in lifecycle order (for messages, listings and query parameters)."""
+    keep = set(states)
+    return tuple(s for s in STATES if s in keep)
 
 
 def request_digest(event: JobSubmitted) -> str:

@@ -15,7 +15,7 @@ from jpu.bus import Delivered
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
-from jpu.domain.states import JobView
+from jpu.domain.states import PLACED, JobView
 from jpu.policy.cycle import cycle
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 
@@ -118,7 +118,7 @@ def queue_at(
         (
             _entry(j, None, None, usage(j.lab))
             for j in state.jobs.values()
-            if j.state in ("DISPATCHED", "RUNNING", "CANCELLING") and j.placement is not None
+            if j.state in PLACED and j.placement is not None
         ),
         key=lambda e: (e.submitted_at, e.job_id),
     )
