@@ -704,7 +704,8 @@ def agent_children(pid: int) -> set[int]:
 def kill_on_new_child(pid: int, before: set[int], bound_s: float) -> bool:
     """SIGKILL `pid` the instant its main thread has a child not in `before` (spinning: a
     thread, microseconds after the fork); True if one came within `bound_s`, else kill anyway.
-    The agent's only children are the attempts it launches."""
+    The agent's children are the attempts it launches and, with fresh accounts, their useradd
+    (which the supervisor's kill of the dead agent's group must not take with it)."""
     path = f"/proc/{pid}/task/{pid}/children"
     deadline = time.monotonic() + bound_s
     found = False
