@@ -10,14 +10,33 @@ each row and job by the very functions `fold_snapshot.snapshot` builds them with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from jpu.events import BackfillEnded, BackfillStarted, Event, JobEvent, NodeInventoryObserved
+from jpu.events import (
+    BackfillEnded,
+    BackfillStarted,
+    Event,
+    JobDispatched,
+    JobEnded,
+    NodeInventoryObserved,
+    ReservationGrown,
+    ReservationReleased,
+    ReservationShrunk,
+    ReservationStarted,
+)
 from jpu.fold import ClusterState, GpuKey
 from jpu.fold_snapshot import gpu_row, running_job
 from jpu.policy.model import Gpu, RunningJob
 
 Holdings = dict[GpuKey, str]
+# the job events that can change what a job holds (JobView.gpu_holdings) or whether it runs
+# (running_job): the others (submitted, promoted, started, cancel requested, retry) cannot
+_HOLDING_EVENTS = (
+    ReservationStarted,
+    ReservationGrown,
+    ReservationShrunk,
+    ReservationReleased,
+    JobDispatched,
+    JobEnded,
+)
 
 
 class SimCluster:
@@ -51,33 +70,31 @@ class SimCluster:
     def row(self, key: GpuKey) -> Gpu:
         return gpu_row(self.state, key)
 
-    def take(self, keys: Iterable[GpuKey]) -> None:
-        """GPUs went to a job or reservation: their idle time ends."""
-        for k in keys:
-            self.idle_since.pop(k, None)
-
-    def freed(self, keys: Iterable[GpuKey], now: float) -> None:
-        """GPUs came back: idle from now (to their backfill job if one kept running, SPEC R2)."""
-        for k in keys:
-            if k not in self.state.holders:
-                self.idle_since[k] = now
-
     # --- the cycle's rows, event by event --------------------------------------------------
 
     def holdings(self, event: Event) -> Holdings:
         """What the event's job holds before the fold applies it."""
-        if isinstance(event, JobEvent):
+        if isinstance(event, _HOLDING_EVENTS):
             job = self.state.jobs.get(event.job_id)
             if job is not None:
                 return job.gpu_holdings()
         return {}
 
-    def folded(self, event: Event, before: Holdings) -> None:
-        """The fold applied `event`: refresh the rows it may have changed and its job."""
+    def folded(self, event: Event, before: Holdings, now: float) -> list[GpuKey]:
+        """The fold applied `event`: refresh the rows it may have changed, its job, and the
+        idle clocks. Returns the GPUs its job let go of (idle again, to backfill if one kept
+        running, SPEC R2)."""
         state = self.state
-        if isinstance(event, JobEvent):
+        freed: list[GpuKey] = []
+        if isinstance(event, _HOLDING_EVENTS):
             job = state.job_seen(event.job_id)
-            changed = before.keys() | (job.gpu_holdings().keys() if job is not None else set())
+            after = job.gpu_holdings() if job is not None else {}
+            for k in after:
+                self.idle_since.pop(k, None)  # went to a job or reservation
+            freed = [k for k in before if k not in after and k not in state.holders]
+            for k in freed:
+                self.idle_since[k] = now
+            changed = before.keys() | after.keys()
             r = running_job(job) if job is not None else None
             if r is not None:
                 self.running[event.job_id] = r
@@ -88,7 +105,7 @@ class SimCluster:
         elif isinstance(event, NodeInventoryObserved):
             changed = set(self.keys)  # the sim's inventory is fixed: same GPUs, new states
         else:
-            return
+            return freed
         rows = self.rows
         for k in changed:
             p = self.pos.get(k)
@@ -96,3 +113,4 @@ class SimCluster:
                 old, rows[p] = rows[p], gpu_row(state, k)
                 was = old.state.startswith("reserved:")
                 self.reserved += rows[p].state.startswith("reserved:") - was
+        return freed

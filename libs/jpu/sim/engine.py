@@ -32,9 +32,7 @@ from jpu.events import (
     JobSubmitted,
     MaintenanceChanged,
     NodeInventoryObserved,
-    ReservationGrown,
     ReservationReleased,
-    ReservationStarted,
     UsageCharged,
 )
 from jpu.fold import ClusterState, JobView, evolve
@@ -166,11 +164,11 @@ class Simulator:
         state = self.state
         before = self.cluster.holdings(event)
         evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
-        self.cluster.folded(event, before)
+        freed = self.cluster.folded(event, before, self.now)
         self.folded(event)
         ended = state.just_ended
-        if isinstance(event, JobDispatched | ReservationStarted | ReservationGrown):
-            self.cluster.take((event.node, event.tier, i) for i in event.gpus)
+        if freed:
+            backfill.watch(self, freed)
         if isinstance(event, JobDispatched):
             out = self.outcomes[event.job_id]
             out.tier = event.tier
@@ -185,10 +183,6 @@ class Simulator:
             else:
                 self.totals.reserved_gpu_s += event.gpu_seconds
                 self.totals.demotions += event.charged_now and event.reason == "demoted"
-            if event.node is not None and event.tier is not None and event.gpus:
-                keys = [(event.node, event.tier, i) for i in event.gpus]
-                self.cluster.freed(keys, self.now)
-                backfill.watch(self, keys)
             c = state.owed.get(charge_id(event.event_id))
             if c is not None:
                 self.settle(c)  # accounting's UsageCharged for what this event owes (F4)
