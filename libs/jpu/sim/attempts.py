@@ -28,7 +28,6 @@ from jpu.events import (
 )
 from jpu.fold import JobView
 from jpu.fold_snapshot import gpus
-from jpu.policy.model import QueuedJob
 from jpu.policy.placements import ever_fits
 from jpu.sim.state import CANCEL, END
 from jpu.sim.workload import WorkloadJob
@@ -72,20 +71,10 @@ def submit(sim: Simulator, s: WorkloadJob) -> bool:
 
 def _ever_fits(sim: Simulator, s: WorkloadJob) -> bool:
     """Q2 via the policy, once per request class: the simulated cluster never loses capacity."""
-    tiers = frozenset(s.tiers) if s.tiers is not None else None
-    key = (s.num_gpus, tiers, s.min_vram_gb)
+    key = (s.num_gpus, frozenset(s.tiers) if s.tiers is not None else None, s.min_vram_gb)
     fit = sim.fit_cache.get(key)
-    if fit is None:
-        want = QueuedJob(
-            job_id=s.id,
-            lab=s.lab,
-            user=s.user,
-            num_gpus=s.num_gpus,
-            queue_entered_at=sim.now,
-            tiers=tiers,
-            min_vram_gb=s.min_vram_gb,
-        )
-        fit = sim.fit_cache[key] = ever_fits(want, gpus(sim.state), sim.tiers)
+    if fit is None:  # the workload line is the request (num_gpus, tiers, min_vram_gb)
+        fit = sim.fit_cache[key] = ever_fits(s, gpus(sim.state), sim.tiers)
     return fit
 
 

@@ -24,14 +24,12 @@ from jpu.bus import Delivered
 from jpu.config import Cluster, Config
 from jpu.events import (
     AnyEvent,
+    BackfillEnded,
     Event,
     JobDispatched,
     JobEnded,
     JobPromoted,
-    JobRetryScheduled,
     JobSubmitted,
-    MaintenanceChanged,
-    NodeInventoryObserved,
     ReservationReleased,
     UsageCharged,
 )
@@ -48,21 +46,21 @@ from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
 from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, Outcome, Totals
 from jpu.sim.workload import WorkloadJob
+from jpu_services.dispatcher.decide import TRIGGERS
 
 Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virtual time)
 CycleHook = Callable[[int, float, Snapshot, CycleResult], None]  # (state seq, time, ...)
 
-# D8: what makes the dispatcher cycle again (its TRIGGERS); a `dispatched` release is the
-# cycle's own doing, and a cancel is ended at once here, its JobEnded triggers
-_TRIGGERS = (
-    JobPromoted,
-    JobRetryScheduled,
-    JobEnded,
-    UsageCharged,
-    ReservationReleased,
-    MaintenanceChanged,
-    NodeInventoryObserved,
-)
+
+def _triggers(event: Event) -> bool:
+    """D8: what makes the dispatcher cycle again (decide.TRIGGERS), but for what the
+    simulated cycle did itself: a reservation `dispatched` into its job, a backfill its
+    dispatch preempted (B2)."""
+    if isinstance(event, BackfillEnded):
+        return False
+    if isinstance(event, ReservationReleased):
+        return event.reason != "dispatched"
+    return isinstance(event, TRIGGERS)
 
 
 def services_config(cluster: Cluster, params: SimParams) -> Config:
@@ -188,9 +186,7 @@ class Simulator:
                 self.settle(c)  # accounting's UsageCharged for what this event owes (F4)
         if ended is not None:
             self.finished(ended)
-        if isinstance(event, _TRIGGERS) and not (
-            isinstance(event, ReservationReleased) and event.reason == "dispatched"
-        ):
+        if _triggers(event):
             self.touch()
         return event
 
