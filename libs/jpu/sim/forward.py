@@ -226,7 +226,7 @@ def seed_events(present: Present) -> list[Event]:
         out.append(JobStarted(event_id="", ts=t, job_id=jid, attempt=j.attempt, backend_job_id=""))
     for q in present.queued:
         j, rec = q.job, q.record
-        out.append(submitted(j, rec.min_vram_gb if rec.attempt == 1 else j.min_vram_gb))
+        out.append(submitted(j, rec.min_vram_gb))  # a retry (below) sets its own
         out += promoted(j, rec.queue_entered_at, q.uncharged_gpu_s, q.uncharged_cost)
         if rec.attempt > 1:  # X8: an earlier attempt ran out of GPU memory and was retried
             out += _retried(j.job_id, rec, now)
