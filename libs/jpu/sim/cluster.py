@@ -16,6 +16,7 @@ from jpu.events import (
     Event,
     JobDispatched,
     JobEnded,
+    JobEvent,
     NodeInventoryObserved,
     ReservationGrown,
     ReservationReleased,
@@ -28,15 +29,11 @@ from jpu.policy.model import Gpu, RunningJob
 
 Holdings = dict[GpuKey, str]
 # the job events that can change what a job holds (JobView.gpu_holdings) or whether it runs
-# (running_job): the others (submitted, promoted, started, cancel requested, retry) cannot
-_HOLDING_EVENTS = (
-    ReservationStarted,
-    ReservationGrown,
-    ReservationShrunk,
-    ReservationReleased,
-    JobDispatched,
-    JobEnded,
-)
+# (running_job): the others (submitted, promoted, started, cancel requested, retry) cannot.
+# By exact type (event classes are never subclassed): this runs for every event.
+_RUNS = frozenset({JobDispatched, JobEnded})
+_HOLDS = _RUNS | {ReservationStarted, ReservationGrown, ReservationShrunk, ReservationReleased}
+_BACKFILL = frozenset({BackfillStarted, BackfillEnded})
 
 
 class SimCluster:
@@ -74,7 +71,8 @@ class SimCluster:
 
     def holdings(self, event: Event) -> Holdings:
         """What the event's job holds before the fold applies it."""
-        if isinstance(event, _HOLDING_EVENTS):
+        if type(event) in _HOLDS:
+            assert isinstance(event, JobEvent)
             job = self.state.jobs.get(event.job_id)
             if job is not None:
                 return job.gpu_holdings()
@@ -86,7 +84,9 @@ class SimCluster:
         running, SPEC R2)."""
         state = self.state
         freed: list[GpuKey] = []
-        if isinstance(event, _HOLDING_EVENTS):
+        kind = type(event)
+        if kind in _HOLDS:
+            assert isinstance(event, JobEvent)
             job = state.job_seen(event.job_id)
             after = job.gpu_holdings() if job is not None else {}
             for k in after:
@@ -95,12 +95,14 @@ class SimCluster:
             for k in freed:
                 self.idle_since[k] = now
             changed = before.keys() | after.keys()
-            r = running_job(job) if job is not None else None
-            if r is not None:
-                self.running[event.job_id] = r
-            else:
-                self.running.pop(event.job_id, None)
-        elif isinstance(event, BackfillStarted | BackfillEnded):
+            if kind in _RUNS:
+                r = running_job(job) if job is not None else None
+                if r is not None:
+                    self.running[event.job_id] = r
+                else:
+                    self.running.pop(event.job_id, None)
+        elif kind in _BACKFILL:
+            assert isinstance(event, BackfillStarted | BackfillEnded)
             changed = {(event.node, event.tier, event.gpu)}
         elif isinstance(event, NodeInventoryObserved):
             changed = set(self.keys)  # the sim's inventory is fixed: same GPUs, new states

@@ -52,15 +52,10 @@ Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virt
 CycleHook = Callable[[int, float, Snapshot, CycleResult], None]  # (state seq, time, ...)
 
 
-def _triggers(event: Event) -> bool:
-    """D8: what makes the dispatcher cycle again (decide.TRIGGERS), but for what the
-    simulated cycle did itself: a reservation `dispatched` into its job, a backfill its
-    dispatch preempted (B2)."""
-    if isinstance(event, BackfillEnded):
-        return False
-    if isinstance(event, ReservationReleased):
-        return event.reason != "dispatched"
-    return isinstance(event, TRIGGERS)
+# D8: what makes the dispatcher cycle again (decide.TRIGGERS), but for what the simulated cycle
+# did itself: a backfill its dispatch preempted (B2), a reservation `dispatched` into its job
+# (`append`). By exact type (event classes are never subclassed): this runs for every event.
+_TRIGGERS = frozenset(TRIGGERS) - {BackfillEnded}
 
 
 def services_config(cluster: Cluster, params: SimParams) -> Config:
@@ -167,15 +162,19 @@ class Simulator:
         ended = state.just_ended
         if freed:
             backfill.watch(self, freed)
-        if isinstance(event, JobDispatched):
+        kind = type(event)
+        if kind is JobDispatched:
+            assert isinstance(event, JobDispatched)
             out = self.outcomes[event.job_id]
             out.tier = event.tier
             if out.first_dispatch_at is None:
                 out.first_dispatch_at = event.ts
-        elif isinstance(event, UsageCharged):
+        elif kind is UsageCharged:
+            assert isinstance(event, UsageCharged)
             if event.job_id is not None:
                 self.outcomes[event.job_id].charged += event.amount
-        elif isinstance(event, JobEnded | ReservationReleased):
+        elif kind is JobEnded or kind is ReservationReleased:
+            assert isinstance(event, JobEnded | ReservationReleased)
             if isinstance(event, JobEnded):
                 self.totals.run_gpu_s += event.gpu_seconds_startup + event.gpu_seconds_run
             else:
@@ -186,7 +185,9 @@ class Simulator:
                 self.settle(c)  # accounting's UsageCharged for what this event owes (F4)
         if ended is not None:
             self.finished(ended)
-        if _triggers(event):
+        if kind in _TRIGGERS and not (
+            isinstance(event, ReservationReleased) and event.reason == "dispatched"
+        ):
             self.touch()
         return event
 
