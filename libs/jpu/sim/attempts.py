@@ -62,7 +62,6 @@ def submit(sim: Simulator, s: WorkloadJob) -> bool:
             time_limit_s=None if s.time_limit_s is None else int(s.time_limit_s),
         )
     )
-    assert isinstance(event, JobSubmitted)
     sim.submitted[s.id] = event
     if s.cancel_s is not None:
         sim.at(sim.now + s.cancel_s, CANCEL, s.id)

@@ -23,8 +23,6 @@ def apply(sim: Simulator, result: CycleResult) -> None:
     for e in cycle_events(result, sim.tiers, sim.now):
         if isinstance(e, JobDispatched):
             backfill.preempt(sim, [(e.node, e.tier, i) for i in e.gpus])
-            dispatched = sim.append(e)
-            assert isinstance(dispatched, JobDispatched)
-            attempts.start(sim, dispatched)
+            attempts.start(sim, sim.append(e))
         else:
             sim.append(e)

@@ -18,7 +18,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from jpu.bus import Delivered
 from jpu.config import Cluster, Config
@@ -44,10 +44,11 @@ from jpu.sim import attempts, backfill, cycles
 from jpu.sim.cluster import SimCluster
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
-from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, Outcome, Totals
+from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, REJECTED, Outcome, Totals
 from jpu.sim.workload import WorkloadJob
 from jpu_services.dispatcher.decide import TRIGGERS
 
+E = TypeVar("E", bound=Event)
 Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virtual time)
 CycleHook = Callable[[int, float, Snapshot, CycleResult], None]  # (state seq, time, ...)
 
@@ -150,7 +151,7 @@ class Simulator:
 
     # --- the log: append, fold, react ------------------------------------------------------
 
-    def append(self, event: Event) -> Event:
+    def append(self, event: E) -> E:
         """Append one event: into the log, through the services' fold, then what follows from
         it at once (accounting's charge, the summary's record, a D8 cycle)."""
         event = self.log.append(event)
@@ -262,7 +263,7 @@ class Simulator:
     def reject(self, spec: WorkloadJob) -> None:
         """Q2: refused at intake, never in the log."""
         out = self.outcomes[spec.id]
-        out.final_state, out.reason = "REJECTED", "NO_FIT_PLACEMENT"
+        out.final_state, out.reason = REJECTED, "NO_FIT_PLACEMENT"
         self._count()
 
     def finished(self, job: JobView) -> None:
