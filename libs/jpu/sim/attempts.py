@@ -3,10 +3,10 @@ cancels. What each of them appends is decided by the service that appends it liv
 
 * a submission: intake's Q2 check (jpu.policy.placements.ever_fits), then `JobSubmitted`;
 * an attempt's end: the slurm-agent's `JobEnded` from the backend's status
-  (jpu_services.slurm_agent.ending.job_ended), then the dispatcher's X8 decision
-  (jpu_services.dispatcher.decide.escalations);
+  (jpu_services.slurm_agent.ending.job_ended); after a GPU OOM the dispatcher's X8 decision
+  is its next cycle's duty (`Simulator.duties`);
 * a cancel: `JobCancelRequested`, then the agent's end of a dispatched attempt, or the
-  dispatcher's end of a queued one (decide.cancellation).
+  dispatcher's end of a queued one, again a duty of its next cycle.
 
 Only the outcome of an attempt is the simulator's own (SPEC §10 workload: duration, peak VRAM,
 time limit).
@@ -22,7 +22,6 @@ from jpu.backends.base import BackendState
 from jpu.events import (
     JobCancelRequested,
     JobDispatched,
-    JobRetryScheduled,
     JobStarted,
     JobSubmitted,
 )
@@ -31,7 +30,6 @@ from jpu.fold_snapshot import gpus
 from jpu.policy.placements import ever_fits
 from jpu.sim.state import CANCEL, END
 from jpu.sim.workload import WorkloadJob
-from jpu_services.dispatcher.decide import cancellation, escalations
 from jpu_services.slurm_agent.ending import job_ended
 from jpu_services.slurm_agent.jobstate import AgentJob
 
@@ -125,7 +123,8 @@ def on_end(sim: Simulator, item: tuple[str, int]) -> None:
 
 
 def end(sim: Simulator, job: JobView, status: BackendStatus) -> None:
-    """The agent's JobEnded for the attempt (X6, F4, F5), then the dispatcher's X8 decision."""
+    """The agent's JobEnded for the attempt (X6, F4, F5); an OOM is the dispatcher's to decide
+    at its next cycle (X8, `Simulator.duties`)."""
     d = sim.running.pop(job.job_id)
     agent = AgentJob(
         view=job,
@@ -137,15 +136,13 @@ def end(sim: Simulator, job: JobView, status: BackendStatus) -> None:
     backend_id = f"sim-{job.job_id}-{d.attempt}"
     ended = job_ended(agent, status, sim.tiers[d.tier], backend_id, sim.now)
     sim.append(ended)
-    if ended.oom:  # X8: decided once, at once, and recorded
-        for e in escalations(sim.state, sim.config, sim.now):
-            sim.totals.oom_retries += isinstance(e, JobRetryScheduled)
-            sim.append(e)
+    sim.duties_due |= ended.oom
     sim.promote(job.user)
 
 
 def on_cancel(sim: Simulator, job_id: str) -> None:
-    """A user cancel: the agent ends a dispatched attempt, the dispatcher a queued job (F4)."""
+    """A user cancel: the agent ends a dispatched attempt at once, the dispatcher a queued one
+    at its next cycle (F4, R5, `Simulator.duties`)."""
     job = sim.state.jobs.get(job_id)
     if job is None or job.terminal:
         return
@@ -155,7 +152,5 @@ def on_cancel(sim: Simulator, job_id: str) -> None:
             state="CANCELLED", started_at=job.started_at, ended_at=sim.now, cancelled_by_us=True
         )
         end(sim, job, status)
-        return
-    for e in cancellation(job, sim.tiers, sim.now):
-        sim.append(e)
-    sim.promote(job.user)
+    else:
+        sim.duties_due = True

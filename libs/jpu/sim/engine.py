@@ -28,7 +28,9 @@ from jpu.events import (
     Event,
     JobDispatched,
     JobEnded,
+    JobEvent,
     JobPromoted,
+    JobRetryScheduled,
     JobSubmitted,
     ReservationReleased,
     UsageCharged,
@@ -46,7 +48,7 @@ from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
 from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, REJECTED, Outcome, Totals
 from jpu.sim.workload import WorkloadJob
-from jpu_services.dispatcher.decide import TRIGGERS
+from jpu_services.dispatcher.decide import TRIGGERS, cancellations, escalations
 
 E = TypeVar("E", bound=Event)
 Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virtual time)
@@ -123,6 +125,7 @@ class Simulator:
         self._dirty = False
         self._cycle_at: float | None = None
         self._last_cycle = -math.inf
+        self.duties_due = False  # a queued job's cancel or an OOM awaits the dispatcher (phase 0)
 
     # --- scheduling ------------------------------------------------------------------------
 
@@ -285,12 +288,29 @@ class Simulator:
 
     # --- the dispatch cycle (SPEC D3) -----------------------------------------------------------
 
+    def duties(self) -> None:
+        """The dispatcher's phase 0 (services/dispatcher/service.py run_cycle): end the queued
+        jobs whose cancel was requested (R5) and decide each GPU OOM once (X8); then intake
+        promotes into the slots that freed (Q5)."""
+        self.duties_due = False
+        state, now = self.state, self.now
+        events = cancellations(state, self.tiers, now) + escalations(state, self.config, now)
+        users = sorted({state.jobs[e.job_id].user for e in events if isinstance(e, JobEvent)})
+        for e in events:
+            self.totals.oom_retries += isinstance(e, JobRetryScheduled)
+            self.append(e)
+        for user in users:
+            self.promote(user)
+
     def _on_cycle(self, _: object) -> None:
         self._cycle_at = None
         if not self._dirty:
             return
         self._dirty = False
         state = self.state
+        if self.duties_due:
+            self._last_cycle = self.now  # the dispatcher cycled, whatever the policy decides
+            self.duties()
         # Nothing can be dispatched, reserved or demoted: the cycle would decide nothing.
         if not state.queue or (self.cluster.idle_count() == 0 and not self.cluster.reserving()):
             self.totals.cycles_skipped += 1
