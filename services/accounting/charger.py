@@ -29,8 +29,8 @@ from jpu.bus.fold_follow import Follower
 from jpu.config import Config
 from jpu.events import UsageCharged
 from jpu.fold import ClusterState
-from jpu.policy.charging import Charge, charge_id
-from jpu.policy.fairshare import ZERO_USAGE, charge
+from jpu.policy.charging import Charge, charge_id, usage_charged
+from jpu.policy.fairshare import ZERO_USAGE
 
 log = logging.getLogger(__name__)
 
@@ -106,19 +106,7 @@ class Charger:
             await asyncio.sleep(0.5)
 
     async def _append(self, c: Charge) -> int:
-        usage = self.state.usage.get(c.lab, ZERO_USAGE)
-        after = charge(usage, c.amount, c.at, self.half_life_s)  # F3
-        event = UsageCharged(
-            event_id=c.charge_id,
-            ts=c.at,
-            lab=c.lab,
-            amount=c.amount,
-            value_after=after.value,
-            as_of=after.as_of,
-            job_id=c.job_id,
-            reason=c.reason,
-            attempt=c.attempt,
-        )
+        event = usage_charged(c, self.state.usage.get(c.lab, ZERO_USAGE), self.half_life_s)
         expected = self.state.lab_seq.get(c.lab, 0)
         seq = await self.bus.append_retrying(
             event, expected_last_subject_seq=expected, stop=self.stop

@@ -10,16 +10,21 @@ from collections.abc import Mapping
 
 from jpu.config import Config, Tier
 from jpu.events import (
+    BackfillEnded,
     Event,
+    JobCancelRequested,
     JobDispatched,
     JobEnded,
+    JobPromoted,
     JobRetryDeclined,
     JobRetryScheduled,
     MaintenanceChanged,
+    NodeInventoryObserved,
     ReservationGrown,
     ReservationReleased,
     ReservationShrunk,
     ReservationStarted,
+    UsageCharged,
 )
 from jpu.fold import ClusterState, JobView
 from jpu.fold_snapshot import gpus
@@ -29,6 +34,18 @@ from jpu.policy.model import CycleResult, MaintenanceState
 
 CANCEL_HERE = frozenset({"PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"})
 CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
+# D8: events after which a cycle may decide differently (plus cancellations for phase 0).
+TRIGGERS = (
+    JobPromoted,
+    JobRetryScheduled,
+    JobEnded,
+    UsageCharged,
+    ReservationReleased,
+    MaintenanceChanged,
+    NodeInventoryObserved,
+    BackfillEnded,
+    JobCancelRequested,
+)
 
 
 def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> list[Event]:

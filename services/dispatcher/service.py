@@ -28,23 +28,14 @@ from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.estimate import RunTimes
-from jpu.events import (
-    BackfillEnded,
-    JobCancelRequested,
-    JobEnded,
-    JobPromoted,
-    JobRetryScheduled,
-    MaintenanceChanged,
-    NodeInventoryObserved,
-    ReservationReleased,
-    UsageCharged,
-)
+from jpu.events import JobEnded
 from jpu.fold import ClusterState
 from jpu.fold_snapshot import snapshot
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
 from jpu.service import wait_any
 from jpu_services.dispatcher.decide import (
+    TRIGGERS,
     cancellations,
     cycle_events,
     escalations,
@@ -56,19 +47,6 @@ from jpu_services.dispatcher.view import ViewPublisher
 from jpu_services.dispatcher.writer import LeaseLost, Writer
 
 log = logging.getLogger(__name__)
-
-# D8: events after which a cycle may decide differently (plus cancellations for phase 0).
-TRIGGERS = (
-    JobPromoted,
-    JobRetryScheduled,
-    JobEnded,
-    UsageCharged,
-    ReservationReleased,
-    MaintenanceChanged,
-    NodeInventoryObserved,
-    BackfillEnded,
-    JobCancelRequested,
-)
 
 
 @dataclass
