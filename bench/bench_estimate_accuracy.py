@@ -2,7 +2,7 @@
 `python bench/bench_estimate_accuracy.py [--workload lab|philly-sample|philly] [--trace CSV]`.
 
 Inside one simulator run (the services' policy core), at every whole hour every waiting job's
-start is estimated from the simulator's own state (`jpu.sim.forward.present_of` → `forward`),
+start is estimated from the simulator's own state (its fold: `jpu.estimate.present` → `forward`),
 and at submission for a sample of jobs; at the end each estimate is compared with the job's
 actual start. Relative error = |estimate − actual| / max(actual − t, 60 s), t = when it was made.
 Three settings of what the estimate knows of durations:
@@ -39,16 +39,16 @@ from typing import Any
 import msgspec
 
 from jpu.config import DEFAULT_PATH, Cluster, Node, load_cluster
-from jpu.estimate import RunTimes
+from jpu.estimate import RunTimes, present
+from jpu.events import Event, JobEnded, JobPromoted
 from jpu.policy.fairshare import decayed
 from jpu.policy.slurm_like import limit_of
-from jpu.sim import attempts
 from jpu.sim.engine import Simulator
 from jpu.sim.eventlog import EventLog
-from jpu.sim.forward import Basis, EstimateParams, Present, forward, present_of
+from jpu.sim.forward import EstimateParams, Present, forward
 from jpu.sim.params import SimParams
 from jpu.sim.philly import ConvertOptions, convert_file
-from jpu.sim.state import ARRIVAL, COMPLETED, END, SimJob
+from jpu.sim.state import ARRIVAL
 from jpu.sim.workload import WorkloadJob
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,39 +240,33 @@ class ProbedSim(Simulator):
         self.estimate_cpu: list[float] = []
         self.slurm_cpu: list[float] = []
         self.params_est = EstimateParams()
+        self.entered: dict[str, float] = {}  # job id -> queue_entered_at (its promotion)
 
-    def duration_of(self, j: SimJob) -> tuple[float | None, Basis]:
-        s = j.spec
-        return self.runtimes.duration(s.user, s.lab, s.num_gpus, s.time_limit_s)
+    def folded(self, event: Event) -> None:
+        """What the dispatcher notes as it follows the log: run times (U4), promotions."""
+        if isinstance(event, JobEnded):
+            self.runtimes.observe(self.state, event)
+        elif isinstance(event, JobPromoted):
+            self.entered[event.job_id] = event.queue_entered_at
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
         h = super().handlers()
-        h[END] = ProbedSim._on_end_recorded
         h[ARRIVAL] = ProbedSim._on_arrival_probed
         return h
 
     @staticmethod
-    def _on_end_recorded(sim: Simulator, item: tuple[SimJob, int]) -> None:
-        attempts.on_end(sim, item)
-        job = item[0]
-        if isinstance(sim, ProbedSim) and job.state == COMPLETED and job.started_at is not None:
-            run_s = (job.end_at or sim.now) - job.started_at
-            s = job.spec
-            sim.runtimes.record(s.user, s.lab, s.num_gpus, run_s, s.time_limit_s)
-
-    @staticmethod
-    def _on_arrival_probed(sim: Simulator, job: SimJob) -> None:
+    def _on_arrival_probed(sim: Simulator, job: WorkloadJob) -> None:
         assert isinstance(sim, ProbedSim)
         sim.on_arrival_probed(job)
 
-    def on_arrival_probed(self, job: SimJob) -> None:
+    def on_arrival_probed(self, job: WorkloadJob) -> None:
         self._on_arrival(job)
         self.arrivals += 1
-        if self.arrivals % self.every == 0 and not job.terminal:
-            self.probe("submit", only=job.spec.id)
+        if self.arrivals % self.every == 0 and job.id in self.state.jobs:
+            self.probe("submit", only=job.id)
 
     def probe(self, kind: str, only: str | None = None) -> None:
-        p = present_of(self, self.duration_of)
+        p = present(self.state, self.config, self.now, self.runtimes)
         if not p.queued and not p.personal:
             return
         c0 = time.process_time()
@@ -289,7 +283,7 @@ class ProbedSim(Simulator):
     def run_probed(self) -> None:
         self.begin()
         handlers = self.handlers()
-        total = len(self.jobs)
+        total = len(self.specs)
         next_probe = H
         while self._heap and self.done < total:
             if self.next_time() >= next_probe:
@@ -322,7 +316,7 @@ def evaluate(sim: ProbedSim) -> dict[str, Any]:
         for s in sim.samples:
             if s.kind != kind:
                 continue
-            actual = sim.jobs[s.job_id].first_dispatch_at
+            actual = sim.outcomes[s.job_id].first_dispatch_at
             if actual is None:
                 continue
             n += 1
@@ -349,9 +343,9 @@ def evaluate(sim: ProbedSim) -> dict[str, Any]:
     out["estimate_cpu_s_max"] = max(sim.estimate_cpu, default=0.0)
     out["slurm_cpu_s_median"] = statistics.median(sim.slurm_cpu) if sim.slurm_cpu else 0
     waits = [
-        j.first_dispatch_at - (j.queue_entered_at or j.spec.submit_s)
-        for j in sim.jobs.values()
-        if j.first_dispatch_at is not None
+        o.first_dispatch_at - sim.entered.get(jid, sim.specs[jid].submit_s)
+        for jid, o in sim.outcomes.items()
+        if o.first_dispatch_at is not None
     ]
     out["mean_wait_h"] = statistics.mean(waits) / H if waits else 0.0
     return out

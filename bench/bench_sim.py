@@ -46,7 +46,12 @@ def _fmt_wait(s: dict[str, Any], n: str, key: str) -> str:
     return f"{w[key] / 3600:8.2f}" if w and w.get("count") else "       -"
 
 
-def _table(results: dict[str, tuple[dict[str, Any], float]], total: int, ref_s: float) -> None:
+def _table(
+    results: dict[str, tuple[dict[str, Any], float]],
+    total: int,
+    ref_s: float,
+    cpu: dict[str, float],
+) -> None:
     names = list(results)
     print(f"{'':34}" + "".join(f"{n:>14}" for n in names))
 
@@ -54,6 +59,7 @@ def _table(results: dict[str, tuple[dict[str, Any], float]], total: int, ref_s: 
         print(f"{label:34}" + "".join(f"{c:>14}" for c in cells))
 
     row("wall s", [f"{w:.1f}" for _, w in results.values()])
+    row("process CPU s", [f"{cpu[n]:.2f}" for n in names])  # steadier than wall on a busy box
     row("simulated jobs / wall s", [f"{total / w:,.0f}" for _, w in results.values()])
     row("ratio to read+decode", [f"{w / ref_s:,.0f}x" for _, w in results.values()])
     row("cycles run / skipped", [f"{s['counts']['cycles']}/{s['counts']['cycles_skipped']}"
@@ -93,16 +99,18 @@ def main() -> int:
         jobs = load_workload(workload)  # the reference: just read + decode the workload
         ref_s = time.perf_counter() - t0
         results: dict[str, tuple[dict[str, Any], float]] = {}
+        cpu: dict[str, float] = {}
         for policy in a.policies.split(","):
             print(f"-- {policy}", file=sys.stderr)
             params = SimParams(policy=policy, backfill=a.backfill == "on", progress=True)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             with (Path(tmp) / f"events-{policy}.jsonl").open("wb") as f:
                 summary = simulate(cluster, jobs, params, f)
             results[policy] = (summary, time.perf_counter() - t0)
+            cpu[policy] = time.process_time() - c0
     print(f"reference: read+decode {len(jobs)} workload lines in {ref_s:.3f} s "
           f"({len(jobs) / ref_s:,.0f} jobs/s)")  # fmt: skip
-    _table(results, len(jobs), ref_s)
+    _table(results, len(jobs), ref_s, cpu)
     return 0
 
 

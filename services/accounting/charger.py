@@ -1,5 +1,6 @@
-"""Accounting's edge: append every charge the log owes exactly once (SPEC F3–F5, O5). What each
-charge says is decided in jpu.domain.accounting; this module appends it.
+"""Accounting's edge: append every charge the log owes exactly once (SPEC F3–F5, O5). Which
+charges are owed is decided in jpu.domain.accounting, what each UsageCharged says in
+jpu.policy.charging (the simulator's too); this module appends them.
 
 Sources of charges, each turned into one `UsageCharged` on the lab's subject:
   * `JobEnded` — the attempt's whole uncharged cost (`usage`, F4), reason "job_end";
@@ -27,10 +28,11 @@ from collections.abc import Awaitable, Callable
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.errors import is_unreachable
 from jpu.bus.fold_follow import Follower
-from jpu.domain.accounting import owed_by, unsettled, usage_charged
+from jpu.domain.accounting import owed_by, unsettled
 from jpu.domain.cluster import ClusterState
 from jpu.events import UsageCharged
-from jpu.policy.charging import Charge
+from jpu.policy.charging import Charge, usage_charged
+from jpu.policy.fairshare import ZERO_USAGE
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ class Charger:
             await asyncio.sleep(0.5)
 
     async def _append(self, c: Charge) -> int:
-        event = usage_charged(self.state, c, self.half_life_s)
+        event = usage_charged(c, self.state.usage.get(c.lab, ZERO_USAGE), self.half_life_s)
         expected = self.state.lab_seq.get(c.lab, 0)
         seq = await self.bus.append_retrying(
             event, expected_last_subject_seq=expected, stop=self.stop

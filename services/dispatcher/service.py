@@ -28,7 +28,7 @@ from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.domain.dispatch import CYCLE_TRIGGERS, cycle_events, duties, snapshot
+from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
 from jpu.estimate import RunTimes
 from jpu.events import JobEnded
 from jpu.metrics import observing_queue, record_cycle
@@ -88,7 +88,7 @@ def _triggered(
     wake: asyncio.Event, state: ClusterState, runtimes: RunTimes
 ) -> Callable[[Delivered], None]:
     def on_event(d: Delivered) -> None:
-        if isinstance(d.event, CYCLE_TRIGGERS):
+        if isinstance(d.event, TRIGGERS):
             wake.set()
         if isinstance(d.event, JobEnded):
             runtimes.observe(state, d.event)  # U4: run times for predicted durations

@@ -704,7 +704,8 @@ def agent_children(pid: int) -> set[int]:
 def kill_on_new_child(pid: int, before: set[int], bound_s: float) -> bool:
     """SIGKILL `pid` the instant its main thread has a child not in `before` (spinning: a
     thread, microseconds after the fork); True if one came within `bound_s`, else kill anyway.
-    The agent's only children are the attempts it launches."""
+    The agent's children are the attempts it launches and, with fresh accounts, their useradd
+    (which the supervisor's kill of the dead agent's group must not take with it)."""
     path = f"/proc/{pid}/task/{pid}/children"
     deadline = time.monotonic() + bound_s
     found = False
@@ -787,9 +788,12 @@ def launch_violations(stack: Stack, check: LogCheck) -> list[str]:
             if lines and end is not None and end.reason == "never started":
                 bad.append(f"{job_id}: attempt {attempt} ran, but its JobEnded says never started")
             if len(lines) > 1 or (not lines and ran_to_end) or (lines and attempt not in started):
+                err = stack.output_dir(job_id, attempt) / "stderr"
+                said = err.read_text(errors="replace")[-400:].strip() if err.exists() else None
                 bad.append(
                     f"{job_id}: attempt {attempt} executed {len(lines)} times (JobStarted: "
-                    f"{attempt in started}, ended {end_state})"
+                    f"{attempt in started}, ended {end_state}, exit "
+                    f"{end.exit_code if end else None}, stderr {said!r})"
                 )
             status = status_dir / f"local-{job_id}-{attempt}.status"
             for line in lines:

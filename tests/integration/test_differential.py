@@ -5,7 +5,10 @@ reservations with swap and R3 demotion, OOM retries and OOM failures with no big
 cancellations in every state, backfill preemption). Each log is folded by the services' domain
 fold (jpu.domain.cluster ClusterState) and applied to the SQL projections (jobs, lab_usage);
 both must say what the simulator's own summary says: every job's state and attempts, and every
-lab's usage (to 1e-6 relative).
+lab's usage (to 1e-6 relative). And at every cycle the simulator ran, the dispatcher's path on
+the log folded so far (`jpu.domain.dispatch.snapshot` + `cycle`, what it publishes as the queue
+view, D1/D7) gives the rank order and pending reasons the simulator's cycle had, on the same GPU
+rows and running jobs.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ import pytest
 
 from jpu.bus import Delivered
 from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import snapshot
 from jpu.events import JobSubmitted, decode, subject_for
+from jpu.policy.cycle import cycle
+from jpu.policy.model import CycleResult, QueuedJob, Snapshot
+from jpu.sim.engine import services_config
 from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
 from jpu.sim.workload import WorkloadJob
@@ -51,12 +58,24 @@ def _workload(seed: int) -> list[WorkloadJob]:
     return sorted(out, key=lambda j: j.submit_s)
 
 
-def _run(seed: int) -> tuple[list[Delivered], dict]:
+Cycle = tuple[int, float, Snapshot, list[QueuedJob], CycleResult]  # seq, time, ..., the queue
+
+
+def _params(seed: int) -> SimParams:
+    return SimParams(backfill=seed % 2 == 0, half_life_s=900, max_active_jobs=1 + seed % 3)
+
+
+def _run(seed: int) -> tuple[list[Delivered], dict, list[Cycle]]:
     buf = io.BytesIO()
-    params = SimParams(backfill=seed % 2 == 0, half_life_s=900, max_active_jobs=1 + seed % 3)
-    summary = simulate(CLUSTER, _workload(seed), params, buf)
+    cycles: list[Cycle] = []
+
+    def seen(seq: int, now: float, snap: Snapshot, result: CycleResult) -> None:
+        cycles.append((seq, now, snap, list(snap.queue), result))  # the queue moves on
+
+    summary = simulate(CLUSTER, _workload(seed), _params(seed), buf, on_cycle=seen)
     events = [decode(line) for line in buf.getvalue().splitlines()]
-    return [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)], summary
+    log = [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
+    return log, summary, cycles
 
 
 SEEDS = list(range(12))
@@ -64,7 +83,7 @@ SEEDS = list(range(12))
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_S1_F3_X8_fold_projections_and_simulator_agree(seed: int, pool: asyncpg.Pool) -> None:
-    log, summary = _run(seed)
+    log, summary, _ = _run(seed)
     state = ClusterState.new(CLUSTER)
     for d in log:
         evolve(state, d)
@@ -93,3 +112,29 @@ async def test_S1_F3_X8_fold_projections_and_simulator_agree(seed: int, pool: as
         assert state.usage[lab].as_of == sim["as_of"]
         assert usage[lab]["value"] == pytest.approx(sim["value"], rel=1e-6), (seed, lab)
     assert state.owed == {}  # every charge the log owes was written by accounting's stand-in
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_D1_D7_simulator_cycles_rank_and_reasons_as_the_dispatcher_would(seed: int) -> None:
+    """The dispatcher's path (its fold of the log so far, its snapshot, the cycle) at each of
+    the simulator's cycles: the same queue order and pending reasons it would publish."""
+    log, _, cycles = _run(seed)
+    assert cycles, "the workload queues jobs, so the simulator ran cycles"
+    config = services_config(CLUSTER, _params(seed).resolved(CLUSTER))
+    state = ClusterState.new(CLUSTER, keep_ended=False)  # as the dispatcher folds (issue 11)
+    events = iter(log)
+    reasons = 0
+    for seq, now, sim_snap, sim_queue, sim_result in cycles:
+        while state.seq < seq:
+            evolve(state, next(events))
+        snap = snapshot(state, config)
+        assert snap.gpus == sim_snap.gpus, (seed, seq, "GPU rows")
+        assert sorted(snap.running, key=lambda r: r.job_id) == sorted(
+            sim_snap.running, key=lambda r: r.job_id
+        ), (seed, seq, "running jobs")
+        assert (snap.usage, list(snap.queue)) == (sim_snap.usage, sim_queue), (seed, seq)
+        result = cycle(snap, now)
+        assert result.order == sim_result.order, (seed, seq, "rank order")
+        assert dict(result.pending.items()) == dict(sim_result.pending.items()), (seed, seq)
+        reasons += len(result.pending)
+    assert reasons, "some job waited with a pending reason"

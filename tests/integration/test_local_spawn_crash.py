@@ -8,14 +8,15 @@ session, kept running on its GPUs: the job was recorded FAILED though it ran to 
 was not charged, and the dispatcher gave its GPU to another job while it still ran there.
 
 A restarted backend must adopt such an attempt (the wrapper is found by its status file, which
-is on its command line), or read its exit status when it already ended, and report "never
-started" only when nothing was spawned. Real processes, no mocks: the disk state of the crash
-is made by undoing the second save.
+is on its command line), or read its exit status when it already ended; when nothing was
+spawned, the attempt is not found, so the agent launches it (it ran 0 times). Real processes,
+no mocks: the disk state of the crash is made by undoing the second save.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 import time
@@ -27,6 +28,7 @@ import pytest_asyncio
 from jpu.backends import LaunchSpec
 from jpu.backends.backfill import BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
+from jpu.backends.local.watch import adopt_unsaved_spawn
 from jpu.config import load_config
 from jpu.testing.waits import wait_end
 
@@ -118,23 +120,59 @@ async def test_O5_spawned_attempt_that_ended_while_no_agent_watched_keeps_its_ex
     assert final.ended_at - final.started_at >= 0.9, final
 
 
-async def test_O5_attempt_never_spawned_is_still_reported_never_started(dirs: Dirs) -> None:
-    """The other side of the window: the record saved, the agent dead before the spawn."""
-    crashed = dirs.backend()
-    spec = dirs.spec("sleep 30\n")
-    bid = await crashed.submit(spec)
-    await crashed.cancel(bid, 0.0)
-    await wait_end(crashed, bid, 10)
-    await crashed.close()
-    record = crashed.store.load(bid)
-    assert record is not None
-    record.pid, record.ticks, record.started_at, record.final = 0, 0, 0.0, None
-    record.intent = record.term_at = record.kill_at = record.killed_at = None
-    crashed.store.save(record)
-    crashed.store.status_file(bid).unlink(missing_ok=True)
+def crash_before_spawn(backend: LocalBackend, spec: LaunchSpec) -> str:
+    """What the disk holds when the agent died after saving the record, before the spawn
+    (found by the crash-safety run, seed 364713: the attempt was recorded started and FAILED
+    "never started", and the job never ran): the record (pid 0) and the prepared output dir."""
+    bid = f"local-{spec.job_id}-{spec.attempt}"
+    record, fds = backend._prepare(spec, bid)
+    for fd in fds:
+        os.close(fd)
+    backend.store.save(record)
+    return bid
 
-    final = await wait_end(dirs.backend(), bid, 10)
-    assert final.state == "NODE_FAIL" and final.reason == "never started", final
+
+async def test_O5_attempt_never_spawned_is_launched_by_the_next_agent(dirs: Dirs) -> None:
+    """Nothing of the job ran: the next agent does not find it (so its submit launches it)
+    and the relaunch runs the job once, to its end."""
+    spec = dirs.spec('echo "$$" >> "$JOB_OUTPUT_DIR/launches"\n')
+    bid = crash_before_spawn(dirs.backend(), spec)
+
+    restarted = LocalBackend(LocalSettings(data_dir=dirs.data, nodes=list(load_config().nodes)))
+    assert await restarted.find(spec.job_id, spec.attempt) is None  # before: found, NODE_FAIL
+    assert await restarted.submit(spec) == bid
+    final = await wait_end(restarted, bid, 20)
+    assert (final.state, final.exit_code) == ("COMPLETED", 0), final
+    launches = (Path(spec.output_dir) / "launches").read_text().split()
+    assert len(launches) == 1, launches  # once (O5)
+
+
+async def test_O5_a_fresh_unspawned_record_waits_out_the_fork_window(dirs: Dirs) -> None:
+    """A record saved moments ago may belong to a child still between its fork and its exec
+    (not yet findable by its argv): it is declared never spawned only `SPAWN_GRACE_S` after
+    the save, and a wrapper that shows up meanwhile is adopted — never launched twice."""
+    spec = dirs.spec("sleep 1\n")
+    backend = dirs.backend()
+    bid = crash_before_spawn(backend, spec)
+    record = backend.store.load(bid)
+    assert record is not None
+    t0 = time.monotonic()
+    assert adopt_unsaved_spawn(record, backend.store, grace_s=0.6) == "never spawned"
+    assert time.monotonic() - t0 >= 0.5  # it waited for the window since the save
+    # a late exec: the wrapper appears during the wait and is adopted
+    fds = _output_fds(spec)
+    proc = await backend._spawn(record, spec, fds)
+    for fd in fds:
+        os.close(fd)
+    assert adopt_unsaved_spawn(record, backend.store, grace_s=5.0) == "adopted"
+    assert record.pid == proc.pid
+    await proc.wait()
+
+
+def _output_fds(spec: LaunchSpec) -> tuple[int, int]:
+    out = Path(spec.output_dir)
+    flags = os.O_WRONLY | os.O_APPEND
+    return os.open(out / "stdout", flags), os.open(out / "stderr", flags)
 
 
 async def test_B2_backfill_instance_whose_pid_was_not_saved_is_adopted_and_preemptible(

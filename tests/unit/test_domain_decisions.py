@@ -1,4 +1,4 @@
-"""The decisions intake and accounting take from the domain (jpu.domain.submission, .promotion,
+"""The decisions the services take from the domain (jpu.domain.submission, .promotion,
 .accounting), on a state folded from real events (SPEC Q2, Q3, Q5, Q6, S1, S2, F3–F6)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from jpu.bus import Delivered
 from jpu.commands import CancelCommand, SubmitCommand
 from jpu.config import load_config
-from jpu.domain.accounting import initial_charges, owed_by, unsettled, usage_charged
+from jpu.domain.accounting import initial_charges, owed_by, unsettled
 from jpu.domain.backfill import ended, may_launch, started
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.idle import GpuKey, Tracker
@@ -39,6 +39,8 @@ from jpu.events import (
     MaintenanceChanged,
     subject_for,
 )
+from jpu.policy.charging import usage_charged
+from jpu.policy.fairshare import ZERO_USAGE
 from jpu.policy.model import Gpu, LabUsage
 
 CONFIG = load_config(env={})
@@ -82,7 +84,7 @@ def test_F4_an_ended_attempt_is_owed_until_its_charge_is_in_the_log() -> None:
     owed = owed_by(state, end.event_id)
     assert owed is not None and (owed.lab, owed.amount, owed.job_id) == ("L", 826.0, "a1")
     assert unsettled(state, [owed]) == [owed]
-    charged = usage_charged(state, owed, CONFIG.half_life_s)
+    charged = usage_charged(owed, ZERO_USAGE, CONFIG.half_life_s)
     state = _fold([*log, charged])
     assert owed_by(state, end.event_id) is None  # F5: charged once
     assert unsettled(state, [owed]) == []
@@ -94,7 +96,7 @@ def test_F3_a_charge_is_added_to_the_labs_usage_decayed_to_its_time() -> None:
     state.usage["L"] = LabUsage(1000.0, 0.0)
     owed = owed_by(state, "e")
     assert owed is not None
-    charged = usage_charged(state, owed, half_life_s=100.0)
+    charged = usage_charged(owed, state.usage["L"], half_life_s=100.0)
     assert (charged.event_id, charged.lab, charged.as_of) == (owed.charge_id, "L", 100.0)
     assert charged.value_after == pytest.approx(500.0 + 10.0)
 
@@ -103,7 +105,7 @@ def test_F6_only_a_lab_configured_with_usage_gets_an_initial_charge_once() -> No
     config = load_config(env={"JPU_LABS": "[{name: A, usage: 5.0}, {name: B}]"})
     [c] = initial_charges(config, 7.0)
     assert (c.charge_id, c.lab, c.amount, c.at, c.reason) == ("init-A", "A", 5.0, 7.0, "initial")
-    charged = usage_charged(_fold([]), c, config.half_life_s)
+    charged = usage_charged(c, ZERO_USAGE, config.half_life_s)
     assert unsettled(_fold([charged]), initial_charges(config, 9.0)) == []  # once ever
 
 

@@ -300,3 +300,43 @@ def test_U4_R6_estimate_plays_the_dispatchers_demotion_mode(mode: str) -> None:
     assert basis == "limits" and start is not None
     # X starts when L gives its GPU back, within the estimate's cycle resolution
     assert l_ends <= start <= l_ends + 0.03 * (l_ends - now) + 60.0
+
+
+def test_U4_forward_starts_from_the_fold_of_the_present():
+    """The forward estimate folds the events that lead to its `Present` with the services' fold:
+    the cycle it first runs sees what the dispatcher's own cycle sees (queue records with their
+    reservation join times, running jobs, GPU rows, usage, personal queues and slots)."""
+    from jpu.domain.dispatch import snapshot
+    from jpu.estimate import present
+    from jpu.events import ReservationGrown, ReservationReleased
+    from jpu.sim.forward import ForwardSim
+
+    config = _config(
+        nodes=[type(_one_node().nodes[0])(name=n, gpus={"rtx4090": 4}) for n in ("n1", "n2")],
+        max_active_jobs=1,
+    )
+    log = Log(config)
+    log.add(UsageCharged, T0, lab="A", amount=5.0, value_after=5.0, as_of=T0, reason="initial")
+    log.run("r", "A", "a", "n1", "rtx4090", [0, 1], T0, time_limit_s=2 * H)
+    log.queue("w", "B", "b", 4, T0 + 10)
+    log.add(ReservationStarted, T0 + 20, job_id="w", node="n2", tier="rtx4090", gpus=[0])
+    log.add(
+        ReservationGrown, T0 + 30, job_id="w", node="n2", tier="rtx4090", gpus=[0, 1], added=[1]
+    )
+    log.queue("s", "C", "c", 1, T0 + 40)  # swapped away from a reservation: R4 time rides along
+    log.add(ReservationStarted, T0 + 41, job_id="s", node="n2", tier="rtx4090", gpus=[2])
+    log.add(
+        ReservationReleased, T0 + 50, job_id="s", node="n2", tier="rtx4090", gpus=[2],
+        reason="swap", gpu_seconds=9.0, charged_now=False, tflops=82.6,
+    )  # fmt: skip
+    log.submit("p", "B", "b", 1, T0 + 60)  # b's slot is taken: personal queue (Q5)
+    now = T0 + 100
+    sim = ForwardSim(present(log.state, config, now, log.runtimes), EstimateParams())
+    live, seeded = snapshot(log.state, config), snapshot(sim.state, config)
+    assert list(seeded.queue) == list(live.queue)
+    assert seeded.running == live.running and seeded.gpus == live.gpus
+    assert seeded.usage == live.usage
+    assert sim.cluster.rows == live.gpus and list(sim.cluster.running.values()) == live.running
+    assert sim.state.personal == {"b": ["p"]} and sim.state.slots == log.state.slots
+    s = sim.state.jobs["s"]
+    assert (s.uncharged_reserved_gpu_s, s.uncharged_reserved_usage) == pytest.approx((9.0, 743.4))

@@ -12,6 +12,7 @@ import os
 import pwd
 import re
 import subprocess
+import threading
 from dataclasses import dataclass
 
 from jpu.backends.base import BackendError
@@ -49,7 +50,13 @@ def _lookup(name: str) -> Account | None:
 def _create(name: str) -> Account | None:
     cmd = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+        # its own session: when the agent dies, its supervisor kills the agent's process group
+        # (jpu.stack, like systemd's KillMode=control-group would) — a useradd killed while it
+        # rewrites /etc/passwd, /etc/group and their shadows loses or misnumbers accounts (the
+        # crash-safety run: `setpriv: uid 971 not found`, a job FAILED before its first line)
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=30, check=False, start_new_session=True
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         log.warning("useradd %s failed: %s", name, e)
         return None
@@ -69,13 +76,15 @@ class AccountMap:
         self.fallback = fallback
         self._agent = current_account()
         self._cache: dict[str, Account] = {}
+        self._lock = threading.Lock()  # launches prepare in threads: one useradd at a time
 
     def account_for(self, user: str) -> Account:
         if not self._agent.is_root:
             return self._agent
-        if user not in self._cache:
-            self._cache[user] = self._resolve(user)
-        return self._cache[user]
+        with self._lock:
+            if user not in self._cache:
+                self._cache[user] = self._resolve(user)
+            return self._cache[user]
 
     def _resolve(self, user: str) -> Account:
         name = self.template.format(user=user.lower())

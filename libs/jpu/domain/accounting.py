@@ -1,8 +1,10 @@
-"""What accounting appends (SPEC F3–F5, O1): each charge the log owes as one UsageCharged. Pure.
+"""What accounting still owes the log (SPEC F4, F5, O1): the charges no UsageCharged settled yet.
+Pure.
 
 What an event owes is decided by the fold (`ClusterState.owed`, the rule is jpu.policy.charging)
-before it may drop the job (issue 11); this module says which of it is still to append and what
-the UsageCharged says. services/accounting/charger.py appends them, exactly once.
+before it may drop the job (issue 11); this module says which of it is still to append (and the
+labs' initial charges); the UsageCharged each becomes is jpu.policy.charging.usage_charged.
+services/accounting/charger.py appends them, exactly once.
 """
 
 from __future__ import annotations
@@ -11,9 +13,7 @@ from collections.abc import Iterable
 
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.events import UsageCharged
 from jpu.policy.charging import Charge, charge_id
-from jpu.policy.fairshare import ZERO_USAGE, charge
 
 
 def initial_charges(config: Config, at: float) -> list[Charge]:
@@ -34,20 +34,3 @@ def owed_by(state: ClusterState, event_id: str) -> Charge | None:
     """The charge the event `event_id` made the log owe, if it is not settled yet (F4, F5)."""
     c = state.owed.get(charge_id(event_id))
     return c if c is not None and c.charge_id not in state.charged_ids else None
-
-
-def usage_charged(state: ClusterState, c: Charge, half_life_s: float) -> UsageCharged:
-    """F3: the lab's usage decayed to the charge's time, plus the charge. The event id is the
-    charge's own (derived from its source), so a repeated append is the same message."""
-    after = charge(state.usage.get(c.lab, ZERO_USAGE), c.amount, c.at, half_life_s)
-    return UsageCharged(
-        event_id=c.charge_id,
-        ts=c.at,
-        lab=c.lab,
-        amount=c.amount,
-        value_after=after.value,
-        as_of=after.as_of,
-        job_id=c.job_id,
-        reason=c.reason,
-        attempt=c.attempt,
-    )

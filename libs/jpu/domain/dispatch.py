@@ -35,12 +35,12 @@ from jpu.policy import maintenance, oom
 from jpu.policy.charging import with_owed
 from jpu.policy.fairshare import held_gpu_seconds
 from jpu.policy.labqueues import LabQueues
-from jpu.policy.model import CycleResult, MaintenanceState, Snapshot
+from jpu.policy.model import CycleResult, Gpu, MaintenanceState, RunningJob, Snapshot
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
 # D8: events after which a cycle may decide differently (plus cancellations for the duties).
-CYCLE_TRIGGERS = (
+TRIGGERS = (
     JobPromoted,
     JobRetryScheduled,
     JobEnded,
@@ -59,19 +59,29 @@ def queue(state: ClusterState) -> LabQueues:
     return state.queue
 
 
-def snapshot(state: ClusterState, config: Cluster, half_life_s: float | None = None) -> Snapshot:
-    """What the dispatch cycle decides on. `half_life_s` defaults to the config's (F3)."""
+def snapshot(
+    state: ClusterState,
+    config: Cluster,
+    half_life_s: float | None = None,
+    *,
+    gpu_rows: list[Gpu] | None = None,
+    running_jobs: list[RunningJob] | None = None,
+) -> Snapshot:
+    """What the dispatch cycle decides on. `half_life_s` defaults to the config's (F3).
+
+    `gpu_rows` / `running_jobs`: `gpus(state)` / `running(state)` when the caller keeps them
+    up to date event by event (the simulator, with `gpu_row` / `running_job`)."""
     half_life = half_life_s or float(getattr(config, "half_life_s", DEFAULT_HALF_LIFE_S))
     maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
     return Snapshot(
         tiers={t.name: t for t in config.tiers},
-        gpus=gpus(state),
+        gpus=gpus(state) if gpu_rows is None else gpu_rows,
         queue=queue(state),
         # D1/F4: with every charge the log owes, before accounting has written it
         usage=with_owed(state.usage, state.owed.values(), half_life),
         half_life_s=half_life,
         maintenance=maintenance,
-        running=running(state),
+        running=running(state) if running_jobs is None else running_jobs,
         # R6: the configured demotion mode (the simulator passes the same keys, SimParams)
         reservation_demotion=config.reservation_demotion,
         reservation_demotion_margin=config.reservation_demotion_margin,

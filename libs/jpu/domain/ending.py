@@ -57,8 +57,14 @@ def startup_seconds(status: BackendStatus, dispatched_at: float, now: float) -> 
 
 
 def job_ended(
-    job: AgentJob, status: BackendStatus, tier: Tier, bid: str | None, now: float, event_id: str
+    job: AgentJob,
+    status: BackendStatus,
+    tier: Tier,
+    bid: str | None,
+    now: float,
+    event_id: str = "",
 ) -> JobEnded:
+    """`event_id`: the agent's (empty: the caller's log assigns one, as the simulator's does)."""
     d = job.dispatched
     assert d is not None
     gpus = len(d.gpus) or job.submitted.num_gpus
@@ -88,7 +94,7 @@ def job_ended(
     )
 
 
-def cancelled_unstarted(job: AgentJob, tier: Tier, now: float, event_id: str) -> JobEnded:
+def cancelled_unstarted(job: AgentJob, tier: Tier, now: float, event_id: str = "") -> JobEnded:
     """A cancel reached a dispatched attempt before the backend ran it: nothing ran; the
     reservation part of the attempt is still charged now (F4, R5)."""
     status = BackendStatus(state="CANCELLED")

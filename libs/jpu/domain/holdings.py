@@ -5,47 +5,52 @@ the core groups these rows by (node, tier)."""
 from __future__ import annotations
 
 from jpu.backends.base import NodeInventory
-from jpu.domain.cluster import ClusterState
-from jpu.domain.states import PLACED
+from jpu.domain.cluster import ClusterState, GpuKey
+from jpu.domain.states import PLACED, JobView
 from jpu.policy.model import Gpu, RunningJob
 
 
 def gpus(state: ClusterState) -> list[Gpu]:
-    """One row per physical GPU; `down` > `job:` > `reserved:` > `backfill:` > `free`."""
-    rows: list[Gpu] = []
-    for (node, tier), count in sorted(state.inventory.items()):
-        for i in range(count):
-            key = (node, tier, i)
-            bf = state.backfill.get(key)
-            if key in state.down:
-                rows.append(Gpu(node, tier, i, "down"))
-            elif key in state.holders:
-                held = state.holders[key]
-                rows.append(Gpu(node, tier, i, held, bf if held.startswith("reserved:") else None))
-            elif bf is not None:
-                rows.append(Gpu(node, tier, i, f"backfill:{bf}"))
-            else:
-                rows.append(Gpu(node, tier, i, "free"))
-    return rows
+    """One row per physical GPU (`gpu_row`), by node, tier and index."""
+    return [
+        gpu_row(state, (node, tier, i))
+        for (node, tier), count in sorted(state.inventory.items())
+        for i in range(count)
+    ]
+
+
+def gpu_row(state: ClusterState, key: GpuKey) -> Gpu:
+    """One GPU's row: `down` > `job:` > `reserved:` > `backfill:` > `free`."""
+    node, tier, i = key
+    bf = state.backfill.get(key)
+    if key in state.down:
+        return Gpu(node, tier, i, "down")
+    held = state.holders.get(key)
+    if held is not None:
+        return Gpu(node, tier, i, held, bf if held.startswith("reserved:") else None)
+    if bf is not None:
+        return Gpu(node, tier, i, f"backfill:{bf}")
+    return Gpu(node, tier, i, "free")
 
 
 def running(state: ClusterState) -> list[RunningJob]:
-    out = []
-    for j in state.jobs.values():
-        if j.placement is not None and j.state in PLACED:
-            node, tier, held = j.placement
-            out.append(
-                RunningJob(
-                    job_id=j.job_id,
-                    lab=j.lab,
-                    node=node,
-                    tier=tier,
-                    gpus=held,
-                    started_at=j.dispatched_at or 0.0,
-                    time_limit_s=j.time_limit_s,
-                )
-            )
-    return out
+    return [r for j in state.jobs.values() if (r := running_job(j)) is not None]
+
+
+def running_job(j: JobView) -> RunningJob | None:
+    """The job as the cycle sees it while it holds its placement's GPUs (None: it does not)."""
+    if j.placement is None or j.state not in PLACED:
+        return None
+    node, tier, held = j.placement
+    return RunningJob(
+        job_id=j.job_id,
+        lab=j.lab,
+        node=node,
+        tier=tier,
+        gpus=held,
+        started_at=j.dispatched_at or 0.0,
+        time_limit_s=j.time_limit_s,
+    )
 
 
 def with_missing(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from jpu.events import ChargeReason, Event, JobEnded, ReservationReleased
+from jpu.events import ChargeReason, Event, JobEnded, ReservationReleased, UsageCharged
 from jpu.policy.fairshare import ZERO_USAGE, charge
 from jpu.policy.model import LabUsage
 
@@ -78,3 +78,19 @@ def with_owed(
     for c in sorted(owed, key=lambda c: c.at):
         out[c.lab] = charge(out.get(c.lab, ZERO_USAGE), c.amount, c.at, half_life_s)
     return out
+
+
+def usage_charged(c: Charge, usage: LabUsage, half_life_s: float) -> UsageCharged:
+    """Accounting's `UsageCharged` for `c` on the lab's current `usage` (F3: `charge`)."""
+    after = charge(usage, c.amount, c.at, half_life_s)
+    return UsageCharged(
+        event_id=c.charge_id,
+        ts=c.at,
+        lab=c.lab,
+        amount=c.amount,
+        value_after=after.value,
+        as_of=after.as_of,
+        job_id=c.job_id,
+        reason=c.reason,
+        attempt=c.attempt,
+    )

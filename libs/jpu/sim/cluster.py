@@ -1,87 +1,118 @@
-"""The simulated cluster: `gpu_resources` rows kept up to date in place (SPEC §1.2).
+"""The simulated cluster: what the hardware and the backfill service would know of each GPU.
 
-The policy only ever sees `Gpu` rows, exactly as the dispatcher builds them from its projection;
-this adapter is the simulator's stand-in for the slurm-agent and the GPU pool projection.
-A backfill job may keep running on a GPU a reservation holds (SPEC R2), so backfill is tracked
-beside the state string, not only in it.
+Who holds a GPU is the services' fold (`ClusterState.holders`, `.backfill`, `.down`). The
+simulated cluster adds only what no event carries: since when each GPU has been idle (the
+backfill service's B1 settle clock) and since when each backfill instance has run (for
+utilization). It also keeps the cycle's GPU rows and running jobs up to date event by event,
+each row and job by the very functions `fold_snapshot.snapshot` builds them with (`gpu_row`,
+`running_job`), so a cycle costs what the policy costs, not a rebuild of 512 rows.
 """
 
 from __future__ import annotations
 
-from jpu.config import Cluster
-from jpu.policy.model import Gpu
+from jpu.domain.cluster import ClusterState, GpuKey
+from jpu.domain.holdings import gpu_row, running_job
+from jpu.events import (
+    BackfillEnded,
+    BackfillStarted,
+    Event,
+    JobDispatched,
+    JobEnded,
+    JobEvent,
+    NodeInventoryObserved,
+    ReservationGrown,
+    ReservationReleased,
+    ReservationShrunk,
+    ReservationStarted,
+)
+from jpu.policy.model import Gpu, RunningJob
 
-GpuKey = tuple[str, str, int]  # (node, tier, index)
+Holdings = dict[GpuKey, str]
+# the job events that can change what a job holds (JobView.gpu_holdings) or whether it runs
+# (running_job): the others (submitted, promoted, started, cancel requested, retry) cannot.
+# By exact type (event classes are never subclassed): this runs for every event.
+_RUNS = frozenset({JobDispatched, JobEnded})
+_HOLDS = _RUNS | {ReservationStarted, ReservationGrown, ReservationShrunk, ReservationReleased}
+_BACKFILL = frozenset({BackfillStarted, BackfillEnded})
 
 
 class SimCluster:
-    def __init__(self, cluster: Cluster) -> None:
-        self.gpus: list[Gpu] = [
-            Gpu(node.name, tier, i)
-            for node in cluster.nodes
-            for tier, count in sorted(node.gpus.items())
+    def __init__(self, state: ClusterState, now: float = 0.0) -> None:
+        self.state = state
+        self.keys: list[GpuKey] = [
+            (node, tier, i)
+            for (node, tier), count in sorted(state.inventory.items())
             for i in range(count)
         ]
-        self.pos: dict[GpuKey, int] = {
-            (g.node, g.tier, g.index): p for p, g in enumerate(self.gpus)
+        self.capacity = len(self.keys)
+        self.pos = {k: p for p, k in enumerate(self.keys)}
+        self.rows: list[Gpu] = [gpu_row(state, k) for k in self.keys]  # = fold_snapshot.gpus
+        self.reserved = sum(1 for g in self.rows if g.state.startswith("reserved:"))
+        self.running: dict[str, RunningJob] = {  # = fold_snapshot.running, by dispatch
+            j.job_id: r for j in state.jobs.values() if (r := running_job(j)) is not None
         }
-        self.capacity = len(self.gpus)
-        self.idle_count = self.capacity  # GPUs free or backfilled (SPEC P2), not reserved
-        self.idle_since: dict[int, float] = dict.fromkeys(range(self.capacity), 0.0)
-        self.backfill: dict[int, tuple[str, float]] = {}  # position -> (backfill id, since)
+        self.idle_since: dict[GpuKey, float] = {
+            k: now for k in self.keys if k not in state.holders and k not in state.down
+        }
+        self.backfill_since: dict[GpuKey, float] = {}  # GPU -> when its backfill instance began
 
-    @classmethod
-    def from_rows(cls, rows: list[Gpu], now: float) -> SimCluster:
-        """A cluster as it stands now (a forward estimate's start), from `gpu_resources` rows.
+    def idle_count(self) -> int:
+        """GPUs free or backfilled (SPEC P2), not held by a job or reservation, not down."""
+        return self.capacity - len(self.state.holders) - len(self.state.down)
 
-        Backfill is dropped: it always yields (B4), so a backfilled GPU is simply free here."""
-        self = cls(Cluster(tiers=[], nodes=[]))
-        self.gpus = [
-            Gpu(g.node, g.tier, g.index, "free" if g.state.startswith("backfill:") else g.state)
-            for g in rows
-        ]
-        self.pos = {(g.node, g.tier, g.index): p for p, g in enumerate(self.gpus)}
-        self.capacity = len(self.gpus)
-        self.idle_count = sum(1 for g in self.gpus if g.state == "free")
-        self.idle_since = {p: now for p, g in enumerate(self.gpus) if g.state == "free"}
-        return self
+    def reserving(self) -> bool:
+        """Some reservation holds a GPU (one a cycle may grow, dispatch or demote)."""
+        return self.reserved > 0
 
-    # --- state changes --------------------------------------------------------------------
+    def row(self, key: GpuKey) -> Gpu:
+        return gpu_row(self.state, key)
 
-    def _set(self, p: int, state: str) -> None:
-        g = self.gpus[p]
-        was_idle = g.state == "free" or g.state.startswith("backfill:")
-        now_idle = state == "free" or state.startswith("backfill:")
-        self.idle_count += now_idle - was_idle
-        bf = self.backfill.get(p) if state.startswith("reserved:") else None
-        self.gpus[p] = Gpu(g.node, g.tier, g.index, state, bf[0] if bf else None)  # R2
+    # --- the cycle's rows, event by event --------------------------------------------------
 
-    def positions(self, node: str, tier: str, gpus: tuple[int, ...] | list[int]) -> list[int]:
-        return [self.pos[(node, tier, i)] for i in gpus]
+    def holdings(self, event: Event) -> Holdings:
+        """What the event's job holds before the fold applies it."""
+        if type(event) in _HOLDS:
+            assert isinstance(event, JobEvent)
+            job = self.state.jobs.get(event.job_id)
+            if job is not None:
+                return job.gpu_holdings()
+        return {}
 
-    def take(self, positions: list[int], state: str) -> None:
-        """Give GPUs to a job or reservation; they stop being idle."""
-        for p in positions:
-            self._set(p, state)
-            self.idle_since.pop(p, None)
-
-    def free(self, positions: list[int], now: float) -> None:
-        """GPUs come back: idle again (to their backfill job if one kept running, SPEC R2)."""
-        for p in positions:
-            bf = self.backfill.get(p)
-            self._set(p, f"backfill:{bf[0]}" if bf else "free")
-            self.idle_since[p] = now
-
-    def start_backfill(self, p: int, backfill_id: str, now: float) -> None:
-        self.backfill[p] = (backfill_id, now)
-        if self.gpus[p].state == "free":
-            self._set(p, f"backfill:{backfill_id}")
-
-    def end_backfill(self, p: int) -> tuple[str, float]:
-        bf = self.backfill.pop(p)
-        state = self.gpus[p].state
-        self._set(p, "free" if state.startswith("backfill:") else state)
-        return bf
-
-    def state(self, p: int) -> str:
-        return self.gpus[p].state
+    def folded(self, event: Event, before: Holdings, now: float) -> list[GpuKey]:
+        """The fold applied `event`: refresh the rows it may have changed, its job, and the
+        idle clocks. Returns the GPUs its job let go of (idle again, to backfill if one kept
+        running, SPEC R2)."""
+        state = self.state
+        freed: list[GpuKey] = []
+        kind = type(event)
+        if kind in _HOLDS:
+            assert isinstance(event, JobEvent)
+            job = state.job_seen(event.job_id)
+            after = job.gpu_holdings() if job is not None else {}
+            for k in after:
+                self.idle_since.pop(k, None)  # went to a job or reservation
+            freed = [k for k in before if k not in after and k not in state.holders]
+            for k in freed:
+                self.idle_since[k] = now
+            changed = before.keys() | after.keys()
+            if kind in _RUNS:
+                r = running_job(job) if job is not None else None
+                if r is not None:
+                    self.running[event.job_id] = r
+                else:
+                    self.running.pop(event.job_id, None)
+        elif kind in _BACKFILL:
+            assert isinstance(event, BackfillStarted | BackfillEnded)
+            changed = {(event.node, event.tier, event.gpu)}
+        elif isinstance(event, NodeInventoryObserved):
+            changed = set(self.keys)  # the sim's inventory is fixed: same GPUs, new states
+        else:
+            return freed
+        rows = self.rows
+        for k in changed:
+            p = self.pos.get(k)
+            if p is not None:
+                old, rows[p] = rows[p], gpu_row(state, k)
+                was = old.state.startswith("reserved:")
+                self.reserved += rows[p].state.startswith("reserved:") - was
+        return freed

@@ -1,7 +1,13 @@
-"""Discrete-event engine: a virtual clock, a heap of timed happenings, and the policy core.
+"""Discrete-event engine: a virtual clock, a heap of timed happenings, and the services' core.
 
-The engine plays the services' parts (intake, dispatcher loop, slurm-agent, accounting, backfill)
-around the very same pure policy functions; it never branches on "simulation" inside the policy.
+The job lifecycle is the services' fold: every event the simulator appends goes through
+`jpu.fold.evolve` into a `ClusterState`, exactly as the services follow the log, and each
+decision is the function the service itself calls on that state: intake's promotion
+(jpu.policy.queue.promotions) and Q2 check, the dispatcher's cycle on `fold_snapshot.snapshot`
+and its duties (jpu_services.dispatcher.decide), the slurm-agent's `JobEnded`
+(jpu_services.slurm_agent.ending), accounting's charge (jpu.policy.charging). The simulator
+itself keeps only the clock, the simulated cluster (attempts.py, backfill.py), the workload and
+the summary; it never branches on "simulation" inside a decision.
 Phases at one instant run in a fixed order (ends, cancels, arrivals, backfill, cycle) so a cycle
 sees everything that happened at its time, and two runs of one input are identical.
 """
@@ -11,26 +17,70 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import deque
 from collections.abc import Callable
-from itertools import islice
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from jpu.config import Cluster
-from jpu.events import UsageCharged
-from jpu.policy import POLICIES, fairshare
-from jpu.policy.charging import charge_id
-from jpu.policy.labqueues import LabQueues
-from jpu.policy.model import LabUsage, MaintenanceState, RunningJob, Snapshot
+from jpu.bus import Delivered
+from jpu.config import Cluster, Config
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import TRIGGERS, cancellations, escalations, snapshot
+from jpu.domain.states import JobView
+from jpu.events import (
+    AnyEvent,
+    BackfillEnded,
+    Event,
+    JobDispatched,
+    JobEnded,
+    JobEvent,
+    JobPromoted,
+    JobRetryScheduled,
+    JobSubmitted,
+    ReservationReleased,
+    UsageCharged,
+)
+from jpu.policy import POLICIES
+from jpu.policy.charging import Charge, charge_id, usage_charged
+from jpu.policy.fairshare import ZERO_USAGE
+from jpu.policy.model import CycleResult, Snapshot
 from jpu.policy.queue import promotions
 from jpu.sim import attempts, backfill, cycles
 from jpu.sim.cluster import SimCluster
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
-from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, SimJob, Totals
+from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, REJECTED, Outcome, Totals
 from jpu.sim.workload import WorkloadJob
 
+E = TypeVar("E", bound=Event)
 Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virtual time)
+CycleHook = Callable[[int, float, Snapshot, CycleResult], None]  # (state seq, time, ...)
+
+
+# D8: what makes the dispatcher cycle again (decide.TRIGGERS), but for what the simulated cycle
+# did itself: a backfill its dispatch preempted (B2), a reservation `dispatched` into its job
+# (`append`). By exact type (event classes are never subclassed): this runs for every event.
+_TRIGGERS = frozenset(TRIGGERS) - {BackfillEnded}
+
+
+def services_config(cluster: Cluster, params: SimParams) -> Config:
+    """The services' configuration the simulated services run with (SimParams = its knobs)."""
+    return Config(
+        tiers=cluster.tiers,
+        nodes=cluster.nodes,
+        labs=cluster.labs,
+        reservation_demotion=params.reservation_demotion or cluster.reservation_demotion,
+        reservation_demotion_margin=(
+            cluster.reservation_demotion_margin
+            if params.reservation_demotion_margin is None
+            else params.reservation_demotion_margin
+        ),
+        half_life_s=params.half_life_s,
+        cycle_s=params.cycle_s,
+        min_cycle_gap_s=params.min_cycle_gap_s,
+        max_active_jobs=params.max_active_jobs,
+        max_attempts=params.max_attempts,
+        backfill_enabled=params.backfill,
+        backfill_settle_s=params.backfill_settle_s,
+    )
 
 
 class Simulator:
@@ -41,16 +91,23 @@ class Simulator:
         params: SimParams,
         log: EventLog,
         progress: Progress | None = None,
+        on_cycle: CycleHook | None = None,
     ) -> None:
         self.params = params = params.resolved(cluster)
+        self.config = services_config(cluster, params)
         self.policy = POLICIES[params.policy]
         self.tiers = {t.name: t for t in cluster.tiers}
-        self.cluster = SimCluster(cluster)
+        self.state = ClusterState.new(cluster, keep_ended=False)  # in-flight jobs (issue 11)
+        self.cluster = SimCluster(self.state)
         self.log = log
         self.progress = progress
+        self.on_cycle = on_cycle
         self.workload = jobs
-        self.jobs: dict[str, SimJob] = {j.id: SimJob(j) for j in jobs}
-        self.usage: dict[str, LabUsage] = {}
+        self.specs: dict[str, WorkloadJob] = {j.id: j for j in jobs}
+        self.outcomes: dict[str, Outcome] = {j.id: Outcome() for j in jobs}
+        # the simulated backend's record of in-flight jobs (what the agent folds per job)
+        self.submitted: dict[str, JobSubmitted] = {}
+        self.running: dict[str, JobDispatched] = {}  # job id -> the attempt it runs
         self.initial_usage = {lab.name: lab.usage for lab in cluster.labs if lab.usage}
         self.limits = {
             u.name: u.max_active_jobs
@@ -58,11 +115,6 @@ class Simulator:
             for u in lab.users
             if u.max_active_jobs is not None
         }
-        self.personal: dict[str, deque[SimJob]] = {}
-        self.active: dict[str, int] = {}  # user -> slot-holding jobs (SPEC S1)
-        self.queue = LabQueues()  # the global queue by job id, kept up to date in place
-        self.running: dict[str, RunningJob] = {}
-        self.reserving = 0
         self.fit_cache: dict[tuple[int, frozenset[str] | None, int | None], bool] = {}
         self.policy_s = 0.0  # wall seconds inside the policy's cycle (for the bench)
         self.totals = Totals()
@@ -73,7 +125,7 @@ class Simulator:
         self._dirty = False
         self._cycle_at: float | None = None
         self._last_cycle = -math.inf
-        self.maintenance: MaintenanceState = "NORMAL"  # D6: a forward estimate may start in it
+        self.duties_due = False  # a queued job's cancel or an OOM awaits the dispatcher (phase 0)
 
     # --- scheduling ------------------------------------------------------------------------
 
@@ -100,33 +152,78 @@ class Simulator:
             periodic = max(periodic, (self._last_cycle // p.cycle_s + 1) * p.cycle_s)
         return min(coalesced, periodic)
 
+    # --- the log: append, fold, react ------------------------------------------------------
+
+    def append(self, event: E) -> E:
+        """Append one event: into the log, through the services' fold, then what follows from
+        it at once (accounting's charge, the summary's record, a D8 cycle)."""
+        event = self.log.append(event)
+        state = self.state
+        before = self.cluster.holdings(event)
+        evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
+        freed = self.cluster.folded(event, before, self.now)
+        self.folded(event)
+        ended = state.just_ended
+        if freed:
+            backfill.watch(self, freed)
+        kind = type(event)
+        if kind is JobDispatched:
+            assert isinstance(event, JobDispatched)
+            out = self.outcomes[event.job_id]
+            out.tier = event.tier
+            if out.first_dispatch_at is None:
+                out.first_dispatch_at = event.ts
+        elif kind is UsageCharged:
+            assert isinstance(event, UsageCharged)
+            if event.job_id is not None:
+                self.outcomes[event.job_id].charged += event.amount
+        elif kind is JobEnded or kind is ReservationReleased:
+            assert isinstance(event, JobEnded | ReservationReleased)
+            if isinstance(event, JobEnded):
+                self.totals.run_gpu_s += event.gpu_seconds_startup + event.gpu_seconds_run
+            else:
+                self.totals.reserved_gpu_s += event.gpu_seconds
+                self.totals.demotions += event.charged_now and event.reason == "demoted"
+            c = state.owed.get(charge_id(event.event_id))
+            if c is not None:
+                self.settle(c)  # accounting's UsageCharged for what this event owes (F4)
+        if ended is not None:
+            self.finished(ended)
+        if kind in _TRIGGERS and not (
+            isinstance(event, ReservationReleased) and event.reason == "dispatched"
+        ):
+            self.touch()
+        return event
+
+    def folded(self, event: Event) -> None:
+        """Called right after the fold applied `event` (what a service's on_event sees)."""
+
+    def settle(self, c: Charge) -> None:
+        """Accounting: the charge's UsageCharged, on the lab's usage as the fold has it."""
+        usage = self.state.usage.get(c.lab, ZERO_USAGE)
+        self.append(usage_charged(c, usage, self.params.half_life_s))
+
     # --- run -------------------------------------------------------------------------------
 
     def run(self) -> float:
         """Simulate to the last job's end; returns the end time."""
         self.begin()
-        total = len(self.jobs)
+        total = len(self.specs)
         handlers = self.handlers()
         while self._heap and self.done < total:  # stop at the last job's end
             self.step(handlers)
         self.log.flush()
-        return max((j.end_at for j in self.jobs.values() if j.end_at is not None), default=0.0)
+        ends = (o.ended_at for o in self.outcomes.values() if o.ended_at is not None)
+        return max(ends, default=0.0)
 
     def begin(self) -> None:
         """Initial usage, the workload's arrivals and backfill, on the heap (nothing played)."""
         for lab, value in sorted(self.initial_usage.items()):
-            self.usage[lab] = LabUsage(value, 0.0)
-            self.log.emit(
-                UsageCharged,
-                0.0,
-                lab=lab,
-                amount=value,
-                value_after=value,
-                as_of=0.0,
-                reason="initial",
-            )
+            self.settle(Charge(f"init-{lab}", lab, value, 0.0, None, "initial"))  # accounting
+        self._heap.clear()  # no cycle for the initial usage: nothing is queued yet
+        self._cycle_at, self._dirty = None, False
         for job in self.workload:
-            self.at(job.submit_s, ARRIVAL, self.jobs[job.id])
+            self.at(job.submit_s, ARRIVAL, job)
         if self.params.backfill:
             backfill.schedule_initial(self)
 
@@ -151,91 +248,86 @@ class Simulator:
 
     # --- intake (SPEC Q2, Q4, Q5) ------------------------------------------------------------
 
-    def _on_arrival(self, job: SimJob) -> None:
-        if not attempts.submit(self, job):
-            return
-        self.personal.setdefault(job.spec.user, deque()).append(job)
-        self.promote(job.spec.user)
-
-    def limit(self, user: str) -> int:
-        return self.limits.get(user, self.params.max_active_jobs)
+    def _on_arrival(self, spec: WorkloadJob) -> None:
+        if attempts.submit(self, spec):
+            self.promote(spec.user)
 
     def promote(self, user: str) -> None:
-        """Q5: while the user has a free slot, their oldest personal-queue job goes global."""
-        pq = self.personal.get(user)
+        """Q5, as intake decides it: the user's oldest personal-queue jobs while slots are free."""
+        pq = self.state.personal.get(user)
         if not pq:
             return
-        limit = self.limit(user)
-        head = {user: [j.spec.id for j in islice(pq, limit)]}  # only the oldest can go (Q5)
-        for _ in promotions(head, self.active, self.limits, self.params.max_active_jobs):
-            job = pq.popleft()
-            self.active[user] = self.active.get(user, 0) + 1
-            attempts.enter_global_queue(self, job)
+        head = {user: pq}
+        for job_id in promotions(head, self.state.slots, self.limits, self.params.max_active_jobs):
+            self.append(
+                JobPromoted(event_id="", ts=self.now, job_id=job_id, queue_entered_at=self.now)
+            )
 
-    def release_slot(self, job: SimJob) -> None:
-        self.active[job.spec.user] -= 1
-        self.finished(job)
-        self.promote(job.spec.user)
+    def reject(self, spec: WorkloadJob) -> None:
+        """Q2: refused at intake, never in the log."""
+        out = self.outcomes[spec.id]
+        out.final_state, out.reason = REJECTED, "NO_FIT_PLACEMENT"
+        self._count()
 
-    def finished(self, job: SimJob) -> None:
-        """A job reached a terminal state (or was rejected): count it, report progress (U3)."""
+    def finished(self, job: JobView) -> None:
+        """A job left the fold's hot state for good (terminal, its OOM decided): record it."""
+        self.submitted.pop(job.job_id, None)
+        out = self.outcomes.get(job.job_id)
+        if out is None:
+            return
+        end = job.last_end
+        out.final_state, out.final_attempt = job.state, job.attempt
+        out.ended_at = end.ts if end is not None else self.now
+        out.reason = end.reason if end is not None else None
+        self._count()
+
+    def _count(self) -> None:
         self.done += 1
         if self.progress is not None:
-            self.progress(self.done, len(self.jobs), self.now)
-
-    # --- accounting (SPEC F3, F4) --------------------------------------------------------------
-
-    def charge(self, job: SimJob, amount: float, reason: str, source_event_id: str) -> None:
-        """Accounting's UsageCharged for what `source_event_id` owes, with accounting's own
-        charge id (jpu.policy.charging.charge_id), so the log reads as the live one does."""
-        if amount <= 0:
-            return
-        lab = job.spec.lab
-        after = fairshare.charge(
-            self.usage.get(lab, LabUsage()), amount, self.now, self.params.half_life_s
-        )
-        self.usage[lab] = after
-        job.charged += amount
-        self.log.emit(
-            UsageCharged,
-            self.now,
-            event_id=charge_id(source_event_id),
-            lab=lab,
-            amount=amount,
-            value_after=after.value,
-            as_of=after.as_of,
-            job_id=job.spec.id,
-            reason=reason,
-            attempt=job.attempt,
-        )
-        self.touch()  # D8: usage changes the order
+            self.progress(self.done, len(self.specs), self.now)
 
     # --- the dispatch cycle (SPEC D3) -----------------------------------------------------------
+
+    def duties(self) -> None:
+        """The dispatcher's phase 0 (services/dispatcher/service.py run_cycle): end the queued
+        jobs whose cancel was requested (R5) and decide each GPU OOM once (X8); then intake
+        promotes into the slots that freed (Q5)."""
+        self.duties_due = False
+        state, now = self.state, self.now
+        events = cancellations(state, self.tiers, now) + escalations(state, self.config, now)
+        users = sorted({state.jobs[e.job_id].user for e in events if isinstance(e, JobEvent)})
+        for e in events:
+            self.totals.oom_retries += isinstance(e, JobRetryScheduled)
+            self.append(e)
+        for user in users:
+            self.promote(user)
 
     def _on_cycle(self, _: object) -> None:
         self._cycle_at = None
         if not self._dirty:
             return
         self._dirty = False
+        state = self.state
+        if self.duties_due:
+            self._last_cycle = self.now  # the dispatcher cycled, whatever the policy decides
+            self.duties()
         # Nothing can be dispatched, reserved or demoted: the cycle would decide nothing.
-        if not self.queue or (self.cluster.idle_count == 0 and self.reserving == 0):
+        if not state.queue or (self.cluster.idle_count() == 0 and not self.cluster.reserving()):
             self.totals.cycles_skipped += 1
             return
         self.totals.cycles += 1
-        self.totals.max_global_queue = max(self.totals.max_global_queue, len(self.queue))
+        self.totals.max_global_queue = max(self.totals.max_global_queue, len(state.queue))
         self._last_cycle = self.now
-        snapshot = Snapshot(
-            tiers=self.tiers,
-            gpus=list(self.cluster.gpus),
-            queue=self.queue,  # grouped by lab: the cycle merges labs, never sorts jobs (D1)
-            usage=dict(self.usage),
-            half_life_s=self.params.half_life_s,
-            running=list(self.running.values()),
-            reservation_demotion=self.params.reservation_demotion or "strict",
-            reservation_demotion_margin=self.params.reservation_demotion_margin or 0.0,
-            maintenance=self.maintenance,
+        snap = snapshot(
+            state,
+            self.config,
+            self.params.half_life_s,
+            gpu_rows=list(self.cluster.rows),
+            running_jobs=list(self.cluster.running.values()),
         )
         t0 = time.perf_counter()
-        result = self.policy(snapshot, self.now)
+        result = self.policy(snap, self.now)
         self.policy_s += time.perf_counter() - t0
+        if self.on_cycle is not None:
+            self.on_cycle(state.seq, self.now, snap, result)
         cycles.apply(self, result)

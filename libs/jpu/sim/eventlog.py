@@ -1,17 +1,20 @@
 """The simulator's event log: the live event types (jpu.events), one JSON object per line, in order.
 
-Event ids are `sim-<n>` (n = position in the log) so two runs of the same input produce
-byte-identical files.
+Event ids are `sim-<n>` (n = position in the log; charges keep accounting's derived ids), so
+two runs of the same input produce byte-identical files.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
+
+import msgspec
 
 from jpu import events as ev
 
 E = TypeVar("E", bound=ev.Event)
+_KEEP_IDS = ("chg-", "init-")  # accounting's ids, derived from their source (F5)
 
 
 class EventLog:
@@ -22,9 +25,13 @@ class EventLog:
         self._buf: list[bytes] = []
         self.count = 0
 
-    def emit(self, cls: type[E], ts: float, *, event_id: str | None = None, **fields: Any) -> E:
+    def append(self, event: E) -> E:
+        """Log one event; the ones decided without an id (the services' pure decisions leave
+        it to the writer, or draw a random one) get `sim-<n>`, an id of its own is kept
+        (accounting's `chg-<source>`)."""
         self.count += 1
-        event = cls(event_id=event_id or f"sim-{self.count}", ts=ts, **fields)
+        if not event.event_id or not event.event_id.startswith(_KEEP_IDS):
+            event = msgspec.structs.replace(event, event_id=f"sim-{self.count}")
         if self._out is not None:
             self._buf.append(ev.encode(event))
             if len(self._buf) >= 4096:

@@ -2,9 +2,11 @@
 it stands now, runs the services' own policy core forward on a virtual clock. Pure: `now` is the
 `Present`'s, no I/O.
 
-Nothing here decides anything the simulator does not: the same `cycle()` (D1–D8, R1–R5), the same
-charging at attempt ends (F3, F4) and at R3 releases, the same promotion from personal queues
-(Q5), D6 while maintenance is not NORMAL. What is assumed:
+The `Present` is turned into the events that lead to it (submitted, promoted, reserved,
+dispatched, started: `seed_events`) and folded by the services' fold, so from there on the
+simulator is the plain one: the same `cycle()` (D1–D8, R1–R5), the same charging at attempt
+ends (F3, F4) and at R3 releases, the same promotion from personal queues (Q5), D6 while
+maintenance is not NORMAL. What is assumed:
 
 - a running job ends at its start + time limit; without a limit, after its predicted duration;
   with neither it never ends within the estimate (the GPUs it holds stay held);
@@ -23,21 +25,38 @@ within the horizon or the cycle cap (or maintenance has no known end).
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import msgspec
 
-from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Tier
-from jpu.policy.labqueues import LabQueues
-from jpu.policy.model import Gpu, LabUsage, MaintenanceState, QueuedJob, RunningJob
+from jpu.bus import Delivered
+from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
+from jpu.domain.cluster import evolve
+from jpu.events import (
+    AnyEvent,
+    Event,
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobRetryScheduled,
+    JobStarted,
+    JobSubmitted,
+    MaintenanceChanged,
+    NodeInventoryObserved,
+    ReservationGrown,
+    ReservationReleased,
+    ReservationStarted,
+    UsageCharged,
+)
+from jpu.policy.charging import Charge
+from jpu.policy.model import Gpu, LabUsage, MaintenanceState, QueuedJob, Reservation
 from jpu.sim import attempts
 from jpu.sim.cluster import SimCluster
 from jpu.sim.engine import Simulator
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
-from jpu.sim.state import END, GLOBAL, RESERVING, RUNNING, Held, SimJob
+from jpu.sim.state import END
 from jpu.sim.workload import WorkloadJob
 
 Basis = Literal["limits", "predicted", "unknown"]
@@ -134,6 +153,124 @@ def _spec(j: ForwardJob, now: float) -> WorkloadJob:
     )
 
 
+def _nodes(rows: list[Gpu]) -> list[Node]:
+    counts: dict[str, dict[str, int]] = {}
+    for g in rows:
+        per = counts.setdefault(g.node, {})
+        per[g.tier] = max(per.get(g.tier, 0), g.index + 1)
+    return [Node(name=n, gpus=c) for n, c in counts.items()]
+
+
+def seed_events(present: Present) -> list[Event]:
+    """Events whose fold is the `Present`: GPUs down, usage, maintenance, then each job's life
+    so far (its uncharged reservation time as a released reservation, R4)."""
+    now = present.now
+    out: list[Event] = []
+    down: dict[str, dict[str, list[int]]] = {}
+    for g in present.gpus:
+        if g.state == "down":
+            down.setdefault(g.node, {}).setdefault(g.tier, []).append(g.index)
+    for node in _nodes(present.gpus):
+        if node.name in down:
+            out.append(
+                NodeInventoryObserved(
+                    event_id="", ts=now, node=node.name, gpus=node.gpus, down=down[node.name]
+                )
+            )
+    for lab, u in sorted(present.usage.items()):
+        out.append(
+            UsageCharged(
+                event_id=f"init-{lab}", ts=u.as_of, lab=lab, amount=0.0, value_after=u.value,
+                as_of=u.as_of, reason="initial",
+            )
+        )  # fmt: skip
+    if present.maintenance != "NORMAL":
+        out.append(
+            MaintenanceChanged(event_id="", ts=now, state=present.maintenance, by="estimate")
+        )
+    any_tier = next(iter(present.tiers), "")
+
+    def submitted(j: ForwardJob, min_vram_gb: int | None) -> JobSubmitted:
+        return JobSubmitted(
+            event_id="", ts=now, job_id=j.job_id, lab=j.lab, user=j.user, name=j.job_id,
+            command="", num_gpus=j.num_gpus, tiers=None if j.tiers is None else sorted(j.tiers),
+            min_vram_gb=min_vram_gb, time_limit_s=cast(int | None, j.time_limit_s),
+        )  # fmt: skip
+
+    def promoted(j: ForwardJob, entered: float, gpu_s: float, cost: float) -> list[Event]:
+        jid = j.job_id
+        evs: list[Event] = [JobPromoted(event_id="", ts=now, job_id=jid, queue_entered_at=entered)]
+        if gpu_s > 0:  # R4: held earlier, charged with this attempt's end
+            evs.append(
+                ReservationStarted(event_id="", ts=now, job_id=jid, node="", tier=any_tier, gpus=[])
+            )
+            evs.append(
+                ReservationReleased(
+                    event_id="", ts=now, job_id=jid, node="", tier=any_tier, gpus=[],
+                    reason="swap", gpu_seconds=gpu_s, charged_now=False, tflops=cost / gpu_s,
+                )
+            )  # fmt: skip
+        return evs
+
+    for r in present.running:
+        j = r.job
+        out.append(submitted(j, j.min_vram_gb))
+        out += promoted(j, r.started_at, r.uncharged_gpu_s, r.uncharged_cost)
+        t, jid = r.started_at, j.job_id
+        out.append(
+            JobDispatched(
+                event_id="", ts=t, job_id=jid, attempt=j.attempt, node=r.node, tier=r.tier,
+                gpus=list(r.gpus),
+            )
+        )  # fmt: skip
+        out.append(JobStarted(event_id="", ts=t, job_id=jid, attempt=j.attempt, backend_job_id=""))
+    for q in present.queued:
+        j, rec = q.job, q.record
+        out.append(submitted(j, rec.min_vram_gb))  # a retry (below) sets its own
+        out += promoted(j, rec.queue_entered_at, q.uncharged_gpu_s, q.uncharged_cost)
+        if rec.attempt > 1:  # X8: an earlier attempt ran out of GPU memory and was retried
+            out += _retried(j.job_id, rec, now)
+        if rec.reservation is not None:
+            out += _reserved(j.job_id, rec.reservation)
+    for pq in present.personal.values():
+        out += [submitted(j, j.min_vram_gb) for j in pq]
+    return out
+
+
+def _retried(jid: str, rec: QueuedJob, now: float) -> list[Event]:
+    before = rec.attempt - 1
+    return [
+        JobDispatched(event_id="", ts=now, job_id=jid, attempt=before, node="", tier="", gpus=[]),
+        JobEnded(event_id="", ts=now, job_id=jid, attempt=before, state="FAILED", oom=True),
+        JobRetryScheduled(
+            event_id="", ts=now, job_id=jid, attempt=rec.attempt, min_vram_gb=rec.min_vram_gb or 0
+        ),
+    ]
+
+
+def _reserved(jid: str, r: Reservation) -> list[Event]:
+    """The reservation as it was taken: the GPUs of its start, then each later one (F2)."""
+    joined = r.joined_at()
+    times = sorted(set(joined.values())) or [r.since]
+    first = [i for i in r.gpus if joined.get(i, r.since) == times[0]]
+    out: list[Event] = [
+        ReservationStarted(
+            event_id="", ts=min(r.since, times[0]), job_id=jid, node=r.node, tier=r.tier, gpus=first
+        )
+    ]
+    held = list(first)
+    for t in times[1:]:
+        added = [i for i in r.gpus if joined[i] == t]
+        held += added
+        out.append(
+            ReservationGrown(
+                event_id="", ts=t, job_id=jid, node=r.node, tier=r.tier, gpus=list(held),
+                added=added,
+            )
+        )  # fmt: skip
+    return out
+
+
 class ForwardSim(Simulator):
     """The simulator started mid-flight from a `Present` instead of from an empty cluster."""
 
@@ -151,17 +288,14 @@ class ForwardSim(Simulator):
         )
         cluster = Cluster(
             tiers=list(present.tiers.values()),
-            nodes=[],
+            nodes=_nodes(present.gpus),
             reservation_demotion=present.reservation_demotion,
             reservation_demotion_margin=present.reservation_demotion_margin,
         )
         super().__init__(cluster, [_spec(j, now) for j in fjobs], sim_params, EventLog(None))
         self.est = params
         self.origin = self.now = now
-        self.cluster = SimCluster.from_rows(present.gpus, now)
-        self.usage = dict(present.usage)
         self.limits = dict(present.limits)
-        self.maintenance = present.maintenance
         self.basis = {j.job_id: j.basis for j in fjobs}
         self.predicted_since = math.inf  # first virtual time a predicted duration played
         self.targets = [q.job.job_id for q in present.queued]
@@ -169,52 +303,24 @@ class ForwardSim(Simulator):
         self._seed(present)
 
     def _seed(self, present: Present) -> None:
+        """Fold the events that lead to `present` (nothing reacts to them: it is the past)."""
+        for event in seed_events(present):
+            event = self.log.append(event)
+            evolve(self.state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
+            if isinstance(event, JobSubmitted):
+                self.submitted[event.job_id] = event
+        self.cluster = SimCluster(self.state, self.now)
         for r in present.running:
-            job = self.jobs[r.job.job_id]
-            job.state, job.attempt = RUNNING, r.job.attempt
-            job.node, job.tier, job.gpus, job.started_at = r.node, r.tier, r.gpus, r.started_at
-            job.uncharged_reserved_gpu_s, job.uncharged_reserved_cost = (
-                r.uncharged_gpu_s,
-                r.uncharged_cost,
-            )
-            self.running[job.spec.id] = RunningJob(
-                job_id=job.spec.id,
-                lab=job.spec.lab,
-                node=r.node,
-                tier=r.tier,
-                gpus=r.gpus,
-                started_at=r.started_at,
-                time_limit_s=r.job.time_limit_s,
-            )
-            self._slot(job)
+            j = r.job
+            self.running[j.job_id] = JobDispatched(
+                event_id="", ts=r.started_at, job_id=j.job_id, attempt=j.attempt, node=r.node,
+                tier=r.tier, gpus=list(r.gpus),
+            )  # fmt: skip
             end = r.ends_at
-            if end is None and r.job.duration_s is not None:
-                end = r.started_at + r.job.duration_s
+            if end is None and j.duration_s is not None:
+                end = r.started_at + j.duration_s
             if end is not None:  # unknown: never ends within the estimate
-                self.at(max(self.now, end), END, (job, job.attempt))
-        records = []
-        for q in present.queued:
-            job = self.jobs[q.job.job_id]
-            rec = q.record
-            job.state, job.attempt, job.min_vram_gb = GLOBAL, rec.attempt, rec.min_vram_gb
-            job.queue_entered_at = rec.queue_entered_at
-            job.uncharged_reserved_gpu_s, job.uncharged_reserved_cost = (
-                q.uncharged_gpu_s,
-                q.uncharged_cost,
-            )
-            res = rec.reservation
-            if res is not None:
-                job.state = RESERVING
-                job.held = Held(res.node, res.tier, res.since, res.joined_at())
-                self.reserving += 1
-            records.append(rec)
-            self._slot(job)
-        self.queue = LabQueues(records)
-        for user, pq in present.personal.items():
-            self.personal[user] = deque(self.jobs[j.job_id] for j in pq)
-
-    def _slot(self, job: SimJob) -> None:
-        self.active[job.spec.user] = self.active.get(job.spec.user, 0) + 1
+                self.at(max(self.now, end), END, (j.job_id, j.attempt))
 
     # --- the coarser cycle cadence (see the module docstring) ------------------------------
 
@@ -229,39 +335,43 @@ class ForwardSim(Simulator):
         return h
 
     @staticmethod
-    def _on_end(sim: Simulator, item: tuple[SimJob, int]) -> None:
+    def _on_end(sim: Simulator, item: tuple[str, int]) -> None:
         assert isinstance(sim, ForwardSim)
-        self = sim
-        job, attempt = item
-        if job.state == RUNNING and job.attempt == attempt and self.basis[job.spec.id] != "limits":
-            self.predicted_since = min(self.predicted_since, self.now)
-        attempts.on_end(self, item)
+        job_id, attempt = item
+        job = sim.state.jobs.get(job_id)
+        running = job is not None and job.state == "RUNNING" and job.attempt == attempt
+        if running and sim.basis[job_id] != "limits":
+            sim.predicted_since = min(sim.predicted_since, sim.now)
+        attempts.on_end(sim, item)
 
-    def charge(self, job: SimJob, amount: float, reason: str, source_event_id: str) -> None:
-        if self.est.frozen_usage:
-            self.touch()  # the GPUs still changed hands; the order does not
+    def settle(self, c: Charge) -> None:
+        if self.est.frozen_usage:  # a baseline: the order does not change, GPUs still do
+            self.state.owed.pop(c.charge_id, None)
+            self.touch()
             return
-        super().charge(job, amount, reason, source_event_id)
+        super().settle(c)
 
     # --- run -------------------------------------------------------------------------------
 
     def _waiting(self) -> bool:
-        return bool(self.queue) or any(self.personal.values())
+        return bool(self.state.queue) or any(self.state.personal.values())
 
     def forward(self) -> ForwardResult:
         e = self.est
         until = self.origin + e.horizon_s
         handlers = self.handlers()
-        resume = e.maintenance_ends_at if self.maintenance != "NORMAL" else None
-        if self.maintenance != "NORMAL" and resume is None:
+        resume = e.maintenance_ends_at if self.state.maintenance.state != "NORMAL" else None
+        if self.state.maintenance.state != "NORMAL" and resume is None:
             until = self.origin  # D6: nothing starts before an end nobody has announced
         self.touch()
         while self._waiting() and self.totals.cycles < e.max_cycles:
             t = self.next_time()
             if resume is not None and resume <= min(t, until):
                 self.now, resume = max(self.now, resume), None
-                self.maintenance = "NORMAL"  # M4: queued jobs dispatch in priority order
-                self.touch()
+                # M4: queued jobs dispatch in priority order
+                self.append(
+                    MaintenanceChanged(event_id="", ts=self.now, state="NORMAL", by="estimate")
+                )
                 continue
             if t > until:
                 break
@@ -272,7 +382,7 @@ class ForwardSim(Simulator):
         out: dict[str, Estimate] = {}
         complete = True
         for job_id in self.targets:
-            start = self.jobs[job_id].first_dispatch_at
+            start = self.outcomes[job_id].first_dispatch_at
             if start is None:
                 out[job_id] = Estimate(None, "unknown")
                 complete = False
@@ -292,65 +402,3 @@ class ForwardSim(Simulator):
 def forward(present: Present, params: EstimateParams | None = None) -> ForwardResult:
     """Every queued job's estimated start and its basis (SPEC U4)."""
     return ForwardSim(present, params or EstimateParams()).forward()
-
-
-# --- the simulator's own state as a Present (the accuracy benchmark estimates inside a run) ----
-
-DurationOf = Callable[[SimJob], tuple[float | None, Basis]]
-
-
-def present_of(sim: Simulator, duration_of: DurationOf) -> Present:
-    """The simulator's state at `sim.now` as a `Present` (what its dispatcher would see)."""
-
-    def fjob(j: SimJob) -> ForwardJob:
-        d, basis = duration_of(j)
-        s = j.spec
-        return ForwardJob(
-            job_id=s.id,
-            lab=s.lab,
-            user=s.user,
-            num_gpus=s.num_gpus,
-            tiers=frozenset(s.tiers) if s.tiers is not None else None,
-            min_vram_gb=j.min_vram_gb,
-            time_limit_s=s.time_limit_s,
-            attempt=j.attempt,
-            duration_s=d,
-            basis=basis,
-        )
-
-    running = []
-    for r in sim.running.values():
-        j = sim.jobs[r.job_id]
-        running.append(
-            RunningNow(
-                job=fjob(j),
-                node=r.node,
-                tier=r.tier,
-                gpus=r.gpus,
-                started_at=r.started_at,
-                uncharged_gpu_s=j.uncharged_reserved_gpu_s,
-                uncharged_cost=j.uncharged_reserved_cost,
-            )
-        )
-    queued = [
-        QueuedNow(
-            job=fjob(sim.jobs[q.job_id]),
-            record=q,
-            uncharged_gpu_s=sim.jobs[q.job_id].uncharged_reserved_gpu_s,
-            uncharged_cost=sim.jobs[q.job_id].uncharged_reserved_cost,
-        )
-        for q in sim.queue
-    ]
-    return Present(
-        now=sim.now,
-        tiers=sim.tiers,
-        gpus=list(sim.cluster.gpus),
-        usage=dict(sim.usage),
-        half_life_s=sim.params.half_life_s,
-        maintenance=sim.maintenance,
-        running=running,
-        queued=queued,
-        personal={u: [fjob(j) for j in pq] for u, pq in sim.personal.items() if pq},
-        limits=dict(sim.limits),
-        max_active_jobs=sim.params.max_active_jobs,
-    )

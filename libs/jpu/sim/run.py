@@ -11,7 +11,7 @@ import msgspec
 
 from jpu.config import Cluster, load_cluster
 from jpu.sim import backfill, summary
-from jpu.sim.engine import Progress, Simulator
+from jpu.sim.engine import CycleHook, Progress, Simulator
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
 from jpu.sim.workload import WorkloadJob, load_workload
@@ -48,10 +48,12 @@ def simulate(
     jobs: list[WorkloadJob],
     params: SimParams,
     events_out: IO[bytes] | None = None,
+    on_cycle: CycleHook | None = None,
 ) -> dict[str, Any]:
-    """Simulate in memory; the event log goes to `events_out` (if any). Returns the summary."""
+    """Simulate in memory; the event log goes to `events_out` (if any). Returns the summary.
+    `on_cycle` sees every cycle's (state seq, time, snapshot, result), e.g. rank and reasons."""
     progress = stderr_progress() if params.progress else None
-    sim = Simulator(cluster, jobs, params, EventLog(events_out), progress)
+    sim = Simulator(cluster, jobs, params, EventLog(events_out), progress, on_cycle)
     end = sim.run()
     backfill.close(sim, end)
     return summary.build(sim, end)

@@ -1,61 +1,22 @@
-"""Mutable per-job and per-run bookkeeping of the simulator (the policy never sees these)."""
+"""The simulator's own bookkeeping: the kinds of timed happenings and the run's totals.
+
+A job's lifecycle is not here: it is the services' fold (jpu.fold.ClusterState) of the events
+the simulator appends; the simulator keeps only what the simulated cluster and the summary need.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from jpu.sim.workload import WorkloadJob
-
-# SPEC §1.4 job states
-PERSONAL = "PERSONAL_QUEUE_WAIT"
-GLOBAL = "GLOBAL_QUEUE_WAIT"
-RESERVING = "RESERVING"
-RUNNING = "RUNNING"
-COMPLETED, FAILED, CANCELLED = "COMPLETED", "FAILED", "CANCELLED"
-REJECTED = "REJECTED"  # SPEC Q2: never queued, no events
-TERMINAL = frozenset({COMPLETED, FAILED, CANCELLED, REJECTED})
+REJECTED = "REJECTED"  # SPEC Q2: never queued, no events (a summary state only)
 
 # kinds of timed happenings, also their order within one instant: a cycle sees all of its time
 END, CANCEL, ARRIVAL, BACKFILL, CYCLE = range(5)
 
 
 @dataclass(slots=True)
-class Held:
-    """GPUs held by a reservation: per-GPU acquisition time, so grown GPUs are charged exactly."""
-
-    node: str
-    tier: str
-    since: float
-    acquired: dict[int, float] = field(default_factory=dict)  # GPU index -> when taken
-
-
-@dataclass(slots=True, eq=False)  # identity: a job is itself, not its field values
-class SimJob:
-    spec: WorkloadJob
-    state: str = PERSONAL
-    attempt: int = 1
-    min_vram_gb: int | None = None
-    queue_entered_at: float | None = None
-    first_dispatch_at: float | None = None
-    end_at: float | None = None
-    end_reason: str | None = None
-    held: Held | None = None  # current reservation
-    uncharged_reserved_gpu_s: float = 0.0  # released by swap/dispatch, charged with the attempt
-    uncharged_reserved_cost: float = 0.0
-    node: str | None = None  # current or last attempt's placement
-    tier: str | None = None
-    gpus: tuple[int, ...] = ()
-    started_at: float | None = None
-    charged: float = 0.0  # TFLOP-s charged to the lab for this job, all attempts
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL
-
-
-@dataclass(slots=True)
 class Totals:
-    """GPU-seconds by kind, for utilization (SPEC §10)."""
+    """GPU-seconds by kind, for utilization (SPEC §10), and counts for the summary."""
 
     run_gpu_s: float = 0.0
     reserved_gpu_s: float = 0.0
@@ -67,3 +28,18 @@ class Totals:
     backfills_preempted: int = 0
     oom_retries: int = 0
     max_global_queue: int = 0  # longest global queue a cycle saw
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What the summary reports of one job beyond its folded state: when it first got GPUs,
+    the tier of its last attempt, what it was charged, and its final fold (JobView) once it
+    left the hot state (issue 11)."""
+
+    first_dispatch_at: float | None = None
+    tier: str | None = None
+    charged: float = 0.0
+    ended_at: float | None = None
+    final_state: str | None = None
+    final_attempt: int = 1
+    reason: str | None = None

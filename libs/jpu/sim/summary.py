@@ -43,32 +43,39 @@ def jain(values: Sequence[float]) -> float:
 
 
 def _jobs(sim: Simulator) -> dict[str, dict[str, Any]]:
+    """Each job's final state and attempt from the fold (the JobView it left the hot state
+    with, or the one still in it), with the times and charges the summary recorded."""
     out = {}
-    for jid, j in sim.jobs.items():
-        sub = j.spec.submit_s
+    for jid, spec in sim.specs.items():
+        o = sim.outcomes[jid]
+        live = sim.state.jobs.get(jid)
+        state = live.state if live is not None else o.final_state
+        attempt = live.attempt if live is not None else o.final_attempt
+        sub = spec.submit_s
         out[jid] = {
-            "state": j.state,
-            "attempts": j.attempt if j.first_dispatch_at is not None else 0,
-            "wait_s": None if j.first_dispatch_at is None else j.first_dispatch_at - sub,
-            "jct_s": None if j.end_at is None else j.end_at - sub,
-            "tier": j.tier,
-            "lab": j.spec.lab,
-            "num_gpus": j.spec.num_gpus,
-            "charged_tflop_s": j.charged,
+            "state": state,
+            "attempts": attempt if o.first_dispatch_at is not None else 0,
+            "wait_s": None if o.first_dispatch_at is None else o.first_dispatch_at - sub,
+            "jct_s": None if o.ended_at is None else o.ended_at - sub,
+            "tier": o.tier,
+            "lab": spec.lab,
+            "num_gpus": spec.num_gpus,
+            "charged_tflop_s": o.charged,
         }
-        if j.end_reason:
-            out[jid]["reason"] = j.end_reason
+        if o.reason:
+            out[jid]["reason"] = o.reason
     return out
 
 
 def _labs(sim: Simulator, end: float) -> dict[str, dict[str, float]]:
-    names = sorted({j.spec.lab for j in sim.jobs.values()} | set(sim.usage))
+    usage = sim.state.usage
+    names = sorted({s.lab for s in sim.specs.values()} | set(usage))
     charged: dict[str, float] = defaultdict(float)
-    for j in sim.jobs.values():
-        charged[j.spec.lab] += j.charged
+    for jid, o in sim.outcomes.items():
+        charged[sim.specs[jid].lab] += o.charged
     out = {}
     for lab in names:
-        u = sim.usage.get(lab, LabUsage())
+        u = usage.get(lab, LabUsage())
         out[lab] = {
             "usage_tflop_s": fairshare.decayed(u, end, sim.params.half_life_s),
             "value": u.value,
@@ -85,7 +92,7 @@ def build(sim: Simulator, end: float) -> dict[str, Any]:
     for j in jobs.values():
         if j["wait_s"] is not None:
             by_width[j["num_gpus"]].append(j["wait_s"])
-    first = min((j.spec.submit_s for j in sim.jobs.values()), default=0.0)
+    first = min((s.submit_s for s in sim.specs.values()), default=0.0)
     makespan = max(0.0, end - first)
     gpu_time = sim.cluster.capacity * makespan
     t = sim.totals

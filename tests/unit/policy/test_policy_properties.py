@@ -14,7 +14,9 @@ from reference import ref_cycle
 from simdriver import Sim
 
 from jpu.policy import cycle, placements
+from jpu.policy.demotion import beyond_margin
 from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+from jpu.policy.ordering import lab_usage_at
 from jpu.policy.placements import tier_admits
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -114,7 +116,7 @@ def test_D3_cycle_equals_literal_reading(case):
     assert cycle(snap, now) == ref_cycle(snap, now)
 
 
-def check_invariants(snap: Snapshot, res) -> None:
+def check_invariants(snap: Snapshot, res, now: float) -> None:
     """No GPU given twice; only idle/own/just-released GPUs; R1; R2; R3/R6; D5; D7 complete."""
     state = {(g.node, g.tier, g.index): g.state for g in snap.gpus}
     holders = {j.job_id: j for j in snap.queue if j.reservation}
@@ -153,12 +155,32 @@ def check_invariants(snap: Snapshot, res) -> None:
     walked = [pos[j] for j in dispatched if j != rank1]
     if strict:  # R6: a parked swap gives GPUs back mid-walk; higher ranks then choose again
         assert walked == sorted(walked), "walk in rank order"
-    check_parked_d5(snap, res, parked, pos)
+    check_parked_d5(snap, res, parked, pos, incumbents(snap, res, parked, now))
 
 
-def check_parked_d5(snap: Snapshot, res, parked: set[str], pos: dict[str, int]) -> None:
+def incumbents(snap: Snapshot, res, parked: set[str], now: float) -> set[str]:
+    """R6: the parked jobs kept within the margin (hysteresis, damped): the reorder does not
+    count for them, so they complete in their placement as rank 1's would."""
+    if snap.reservation_demotion not in ("hysteresis", "damped") or not res.order:
+        return set()
+    jobs = {j.job_id: j for j in snap.queue}
+    top = jobs[res.order[0]].lab
+    out = set()
+    for jid in parked:
+        lab = jobs[jid].lab
+        u = lab_usage_at({lab, top}, snap.usage, now, snap.half_life_s)
+        if not beyond_margin(u[lab], u[top], snap.reservation_demotion_margin):
+            out.add(jid)
+    return out
+
+
+def check_parked_d5(
+    snap: Snapshot, res, parked: set[str], pos: dict[str, int], incumbent: set[str]
+) -> None:
     """D5 for R6: a parked reservation grows/dispatches only on GPUs that no job still waiting
-    above it could start on, even with the parked GPUs released."""
+    above it could start on, even with the parked GPUs released — an incumbent (kept within
+    the margin) only on GPUs no such job could start on as they are (D5 as written: the GPUs
+    it holds are reserved, R2)."""
     after: dict[tuple[str, str], int] = {}  # idle GPUs per placement after the cycle
     for p in placements(snap.gpus, snap.tiers):
         after[(p.node, p.tier)] = len(p.idle)
@@ -178,7 +200,7 @@ def check_parked_d5(snap: Snapshot, res, parked: set[str], pos: dict[str, int]) 
         t = snap.tiers[tier_name]
         for w in waiting:
             if pos[w.job_id] < pos[jid] and tier_admits(w, t):
-                usable = after[(node, tier_name)] + n_held
+                usable = after[(node, tier_name)] + (0 if jid in incumbent else n_held)
                 assert not (w.num_gpus <= min(usable, cap[(node, tier_name)])), "D5 (R6 parked)"
 
 
@@ -195,7 +217,7 @@ MODES = ["strict", "useful", "hysteresis", "damped"]
 def test_invariants_single_cycle(mode, case):
     snap, now = case
     snap = msgspec.structs.replace(snap, reservation_demotion=mode)
-    check_invariants(snap, cycle(snap, now))
+    check_invariants(snap, cycle(snap, now), now)
 
 
 def _small_sim(seed: int, n_jobs: int) -> Sim:
@@ -230,7 +252,7 @@ def test_F5_every_gpu_second_charged_exactly_once(mode, seed, n_jobs):
     sim.demotion = mode
     for _ in range(40):
         res = sim.step(5.0)
-        check_invariants(*sim.results[-1])
+        check_invariants(*sim.results[-1], sim.now)
         assert all(r.gpu_seconds >= 0 for r in res.releases)
     sim.close()
     assert abs(sim.charged - sim.truth) <= 1e-6 * max(1.0, sim.truth)

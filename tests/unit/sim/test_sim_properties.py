@@ -15,7 +15,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from jpu.bus import Delivered
 from jpu.config import Cluster, DemotionMode
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
     JobDispatched,
     JobEnded,
@@ -167,3 +169,23 @@ def test_F5_conservation_and_no_double_booking(
     research = summary["gpu_seconds"]["run"]
     assert research == pytest.approx(sum(e.gpu_seconds_run for e in events
                                          if isinstance(e, JobEnded)))  # fmt: skip
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=workloads(), slots=st.integers(1, 3))
+def test_S1_Q5_X8_no_user_over_max_active_jobs_even_across_an_oom_retry(
+    jobs: list[WorkloadJob], slots: int
+) -> None:
+    """Folded event by event as the services fold it, the simulator's log never shows a user
+    with more slot-holding jobs than their limit, OOM retries included (issue 10 finding 1:
+    the OOM end keeps the slot until the retry is decided, so no one is promoted in between)."""
+    buf = io.BytesIO()
+    simulate(CLUSTER, jobs, SimParams(max_active_jobs=slots, half_life_s=900), buf)
+    limit = {"u4": 1}
+    state = ClusterState.new(CLUSTER)
+    for seq, line in enumerate(buf.getvalue().splitlines(), start=1):
+        e = decode(line)
+        evolve(state, Delivered(seq, "", e, {}))
+        for user, held in state.slots.items():
+            assert held <= limit.get(user, slots), (seq, e, user, held)
+    assert not any(j.oom_pending for j in state.jobs.values())  # X8: every OOM decided

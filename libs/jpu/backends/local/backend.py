@@ -166,10 +166,15 @@ class LocalBackend(LocalBackfill):
             return
         self._loaded = True
         for record in self.store.all():
+            unspawned = record.final is None and record.pid == 0
+            if unspawned and adopt_unsaved_spawn(record, self.store) == "never spawned":
+                # the agent died between the save and the spawn: not found, so the agent's
+                # submit launches it now instead of a "never started" failure
+                log.warning("%s: never spawned by a previous agent", record.backend_job_id)
+                self.store.forget(record.backend_job_id)
+                continue
             self._records[record.backend_job_id] = record
             if record.final is None:
-                if record.pid == 0:
-                    adopt_unsaved_spawn(record, self.store)
                 self._watch(record, None)
 
     def _validate(self, spec: LaunchSpec) -> None:

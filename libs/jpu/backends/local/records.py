@@ -51,6 +51,13 @@ class RecordStore(JsonRecordStore[JobRecord]):
     def status_file(self, backend_job_id: str) -> Path:
         return self.jobs / f"{backend_job_id}.status"
 
+    def saved_at(self, backend_job_id: str) -> float:
+        """When the record was last written (0 if it is gone)."""
+        try:
+            return self.path(backend_job_id).stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
     def forget(self, backend_job_id: str) -> None:
         super().forget(backend_job_id)
         clear_status(self.status_file(backend_job_id))

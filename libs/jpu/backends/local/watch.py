@@ -15,7 +15,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from jpu.backends import process as proc_
 from jpu.backends.base import BackendState, BackendStatus
@@ -74,10 +74,11 @@ class Watcher:
 
     async def _run(self) -> None:
         r = self.record
-        if r.pid == 0:  # no process: the agent died before the spawn, or (its pid unsaved,
-            # adopt_unsaved_spawn) the attempt ended unwatched: its status says so
-            ended = self.store.status_file(r.backend_job_id).exists()
-            self._finish(reason=None if ended else "never started")
+        if r.pid == 0:  # no process: never spawned (a backfill instance), or (its pid unsaved,
+            # adopt_unsaved_spawn) the attempt ran unwatched: its status files say how it ended
+            status = self.store.status_file(r.backend_job_id)
+            ran = status.exists() or proc_.start_file(status).exists()
+            self._finish(reason=None if ran else "never started")
             return
         while r.final is None:
             now = time.time()
@@ -177,16 +178,36 @@ def _final_state(intent: Intent | None, rc: int | None, kill_failed: bool) -> Ba
     return "FAILED" if rc is not None else "NODE_FAIL"
 
 
-def adopt_unsaved_spawn(record: JobRecord, store: RecordStore) -> None:
-    """A previous agent saved the record, spawned the process and died before saving its pid
-    (issue 9): the wrapper runs on in its own session. Adopt it — else it would be reported
-    "never started" (an attempt) or ended (a backfill instance) while it holds its GPU. Not
-    found: it was never spawned, or it already ended and left its exit status (the watcher
-    tells which). Research attempts and backfill instances both come here."""
-    found = proc_.find_wrapper(store.status_file(record.backend_job_id))
-    if found is None:
-        return
-    record.pid, record.ticks = found
-    record.started_at = proc_.started_at(record.ticks)
-    store.save(record)
-    log.warning("%s: adopted pid=%d spawned by a previous agent", record.backend_job_id, found[0])
+SpawnVerdict = Literal["adopted", "ran", "never spawned"]
+# a child forked by a dying agent runs the agent's own code until its exec: after this long
+# since the record was saved it has exec'd (and is found by its argv) or it never will
+SPAWN_GRACE_S = 5.0
+
+
+def adopt_unsaved_spawn(
+    record: JobRecord, store: RecordStore, grace_s: float = SPAWN_GRACE_S
+) -> SpawnVerdict:
+    """A previous agent saved the record and died before saving the pid (issue 9). Spawned:
+    the wrapper runs on in its own session — adopt it, else it would be reported "never
+    started" (an attempt) or ended (a backfill instance) while it holds its GPU. Already ended
+    or died: its wrapper wrote the start (and exit) status first — "ran", the watcher tells how
+    it ended. Neither, `grace_s` after the save: the agent died before the fork, or the child
+    died before its exec, so nothing of the job ran — "never spawned" (a research attempt may be
+    launched again: it ran 0 times, SPEC O5). Research attempts and backfill instances both
+    come here."""
+    status = store.status_file(record.backend_job_id)
+    while True:
+        found = proc_.find_wrapper(status)
+        if found is not None:
+            record.pid, record.ticks = found
+            record.started_at = proc_.started_at(record.ticks)
+            store.save(record)
+            log.warning("%s: adopted pid=%d spawned by a previous agent", record.backend_job_id,
+                        found[0])  # fmt: skip
+            return "adopted"
+        if status.exists() or proc_.start_file(status).exists():
+            return "ran"
+        wait = grace_s - (time.time() - store.saved_at(record.backend_job_id))
+        if wait <= 0:
+            return "never spawned"
+        time.sleep(min(wait, 0.1))
