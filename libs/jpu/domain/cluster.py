@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jpu.config import Cluster
-from jpu.domain.states import PLACED, QUEUED, JobView, apply_job_event, queued_job
+from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, queued_job
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -42,7 +42,6 @@ from jpu.policy.model import LabUsage
 if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
     from jpu.bus.model import Delivered
 
-GpuKey = tuple[str, str, int]  # (node, tier, index)
 
 BUSY = PLACED - {"CANCELLING"}  # a user job holds GPUs (M2 also counts CANCELLING)
 

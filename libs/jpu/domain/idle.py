@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus
+from jpu.domain.states import GpuKey
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -32,7 +33,6 @@ from jpu.events import (
 if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
     from jpu.bus.model import Delivered
 
-GpuKey = tuple[str, str, int]  # (node, tier, index)
 
 # Events after which a GPU may have changed state (free ⇄ held).
 GPU_EVENTS = (

@@ -39,7 +39,7 @@ from jpu.policy.model import QueuedJob, Reservation
 if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
     from jpu.bus.model import Delivered
 
-GpuKey = tuple[str, str, int]
+GpuKey = tuple[str, str, int]  # (node, tier, index)
 # SPEC §1.4 in lifecycle order; every set of job states is written here, once.
 STATES: tuple[str, ...] = (
     "PERSONAL_QUEUE_WAIT",
