@@ -1,6 +1,6 @@
 """Start time of a service's fold against a long log: snapshot + tail vs full replay (issue 11).
 
-    python bench/bench_start.py [--n 100000] [--tail 1000] [--profile FILE]
+    python bench/bench_start.py [--n 100000] [--tail 1000] [--profile FILE] [--live N]
 
 Starts its own NATS. Appends n events (the job-lifecycle mix of jpu.testing.pg_fixtures, its
 charges carrying the ids accounting writes: as_accounting_writes), then
@@ -9,8 +9,9 @@ measures, each in a fresh process (so RSS is the process's own), in the same run
   full       a ClusterState (services' bounded mode) replayed from seq 1, no snapshot;
   snapshot   the same after a snapshot written at n, with `tail` more events appended after it.
 Each time runs from the process's first line (imports included) to caught up (ready); the
-snapshot line also shows the time to the reader's clean stop. Results on stdout, progress on
-stderr.
+snapshot line also shows the time to the reader's clean stop. `--live N` measures only a fold
+following live instead: a fresh stream, N events appended by this process while it follows.
+Results on stdout, progress on stderr.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ from jpu.bus.fold_follow import Follower, SnapshotPolicy
 
 async def main(url, mode):
     config = load_config(env={})
+    if mode == "live":
+        return await live(url, config)
     bus = await EventBus.connect(url, stream="BENCH", prefix="bench")
     last = await bus.last_seq()
     if mode == "raw":
@@ -84,6 +87,23 @@ async def main(url, mode):
                       "restored_from": restored}))
     await bus.close()
 
+async def live(url, config):  # a fold following a fresh stream while the parent appends
+    import os
+    n = int(os.environ["JPU_BENCH_LIVE_N"])
+    bus = await EventBus.connect(url, stream="LIVE", prefix="live")
+    first = []
+    f = Follower(bus, ClusterState.new(config, keep_ended=False),
+                 on_event=lambda d: first or first.append(time.perf_counter()))
+    stop = asyncio.Event()
+    task = asyncio.create_task(f.run(stop))
+    print("following", flush=True)
+    await f.wait_for(n, timeout=600)
+    dt = time.perf_counter() - first[0]
+    print(json.dumps({"mode": "live", "seconds": dt, "done_at": time.time(), "events": n}))
+    stop.set()
+    await task
+    await bus.close()
+
 if len(sys.argv) > 3:  # a profile of the start (bench_start.py --profile FILE)
     import cProfile
     cProfile.run("asyncio.run(main(*sys.argv[1:3]))", sys.argv[3])
@@ -106,6 +126,28 @@ def as_accounting_writes(log: list[AnyEvent]) -> list[AnyEvent]:
 
 def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+async def run_live(url: str, n: int, cwd: Path) -> tuple[dict, float, float]:
+    """The live path: a fold in its own process follows while this one appends n events as
+    fast as it can (batches of 1,000); returns its result, the append's rate and end time."""
+    bus = await EventBus.connect(url, stream="LIVE", prefix="live")
+    await bus.ensure_stream()
+    log = as_accounting_writes(sample_log(n // 6 + 10)[:n])
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", "-c", START, url, "live", cwd=cwd, stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "JPU_BENCH_LIVE_N": str(n)},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert (await proc.stdout.readline()).strip() == b"following"
+    await asyncio.sleep(1.0)  # its consumer is up
+    t = time.perf_counter()
+    for i in range(0, n, 1000):
+        await bus.append_many(log[i : i + 1000])
+    rate, ended = n / (time.perf_counter() - t), time.time()
+    out, _ = await proc.communicate()
+    await bus.close()
+    return json.loads(out.decode().strip().splitlines()[-1]), rate, ended
 
 
 def run_start(url: str, mode: str, cwd: Path, profile: str | None = None) -> dict:
@@ -150,6 +192,12 @@ async def main(args: argparse.Namespace) -> None:
     nats = EmbeddedNats(root / "nats")
     try:
         url = nats.start()
+        if args.live:
+            res, rate, ended = await run_live(url, args.live, root)
+            print(f"live: {args.live:,} events appended at {rate:,.0f} events/s; the fold "
+                  f"followed at {args.live / res['seconds']:,.0f} events/s, done "
+                  f"{res['done_at'] - ended:.2f} s after the last append")  # fmt: skip
+            return
         in_flight, size = await prepare(url, args.n, args.tail)
         if args.profile:
             snap = run_start(url, "snapshot", root, str(Path(args.profile).resolve()))
@@ -181,5 +229,6 @@ if __name__ == "__main__":
     )
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--tail", type=int, default=1_000)
+    ap.add_argument("--live", type=int, default=0, help="only the live path, with N events")
     ap.add_argument("--profile", help="only the snapshot start, under cProfile, stats to this file")
     asyncio.run(main(ap.parse_args()))

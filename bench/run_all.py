@@ -25,6 +25,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "policy": ([], ["--full", "--trace", "data/philly.csv"]),
     "estimate": ([], []),
     "start": ([], ["--n", "1000000"]),
+    "audit": (["--n", "100000"], ["--n", "1000000"]),
     "gateway": ([], ["--requests", "10000", "--seconds", "60"]),
     "e2e": ([], ["--jobs", "3000", "--timeout", "240"]),
     "slurm": ([], ["--preempt-rounds", "20", "--watch-s", "60"]),

@@ -89,10 +89,6 @@ class Follower:
                     await asyncio.wait_for(self._saving, 10.0)
 
     async def _follow(self, stop: asyncio.Event) -> None:
-        try:  # the catch-up through the pipelined reader, live through fetch (jpu.bus.ordered)
-            backlog = await self.bus.last_seq()
-        except Exception:
-            backlog = 0
         reader = follow_ordered(
             self.bus.js,
             self.bus.stream,
@@ -100,7 +96,6 @@ class Follower:
             self.state.seq + 1,
             stop,
             batch=self.batch,
-            pipelined_until=backlog,
         )
         async with contextlib.aclosing(reader) as batches:
             async for msgs in batches:

@@ -48,37 +48,22 @@ async def follow_ordered(
     stop: asyncio.Event,
     *,
     batch: int = 512,
-    pipelined_until: int | None = None,
 ) -> AsyncGenerator[list[Msg], None]:
     """Batches of messages in stream order from `start_seq` until `stop` is set.
 
     Never skips a message: every (re)subscription starts right after the last message yielded.
     Transient NATS errors are retried here; the caller only ever sees contiguous batches.
-
-    The pipelined consumer (`_one_consumer`, 2–3× the rate of nats-py's `fetch`) reads up to
-    `pipelined_until` (None: always), then a `fetch` consumer takes over from the next seq. The
-    services' folds use it for their catch-up only: live, the faster reader changed the order in
-    which the services react to one event enough to expose a race between the dispatcher and
-    backfill (a BackfillStarted appended after a JobDispatched to the same GPU, the job then
-    never started: tests/integration/test_maintenance_cycle.py under CPU load), so their live
-    path keeps the timing it was tested with until that race is fixed."""
+    One path for catch-up and live: the pipelined consumer (`_one_consumer`, 2–3× the rate of
+    nats-py's `fetch`) serves both."""
     next_seq = max(start_seq, 1)
     while not stop.is_set():
         try:
-            pipelined = pipelined_until is None or next_seq <= pipelined_until
-            if pipelined:
-                reader = _one_consumer(js, stream, filter_subject, next_seq, stop, batch)
-            else:
-                reader = _fetch_consumer(js, stream, filter_subject, next_seq, stop, batch)
+            reader = _one_consumer(js, stream, filter_subject, next_seq, stop, batch)
             async with contextlib.aclosing(reader) as batches:
                 async for msgs in batches:
                     next_seq = msgs[-1].metadata.sequence.stream + 1
                     yield msgs
-                    if pipelined and pipelined_until is not None and next_seq > pipelined_until:
-                        break  # caught up: on with the fetch consumer
-                else:
-                    return  # stopped
-            continue
+            return  # stopped
         except (GapDetected, TimeoutError, nats.errors.Error, OSError) as e:
             log.warning("ordered reader: %r; resubscribing from seq %d", e, next_seq)
             await asyncio.sleep(_RETRY_S)
@@ -166,46 +151,6 @@ async def _one_consumer(
             yield msgs
     finally:
         waker.cancel()
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-        with contextlib.suppress(Exception):
-            await js.delete_consumer(stream, info.name)
-
-
-async def _fetch_consumer(
-    js: JetStreamContext,
-    stream: str,
-    filter_subject: str,
-    start_seq: int,
-    stop: asyncio.Event,
-    batch: int,
-) -> AsyncGenerator[list[Msg], None]:
-    """One consumer read through nats-py's `fetch` (the live path of the services' folds)."""
-    info = await js.add_consumer(stream, _ephemeral(filter_subject, start_seq))
-    sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
-    expected = 1  # the consumer sequence of the next message
-    idle = 0
-    try:
-        while not stop.is_set():
-            try:
-                msgs = await sub.fetch(batch, timeout=_FETCH_TIMEOUT_S)
-            except TimeoutError:  # nats raises its own and asyncio's
-                idle += 1
-                if idle % _CHECK_EVERY == 0:
-                    # A consumer the server dropped (restart, a caller that held a batch past
-                    # the inactivity threshold) only ever times out: ask, and resubscribe.
-                    await js.consumer_info(stream, info.name)
-                continue
-            idle = 0
-            if not msgs:
-                continue
-            for m in msgs:
-                got = m.metadata.sequence.consumer
-                if got != expected:
-                    raise GapDetected(f"consumer seq {got}, expected {expected}")
-                expected += 1
-            yield msgs
-    finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
         with contextlib.suppress(Exception):

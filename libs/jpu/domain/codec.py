@@ -90,12 +90,14 @@ def _charged(state: ClusterState) -> list[tuple[str, str | None]]:
     return sorted((c, of_jobs.get(c)) for c in state.charged_ids)
 
 
-def read_header(data: bytes) -> tuple[Header, bytes]:
+def read_header(data: bytes) -> tuple[Header, memoryview]:
+    """The header and a view of the payload (not a copy: a snapshot is tens of MB)."""
     if not data.startswith(MAGIC):
         raise SnapshotInvalid("not a snapshot (no JPUSNAP marker)")
-    head, sep, payload = data[len(MAGIC) :].partition(b"\n")
-    if not sep:
+    end = data.find(b"\n", len(MAGIC))
+    if end < 0:
         raise SnapshotInvalid("truncated header")
+    head, payload = data[len(MAGIC) : end], memoryview(data)[end + 1 :]
     try:
         header = msgspec.json.decode(head, type=Header)
     except (msgspec.DecodeError, msgspec.ValidationError, json.JSONDecodeError) as e:
