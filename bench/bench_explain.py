@@ -6,8 +6,9 @@ Philly trace (the services' own policy and event types), in memory (no NATS: the
     python bench/bench_explain.py --cluster config/philly-cluster.yaml --jobs 2000
 
 Reference, measured in the same run: folding the whole log with the services' fold
-(`jpu.fold.evolve`, what a service's start or a replay does). The wait of a job costs one cycle
-per queue-changing event during its wait; printed for the jobs of median and longest wait.
+(`jpu.domain.cluster.evolve`, what a service's start or a replay does). The wait of a job costs
+one cycle per queue-changing event during its wait; printed for the jobs of median and longest
+wait.
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from pathlib import Path
 
 from jpu.bus import Delivered
 from jpu.config import DEFAULT_PATH, load_cluster
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import JobDispatched, JobPromoted
 from jpu.explain.queue_at import fold_until, queue_at
 from jpu.explain.usage import explain_usage, ledger, usage_statement
 from jpu.explain.wait import wait_timeline
-from jpu.fold import ClusterState, evolve
 from jpu.sim.eventlog import read_events
 from jpu.sim.params import SimParams
 from jpu.sim.philly import ConvertOptions, convert_file

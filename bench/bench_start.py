@@ -33,9 +33,9 @@ from jpu.bus import EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
+from jpu.domain.cluster import ClusterState
 from jpu.embedded.nats import EmbeddedNats
 from jpu.events import AnyEvent, UsageCharged
-from jpu.fold import ClusterState
 from jpu.policy.charging import charge_id
 from jpu.testing.pg_fixtures import sample_log
 
@@ -47,7 +47,7 @@ from jpu.bus.ordered import follow_ordered
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
 from jpu.events import decode
-from jpu.fold import ClusterState
+from jpu.domain.cluster import ClusterState
 from jpu.bus.fold_follow import Follower, SnapshotPolicy
 
 async def main(url, mode):

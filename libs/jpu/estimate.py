@@ -23,10 +23,10 @@ import statistics
 from collections import deque
 
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.states import PLACED, QUEUED, JobView, queued_job
 from jpu.events import JobEnded
-from jpu.fold import ClusterState, JobView
-from jpu.fold_jobs import QUEUED, queued_job
-from jpu.fold_snapshot import gpus
 from jpu.policy.charging import with_owed
 from jpu.policy.model import Gpu, MaintenanceState
 from jpu.sim.forward import (
@@ -131,7 +131,7 @@ def present(
     queued: list[QueuedNow] = []
     keep: set[str] = set()  # jobs the estimate plays; GPUs held by others are freed
     for j in state.jobs.values():
-        if j.placement is not None and j.state in ("DISPATCHED", "RUNNING", "CANCELLING"):
+        if j.placement is not None and j.state in PLACED:
             node, tier, held = j.placement
             fj = _fjob(j, rt)
             begun = j.started_at or j.dispatched_at or now

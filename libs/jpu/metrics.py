@@ -34,16 +34,15 @@ from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Ob
 
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.states import SLOT_STATES, TERMINAL, JobView
 from jpu.events import Event, JobDispatched, ReservationReleased, ReservationStarted
-from jpu.fold_jobs import TERMINAL, JobView
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
-from jpu.policy.queue import SLOT_HOLDING_STATES
 
 log = logging.getLogger(__name__)
 
 # Reported even at 0, so a drained queue reads 0 rather than vanishing from the series.
-QUEUE_STATES = ("PERSONAL_QUEUE_WAIT", *sorted(SLOT_HOLDING_STATES))  # every live state (S1)
+QUEUE_STATES = ("PERSONAL_QUEUE_WAIT", *sorted(SLOT_STATES))  # every live state (S1)
 # A dispatch cycle takes milliseconds; the SDK's default buckets are sized for milliseconds.
 CYCLE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 

@@ -1,4 +1,6 @@
-"""Accounting: charge every held GPU-second exactly once (SPEC F3–F5, O5).
+"""Accounting's edge: append every charge the log owes exactly once (SPEC F3–F5, O5). Which
+charges are owed is decided in jpu.domain.accounting, what each UsageCharged says in
+jpu.policy.charging (the simulator's too); this module appends them.
 
 Sources of charges, each turned into one `UsageCharged` on the lab's subject:
   * `JobEnded` — the attempt's whole uncharged cost (`usage`, F4), reason "job_end";
@@ -26,21 +28,13 @@ from collections.abc import Awaitable, Callable
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.errors import is_unreachable
 from jpu.bus.fold_follow import Follower
-from jpu.config import Config
+from jpu.domain.accounting import owed_by, unsettled
+from jpu.domain.cluster import ClusterState
 from jpu.events import UsageCharged
-from jpu.fold import ClusterState
-from jpu.policy.charging import Charge, charge_id, usage_charged
+from jpu.policy.charging import Charge, usage_charged
 from jpu.policy.fairshare import ZERO_USAGE
 
 log = logging.getLogger(__name__)
-
-
-def initial_charges(config: Config, at: float) -> list[Charge]:
-    return [
-        Charge(f"init-{lab.name}", lab.name, lab.usage, at, None, "initial")
-        for lab in config.labs
-        if lab.usage > 0
-    ]
 
 
 class Charger:
@@ -64,16 +58,12 @@ class Charger:
         if isinstance(d.event, UsageCharged):
             self.pending.pop(d.event.event_id, None)
             return
-        # The fold decided what this event owes (jpu.policy.charging) before it could drop the
-        # job (issue 11): the charge is whatever it recorded in `owed`.
-        c = self.state.owed.get(charge_id(d.event.event_id))
-        if c is not None and c.charge_id not in self.state.charged_ids:
+        c = owed_by(self.state, d.event.event_id)
+        if c is not None:
             self.pending[c.charge_id] = c
 
     def add(self, charges: list[Charge]) -> None:
-        for c in charges:
-            if c.charge_id not in self.state.charged_ids:
-                self.pending[c.charge_id] = c
+        self.pending.update((c.charge_id, c) for c in unsettled(self.state, charges))
 
     async def drain(self) -> None:
         """Append every pending charge; on a conflict catch up and decide again."""

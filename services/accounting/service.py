@@ -18,11 +18,12 @@ from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
-from jpu.fold import ClusterState
+from jpu.domain.accounting import initial_charges
+from jpu.domain.cluster import ClusterState
 from jpu.metrics import observing_usage
 from jpu.store.projection import run_projection
 from jpu.store.projections import lab_usage
-from jpu_services.accounting.charger import Charger, initial_charges
+from jpu_services.accounting.charger import Charger
 
 log = logging.getLogger(__name__)
 

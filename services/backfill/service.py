@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import cast
 
 from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillHandle, BackfillSpec
@@ -41,15 +40,23 @@ from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.backfill import (
+    EndReason,
+    end_reason,
+    ended,
+    may_launch,
+    plan,
+    started,
+    still_idle,
+    to_cancel,
+)
+from jpu.domain.cluster import ClusterState
+from jpu.domain.idle import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
-from jpu.fold import ClusterState
 from jpu.metrics import count_preemption
-from jpu.policy.maintenance import backfill_allowed
-from jpu.policy.model import Gpu, MaintenanceState
+from jpu.policy.model import Gpu
 from jpu.service import wait_any
-from jpu_services.backfill.decide import EndReason, end_reason, plan, still_idle, to_cancel
 from jpu_services.backfill.options import BackfillOptions, BackfillStats
-from jpu_services.backfill.tracker import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 
 log = logging.getLogger(__name__)
 __all__ = ["BackfillOptions", "BackfillService", "BackfillStats", "run_backfill"]
@@ -140,16 +147,7 @@ class BackfillService:
             if bf not in self.tracker.instances:
                 continue  # another replica recorded its end meanwhile
             reason = end_reason(self.state, start, status, self.requested)
-            ended = BackfillEnded(
-                event_id=f"{bf}-ended",
-                ts=now,
-                backfill_id=bf,
-                node=start.node,
-                tier=start.tier,
-                gpu=start.gpu,
-                reason=reason,
-            )
-            if not await self._append(ended):
+            if not await self._append(ended(start, reason, now)):
                 return False
             self.requested.pop(bf, None)
             self.stats.ended += 1
@@ -181,11 +179,8 @@ class BackfillService:
         can precede our BackfillStarted in log order; `to_cancel` preempts that one at once."""
         key = _key(gpu)
         handle = self.pending.get(bf)
-        live = cast(MaintenanceState, self.state.maintenance.state)  # not the plan's
-        if handle is None and not backfill_allowed(live):
-            return True  # M2: maintenance moved on during this round's earlier launches
-        if handle is None and not still_idle(self.tracker, key, idle):
-            return True  # taken during this round's earlier launches
+        if handle is None and not may_launch(self.tracker, key, idle):
+            return True  # maintenance moved on (M2) or the GPU was taken, during earlier launches
         if handle is None:
             spec = BackfillSpec(  # no partition: the tier's is the research one; the backend
                 # knows its preemptible one (Slurm: `llm`, B2)
@@ -204,17 +199,7 @@ class BackfillService:
         await self.follower.catch_up(timeout=_CATCH_UP_S)  # the dispatches in the log now
         if not still_idle(self.tracker, key, idle):
             return True  # a dispatch took the GPU while it spawned: dropped below
-        started = BackfillStarted(
-            event_id=f"{bf}-started",
-            ts=now,
-            backfill_id=bf,
-            node=gpu.node,
-            tier=gpu.tier,
-            gpu=gpu.index,
-            backend_job_id=handle.backend_job_id,
-            endpoint=handle.endpoint,
-        )
-        if not await self._append(started):
+        if not await self._append(started(bf, gpu, handle.backend_job_id, handle.endpoint, now)):
             return False
         self.stats.started += 1
         log.info("backfill %s started on %s/%s#%d at %s", bf, *key, handle.endpoint)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from jpu.commands import EstimatesView
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
 from jpu.estimate import RunTimes, present
-from jpu.fold import ClusterState
 from jpu.sim.forward import EstimateParams, ForwardResult, Present, forward
 from jpu_services.dispatcher.view import ViewPublisher
 

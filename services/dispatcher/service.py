@@ -27,20 +27,13 @@ from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
+from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
 from jpu.estimate import RunTimes
 from jpu.events import JobEnded
-from jpu.fold import ClusterState
-from jpu.fold_snapshot import snapshot
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
 from jpu.service import wait_any
-from jpu_services.dispatcher.decide import (
-    TRIGGERS,
-    cancellations,
-    cycle_events,
-    escalations,
-    maintenance_step,
-)
 from jpu_services.dispatcher.estimates import Estimator
 from jpu_services.dispatcher.lease import Lease
 from jpu_services.dispatcher.view import ViewPublisher
@@ -76,16 +69,12 @@ class Dispatcher:
     async def run_cycle(self) -> None:
         now = self.clock.now()
         self.writer.begin()
-        tiers = {t.name: t for t in self.config.tiers}
-        duties = cancellations(self.state, tiers, now) + escalations(self.state, self.config, now)
-        step = maintenance_step(self.state, now)
-        if step is not None:
-            duties.append(step)
-        if not await self.writer.append_all(duties):
+        if not await self.writer.append_all(duties(self.state, self.config, now)):
             self.wake.set()  # the state moved under us: decide again once caught up
             return
         result = cycle(snapshot(self.state, self.config), now)
         before = self.writer.appended
+        tiers = {t.name: t for t in self.config.tiers}
         ok = await self.writer.append_all(cycle_events(result, tiers, now))
         await self.view.publish(now, self.state.seq, result.order, dict(result.pending.items()))
         self.stats.dispatched += sum(1 for _ in result.dispatches) if ok else 0

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import msgspec
 
 from jpu.bus import ConcurrencyConflict, EventBus
+from jpu.domain.cluster import ClusterState
 from jpu.events import Event, JobEvent, MaintenanceChanged, subject_for
-from jpu.fold import ClusterState
 from jpu.metrics import record_appended
 
 

@@ -1,8 +1,6 @@
-"""Promotion from the personal queue to the global queue (SPEC Q5, S1).
-
-Whenever a user's slot frees or they submit, their oldest personal-queue jobs are promoted while
-they hold fewer than `max_active_jobs` slot-holding jobs. Each `JobPromoted` is appended with the
-job subject's expected sequence, so replicas racing on the same job promote it once.
+"""Intake's promotion edge (SPEC Q5, S1): what to promote is decided in jpu.domain.promotion;
+each `JobPromoted` is appended here with the job subject's expected sequence, so replicas racing
+on the same job promote it once.
 
 Per-user limit: the `users` table (migration 0100_auth.sql) when it has a value, else the config
 (`labs[].users[].max_active_jobs`), else the global default `max_active_jobs`.
@@ -18,9 +16,9 @@ import asyncpg
 
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.config import Config
-from jpu.events import JobPromoted, new_event_id
-from jpu.fold import ClusterState
-from jpu.policy.queue import promotions
+from jpu.domain.cluster import ClusterState
+from jpu.domain.promotion import promoted, to_promote
+from jpu.events import new_event_id
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +62,7 @@ class Promoter:
     async def promote(self, users: set[str] | None, now: float) -> list[str]:
         """Promote what Q5 allows for `users` (None: everyone); returns the promoted job ids."""
         await self.limits.refresh()
-        personal = {
-            u: q for u, q in self.state.personal.items() if q and (users is None or u in users)
-        }
-        if not personal:
-            return []
-        chosen = promotions(personal, self.state.slots, self.limits.mapping(), self.limits.default)
+        chosen = to_promote(self.state, users, self.limits.mapping(), self.limits.default)
         # Different job subjects: the appends are independent, so their acks are awaited together.
         seqs = await asyncio.gather(*(self._promote_one(jid, now) for jid in chosen))
         done = [jid for jid, seq in zip(chosen, seqs, strict=True) if seq is not None]
@@ -81,7 +74,7 @@ class Promoter:
         job = self.state.jobs.get(jid)
         if job is None:
             return None  # it ended meanwhile (cancelled): nothing to promote
-        event = JobPromoted(event_id=new_event_id(), ts=now, job_id=jid, queue_entered_at=now)
+        event = promoted(jid, now, new_event_id())
         try:
             return await self.bus.append(event, expected_last_subject_seq=job.last_seq)
         except ConcurrencyConflict:

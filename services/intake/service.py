@@ -32,6 +32,7 @@ from jpu.commands import (
     submit_subject,
 )
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
 from jpu.events import (
     JobCancelRequested,
     JobEnded,
@@ -39,7 +40,6 @@ from jpu.events import (
     JobRetryScheduled,
     JobSubmitted,
 )
-from jpu.fold import ClusterState
 from jpu_services.intake.promote import Limits, Promoter
 from jpu_services.intake.submit import cancel, submit
 

@@ -17,10 +17,10 @@ from jpu.backends.backfill import BackfillBackend
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.clock import Clock
 from jpu.config import Tier
+from jpu.domain.ending import cancelled_unstarted, job_ended
+from jpu.domain.execution import AgentJob, fold_job, next_action
 from jpu.events import JobEnded, JobStarted, new_event_id, subject_for
 from jpu_services.slurm_agent.cache import JobCache
-from jpu_services.slurm_agent.ending import cancelled_unstarted, job_ended
-from jpu_services.slurm_agent.jobstate import AgentJob, fold_job, next_action
 from jpu_services.slurm_agent.launch import launch_spec
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.watchlist import WatchList
@@ -77,7 +77,8 @@ class JobAgent:
         elif action == "cancel_unstarted":
             bid = await self.backend.find(job.view.job_id, job.attempt)
             if bid is None:  # nothing runs: the attempt ends here
-                await self._append_end(job, cancelled_unstarted(job, self._tier(job), self.now()))
+                end = cancelled_unstarted(job, self._tier(job), self.now(), new_event_id())
+                await self._append_end(job, end)
                 return
             await self._started(job, bid)  # it did start: record it, then cancel it
             await self._cancel(job, bid)
@@ -93,7 +94,7 @@ class JobAgent:
         except BackendError as e:
             log.error("job %s attempt %d: launch failed: %s", spec.job_id, spec.attempt, e)
             failed = BackendStatus(state="NODE_FAIL", reason=f"launch failed: {e}")
-            end = job_ended(job, failed, self._tier(job), None, self.now())
+            end = job_ended(job, failed, self._tier(job), None, self.now(), new_event_id())
             await self._append_end(job, end)
             return
         await self._started(job, bid)
@@ -143,9 +144,8 @@ class JobAgent:
                         continue
                     return True  # already ended (by an earlier run of this agent)
                 try:
-                    await self._append_end(
-                        job, job_ended(job, status, self._tier(job), bid, self.now())
-                    )
+                    end = job_ended(job, status, self._tier(job), bid, self.now(), new_event_id())
+                    await self._append_end(job, end)
                     self._cancel_sent.discard((job_id, attempt))
                     return True
                 except ConcurrencyConflict:

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 
 from jpu.bus import Delivered
 from jpu.config import Tier
+from jpu.domain.execution import AgentJob, next_action
+from jpu.domain.states import JobView
 from jpu.events import JobSubmitted
-from jpu.fold_jobs import JobView
-from jpu_services.slurm_agent.jobstate import AgentJob, next_action
 
 
 class JobCache:

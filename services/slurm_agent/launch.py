@@ -6,8 +6,8 @@ from pathlib import Path
 
 from jpu.backends import LaunchSpec
 from jpu.config import Tier
+from jpu.domain.execution import AgentJob
 from jpu.joblogs import attempt_dir
-from jpu_services.slurm_agent.jobstate import AgentJob
 
 
 def output_dir(root: Path, job_id: str, attempt: int) -> Path:

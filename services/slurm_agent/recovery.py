@@ -1,11 +1,11 @@
 """The agent's view at restart: the attempts the log says it owes something (SPEC §5, O5).
 
-The jobs in flight come from the services' shared fold (jpu.fold.ClusterState): the newest
-snapshot plus the log's tail (issue 11), not a replay of every job subject from seq 1. Only the
-jobs that hold a placement can owe the agent anything (jobstate.next_action), and those are
-bounded by the GPUs: each is folded into an AgentJob from its own subject (the request, the
-attempt's dispatch and start, the reservation time not charged yet). Any other job is read from
-the log when an event makes it the agent's business (JobAgent.read).
+The jobs in flight come from the services' shared fold (jpu.domain.cluster.ClusterState): the
+newest snapshot plus the log's tail (issue 11), not a replay of every job subject from seq 1. Only
+the jobs that hold a placement can owe the agent anything (jpu.domain.execution.next_action), and
+those are bounded by the GPUs: each is folded into an AgentJob from its own subject (the request,
+the attempt's dispatch and start, the reservation time not charged yet). Any other job is read
+from the log when an event makes it the agent's business (JobAgent.read).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from jpu.bus import EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
-from jpu.fold import ClusterState
-from jpu_services.slurm_agent.jobstate import AgentJob, fold_job
+from jpu.domain.cluster import ClusterState
+from jpu.domain.execution import AgentJob, fold_job
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,11 @@ from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, Unknown
 from jpu.bus import Delivered, EventBus
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.execution import AgentJob, next_action
+from jpu.domain.holdings import with_missing
 from jpu.events import JobCancelRequested, JobDispatched, NodeInventoryObserved, new_event_id
 from jpu.service import wait_any
 from jpu_services.slurm_agent.agent import JobAgent
-from jpu_services.slurm_agent.jobstate import AgentJob, next_action
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.recovery import fold_log
 from jpu_services.slurm_agent.watchlist import Watched
@@ -150,26 +151,6 @@ async def _poll(agent: JobAgent, bid: str) -> BackendStatus | None:
     except Exception:
         log.exception("polling %s failed; retrying", bid)
         return None
-
-
-def with_missing(
-    observed: list[NodeInventory], configured: dict[str, dict[str, int]]
-) -> list[NodeInventory]:
-    """The backend's nodes, plus every configured node it does not know, all GPUs down (P2):
-    a node in the configuration but not in Slurm (a typo, or not yet added) must take no job."""
-    known = {inv.node for inv in observed}
-    missing = [
-        NodeInventory(
-            node=name,
-            gpus=dict(gpus),
-            down={t: list(range(n)) for t, n in gpus.items()},
-            state="down",
-            reason="not in the backend's inventory",
-        )
-        for name, gpus in sorted(configured.items())
-        if name not in known
-    ]
-    return [*observed, *missing]
 
 
 class InventoryReporter:

@@ -22,17 +22,11 @@ import pytest
 import yaml
 
 from jpu.bus import EventBus
+from jpu.domain import states
 from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
-ACTIVE = (
-    "PERSONAL_QUEUE_WAIT",
-    "GLOBAL_QUEUE_WAIT",
-    "RESERVING",
-    "DISPATCHED",
-    "RUNNING",
-    "CANCELLING",
-)
+TERMINAL = states.in_order(states.TERMINAL)
+ACTIVE = states.in_order(states.PENDING | states.PLACED)
 T = TypeVar("T")
 
 

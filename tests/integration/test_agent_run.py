@@ -275,7 +275,7 @@ async def test_O5_agent_recovers_from_the_snapshot_and_the_tail(world: World) ->
     """Issue 11: a restart folds the shared snapshot + the log's tail (not every job subject
     from seq 1), finds the same attempts a full replay finds, and runs them."""
     from jpu.bus.snapshots import SnapshotStore
-    from jpu.fold import ClusterState, evolve
+    from jpu.domain.cluster import ClusterState, evolve
     from jpu_services.slurm_agent.recovery import fold_log
 
     await world.append(

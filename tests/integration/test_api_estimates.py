@@ -9,9 +9,9 @@ import asyncio
 import msgspec
 from test_api_support import Api, api_fixture, bearer  # noqa: F401
 
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.estimate import estimate
 from jpu.events import JobPromoted, JobSubmitted
-from jpu.fold import ClusterState, evolve
 from jpu.store.projection import wait_applied
 from jpu.testing.fold import Watcher
 from jpu_services.dispatcher.service import run_dispatcher

@@ -25,12 +25,12 @@ from test_cli_gateway import jpu, ok, server  # noqa: F401
 
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import pack
 from jpu.events import UsageCharged
 from jpu.explain import read
-from jpu.fold import ClusterState, evolve
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
-from jpu.state_codec import pack
 from jpu.store.projection import wait_applied
 from jpu.testing.fold import Watcher, end_job, start_job, submit_global
 from jpu_services.accounting.service import run_accounting

@@ -88,8 +88,8 @@ class Api:
         policy's order and pending reasons (D1, D7), through its own ViewPublisher. The gateway
         shows ranks and reasons from there only (issue 10 finding 6); these tests run no
         dispatcher, so that its appends do not move the jobs they arrange."""
-        from jpu.fold import ClusterState, evolve
-        from jpu.fold_snapshot import snapshot
+        from jpu.domain.cluster import ClusterState, evolve
+        from jpu.domain.dispatch import snapshot
         from jpu.policy.cycle import cycle
         from jpu_services.dispatcher.view import ViewPublisher
 

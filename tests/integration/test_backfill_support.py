@@ -27,9 +27,9 @@ from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
 from jpu.clock import SystemClock
 from jpu.config import Config, load_config
+from jpu.domain.cluster import ClusterState
 from jpu.edges import Edges
 from jpu.events import BackfillEnded, BackfillStarted, Event, MaintenanceChanged
-from jpu.fold import ClusterState
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names

@@ -3,11 +3,12 @@
 Logs of mixed workloads come from the simulator (the services' policy with a virtual clock:
 reservations with swap and R3 demotion, OOM retries and OOM failures with no bigger tier,
 cancellations in every state, backfill preemption). Each log is folded by the services' domain
-fold (jpu.fold ClusterState) and applied to the SQL projections (jobs, lab_usage); both must say
-what the simulator's own summary says: every job's state and attempts, and every lab's usage (to
-1e-6 relative). And at every cycle the simulator ran, the dispatcher's path on the log folded so
-far (`fold_snapshot.snapshot` + `cycle`, what it publishes as the queue view, D1/D7) gives the
-rank order and pending reasons the simulator's cycle had, on the same GPU rows and running jobs.
+fold (jpu.domain.cluster ClusterState) and applied to the SQL projections (jobs, lab_usage);
+both must say what the simulator's own summary says: every job's state and attempts, and every
+lab's usage (to 1e-6 relative). And at every cycle the simulator ran, the dispatcher's path on
+the log folded so far (`jpu.domain.dispatch.snapshot` + `cycle`, what it publishes as the queue
+view, D1/D7) gives the rank order and pending reasons the simulator's cycle had, on the same GPU
+rows and running jobs.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import asyncpg
 import pytest
 
 from jpu.bus import Delivered
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import snapshot
 from jpu.events import JobSubmitted, decode, subject_for
-from jpu.fold import ClusterState, evolve
-from jpu.fold_snapshot import snapshot
 from jpu.policy.cycle import cycle
 from jpu.policy.model import CycleResult, QueuedJob, Snapshot
 from jpu.sim.engine import services_config

@@ -13,6 +13,7 @@ import pytest
 from jpu.bus import EventBus
 from jpu.clock import FakeClock
 from jpu.config import Config, Node, load_config
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
     JobDispatched,
     JobEnded,
@@ -25,7 +26,6 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
-from jpu.fold import ClusterState, evolve
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 
@@ -168,7 +168,7 @@ async def test_D1_F4_R3_worked_example_with_Y_beside_X_ranks_Ys_cost_before_acco
 def test_F4_an_owed_charge_counts_once_before_and_after_accounting_writes_it() -> None:
     """The fold's owed charge and accounting's UsageCharged for it never add up twice."""
     from jpu.bus import Delivered
-    from jpu.fold_snapshot import snapshot
+    from jpu.domain.dispatch import snapshot
     from jpu.policy.charging import charge_id
     from jpu.policy.fairshare import decayed
 

@@ -208,7 +208,7 @@ async def test_S1_per_user_limit_from_the_users_table(bus: EventBus, pool):
 def _max_slots_over_the_log(events: list, config: Config, user: str) -> int:
     """The most slots `user` ever held in any prefix of the log (S1 at every moment)."""
     from jpu.bus import Delivered
-    from jpu.fold import ClusterState, evolve
+    from jpu.domain.cluster import ClusterState, evolve
 
     state, most = ClusterState.new(config), 0
     for i, e in enumerate(events, start=1):

@@ -117,7 +117,7 @@ def feed(pool: asyncpg.Pool) -> Feeder:
     return Feeder(pool)
 
 
-# --- the state machine: the domain's fold (jpu.fold_jobs), as the rows show it ---------------
+# --- the state machine: the domain's fold (jpu.domain.states), as the rows show it ---------------
 
 
 def _fold(events: list[Event]) -> dict | None:
@@ -186,8 +186,8 @@ def test_S2_a_terminal_job_never_changes_state(terminal: str) -> None:
 def test_E3_rows_carry_the_services_job_view() -> None:
     """The row's view is exactly what the services' fold holds for the job."""
     from jpu.config import load_config
-    from jpu.fold import ClusterState
-    from jpu.fold import evolve as fold_evolve
+    from jpu.domain.cluster import ClusterState
+    from jpu.domain.cluster import evolve as fold_evolve
 
     s = Story()
     events = [

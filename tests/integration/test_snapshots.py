@@ -18,8 +18,8 @@ from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
-from jpu.fold import ClusterState, evolve
-from jpu.state_codec import pack, unpack
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import pack, unpack
 from jpu.testing.pg_fixtures import sample_log
 
 CONFIG = load_config(env={})
@@ -110,7 +110,7 @@ import asyncio, sys
 from jpu.bus import EventBus
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import load_config
-from jpu.fold import ClusterState, evolve
+from jpu.domain.cluster import ClusterState, evolve
 
 async def main(url, stream, prefix):
     bus = await EventBus.connect(url, stream=stream, prefix=prefix)

@@ -29,9 +29,9 @@ from jpu.backends import make_backend
 from jpu.backends.slurm.backend import SlurmBackend
 from jpu.bus import EventBus
 from jpu.config import Config, load_config
+from jpu.domain.cluster import ClusterState
 from jpu.edges import Edges
 from jpu.events import Event, NodeInventoryObserved
-from jpu.fold import ClusterState
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names

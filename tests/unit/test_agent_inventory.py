@@ -1,7 +1,7 @@
 """P2 / X9: a configured node the backend does not know is reported down, never offered to a job."""
 
 from jpu.backends import NodeInventory
-from jpu_services.slurm_agent.run import with_missing
+from jpu.domain.holdings import with_missing
 
 SLURM = [NodeInventory(node="gpu-4090x2-01", gpus={"rtx4090": 2})]
 

@@ -12,6 +12,7 @@ import pytest
 
 from jpu.bus import Delivered
 from jpu.config import Config, load_config
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.estimate import RunTimes, estimate
 from jpu.events import (
     Event,
@@ -25,7 +26,6 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
-from jpu.fold import ClusterState, evolve
 from jpu.sim.forward import EstimateParams
 
 T0 = 1_000_000.0
@@ -306,9 +306,9 @@ def test_U4_forward_starts_from_the_fold_of_the_present():
     """The forward estimate folds the events that lead to its `Present` with the services' fold:
     the cycle it first runs sees what the dispatcher's own cycle sees (queue records with their
     reservation join times, running jobs, GPU rows, usage, personal queues and slots)."""
+    from jpu.domain.dispatch import snapshot
     from jpu.estimate import present
     from jpu.events import ReservationGrown, ReservationReleased
-    from jpu.fold_snapshot import snapshot
     from jpu.sim.forward import ForwardSim
 
     config = _config(

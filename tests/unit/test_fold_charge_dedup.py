@@ -15,12 +15,12 @@ from pathlib import Path
 import msgspec
 
 from jpu.bus import Delivered
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import assign, pack, unpack
 from jpu.events import UsageCharged, decode, new_event_id, subject_for
-from jpu.fold import ClusterState, evolve
 from jpu.policy.charging import charge_id
 from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
-from jpu.state_codec import assign, pack, unpack
 from jpu.testing.pg_fixtures import sample_log
 
 sys.path.insert(0, str(Path(__file__).parent / "sim"))

@@ -6,6 +6,9 @@ from __future__ import annotations
 from itertools import count
 
 from jpu.bus import Delivered
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import queue
+from jpu.domain.states import QUEUED, queued_job
 from jpu.events import (
     Event,
     JobCancelRequested,
@@ -18,9 +21,6 @@ from jpu.events import (
     ReservationStarted,
     new_event_id,
 )
-from jpu.fold import QUEUED, ClusterState, evolve
-from jpu.fold_jobs import queued_job
-from jpu.fold_snapshot import queue
 
 
 def _apply(st: ClusterState, seq: count, cls: type[Event], /, **kw: object) -> None:

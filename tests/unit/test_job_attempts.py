@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jpu.job_attempts import Attempt, attempts, explain, from_row, gpu_seconds
+from jpu.domain.attempts import Attempt, attempts, explain, from_row, gpu_seconds
 
 VRAM = {"rtx4090": 24, "rtx3080ti": 12}
 

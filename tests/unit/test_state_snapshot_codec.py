@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jpu.bus import Delivered
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import MAGIC, SCHEMA_VERSION, SnapshotInvalid, assign, pack, unpack
 from jpu.events import decode, subject_for
-from jpu.fold import ClusterState, evolve
 from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
-from jpu.state_codec import MAGIC, SCHEMA_VERSION, SnapshotInvalid, assign, pack, unpack
 
 sys.path.insert(0, str(Path(__file__).parent / "sim"))
 from test_sim_properties import CLUSTER, workloads

@@ -15,8 +15,8 @@ import pytest
 from jpu.backends import LaunchSpec
 from jpu.backends.isolation import Apptainer, container, netns
 from jpu.backends.slurm.submit import job_env, wrapper
+from jpu.domain.states import request_digest
 from jpu.events import JobSubmitted, decode, encode
-from jpu.fold_jobs import request_digest
 from jpu.policy.queue import validate_submit
 from jpu.policy.workdir import MAX_CHDIR_BYTES, chdir_problem
 

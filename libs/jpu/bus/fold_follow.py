@@ -24,9 +24,9 @@ from jpu.bus import Delivered, EventBus
 from jpu.bus.ordered import follow_ordered
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Cluster, Config
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import assign, pack
 from jpu.events import decode
-from jpu.fold import ClusterState, evolve
-from jpu.state_codec import assign, pack
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ intake, dispatcher and backfill have no database), and objects are chunked and d
 the server, so a multi-megabyte state is fine and an interrupted put never becomes visible.
 One bucket (`jpu_snapshots`), one object per snapshot, named `<stream>.state.<seq>`; the newest
 `keep` are kept. Any service that folds the log may write one; a start loads the newest valid one
-and replays only the tail (jpu.bus.fold_follow). The frame and its checks: jpu.state_codec.
+and replays only the tail (jpu.bus.fold_follow). The frame and its checks: jpu.domain.codec.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
 from jpu.config import Cluster
-from jpu.fold import ClusterState
-from jpu.state_codec import Header, SnapshotInvalid, pack, read_header, unpack
+from jpu.domain.cluster import ClusterState
+from jpu.domain.codec import Header, SnapshotInvalid, pack, read_header, unpack
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ from typing import Any, Final
 
 import jpu.cli.rest_views as views
 from jpu.cli.rest_client import RestClient, RestError, resolve_target
+from jpu.domain.states import PENDING, PLACED, STATES, TERMINAL, in_order
 
-QUEUED: Final = ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING")
-HOLDING: Final = ("DISPATCHED", "RUNNING", "CANCELLING")
-ENDED: Final = ("COMPLETED", "FAILED", "CANCELLED")
-STATES: Final = (*QUEUED, *HOLDING, *ENDED)  # SPEC §1.4
+QUEUED: Final = in_order(PENDING)  # both queues: what `squeue` calls pending
+HOLDING: Final = in_order(PLACED)
+ENDED: Final = in_order(TERMINAL)
 # squeue/sacct's names for the same states
 ALIASES: Final = {
     "PD": QUEUED, "PENDING": QUEUED, "R": ("DISPATCHED", "RUNNING"), "CG": ("CANCELLING",),

@@ -2,8 +2,8 @@
 is made of, the queue as it stood at a past moment.
 
 The modules `wait`, `usage` and `queue_at` are pure (events in, answers out): they fold the log
-with the services' own fold (`jpu.fold`) and run the policy core (`jpu.policy.cycle`) on the
-snapshot the dispatcher builds (`jpu.fold_snapshot.snapshot`), so an auditor replaying the same
-log gets the same answer. `words` turns the answers into sentences (English, Korean); `read`
-reads the log from NATS for them (snapshots, bounded ranges).
+with the services' own fold (`jpu.domain.cluster`) and run the policy core (`jpu.policy.cycle`)
+on the snapshot the dispatcher builds (`jpu.domain.dispatch.snapshot`), so an auditor replaying
+the same log gets the same answer. `words` turns the answers into sentences (English, Korean);
+`read` reads the log from NATS for them (snapshots, bounded ranges).
 """

@@ -1,8 +1,8 @@
 """The queue as it stood at a past moment (`GET /v1/queue?at=TIME`, issue 14 item 4). Pure.
 
-The log is folded (`jpu.fold.evolve`) up to the first event after TIME — the same prefix
+The log is folded (`jpu.domain.cluster.evolve`) up to the first event after TIME — the same prefix
 `EventBus.replay(until_ts=TIME)` yields — and the dispatcher's cycle (`jpu.policy.cycle` on
-`jpu.fold_snapshot.snapshot`) run at TIME gives ranks and pending reasons (D1, D7).
+`jpu.domain.dispatch.snapshot`) run at TIME gives ranks and pending reasons (D1, D7).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import msgspec
 
 from jpu.bus import Delivered
 from jpu.config import Cluster
-from jpu.fold import ClusterState, evolve
-from jpu.fold_jobs import JobView
-from jpu.fold_snapshot import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.states import PLACED, JobView
 from jpu.policy.cycle import cycle
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 
@@ -118,7 +118,7 @@ def queue_at(
         (
             _entry(j, None, None, usage(j.lab))
             for j in state.jobs.values()
-            if j.state in ("DISPATCHED", "RUNNING", "CANCELLING") and j.placement is not None
+            if j.state in PLACED and j.placement is not None
         ),
         key=lambda e: (e.submitted_at, e.job_id),
     )

@@ -19,13 +19,13 @@ import nats.errors
 from jpu.bus import Delivered, EventBus
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
-from jpu.events import JobSubmitted, decode
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import assign
+from jpu.domain.states import job_view
+from jpu.events import decode
 from jpu.explain.queue_at import PastQueue, queue_at
 from jpu.explain.usage import Ledger
 from jpu.explain.wait import JobNotInLog, WaitFold, WaitTimeline
-from jpu.fold import ClusterState, evolve
-from jpu.fold_jobs import JobView, apply_job_event
-from jpu.state_codec import assign
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +59,11 @@ async def _events(bus: EventBus, start: int, end: int | None) -> AsyncIterator[D
 async def job_span(bus: EventBus, job_id: str) -> tuple[int, int | None]:
     """(seq of the job's submission, seq of its last event if it ended for good, else None)."""
     own = await bus.job_events(job_id)
-    first = next((d for d in own if isinstance(d.event, JobSubmitted)), None)
-    if first is None or not isinstance(first.event, JobSubmitted):
+    job = job_view(own)
+    if job is None:
         raise JobNotInLog(job_id)
-    job = JobView.submitted(first.event, first.seq)
-    for d in own:
-        if d.seq > first.seq:
-            apply_job_event(job, d)
     ended = job.terminal and not job.oom_pending  # S2 (X8: an OOM retry may still come)
-    return first.seq, own[-1].seq if ended else None
+    return job.submit_seq, own[-1].seq if ended else None
 
 
 async def read_wait(bus: EventBus, config: Config, job_id: str, now: float) -> WaitTimeline:

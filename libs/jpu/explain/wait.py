@@ -1,8 +1,8 @@
 """Why a job waited (SPEC U4, D1, D7, R3; issue 14 item 3). Pure: events in, a timeline out.
 
-The log is folded with the services' own fold (`jpu.fold.evolve`); at every event that can
-change the queue while the job waits, the dispatcher's own cycle (`jpu.policy.cycle` on
-`jpu.fold_snapshot.snapshot`, at the event's time) gives the job's rank and pending reason and
+The log is folded with the services' own fold (`jpu.domain.cluster.evolve`); at every event that
+can change the queue while the job waits, the dispatcher's own cycle (`jpu.policy.cycle` on
+`jpu.domain.dispatch.snapshot`, at the event's time) gives the job's rank and pending reason and
 who is ahead. Ranks only move on events: decay multiplies every lab's usage by the same factor
 (F3), so time alone never reorders labs — the event at which the job's rank changed is what
 changed it. A reservation lost by R3 is blamed on the event after which the job stopped being
@@ -22,6 +22,9 @@ import msgspec
 
 from jpu.bus import Delivered
 from jpu.config import Cluster
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.states import QUEUED, JobView
 from jpu.events import (
     BackfillEnded,
     Event,
@@ -39,9 +42,6 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
-from jpu.fold import ClusterState, JobView, evolve
-from jpu.fold_jobs import QUEUED
-from jpu.fold_snapshot import DEFAULT_HALF_LIFE_S, snapshot
 from jpu.policy.charging import charge_id
 from jpu.policy.cycle import cycle
 from jpu.policy.fairshare import ZERO_USAGE, decayed

@@ -13,13 +13,6 @@ from jpu.policy.model import Gpu
 from jpu.policy.placements import Request, scan, tier_admits
 from jpu.policy.workdir import chdir_problem
 
-SLOT_HOLDING_STATES: frozenset[str] = frozenset(
-    {"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"}
-)  # S1
-TERMINAL_STATES: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED"})  # S2
-slot_holding_states = SLOT_HOLDING_STATES
-terminal_states = TERMINAL_STATES
-
 # The bounds are jpu.limits' (one definition of what is storable, shared with the gateway).
 MAX_COMMAND_BYTES = bounds.MAX_COMMAND_BYTES
 MAX_NAME = bounds.MAX_NAME

@@ -19,19 +19,19 @@ from typing import TYPE_CHECKING
 
 from jpu.backends import BackendStatus
 from jpu.backends.base import BackendState
+from jpu.domain.ending import job_ended
+from jpu.domain.execution import AgentJob
+from jpu.domain.holdings import gpus
+from jpu.domain.states import JobView
 from jpu.events import (
     JobCancelRequested,
     JobDispatched,
     JobStarted,
     JobSubmitted,
 )
-from jpu.fold import JobView
-from jpu.fold_snapshot import gpus
 from jpu.policy.placements import ever_fits
 from jpu.sim.state import CANCEL, END
 from jpu.sim.workload import WorkloadJob
-from jpu_services.slurm_agent.ending import job_ended
-from jpu_services.slurm_agent.jobstate import AgentJob
 
 if TYPE_CHECKING:
     from jpu.sim.engine import Simulator

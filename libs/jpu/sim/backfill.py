@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jpu.domain.cluster import GpuKey
 from jpu.events import BackfillEnded, BackfillStarted
-from jpu.fold import GpuKey
 from jpu.policy import backfill as planner  # the backfill service's planner
 from jpu.policy.model import MaintenanceState
 from jpu.sim.state import BACKFILL

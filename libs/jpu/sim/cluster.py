@@ -10,6 +10,8 @@ each row and job by the very functions `fold_snapshot.snapshot` builds them with
 
 from __future__ import annotations
 
+from jpu.domain.cluster import ClusterState, GpuKey
+from jpu.domain.holdings import gpu_row, running_job
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -23,8 +25,6 @@ from jpu.events import (
     ReservationShrunk,
     ReservationStarted,
 )
-from jpu.fold import ClusterState, GpuKey
-from jpu.fold_snapshot import gpu_row, running_job
 from jpu.policy.model import Gpu, RunningJob
 
 Holdings = dict[GpuKey, str]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jpu.domain.dispatch import cycle_events
 from jpu.events import JobDispatched
 from jpu.policy.model import CycleResult
 from jpu.sim import attempts, backfill
-from jpu_services.dispatcher.decide import cycle_events
 
 if TYPE_CHECKING:
     from jpu.sim.engine import Simulator

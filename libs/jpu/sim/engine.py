@@ -22,6 +22,9 @@ from typing import Any, TypeVar, cast
 
 from jpu.bus import Delivered
 from jpu.config import Cluster, Config
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import TRIGGERS, cancellations, escalations, snapshot
+from jpu.domain.states import JobView
 from jpu.events import (
     AnyEvent,
     BackfillEnded,
@@ -35,8 +38,6 @@ from jpu.events import (
     ReservationReleased,
     UsageCharged,
 )
-from jpu.fold import ClusterState, JobView, evolve
-from jpu.fold_snapshot import snapshot
 from jpu.policy import POLICIES
 from jpu.policy.charging import Charge, charge_id, usage_charged
 from jpu.policy.fairshare import ZERO_USAGE
@@ -48,7 +49,6 @@ from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
 from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, REJECTED, Outcome, Totals
 from jpu.sim.workload import WorkloadJob
-from jpu_services.dispatcher.decide import TRIGGERS, cancellations, escalations
 
 E = TypeVar("E", bound=Event)
 Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virtual time)

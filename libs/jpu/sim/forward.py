@@ -32,6 +32,7 @@ import msgspec
 
 from jpu.bus import Delivered
 from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
+from jpu.domain.cluster import evolve
 from jpu.events import (
     AnyEvent,
     Event,
@@ -48,7 +49,6 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
-from jpu.fold import evolve
 from jpu.policy.charging import Charge
 from jpu.policy.model import Gpu, LabUsage, MaintenanceState, QueuedJob, Reservation
 from jpu.sim import attempts

@@ -27,6 +27,8 @@ from typing import Any
 
 from jpu.bus import Delivered
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.states import TERMINAL
 from jpu.embedded.nats import EmbeddedNats
 from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.events import (
@@ -46,7 +48,6 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
-from jpu.fold import TERMINAL, ClusterState, evolve
 
 REL_TOL = 1e-6  # F5: floating-point noise < 1e-6 relative
 ABS_TOL = 1e-6  # TFLOP-s; for amounts near zero

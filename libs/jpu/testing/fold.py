@@ -15,6 +15,7 @@ from jpu.bus import EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.clock import Clock
 from jpu.config import Config
+from jpu.domain.cluster import ClusterState
 from jpu.events import (
     Event,
     JobEnded,
@@ -23,7 +24,6 @@ from jpu.events import (
     JobSubmitted,
     new_event_id,
 )
-from jpu.fold import ClusterState
 
 
 class Watcher:

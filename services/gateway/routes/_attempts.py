@@ -4,7 +4,7 @@
   gateway's clock) to its end;
 * on the job page, `attempts` (each attempt: tier, node, state, exit code, reason, OOM verdict,
   GPU-seconds, its output directory), `oom_explanation` (one sentence per attempt that ran out
-  of memory, `jpu.job_attempts`), `min_vram_gb_requested` (what the user asked; `min_vram_gb`
+  of memory, `jpu.domain.attempts`), `min_vram_gb_requested` (what the user asked; `min_vram_gb`
   is raised by an OOM retry, X8) and `max_attempts`;
 * in lists, `gpu_seconds` over every attempt.
 
@@ -22,7 +22,8 @@ from typing import Any, Final
 import msgspec
 import nats.errors
 
-from jpu import job_attempts, joblogs
+from jpu import joblogs
+from jpu.domain import attempts
 from jpu.edges import Edges
 from jpu_services.gateway.config import GatewayConfig
 
@@ -57,7 +58,7 @@ async def job_page(
 ) -> dict[str, Any]:
     """`out` (the job body) with its attempts and their story."""
     events = await job_events(edges, row["job_id"]) if needs_events(row) else None
-    items = job_attempts.attempts(events) if events else [job_attempts.from_row(row)]
+    items = attempts.attempts(events) if events else [attempts.from_row(row)]
     requested = row["min_vram_gb"] if row["attempt"] == 1 else None
     if events and events[0].get("type") == "JobSubmitted":
         requested = events[0].get("min_vram_gb")
@@ -68,14 +69,14 @@ async def job_page(
         "elapsed_s": elapsed_s(out, now),
         "attempts": [_attempt_out(a, out["id"], vram, settings) for a in items],
         "attempts_complete": events is not None or not needs_events(row),
-        "oom_explanation": job_attempts.explain(items, vram, max_attempts),
+        "oom_explanation": attempts.explain(items, vram, max_attempts),
         "min_vram_gb_requested": requested,
         "max_attempts": max_attempts,
     }
 
 
 def _attempt_out(
-    a: job_attempts.Attempt, job_id: str, vram: Mapping[str, int], settings: GatewayConfig
+    a: attempts.Attempt, job_id: str, vram: Mapping[str, int], settings: GatewayConfig
 ) -> dict[str, Any]:
     return {
         **a.as_dict(),
@@ -96,11 +97,11 @@ async def history_rows(
         if row["attempt"] > 1:  # the row lost the earlier attempts
             async with gate:
                 events = await job_events(edges, row["job_id"])
-        items = job_attempts.attempts(events) if events else [job_attempts.from_row(row)]
+        items = attempts.attempts(events) if events else [attempts.from_row(row)]
         return {
             **out,
             "elapsed_s": elapsed_s(out, now),
-            "gpu_seconds": job_attempts.gpu_seconds(items, row["num_gpus"], now),
+            "gpu_seconds": attempts.gpu_seconds(items, row["num_gpus"], now),
         }
 
     return list(await asyncio.gather(*(one(o, r) for o, r in zip(outs, rows, strict=True))))

@@ -15,11 +15,11 @@ from typing import Any, Final
 import asyncpg
 
 from jpu import auth
-from jpu.fold_jobs import TERMINAL  # SPEC S2
+from jpu.domain.states import PLACED, QUEUED, TERMINAL, in_order  # SPEC §1.4
 from jpu_services.gateway.errors import ApiError
 
-QUEUED_STATES: Final = ("GLOBAL_QUEUE_WAIT", "RESERVING")
-RUNNING_STATES: Final = ("DISPATCHED", "RUNNING", "CANCELLING")
+QUEUED_STATES: Final = in_order(QUEUED)
+RUNNING_STATES: Final = in_order(PLACED)
 
 # Columns the API shows; `env` and `command` only on the job page (never in lists or the queue).
 _LIST_COLUMNS: Final = (

@@ -28,7 +28,7 @@ import asyncpg
 from fastapi.responses import StreamingResponse
 
 from jpu import joblogs
-from jpu.fold_jobs import TERMINAL  # SPEC S2
+from jpu.domain.states import TERMINAL  # SPEC S2
 from jpu_services.gateway.errors import ApiError
 
 FOLLOW_POLL_S: Final = 0.25  # how often a follow looks for new bytes and for the attempt's end

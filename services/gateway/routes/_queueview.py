@@ -21,6 +21,7 @@ from fastapi import Request
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from jpu import commands
+from jpu.domain.states import PENDING, in_order
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 from jpu.policy.model import LabUsage
 from jpu.store.projections.maintenance import read_maintenance
@@ -78,7 +79,7 @@ class QueueView:
 async def _snapshot_parts(
     pool: asyncpg.Pool,
 ) -> tuple[list[asyncpg.Record], dict[str, LabUsage], str]:
-    rows = await pool.fetch(_QUEUE_SQL, [PERSONAL, "GLOBAL_QUEUE_WAIT", "RESERVING"])
+    rows = await pool.fetch(_QUEUE_SQL, list(in_order(PENDING)))
     usage = {
         r["lab"]: LabUsage(r["value"], r["as_of"])
         for r in await pool.fetch("SELECT lab, value, as_of FROM lab_usage")

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from jpu import commands, joblogs, limits
+from jpu.domain.states import PENDING
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
@@ -79,7 +80,7 @@ async def _job_body(
 ) -> dict[str, Any]:
     rank = reason = decided_at = None
     estimate: dict[str, Any] = dict.fromkeys(("estimated_start", "estimate_basis", "estimated_at"))
-    if row["state"] in ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"):
+    if row["state"] in PENDING:
         view = await shared_view(request).get()  # read after this request's write (see there)
         rank, reason = view.rank_of(row["job_id"])  # D1/D7: the dispatcher's decision
         decided_at = view.decided_at

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Final
-
 from fastapi import APIRouter
 from pydantic import BaseModel
 
+from jpu.domain.states import SLOT_STATES, in_order  # S1: what holds a max_active_jobs slot
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
 from jpu_services.gateway.errors import responses
 
 router = APIRouter(prefix="/v1", tags=["users"])
-
-# SPEC S1: the states that hold one of the user's max_active_jobs slots.
-SLOT_STATES: Final = ("GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING")
 
 
 class Me(BaseModel):
@@ -43,7 +39,7 @@ async def me(user: CurrentUser, pool: PoolDep, settings: SettingsDep) -> Me:
         'SELECT count(*) FROM jobs WHERE "user" = $1'
         " AND (state = ANY($2::text[]) OR oom_pending)",  # X8: an undecided OOM retry (S1)
         user.name,
-        list(SLOT_STATES),
+        list(in_order(SLOT_STATES)),
     )
     limit = user.max_active_jobs
     return Me(

@@ -7,11 +7,12 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request
 
+from jpu.domain.states import STATES
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.routes import explain
-from jpu_services.gateway.routes._jobview import QUEUED_STATES, RUNNING_STATES
-from jpu_services.gateway.routes._queueview import PERSONAL, shared_view
+from jpu_services.gateway.routes._jobview import RUNNING_STATES
+from jpu_services.gateway.routes._queueview import shared_view
 
 router = APIRouter(prefix="/v1", tags=["queue"])
 
@@ -49,7 +50,7 @@ _RUNNING_SQL: Final = (
     "WHERE state = ANY($1::text[]) ORDER BY dispatched_at NULLS LAST, submitted_at, job_id"
 )
 # Every state a job can be in (S1, S2); a filter naming another one is a typo, not "none".
-JOB_STATES: Final = (PERSONAL, *QUEUED_STATES, *RUNNING_STATES, "COMPLETED", "FAILED", "CANCELLED")
+JOB_STATES: Final = STATES
 
 
 def _running(row: Any, usage: float, now: float) -> dict[str, Any]:

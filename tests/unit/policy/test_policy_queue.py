@@ -1,10 +1,8 @@
-"""SPEC Q1 (validation), Q4/Q5 (promotion), S1/S2 (state sets)."""
+"""SPEC Q1 (validation), Q4/Q5 (promotion); the state sets: tests/unit/test_domain_decisions.py."""
 
 import pytest
 
 from jpu.policy.queue import (
-    SLOT_HOLDING_STATES,
-    TERMINAL_STATES,
     promotions,
     validate_submit,
 )
@@ -77,18 +75,6 @@ def test_Q5_promotion_oldest_first_while_under_limit():
 def test_Q5_promotion_nothing_when_at_or_over_limit():
     assert promotions({"u": ["x"]}, {"u": 5}, {}, 3) == []
     assert promotions({"u": []}, {}, {}, 3) == []
-
-
-def test_S1_S2_state_sets():
-    assert {
-        "GLOBAL_QUEUE_WAIT",
-        "RESERVING",
-        "DISPATCHED",
-        "RUNNING",
-        "CANCELLING",
-    } == SLOT_HOLDING_STATES
-    assert {"COMPLETED", "FAILED", "CANCELLED"} == TERMINAL_STATES
-    assert "PERSONAL_QUEUE_WAIT" not in SLOT_HOLDING_STATES | TERMINAL_STATES
 
 
 def test_Q1_unknown_field_is_rejected_with_the_field_probably_meant():

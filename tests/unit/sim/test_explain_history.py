@@ -11,14 +11,14 @@ from simkit import Run, Simulate
 
 from jpu.bus import Delivered
 from jpu.config import Config, load_config
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.codec import pack, unpack
 from jpu.events import UsageCharged
 from jpu.explain.queue_at import fold_until, queue_at
 from jpu.explain.usage import explain_usage, ledger, usage_statement
 from jpu.explain.wait import JobNotInLog, wait_timeline
-from jpu.fold import ClusterState, evolve
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
-from jpu.state_codec import pack, unpack
 
 HALF_LIFE = 7 * 24 * 3600.0
 ONE_4090_NODE = [{"name": "n1", "gpus": {"rtx4090": 2}}]

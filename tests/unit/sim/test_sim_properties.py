@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from jpu.bus import Delivered
 from jpu.config import Cluster, DemotionMode
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
     JobDispatched,
     JobEnded,
@@ -26,7 +27,6 @@ from jpu.events import (
     UsageCharged,
     decode,
 )
-from jpu.fold import ClusterState, evolve
 from jpu.sim.audit import audit
 from jpu.sim.params import SimParams
 from jpu.sim.run import simulate

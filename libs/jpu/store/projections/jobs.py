@@ -1,7 +1,7 @@
 """The job view as rows: each row is a function of the domain's JobView (SPEC S1–S3, E3).
 
 There is no state machine here. The row keeps the job's JobView (`view`, jsonb: the very state
-the services fold, jpu.fold_jobs), and each event is folded by `apply_job_event`, the services'
+the services fold, jpu.domain.states), and each event is folded by `apply_job_event`, the services'
 own function; the columns the API reads are then derived from the view (`columns`). So the
 projection and the services cannot disagree on a job's state, attempt, reservation or placement
 (issue 10): a swap release without its dispatch, for instance, returns the job to the global queue
@@ -22,8 +22,8 @@ import asyncpg
 import msgspec
 
 from jpu.bus.model import Delivered
+from jpu.domain.states import JobView, apply_job_event
 from jpu.events import JobEvent, JobSubmitted, UsageCharged
-from jpu.fold_jobs import JobView, apply_job_event
 
 Row = dict[str, Any]
 _json: Final = msgspec.json.Encoder()
@@ -101,7 +101,7 @@ def step(rows: dict[str, Row], views: dict[str, JobView], job_id: str, d: Delive
         return False  # a second submit of the same id never wins (E2: expected seq 0)
     found = views.get(job_id)
     view = found if found is not None else views.setdefault(job_id, _view(row))
-    apply_job_event(view, d)  # the services' own fold (jpu.fold_jobs)
+    apply_job_event(view, d)  # the services' own fold (jpu.domain.states)
     visible = columns(view)
     if any(row.get(k) != v for k, v in visible.items()):
         row["updated_at"], row["updated_seq"] = event.ts, d.seq  # the last visible change

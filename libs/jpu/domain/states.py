@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from jpu.bus import Delivered
 from jpu.events import (
     JobCancelRequested,
     JobDispatched,
@@ -35,10 +36,33 @@ from jpu.events import (
 )
 from jpu.policy.model import QueuedJob, Reservation
 
-GpuKey = tuple[str, str, int]
-SLOT_STATES = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING", "DISPATCHED", "RUNNING", "CANCELLING"})
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
-QUEUED = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING"})
+if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
+    from jpu.bus.model import Delivered
+
+GpuKey = tuple[str, str, int]  # (node, tier, index)
+# SPEC §1.4 in lifecycle order; every set of job states is written here, once.
+STATES: tuple[str, ...] = (
+    "PERSONAL_QUEUE_WAIT",
+    "GLOBAL_QUEUE_WAIT",
+    "RESERVING",
+    "DISPATCHED",
+    "RUNNING",
+    "CANCELLING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+)
+QUEUED = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING"})  # the global queue (D1)
+PENDING = QUEUED | {"PERSONAL_QUEUE_WAIT"}  # not dispatched yet: in either queue
+PLACED = frozenset({"DISPATCHED", "RUNNING", "CANCELLING"})  # may hold a placement
+SLOT_STATES = QUEUED | PLACED  # S1
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})  # S2
+
+
+def in_order(states: Iterable[str]) -> tuple[str, ...]:
+    """`states` in lifecycle order (for messages, listings and query parameters)."""
+    keep = set(states)
+    return tuple(s for s in STATES if s in keep)
 
 
 def request_digest(event: JobSubmitted) -> str:
@@ -155,6 +179,19 @@ def queued_job(j: JobView) -> QueuedJob:
         time_limit_s=j.time_limit_s,
         reservation=j.reservation,
     )
+
+
+def job_view(events: Sequence[Delivered]) -> JobView | None:
+    """The job folded from its own events in order, from its JobSubmitted on; None when there is
+    none (no such job)."""
+    first = next((d for d in events if isinstance(d.event, JobSubmitted)), None)
+    if first is None or not isinstance(first.event, JobSubmitted):
+        return None
+    job = JobView.submitted(first.event, first.seq)
+    for d in events:
+        if d.seq > first.seq:
+            apply_job_event(job, d)
+    return job
 
 
 def apply_job_event(job: JobView, delivered: Delivered) -> None:

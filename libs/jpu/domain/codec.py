@@ -21,8 +21,8 @@ from typing import Final
 import msgspec
 
 from jpu.config import Cluster
-from jpu.fold import ClusterState, Maintenance, forget
-from jpu.fold_jobs import QUEUED, JobView, queued_job
+from jpu.domain.cluster import ClusterState, Maintenance, forget
+from jpu.domain.states import QUEUED, JobView, queued_job
 from jpu.policy.charging import Charge
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
@@ -135,7 +135,7 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
             state.charged_by_job.setdefault(job_id, set()).add(charge_id)
     state.owed = {c.charge_id: c for c in p.owed}
     state.maintenance = p.maintenance
-    # Derived exactly as the fold keeps them (jpu.fold._job, _submitted).
+    # Derived exactly as the fold keeps them (jpu.domain.cluster._job, _submitted).
     queued = []
     for job in sorted(p.jobs, key=lambda j: j.submit_seq):
         state.jobs[job.job_id] = job

@@ -1,4 +1,5 @@
-"""A backend's final status → the attempt's JobEnded (SPEC X6, X7, F2, F4). Pure.
+"""A backend's final status → the attempt's JobEnded (SPEC X6, X7, F2, F4). Pure: the agent
+passes the time and the event id in.
 
 `usage` is what this end charges: the GPUs held from the dispatch to the end (num_gpus × (startup
 + run) seconds × the tier's TFLOPS, F5) plus the attempt's reservation time not already charged
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from jpu.backends import BackendStatus
 from jpu.config import Tier
-from jpu.events import JobEnded, JobEndState, new_event_id
+from jpu.domain.execution import AgentJob
+from jpu.events import JobEnded, JobEndState
 from jpu.policy.oom import is_gpu_oom
-from jpu_services.slurm_agent.jobstate import AgentJob
 
 _REASONS = {
     "TIMEOUT": "TIMEOUT",
@@ -56,8 +57,14 @@ def startup_seconds(status: BackendStatus, dispatched_at: float, now: float) -> 
 
 
 def job_ended(
-    job: AgentJob, status: BackendStatus, tier: Tier, bid: str | None, now: float
+    job: AgentJob,
+    status: BackendStatus,
+    tier: Tier,
+    bid: str | None,
+    now: float,
+    event_id: str = "",
 ) -> JobEnded:
+    """`event_id`: the agent's (empty: the caller's log assigns one, as the simulator's does)."""
     d = job.dispatched
     assert d is not None
     gpus = len(d.gpus) or job.submitted.num_gpus
@@ -65,7 +72,7 @@ def job_ended(
     gpu_s_startup = gpus * startup_seconds(status, d.ts, now)
     oom = is_gpu_oom(status.state == "FAILED", status.output_tail)  # X7
     return JobEnded(
-        event_id=new_event_id(),
+        event_id=event_id,
         ts=now,
         job_id=job.submitted.job_id,
         attempt=d.attempt,
@@ -87,8 +94,8 @@ def job_ended(
     )
 
 
-def cancelled_unstarted(job: AgentJob, tier: Tier, now: float) -> JobEnded:
+def cancelled_unstarted(job: AgentJob, tier: Tier, now: float, event_id: str = "") -> JobEnded:
     """A cancel reached a dispatched attempt before the backend ran it: nothing ran; the
     reservation part of the attempt is still charged now (F4, R5)."""
     status = BackendStatus(state="CANCELLED")
-    return job_ended(job, status, tier, None, now)
+    return job_ended(job, status, tier, None, now, event_id)

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
+from jpu.domain.states import PENDING
+
 Decision = Literal["scheduled", "declined", "pending", "cancelled"]
 WAITING: Final = "WAITING"  # an attempt not dispatched yet (its job is queued)
 
@@ -129,7 +131,7 @@ def from_row(row: Mapping[str, Any]) -> Attempt:
     """The latest attempt as the jobs projection holds it (enough when there was only one and
     no OOM: then the row and the events tell the same)."""
     state = row["state"]
-    if state in ("PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"):
+    if state in PENDING:
         state = WAITING
     elif state == "CANCELLING":
         state = "RUNNING" if row["started_at"] else "DISPATCHED" if row["node"] else WAITING

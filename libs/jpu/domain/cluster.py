@@ -12,9 +12,10 @@ The GPU pool starts from the configured nodes; `NodeInventoryObserved` replaces 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from jpu.bus import Delivered
 from jpu.config import Cluster
+from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, queued_job
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -34,15 +35,15 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
-from jpu.fold_jobs import QUEUED, SLOT_STATES, TERMINAL, JobView, apply_job_event, queued_job
 from jpu.policy.charging import Charge, charge_for
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
 
-GpuKey = tuple[str, str, int]  # (node, tier, index)
+if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
+    from jpu.bus.model import Delivered
 
-__all__ = ["QUEUED", "SLOT_STATES", "TERMINAL", "ClusterState", "JobView", "evolve"]
-BUSY = frozenset({"DISPATCHED", "RUNNING"})  # a user job holds GPUs (M2 also counts CANCELLING)
+
+BUSY = PLACED - {"CANCELLING"}  # a user job holds GPUs (M2 also counts CANCELLING)
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The backfill service's decisions, as pure functions of the folded log (SPEC B1–B3, R2, M2).
 
-Starts come from the policy core (`plan_backfill`); this module adds what the service must
-cancel and how an ended instance is recorded.
+Starts come from the policy core (`plan_backfill`); this module adds whether a planned start may
+still launch, what the service must cancel, and the events that record an instance (their ids
+follow from the backfill id, so a repeated append is the same message).
 """
 
 from __future__ import annotations
@@ -10,19 +11,20 @@ from collections.abc import Mapping
 from typing import Literal
 
 from jpu.backends import BackendStatus
-from jpu.events import BackfillStarted
-from jpu.fold import ClusterState
-from jpu.fold_snapshot import gpus
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.idle import GpuKey, Idle, Tracker
+from jpu.events import BackfillEnded, BackfillStarted
 from jpu.policy.backfill import BackfillPlan, plan_backfill
-from jpu.policy.model import MaintenanceState
-from jpu_services.backfill.tracker import GpuKey, Idle, Tracker
+from jpu.policy.maintenance import backfill_allowed
+from jpu.policy.model import Gpu, MaintenanceState
 
 EndReason = Literal["preempted", "reclaimed", "exited", "failed"]  # BackfillEnded.reason
 
 
 def plan(tracker: Tracker, now: float, settle_s: float) -> BackfillPlan:
     idle = {k: v.since for k, v in tracker.idle.items()}
-    maintenance: MaintenanceState = tracker.state.maintenance.state
+    maintenance: MaintenanceState = tracker.state.maintenance.state  # type: ignore[assignment]
     return plan_backfill(gpus(tracker.state), idle, now, settle_s, maintenance)
 
 
@@ -30,6 +32,41 @@ def still_idle(tracker: Tracker, key: GpuKey, planned: Idle) -> bool:
     """B1/B2: a start is recorded only while its GPU is in the idle period it was planned for;
     a dispatch or reservation the fold applied since took the GPU (the log gave it first)."""
     return tracker.idle.get(key) == planned
+
+
+def may_launch(tracker: Tracker, key: GpuKey, planned: Idle) -> bool:
+    """At launch time, on the live state (not the plan's): maintenance still allows backfill (M2)
+    and no dispatch or reservation took the GPU since it was planned (B1, B2)."""
+    live: MaintenanceState = tracker.state.maintenance.state  # type: ignore[assignment]
+    return backfill_allowed(live) and still_idle(tracker, key, planned)
+
+
+def started(
+    bf: str, gpu: Gpu, backend_job_id: str, endpoint: str | None, now: float
+) -> BackfillStarted:
+    return BackfillStarted(
+        event_id=f"{bf}-started",
+        ts=now,
+        backfill_id=bf,
+        node=gpu.node,
+        tier=gpu.tier,
+        gpu=gpu.index,
+        backend_job_id=backend_job_id,
+        endpoint=endpoint,
+    )
+
+
+def ended(start: BackfillStarted, reason: EndReason, now: float) -> BackfillEnded:
+    bf = start.backfill_id
+    return BackfillEnded(
+        event_id=f"{bf}-ended",
+        ts=now,
+        backfill_id=bf,
+        node=start.node,
+        tier=start.tier,
+        gpu=start.gpu,
+        reason=reason,
+    )
 
 
 def to_cancel(state: ClusterState, p: BackfillPlan) -> dict[str, EndReason]:

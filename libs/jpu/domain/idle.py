@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from jpu.bus import Delivered
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.states import GpuKey
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -26,10 +29,10 @@ from jpu.events import (
     ReservationShrunk,
     ReservationStarted,
 )
-from jpu.fold import ClusterState
-from jpu.fold_snapshot import gpus
 
-GpuKey = tuple[str, str, int]  # (node, tier, index)
+if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
+    from jpu.bus.model import Delivered
+
 
 # Events after which a GPU may have changed state (free ⇄ held).
 GPU_EVENTS = (

@@ -1,6 +1,6 @@
 """What the agent knows of one job: a fold of the job's events, and what to do about it. Pure.
 
-The job's state machine is the shared one (jpu.fold_jobs, SPEC S1–S3); on top of it the agent
+The job's state machine is the shared one (jpu.domain.states, SPEC S1–S3); on top of it the agent
 keeps what it needs to execute: the request (command, env, user), the current attempt's dispatch
 and start, and the part of the attempt's reservations not yet charged (F4, R4).
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from jpu.bus import Delivered
 from jpu.config import Tier
+from jpu.domain.states import JobView, apply_job_event
 from jpu.events import (
     JobDispatched,
     JobEnded,
@@ -21,7 +21,9 @@ from jpu.events import (
     ReservationReleased,
     ReservationShrunk,
 )
-from jpu.fold_jobs import JobView, apply_job_event
+
+if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
+    from jpu.bus.model import Delivered
 
 Action = Literal["submit", "watch", "cancel", "cancel_unstarted"]
 

@@ -1,4 +1,6 @@
-"""What the dispatcher appends, as pure functions of (state, config, now) → events.
+"""The dispatcher's duties (SPEC D1–D8, R3–R5, X8, M2–M3): what a cycle decides on (`snapshot`)
+and what the dispatcher appends, as pure functions of (state, config, now) → events, one per duty.
+The cycle itself is the policy core (jpu.policy.cycle).
 
 The events carry an empty `event_id`; the writer gives each a deterministic id derived from
 (type, subject, expected sequence), so a retried append is de-duplicated by the stream.
@@ -8,7 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from jpu.config import Config, Tier
+from jpu.config import Cluster, Config, Tier
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus, running
+from jpu.domain.states import PENDING, JobView
 from jpu.events import (
     BackfillEnded,
     Event,
@@ -26,15 +31,15 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
-from jpu.fold import ClusterState, JobView
-from jpu.fold_snapshot import gpus
 from jpu.policy import maintenance, oom
+from jpu.policy.charging import with_owed
 from jpu.policy.fairshare import held_gpu_seconds
-from jpu.policy.model import CycleResult, MaintenanceState
+from jpu.policy.labqueues import LabQueues
+from jpu.policy.model import CycleResult, Gpu, MaintenanceState, RunningJob, Snapshot
 
-CANCEL_HERE = frozenset({"PERSONAL_QUEUE_WAIT", "GLOBAL_QUEUE_WAIT", "RESERVING"})
+DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
 CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
-# D8: events after which a cycle may decide differently (plus cancellations for phase 0).
+# D8: events after which a cycle may decide differently (plus cancellations for the duties).
 TRIGGERS = (
     JobPromoted,
     JobRetryScheduled,
@@ -46,6 +51,51 @@ TRIGGERS = (
     BackfillEnded,
     JobCancelRequested,
 )
+
+
+def queue(state: ClusterState) -> LabQueues:
+    """The global queue: GLOBAL_QUEUE_WAIT and RESERVING (a cancel request takes a job out),
+    kept grouped by lab by the fold itself (`ClusterState.queue`)."""
+    return state.queue
+
+
+def snapshot(
+    state: ClusterState,
+    config: Cluster,
+    half_life_s: float | None = None,
+    *,
+    gpu_rows: list[Gpu] | None = None,
+    running_jobs: list[RunningJob] | None = None,
+) -> Snapshot:
+    """What the dispatch cycle decides on. `half_life_s` defaults to the config's (F3).
+
+    `gpu_rows` / `running_jobs`: `gpus(state)` / `running(state)` when the caller keeps them
+    up to date event by event (the simulator, with `gpu_row` / `running_job`)."""
+    half_life = half_life_s or float(getattr(config, "half_life_s", DEFAULT_HALF_LIFE_S))
+    maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
+    return Snapshot(
+        tiers={t.name: t for t in config.tiers},
+        gpus=gpus(state) if gpu_rows is None else gpu_rows,
+        queue=queue(state),
+        # D1/F4: with every charge the log owes, before accounting has written it
+        usage=with_owed(state.usage, state.owed.values(), half_life),
+        half_life_s=half_life,
+        maintenance=maintenance,
+        running=running(state) if running_jobs is None else running_jobs,
+        # R6: the configured demotion mode (the simulator passes the same keys, SimParams)
+        reservation_demotion=config.reservation_demotion,
+        reservation_demotion_margin=config.reservation_demotion_margin,
+    )
+
+
+def duties(state: ClusterState, config: Config, now: float) -> list[Event]:
+    """What the dispatcher owes before a cycle, in the order it lands: queued jobs whose cancel
+    was requested end (R5), OOM retries are decided once (X8), maintenance takes its next step
+    (M2/M3)."""
+    tiers = {t.name: t for t in config.tiers}
+    out = cancellations(state, tiers, now) + escalations(state, config, now)
+    step = maintenance_step(state, now)
+    return out if step is None else [*out, step]
 
 
 def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> list[Event]:
@@ -160,7 +210,7 @@ def cancellations(state: ClusterState, tiers: Mapping[str, Tier], now: float) ->
     return [
         e
         for j in state.jobs.values()
-        if j.state == "CANCELLING" and j.placement is None and j.cancel_from in CANCEL_HERE
+        if j.state == "CANCELLING" and j.placement is None and j.cancel_from in PENDING
         for e in cancellation(j, tiers, now)
     ]
 

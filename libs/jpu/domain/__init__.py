@@ -1,0 +1,22 @@
+"""The domain: the log's fold and every service's decisions, pure (SPEC sections → modules).
+
+No NATS, PostgreSQL, OpenTelemetry or clock here (tests/unit/test_domain_is_pure.py checks it):
+the services consume the log, call these functions with `now` and append what they return.
+
+    S  job states (S1–S3, X8 per job)      states.py     JobView, apply_job_event, the state sets
+    E  the log as state (E2, E3)           cluster.py    ClusterState, evolve (slots, queue, owed)
+                                           codec.py      ClusterState as snapshot bytes (issue 11)
+    P  GPUs and who holds them (P1, P2)    holdings.py   GPU rows, running jobs, inventory
+    Q  submission (Q1–Q6), cancel (§8)     submission.py what intake answers and appends
+                                           promotion.py  what intake promotes now (Q5)
+    D  dispatch (D1–D8), R3–R5, M2–M3      dispatch.py   the cycle's Snapshot, duties, events
+    X  execution (X1–X8)                   execution.py  the agent's fold of a job, its next action
+                                           ending.py     backend status → JobEnded (X6, X7, F5)
+                                           attempts.py   a job's attempts told from its events
+    F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
+    B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)
+                                           backfill.py   what backfill starts, cancels, records
+
+The dispatch cycle itself (D1–D7, R1–R6) and the cost formulas (F1–F4) are the policy core,
+`jpu.policy` (`cycle`, `charging`, `fairshare`, `queue`, `oom`, `maintenance`, `backfill`).
+"""

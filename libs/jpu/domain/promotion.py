@@ -1,0 +1,30 @@
+"""Promotion from the personal queue to the global queue (SPEC Q5, S1). Pure.
+
+Whenever a user's slot frees or they submit, their oldest personal-queue jobs are promoted while
+they hold fewer than `max_active_jobs` slot-holding jobs (the count is the fold's, S1; the
+choice is jpu.policy.queue.promotions). services/intake/promote.py appends the events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from jpu.domain.cluster import ClusterState
+from jpu.events import JobPromoted
+from jpu.policy.queue import promotions
+
+
+def to_promote(
+    state: ClusterState, users: set[str] | None, limits: Mapping[str, int], default: int
+) -> list[str]:
+    """The jobs Q5 promotes now, of `users` (None: everyone); `limits`: user → max_active_jobs,
+    `default` for the others."""
+    personal = {u: q for u, q in state.personal.items() if q and (users is None or u in users)}
+    if not personal:
+        return []
+    return promotions(personal, state.slots, limits, default)
+
+
+def promoted(job_id: str, now: float, event_id: str) -> JobPromoted:
+    """Q5: the job enters the global queue now (`queue_entered_at` = the promotion time)."""
+    return JobPromoted(event_id=event_id, ts=now, job_id=job_id, queue_entered_at=now)

@@ -1,0 +1,128 @@
+"""Submit and cancel, decided on the intake's fold (SPEC Q1–Q4, Q6; cancel: §8, S2). Pure: the
+job id, the event id and `now` are passed in; services/intake/submit.py reads and appends.
+
+A submit is refused in this order: Q1 validation, then (with an Idempotency-Key) Q6 replay of the
+job the key made, then Q3 maintenance, then Q2 no-fit; else it is `JobSubmitted` (Q4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from jpu import limits
+from jpu.commands import CancelCommand, CommandReply, SubmitCommand, error_reply
+from jpu.config import Tier
+from jpu.domain.cluster import ClusterState
+from jpu.domain.holdings import gpus
+from jpu.domain.states import JobView, request_digest
+from jpu.events import JobCancelRequested, JobSubmitted
+from jpu.policy import maintenance
+from jpu.policy.placements import ever_fits
+from jpu.policy.queue import largest_placement, validate_submit
+
+
+class _Want(msgspec.Struct, frozen=True):
+    num_gpus: int
+    tiers: frozenset[str] | None
+    min_vram_gb: int | None
+
+
+def idempotent_job_id(user: str, key: str) -> str:
+    """Q6: the same key from the same user always names the same job."""
+    return hashlib.sha256(f"{user}\x00{key}".encode()).hexdigest()[:24]
+
+
+def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | None:
+    """Q1: 422 naming each bad field; nothing reaches the log that a projection could not
+    store (jpu.limits)."""
+    problems = validate_submit(cmd.body, list(tiers))
+    key_problem = limits.idempotency_key_problem(cmd.idempotency_key)
+    if key_problem:
+        problems.append(limits.FieldError("Idempotency-Key", key_problem))
+    return error_reply("VALIDATION_ERROR", *limits.error_details(problems)) if problems else None
+
+
+def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> JobSubmitted:
+    """Q4: the accepted job, as the log records it."""
+    b: Mapping[str, Any] = cmd.body
+    limit = b.get("time_limit_s")
+    return JobSubmitted(
+        event_id=event_id,
+        ts=now,
+        job_id=job_id,
+        lab=cmd.lab,
+        user=cmd.user,
+        name=b.get("name") or "job",
+        command=b["command"],
+        num_gpus=b["num_gpus"],
+        tiers=list(b["tiers"]) if b.get("tiers") is not None else None,
+        min_vram_gb=b.get("min_vram_gb"),
+        time_limit_s=math.ceil(limit) if limit is not None else None,
+        env=dict(b.get("env") or {}),
+        idempotency_key=cmd.idempotency_key,
+        chdir=b.get("chdir"),  # U5: validated (jpu.policy.workdir); None: JOB_OUTPUT_DIR
+    )
+
+
+def replay(existing_digest: str, event: JobSubmitted, seq: int, state: str) -> CommandReply:
+    """Q6: the key's job again (200), or 409 when this body differs from the first."""
+    if existing_digest != request_digest(event):
+        return error_reply(
+            "IDEMPOTENCY_CONFLICT",
+            "this Idempotency-Key was used with a different request body",
+            {"job_id": event.job_id},
+        )
+    return CommandReply(status=200, job_id=event.job_id, seq=seq, replayed=True, state=state)
+
+
+def refused(
+    state: ClusterState, event: JobSubmitted, tiers: Mapping[str, Tier]
+) -> CommandReply | None:
+    """Q3 (503 during maintenance), then Q2 (422 when no placement can ever run the job)."""
+    if not maintenance.submit_allowed(state.maintenance.state):  # type: ignore[arg-type]
+        return error_reply(
+            "SERVICE_MAINTENANCE",
+            "the cluster is in maintenance; submit later",
+            {"state": state.maintenance.state, "message": state.maintenance.message},
+        )
+    want = _Want(event.num_gpus, frozenset(event.tiers) if event.tiers else None, event.min_vram_gb)
+    pool = gpus(state)
+    if ever_fits(want, pool, tiers):
+        return None
+    return error_reply(
+        "NO_FIT_PLACEMENT",
+        "no placement of the cluster can ever run this job",
+        {
+            "num_gpus": event.num_gpus,
+            "tiers": event.tiers,
+            "min_vram_gb": event.min_vram_gb,
+            "largest_placement": largest_placement(want, pool, tiers),  # the fix
+        },
+    )
+
+
+def _may_cancel(cmd: CancelCommand, user: str, lab: str) -> bool:
+    return cmd.by == user or cmd.role == "admin" or (cmd.role == "lab_admin" and cmd.lab == lab)
+
+
+def cancel_answer(cmd: CancelCommand, job: JobView) -> CommandReply | None:
+    """The answer to a cancel without appending anything (refused, or already cancelling);
+    None: append `cancel_requested`."""
+    if not _may_cancel(cmd, job.user, job.lab):
+        return error_reply("FORBIDDEN", "only the owner, a lab_admin of its lab or an admin")
+    if job.terminal and not job.oom_pending:  # S2; a pending OOM retry can still be called off
+        return error_reply("ALREADY_TERMINAL", f"job already {job.state}", {"state": job.state})
+    if job.state == "CANCELLING":
+        return CommandReply(
+            status=202, job_id=job.job_id, seq=job.last_seq, replayed=True, state=job.state
+        )
+    return None
+
+
+def cancel_requested(job: JobView, by: str, now: float, event_id: str) -> JobCancelRequested:
+    return JobCancelRequested(event_id=event_id, ts=now, job_id=job.job_id, by=by)
