@@ -3,7 +3,7 @@ cancels. What each of them appends is decided by the service that appends it liv
 
 * a submission: intake's Q2 check (jpu.policy.placements.ever_fits), then `JobSubmitted`;
 * an attempt's end: the slurm-agent's `JobEnded` from the backend's status
-  (jpu_services.slurm_agent.ending.job_ended); after a GPU OOM the dispatcher's X8 decision
+  (jpu.domain.ending.job_ended); after a GPU OOM the dispatcher's X8 decision
   is its next cycle's duty (`Simulator.duties`);
 * a cancel: `JobCancelRequested`, then the agent's end of a dispatched attempt, or the
   dispatcher's end of a queued one, again a duty of its next cycle.

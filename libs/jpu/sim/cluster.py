@@ -4,7 +4,7 @@ Who holds a GPU is the services' fold (`ClusterState.holders`, `.backfill`, `.do
 simulated cluster adds only what no event carries: since when each GPU has been idle (the
 backfill service's B1 settle clock) and since when each backfill instance has run (for
 utilization). It also keeps the cycle's GPU rows and running jobs up to date event by event,
-each row and job by the very functions `fold_snapshot.snapshot` builds them with (`gpu_row`,
+each row and job by the very functions `jpu.domain.dispatch.snapshot` builds them with (`gpu_row`,
 `running_job`), so a cycle costs what the policy costs, not a rebuild of 512 rows.
 """
 
@@ -46,9 +46,9 @@ class SimCluster:
         ]
         self.capacity = len(self.keys)
         self.pos = {k: p for p, k in enumerate(self.keys)}
-        self.rows: list[Gpu] = [gpu_row(state, k) for k in self.keys]  # = fold_snapshot.gpus
+        self.rows: list[Gpu] = [gpu_row(state, k) for k in self.keys]  # = jpu.domain.holdings.gpus
         self.reserved = sum(1 for g in self.rows if g.state.startswith("reserved:"))
-        self.running: dict[str, RunningJob] = {  # = fold_snapshot.running, by dispatch
+        self.running: dict[str, RunningJob] = {  # = jpu.domain.holdings.running, by dispatch
             j.job_id: r for j in state.jobs.values() if (r := running_job(j)) is not None
         }
         self.idle_since: dict[GpuKey, float] = {

@@ -1,11 +1,11 @@
 """Discrete-event engine: a virtual clock, a heap of timed happenings, and the services' core.
 
 The job lifecycle is the services' fold: every event the simulator appends goes through
-`jpu.fold.evolve` into a `ClusterState`, exactly as the services follow the log, and each
-decision is the function the service itself calls on that state: intake's promotion
-(jpu.policy.queue.promotions) and Q2 check, the dispatcher's cycle on `fold_snapshot.snapshot`
-and its duties (jpu_services.dispatcher.decide), the slurm-agent's `JobEnded`
-(jpu_services.slurm_agent.ending), accounting's charge (jpu.policy.charging). The simulator
+`jpu.domain.cluster.evolve` into a `ClusterState`, exactly as the services follow the log, and
+each decision is the function the service itself calls on that state: intake's promotion
+(jpu.policy.queue.promotions) and Q2 check, the dispatcher's cycle on
+`jpu.domain.dispatch.snapshot` and its duties (jpu.domain.dispatch), the slurm-agent's
+`JobEnded` (jpu.domain.ending), accounting's charge (jpu.policy.charging). The simulator
 itself keeps only the clock, the simulated cluster (attempts.py, backfill.py), the workload and
 the summary; it never branches on "simulation" inside a decision.
 Phases at one instant run in a fixed order (ends, cancels, arrivals, backfill, cycle) so a cycle

@@ -1,7 +1,8 @@
 """The simulator's own bookkeeping: the kinds of timed happenings and the run's totals.
 
-A job's lifecycle is not here: it is the services' fold (jpu.fold.ClusterState) of the events
-the simulator appends; the simulator keeps only what the simulated cluster and the summary need.
+A job's lifecycle is not here: it is the services' fold (jpu.domain.cluster.ClusterState) of
+the events the simulator appends; the simulator keeps only what the simulated cluster and the
+summary need.
 """
 
 from __future__ import annotations
