@@ -82,10 +82,10 @@ def job_ended(
         tier=d.tier,
         gpus=list(d.gpus),
         gpu_seconds_run=gpu_s_run,
-        gpu_seconds_reserved=job.reserved_gpu_s,
+        gpu_seconds_reserved=job.view.uncharged_reserved_gpu_s,
         gpu_seconds_startup=gpu_s_startup,
         tflops=tier.tflops,
-        usage=(gpu_s_startup + gpu_s_run) * tier.tflops + job.reserved_usage,  # F1, F2, F4, F5
+        usage=(gpu_s_startup + gpu_s_run) * tier.tflops + job.view.uncharged_reserved_usage,  # F4
         oom=oom,
         host_oom=status.state == "OUT_OF_MEMORY",  # X7: reported, never escalated
         reason=end_reason(status, oom),

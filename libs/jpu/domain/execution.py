@@ -2,7 +2,8 @@
 
 The job's state machine is the shared one (jpu.domain.states, SPEC S1–S3); on top of it the agent
 keeps what it needs to execute: the request (command, env, user), the current attempt's dispatch
-and start, and the part of the attempt's reservations not yet charged (F4, R4).
+and start. What the attempt's reservations still owe (F4, R4) is the shared fold's ledger
+(`JobView.uncharged_reserved_*`), charged with the attempt's end (ending.py).
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ from jpu.config import Tier
 from jpu.domain.states import JobView, apply_job_event
 from jpu.events import (
     JobDispatched,
-    JobEnded,
     JobStarted,
     JobSubmitted,
-    ReservationReleased,
-    ReservationShrunk,
 )
 
 if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
@@ -34,8 +32,6 @@ class AgentJob:
     submitted: JobSubmitted
     dispatched: JobDispatched | None = None  # of the current attempt
     started: JobStarted | None = None  # of the current attempt
-    reserved_gpu_s: float = 0.0  # released with charged_now=False, since the last JobEnded
-    reserved_usage: float = 0.0  # the same in TFLOP-s, at each reservation's tier
 
     @property
     def last_seq(self) -> int:
@@ -55,15 +51,6 @@ class AgentJob:
                 self.dispatched, self.started = e, None
         elif isinstance(e, JobStarted) and self.dispatched and e.attempt == self.dispatched.attempt:
             self.started = e
-        elif isinstance(e, ReservationShrunk):  # R5: charged with this attempt's end
-            self.reserved_gpu_s += e.gpu_seconds
-            self.reserved_usage += e.gpu_seconds * e.tflops
-        elif isinstance(e, ReservationReleased) and not e.charged_now:
-            tflops = e.tflops or (tiers[e.tier].tflops if e.tier in tiers else 0.0)
-            self.reserved_gpu_s += e.gpu_seconds
-            self.reserved_usage += e.gpu_seconds * tflops
-        elif isinstance(e, JobEnded):
-            self.reserved_gpu_s = self.reserved_usage = 0.0  # charged with that end (F4)
 
 
 def fold_job(events: Iterable[Delivered], tiers: Mapping[str, Tier]) -> AgentJob | None:

@@ -126,13 +126,7 @@ def end(sim: Simulator, job: JobView, status: BackendStatus) -> None:
     """The agent's JobEnded for the attempt (X6, F4, F5); an OOM is the dispatcher's to decide
     at its next cycle (X8, `Simulator.duties`)."""
     d = sim.running.pop(job.job_id)
-    agent = AgentJob(
-        view=job,
-        submitted=sim.submitted[job.job_id],
-        dispatched=d,
-        reserved_gpu_s=job.uncharged_reserved_gpu_s,  # what the agent folds from the same log
-        reserved_usage=job.uncharged_reserved_usage,
-    )
+    agent = AgentJob(view=job, submitted=sim.submitted[job.job_id], dispatched=d)
     backend_id = f"sim-{job.job_id}-{d.attempt}"
     ended = job_ended(agent, status, sim.tiers[d.tier], backend_id, sim.now)
     sim.append(ended)
