@@ -40,7 +40,7 @@ import msgspec
 
 from jpu.config import DEFAULT_PATH, Cluster, Node, load_cluster
 from jpu.estimate import RunTimes, present
-from jpu.events import Event, JobEnded, JobPromoted
+from jpu.events import Event, JobPromoted
 from jpu.policy.fairshare import decayed
 from jpu.policy.slurm_like import limit_of
 from jpu.sim.engine import Simulator
@@ -235,7 +235,7 @@ class ProbedSim(Simulator):
         self.setting = setting
         self.every = every
         self.arrivals = 0
-        self.runtimes = RunTimes(scale_limits=scale)
+        self.runtimes = RunTimes(self.state.runs, scale_limits=scale)
         self.samples: list[Sample] = []
         self.estimate_cpu: list[float] = []
         self.slurm_cpu: list[float] = []
@@ -243,10 +243,8 @@ class ProbedSim(Simulator):
         self.entered: dict[str, float] = {}  # job id -> queue_entered_at (its promotion)
 
     def folded(self, event: Event) -> None:
-        """What the dispatcher notes as it follows the log: run times (U4), promotions."""
-        if isinstance(event, JobEnded):
-            self.runtimes.observe(self.state, event)
-        elif isinstance(event, JobPromoted):
+        """What the bench notes as it follows the log: promotions (run times are the fold's)."""
+        if isinstance(event, JobPromoted):
             self.entered[event.job_id] = event.queue_entered_at
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:

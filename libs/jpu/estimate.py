@@ -7,26 +7,25 @@ The dispatcher's `ClusterState` (the same fold its cycle decides on) becomes a `
 
 How long a job runs once started (its basis):
 - `limits`: its `time_limit_s`;
-- `predicted`: without a limit, the median of the same user's last `keep` completed runs with
+- `predicted`: without a limit, the median of the same user's last `KEEP` (20) completed runs with
   the same `num_gpus`, else the median of the lab's (same `num_gpus`), from `RunTimes`. With a
   limit, when the user's (else the lab's) recent runs ended well before their limits (median of
   run time / limit below `LOOSE`), the limit × that median: users who write 2× their run time
   get estimates from what their jobs really take (`RunTimes(scale_limits=False)`: limits only);
 - `unknown`: neither (a running job then holds its GPUs for the whole estimate).
-`RunTimes` is fed from the log's `JobEnded` events as the dispatcher follows them; it starts
-empty after a restart from a snapshot and fills up as jobs complete.
+The recent runs are part of the shared fold (`ClusterState.runs`, jpu.domain.runs), in every
+snapshot: a dispatcher restarted from one predicts as well as one that replayed the whole log.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import deque
 
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus
+from jpu.domain.runs import RecentRuns
 from jpu.domain.states import PLACED, QUEUED, JobView, queued_job
-from jpu.events import JobEnded
 from jpu.policy.charging import with_owed
 from jpu.policy.model import Gpu, MaintenanceState
 from jpu.sim.forward import (
@@ -42,57 +41,23 @@ from jpu.sim.forward import (
 
 __all__ = ["EstimateParams", "ForwardResult", "RunTimes", "estimate", "present"]
 
-RunKey = tuple[str, int]  # (user or lab, num_gpus)
 LOOSE = 0.9  # runs ending before 90 % of their limit (median): the limit is scaled
 
 
 class RunTimes:
-    """Recent completed run times per (user, num_gpus) and (lab, num_gpus), bounded."""
+    """Durations from the fold's recent runs (`ClusterState.runs`, jpu.domain.runs)."""
 
-    def __init__(self, keep: int = 20, *, scale_limits: bool = True) -> None:
-        self.keep, self.scale_limits = keep, scale_limits
-        self.by_user: dict[RunKey, deque[float]] = {}
-        self.by_lab: dict[RunKey, deque[float]] = {}
-        self.ratio_user: dict[str, deque[float]] = {}  # run time / limit, any num_gpus
-        self.ratio_lab: dict[str, deque[float]] = {}
-
-    def record(
-        self, user: str, lab: str, num_gpus: int, run_s: float, limit_s: float | None = None
-    ) -> None:
-        for table, who in ((self.by_user, user), (self.by_lab, lab)):
-            d = table.get((who, num_gpus))
-            if d is None:
-                d = table[(who, num_gpus)] = deque(maxlen=self.keep)
-            d.append(run_s)
-        if limit_s:
-            for ratios, who in ((self.ratio_user, user), (self.ratio_lab, lab)):
-                r = ratios.get(who)
-                if r is None:
-                    r = ratios[who] = deque(maxlen=self.keep)
-                r.append(min(1.0, run_s / limit_s))
+    def __init__(self, runs: RecentRuns, *, scale_limits: bool = True) -> None:
+        self.runs, self.scale_limits = runs, scale_limits
 
     def limit_ratio(self, user: str, lab: str) -> float | None:
         """Median run time / limit of the user's recent runs with a limit, else the lab's."""
-        for d in (self.ratio_user.get(user), self.ratio_lab.get(lab)):
-            if d:
-                return float(statistics.median(d))
-        return None
-
-    def observe(self, state: ClusterState, event: object) -> None:
-        """A completed attempt's run time, from its `JobEnded` (after the fold applied it)."""
-        if not isinstance(event, JobEnded) or event.state != "COMPLETED" or not event.gpus:
-            return
-        job = state.job_seen(event.job_id)
-        if job is None or event.gpu_seconds_run <= 0:
-            return
-        run_s = event.gpu_seconds_run / len(event.gpus)
-        self.record(job.user, job.lab, job.num_gpus, run_s, job.time_limit_s)
+        r = self.runs.ratios(user, lab)
+        return float(statistics.median(r)) if r else None
 
     def predict(self, user: str, lab: str, num_gpus: int) -> float | None:
-        for d in (self.by_user.get((user, num_gpus)), self.by_lab.get((lab, num_gpus))):
-            if d:
-                return float(statistics.median(d))
-        return None
+        d = self.runs.runs(user, lab, num_gpus)
+        return float(statistics.median(d)) if d else None
 
     def duration(
         self, user: str, lab: str, num_gpus: int, time_limit_s: float | None
@@ -126,7 +91,7 @@ def present(
     state: ClusterState, config: Config, now: float, runtimes: RunTimes | None = None
 ) -> Present:
     """The live fold at `now` as the forward estimate's starting point."""
-    rt = runtimes or RunTimes()
+    rt = runtimes or RunTimes(state.runs)
     running: list[RunningNow] = []
     queued: list[QueuedNow] = []
     keep: set[str] = set()  # jobs the estimate plays; GPUs held by others are freed

@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from jpu.commands import EstimatesView
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.estimate import RunTimes, present
+from jpu.estimate import present
 from jpu.sim.forward import EstimateParams, ForwardResult, Present, forward
 from jpu_services.dispatcher.view import ViewPublisher
 
@@ -31,7 +31,6 @@ class Estimator:
     config: Config
     state: ClusterState
     view: ViewPublisher
-    runtimes: RunTimes = field(default_factory=RunTimes)
     last_at: float = float("-inf")  # monotonic time of the last start
     computed: int = 0
     cpu_s: float = 0.0  # CPU seconds of the last estimate (thread time)
@@ -58,7 +57,7 @@ class Estimator:
         if not self.due():
             return
         self.last_at = time.monotonic()
-        p = present(self.state, self.config, now, self.runtimes)
+        p = present(self.state, self.config, now)  # durations from state.runs (U4)
         n = len(p.queued) + sum(len(q) for q in p.personal.values())
         self._basis = (self.state.maintenance.state, n)
         seq = self.state.seq

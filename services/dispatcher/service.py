@@ -29,8 +29,6 @@ from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
-from jpu.estimate import RunTimes
-from jpu.events import JobEnded
 from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
 from jpu.service import wait_any
@@ -84,14 +82,10 @@ class Dispatcher:
             log.debug("cycle appended %d events", self.writer.appended - before)
 
 
-def _triggered(
-    wake: asyncio.Event, state: ClusterState, runtimes: RunTimes
-) -> Callable[[Delivered], None]:
+def _triggered(wake: asyncio.Event) -> Callable[[Delivered], None]:
     def on_event(d: Delivered) -> None:
         if isinstance(d.event, TRIGGERS):
             wake.set()
-        if isinstance(d.event, JobEnded):
-            runtimes.observe(state, d.event)  # U4: run times for predicted durations
 
     return on_event
 
@@ -109,11 +103,10 @@ async def run_dispatcher(
 ) -> None:
     state = ClusterState.new(config, keep_ended=False)  # issue 11: in-flight jobs only
     wake = asyncio.Event()
-    runtimes = RunTimes()
     follower = Follower(
         bus,
         state,
-        _triggered(wake, state, runtimes),
+        _triggered(wake),
         snapshots=SnapshotPolicy.from_config(bus, config),
     )
     lease = Lease(bus.js, f"dispatcher.{bus.stream}", holder, lease_ttl_s, lease_renew_s)
@@ -129,7 +122,7 @@ async def run_dispatcher(
         stats or DispatcherStats(),
         wake,
         view,
-        Estimator(config, state, view, runtimes),
+        Estimator(config, state, view),
     )
     await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(lease.run(stop))]

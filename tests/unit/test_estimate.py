@@ -12,7 +12,9 @@ import pytest
 
 from jpu.bus import Delivered
 from jpu.config import Config, load_config
+from jpu.domain import codec
 from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.runs import KEEP
 from jpu.estimate import RunTimes, estimate
 from jpu.events import (
     Event,
@@ -50,12 +52,11 @@ class Log:
         self.config = config
         self.state = ClusterState.new(config)
         self.seq = count(1)
-        self.runtimes = RunTimes()
+        self.runtimes = RunTimes(self.state.runs)  # the fold's recent runs (U4)
 
     def add(self, cls: type[Event], ts: float, /, **kw: Any) -> None:
         event = cls(event_id=new_event_id(), ts=ts, **kw)
         evolve(self.state, Delivered(seq=next(self.seq), subject="s", event=event, headers={}))
-        self.runtimes.observe(self.state, event)
 
     def submit(self, job: str, lab: str, user: str, n: int, ts: float, **kw: Any) -> None:
         self.add(
@@ -209,6 +210,24 @@ def test_U4_predicted_duration_is_the_users_median_then_the_labs():
     log.run("r", "A", "a", "n1", "rtx4090", [0], t)  # no limit: runs the predicted 1200 s
     log.queue("q", "B", "b", 1, t + 1, time_limit_s=H)
     assert log.estimate(t + 10) == {"q": (t + 1200, "predicted")}
+
+
+def test_U4_recent_runs_are_in_the_snapshot_and_stay_bounded():
+    """A dispatcher restarted from a snapshot predicts as one that replayed the whole log (the
+    history was the dispatcher's own memory before, empty after such a restart), and the
+    history keeps the last KEEP runs per user and GPU count, however many jobs ended."""
+    log = Log(_one_node(1))
+    for i in range(KEEP + 5):  # the first five (100 s) fall out: the rest take 1,200 s
+        start, run_s = T0 + i * 10_000, 100.0 if i < 5 else 1200.0
+        log.run(f"h{i}", "A", "a", "n1", "rtx4090", [0], start)
+        log.add(
+            JobEnded, start + run_s, job_id=f"h{i}", attempt=1, state="COMPLETED",
+            node="n1", tier="rtx4090", gpus=[0], gpu_seconds_run=run_s, tflops=82.6,
+        )  # fmt: skip
+    assert log.state.runs.by_user["a"][1] == [1200.0] * KEEP
+    restored = codec.unpack(codec.pack(log.state, "JPU", T0), log.config)[1]
+    assert restored.runs == log.state.runs
+    assert RunTimes(restored.runs).predict("a", "A", 1) == 1200.0
 
 
 def test_U4_running_job_with_no_limit_and_no_history_leaves_the_wait_unknown():

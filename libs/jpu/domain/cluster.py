@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jpu.config import Cluster
+from jpu.domain.runs import RecentRuns, observe
 from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, queued_job
 from jpu.events import (
     BackfillEnded,
@@ -74,6 +75,7 @@ class ClusterState:
     # UsageCharged has settled yet; the cycle ranks with them (D1, jpu.policy.charging)
     owed: dict[str, Charge] = field(default_factory=dict)
     maintenance: Maintenance = field(default_factory=Maintenance)
+    runs: RecentRuns = field(default_factory=RecentRuns)  # U4: recent run times (bounded)
     personal: dict[str, list[str]] = field(default_factory=dict)  # user -> job ids, oldest first
     slots: dict[str, int] = field(default_factory=dict)  # user -> slot-holding jobs (S1)
     # the global queue (GLOBAL_QUEUE_WAIT, RESERVING) grouped by lab for the cycle (D1), kept
@@ -141,6 +143,8 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
         if isinstance(event, JobEnded | ReservationReleased):
             _owe(state, event)
         _job(state, delivered)
+        if isinstance(event, JobEnded):
+            observe(state.runs, state.job_seen(event.job_id), event)
 
 
 def _charged(state: ClusterState, event: UsageCharged) -> None:

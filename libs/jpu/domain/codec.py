@@ -22,6 +22,7 @@ import msgspec
 
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, Maintenance, forget
+from jpu.domain.runs import RecentRuns
 from jpu.domain.states import QUEUED, JobView, queued_job
 from jpu.policy.charging import Charge
 from jpu.policy.labqueues import LabQueues
@@ -29,7 +30,7 @@ from jpu.policy.model import LabUsage
 
 # Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
 # another version are ignored (a full replay rebuilds the state under the new rules).
-SCHEMA_VERSION: Final = 2  # 2: charge ids carry their job (bounded dedup)
+SCHEMA_VERSION: Final = 3  # 2: charge ids carry their job (bounded dedup); 3: recent runs
 MAGIC: Final = b"JPUSNAP\n"
 
 
@@ -57,6 +58,7 @@ class _Payload(msgspec.Struct):
     charged: list[tuple[str, str | None]]  # (UsageCharged id, its job: None for a lab's)
     owed: list[Charge]
     maintenance: Maintenance
+    runs: RecentRuns
 
 
 def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
@@ -72,6 +74,7 @@ def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
             charged=_charged(state),
             owed=list(state.owed.values()),
             maintenance=state.maintenance,
+            runs=state.runs,
         )
     )
     header = Header(
@@ -135,6 +138,7 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
             state.charged_by_job.setdefault(job_id, set()).add(charge_id)
     state.owed = {c.charge_id: c for c in p.owed}
     state.maintenance = p.maintenance
+    state.runs = p.runs
     # Derived exactly as the fold keeps them (jpu.domain.cluster._job, _submitted).
     queued = []
     for job in sorted(p.jobs, key=lambda j: j.submit_seq):
