@@ -201,8 +201,16 @@ class Walk:
             self.dispatch(job, own, [*held, *pool.take(own, need)])
             self.dispatched.append(i)
             return False
-        slot = pool.best_fit(levels, job.num_gpus)
-        assert slot is not None  # its class is servable
+        # a swap goes elsewhere: its own placement's idle GPUs are what the higher job waits
+        # for with the reserved ones (D5); it never "swaps" onto them (the R6 property test
+        # found one releasing GPU 0 of a placement and dispatched on GPUs 1-2 of the same one)
+        slot = next((s for s in pool.candidates(levels, job.num_gpus) if s is not own), None)
+        if slot is None:  # fits only at home, where a higher job could start with its GPUs and
+            # nowhere else (holds_back): `useful` demotes now, with the walk's pool (R3, R6)
+            self.out.releases.append(release(job, "demoted", self.now, pool.tiers))
+            own.reserved.pop(job.job_id, None)
+            pool.give(own, held)
+            return bool(held)
         self.out.releases.append(release(job, "swap", self.now, pool.tiers))
         self.dispatch(job, slot, pool.take(slot, job.num_gpus))
         own.reserved.pop(job.job_id, None)

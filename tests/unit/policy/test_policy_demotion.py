@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from builders import default_cluster, job, reserved, snap
+from builders import default_cluster, job, reserved, snap, tier
 
 from jpu.config import DEMOTION_MODES, ConfigError, load_config
 from jpu.policy import cycle
 from jpu.policy.demotion import beyond_margin
-from jpu.policy.model import LabUsage, Snapshot
+from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
 
 A1, A2, B1, B2 = "gpu-4090x2-01", "gpu-4090x2-02", "gpu-3080tix2-01", "gpu-3080tix2-02"
 BUSY = {(n, i): f"job:r-{n}-{i}" for n in (A1, A2, B1, B2) for i in (0, 1)}
@@ -161,3 +161,38 @@ def test_R6_config_validates_the_mode_and_margin():
         load_config(env={"JPU_RESERVATION_DEMOTION": "sometimes"})
     with pytest.raises(ConfigError, match="reservation_demotion_margin"):
         load_config(env={"JPU_RESERVATION_DEMOTION_MARGIN": "1.0"})
+
+
+def test_R6_D5_useful_a_parked_job_that_fits_only_at_home_yields_it_to_the_higher_job():
+    """Found by the R6 property test: j0 (lab A) kept a 1-GPU reservation on n2 (3 GPUs) under
+    `useful` (at the cycle's start j4 could start on n4); rank 1 then took n4, so j4 (3 GPUs)
+    could start only on n2 with j0's GPU. j0 "swapped" onto n2's two idle GPUs — a dispatch
+    ahead of j4 on the GPUs j4 needed (D5). A swap now goes elsewhere; with nowhere else, the
+    walk demotes j0 (R3: charged now) and j4 starts on n2."""
+    t0 = tier("t0", 12, 10.0, 0, max_gpus=3)
+    layout = {"n0": 2, "n1": 1, "n2": 3, "n3": 1, "n4": 4}
+    held = {("n0", 0): "reserved:j1", ("n2", 0): "reserved:j0"}
+    gpus = [Gpu(n, "t0", i, held.get((n, i), "free")) for n, c in layout.items() for i in range(c)]
+
+    def q(j: str, lab: str, n: int, res: Reservation | None = None) -> QueuedJob:
+        return QueuedJob(
+            job_id=j, lab=lab, user="u", num_gpus=n, queue_entered_at=0.0, reservation=res
+        )
+
+    queue = [
+        q("j0", "A", 2, Reservation(node="n2", tier="t0", gpus=(0,), since=0.0)),
+        q("j1", "A", 3, Reservation(node="n0", tier="t0", gpus=(0,), since=0.0)),  # R5: n0 < 3
+        q("j2", "A", 2), q("j3", "B", 3), q("j4", "B", 3), q("j5", "A", 1),
+        q("j6", "A", 2), q("j7", "A", 2), q("j8", "B", 2),
+    ]  # fmt: skip
+    s = Snapshot(
+        tiers={"t0": t0}, gpus=gpus, queue=queue, usage={"A": LabUsage(100.0, 0.0)},
+        half_life_s=3600.0, reservation_demotion="useful",
+    )  # fmt: skip
+    r = cycle(s, now=1000.0)
+    assert r.order[:5] == ["j3", "j4", "j8", "j0", "j1"]
+    assert {(x.job_id, x.reason) for x in r.releases} == {("j1", "capacity"), ("j0", "demoted")}
+    demoted = next(x for x in r.releases if x.job_id == "j0")
+    assert demoted.charge_now == 1 * 1000.0 * 10.0  # R3: the held time, charged at once
+    got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
+    assert got["j4"] == ("n2", (0, 1, 2)) and "j0" not in got
