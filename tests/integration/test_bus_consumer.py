@@ -65,12 +65,16 @@ async def test_consumer_acks_after_handler_and_resumes(bus: EventBus, nats_url: 
         await task
     assert done == seqs[:4]
 
-    # 2. A restarted instance of the same durable gets everything not acked, in order.
+    # 2. A restarted instance of the same durable gets everything not acked — the dead one's
+    #    batch not necessarily in order: its keepalive may have extended some of the batch's ack
+    #    deadlines and not others when it died (seen: 6 before 5; see the consumer's docstring)
     async def commits(batch: list[Delivered]) -> None:
         done.extend(d.seq for d in batch)
 
-    await consume_until(bus, "proj", commits, lambda: len(done) >= 12, batch=4, ack_wait_s=1.0)
-    assert done == seqs
+    await consume_until(
+        bus, "proj", commits, lambda: set(seqs) <= set(done), batch=4, ack_wait_s=1.0
+    )
+    assert done[:4] == seqs[:4] and sorted(set(done)) == seqs  # nothing lost (O5)
 
     # 3. A graceful stop acked everything: a third instance sees nothing old, only new events.
     later = await bus.append(promoted("j99", 99.0))

@@ -3,12 +3,18 @@
 SPEC O5: a consumer killed at any moment loses nothing — unacked messages are redelivered to the
 next instance of the same durable; projections make redelivery harmless (SPEC E3).
 
-Ordering (what a projection relies on): one batch in flight per durable (max_ack_pending = batch),
+Ordering, while an instance runs: one batch in flight per durable (max_ack_pending = batch),
 handed over in stream order. When the handler fails on a batch, the consumer keeps the batch and
 isolates the culprit itself: one message at a time, in order, retried with backoff up to
 `max_deliver` attempts, then parked. So a transient failure never lets a later event overtake an
-earlier one, and a poison message costs only itself. A message that arrives already delivered more
-than `max_deliver` times (a handler that crashes the process) is parked on arrival.
+earlier one, and a poison message costs only itself. After an instance dies holding a batch,
+JetStream redelivers its messages as their ack deadlines pass, and the in-progress keepalives
+may have left those deadlines staggered (the process died part-way through a round): the next
+instance gets every one of them, not necessarily in order. Its user, the slurm-agent, decides on
+fresh reads of a job's events, so that order does not matter to it; the projections and the
+services' folds read through the ordered reader (ordered.py), which keeps stream order always.
+A message that arrives already delivered more than `max_deliver` times (a handler that crashes
+the process) is parked on arrival.
 """
 
 from __future__ import annotations
