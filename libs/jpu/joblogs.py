@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal
+
+from jpu.backends.base import SAFE_ID  # the ids the backends accept
 
 if TYPE_CHECKING:
     from jpu.config import Config
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 Stream = Literal["stdout", "stderr"]
 STREAMS: Final[tuple[Stream, ...]] = ("stdout", "stderr")  # the file names in JOB_OUTPUT_DIR
 CHUNK: Final = 64 * 1024
-_SAFE_ID: Final = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # as the backends accept job ids
 _DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
@@ -99,7 +99,7 @@ class OpenOutput:
 def open_output(root: Path, job_id: str, attempt: int, stream: Stream) -> OpenOutput | None:
     """The attempt's `stream` file, or None when there is none (yet): the attempt never started,
     or its directory was never made. Raises OutputError when it cannot be served."""
-    if not _SAFE_ID.match(job_id) or attempt < 1 or stream not in STREAMS:
+    if not SAFE_ID.match(job_id) or attempt < 1 or stream not in STREAMS:
         return None
     path = attempt_dir(root, job_id, attempt) / stream
     fds: list[int] = []

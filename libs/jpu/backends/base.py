@@ -18,7 +18,8 @@ Contract, beyond the signatures:
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+import re
+from typing import Final, Literal, Protocol, runtime_checkable
 
 import msgspec
 
@@ -36,6 +37,11 @@ BackendState = Literal[
 TERMINAL_STATES: frozenset[str] = frozenset(
     {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
 )
+
+
+# job, attempt and backfill ids as a backend may put them in a file name, a Slurm job name or an
+# argv: every backend checks them against this one pattern before it uses them
+SAFE_ID: Final = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 class BackendError(RuntimeError):

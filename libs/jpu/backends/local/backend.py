@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import subprocess
 import time
 from collections import defaultdict
@@ -22,6 +21,7 @@ from jpu.backends import isolation as iso_
 from jpu.backends import process as proc_
 from jpu.backends.accounts import Account, AccountMap, current_account
 from jpu.backends.base import (
+    SAFE_ID,
     BackendError,
     BackendStatus,
     LaunchSpec,
@@ -35,8 +35,6 @@ from jpu.backends.outputs import create_private, open_output_dir
 from jpu.config import Node
 
 log = logging.getLogger(__name__)
-
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -178,7 +176,7 @@ class LocalBackend(LocalBackfill):
                 self._watch(record, None)
 
     def _validate(self, spec: LaunchSpec) -> None:
-        if not _SAFE_ID.match(spec.job_id) or spec.attempt < 1:
+        if not SAFE_ID.match(spec.job_id) or spec.attempt < 1:
             raise BackendError(f"bad job id or attempt: {spec.job_id!r} {spec.attempt}")
         node = next((n for n in self.settings.nodes if n.name == spec.node), None)
         if node is None or spec.tier not in node.gpus:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from jpu.backends import process as proc_
 from jpu.backends.backfill import BackfillHandle, BackfillSpec
-from jpu.backends.base import BackendError, BackendStatus, UnknownBackendJob
+from jpu.backends.base import SAFE_ID, BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.local.preempt import preempt
 from jpu.backends.local.records import JobRecord, RecordStore
 from jpu.backends.local.watch import Watcher, adopt_unsaved_spawn
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
     from jpu.backends.local.backend import LocalSettings
 
 log = logging.getLogger(__name__)
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 class LocalBackfill:
@@ -181,7 +179,7 @@ class _Instances:
         return self.store.path(bid).with_suffix(".endpoint")
 
     def _validate(self, spec: BackfillSpec) -> None:
-        if not _SAFE_ID.match(spec.backfill_id):
+        if not SAFE_ID.match(spec.backfill_id):
             raise BackendError(f"bad backfill id {spec.backfill_id!r}")
         node = next((n for n in self.settings.nodes if n.name == spec.node), None)
         if node is None or not 0 <= spec.gpu < node.gpus.get(spec.tier, 0):

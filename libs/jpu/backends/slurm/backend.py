@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ import msgspec
 from jpu.backends import isolation as iso_
 from jpu.backends.accounts import Account, AccountMap, current_account
 from jpu.backends.base import (
+    SAFE_ID,
     BackendError,
     BackendStatus,
     LaunchSpec,
@@ -55,8 +55,6 @@ from jpu.backends.slurm.pyslurm_api import cluster_version, load_jobs, pyslurm_u
 from jpu.backends.slurm.records import SlurmRecord, SlurmRecordStore
 
 log = logging.getLogger(__name__)
-
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
 @dataclass(frozen=True)
@@ -371,7 +369,7 @@ class SlurmBackend(SlurmBackfill):
 
 
 def _validate(spec: LaunchSpec) -> None:
-    if not _SAFE_ID.match(spec.job_id) or spec.attempt < 1:
+    if not SAFE_ID.match(spec.job_id) or spec.attempt < 1:
         raise BackendError(f"bad job id or attempt: {spec.job_id!r} {spec.attempt}")
     if not spec.node or not spec.tier or spec.num_gpus < 1:
         raise BackendError(f"bad placement: {spec.node!r} {spec.tier!r} × {spec.num_gpus}")

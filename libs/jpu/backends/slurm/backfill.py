@@ -23,7 +23,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jpu.backends.backfill import BackfillHandle, BackfillSpec
-from jpu.backends.base import BackendError, BackendStatus, UnknownBackendJob
+from jpu.backends.base import SAFE_ID, BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.process import DEFAULT_PATH
 from jpu.backends.slurm import submit as submit_
 from jpu.backends.slurm.jobs import status_of
@@ -44,7 +43,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BF_PREFIX = "jpubf-"
-_SAFE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _ENDPOINT_WAIT_S = 5.0  # submit waits this long for the first output line (None if pending)
 _PREEMPT_POLL_S = 0.05
 _KILL_WAIT_S = 5.0
@@ -66,7 +64,7 @@ class SlurmBackfill:
     _submit_lock: asyncio.Lock
 
     async def submit_backfill(self, spec: BackfillSpec) -> BackfillHandle:
-        if not _SAFE_ID.match(spec.backfill_id):
+        if not SAFE_ID.match(spec.backfill_id):
             raise BackendError(f"bad backfill id {spec.backfill_id!r}")
         name = BF_PREFIX + spec.backfill_id
         out = Path(self.settings.data_dir) / "backfill" / spec.backfill_id
