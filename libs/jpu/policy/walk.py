@@ -89,35 +89,44 @@ class Walk:
     def dispatch(self, job: QueuedJob, slot: Slot, gpus: Sequence[int]) -> None:
         self.out.dispatches.append(dispatch_of(job, slot, gpus))
 
+    def at_home(self, rank: int, job: QueuedJob, own: Slot, held: Sequence[int], need: int) -> None:
+        """D3.b complete: dispatched on its reservation; the held time rides with the attempt."""
+        self.out.releases.append(release(job, "dispatched", self.now, self.pool.tiers))
+        self.dispatch(job, own, [*held, *self.pool.take(own, need)])
+        self.dispatched.append(rank)
+
+    def swap(self, rank: int, job: QueuedJob, own: Slot, held: Sequence[int], to: Slot) -> None:
+        """D3.a elsewhere (R4): released uncharged, held time charged lazily; GPUs given back."""
+        pool = self.pool
+        self.out.releases.append(release(job, "swap", self.now, pool.tiers))
+        self.dispatch(job, to, pool.take(to, job.num_gpus))
+        own.reserved.pop(job.job_id, None)
+        pool.give(own, held)
+        self.dispatched.append(rank)
+
+    def grow(self, job: QueuedJob, own: Slot, held: Sequence[int], need: int) -> None:
+        """D3.b: absorb idle GPUs of its own placement (up to what it still needs)."""
+        added = self.pool.take(own, need)
+        self.out.grows.append(
+            ReservationGrow(
+                job_id=job.job_id, node=own.node, tier=own.tier, gpus=(*held, *added), added=added
+            )
+        )
+
     def rank1(self, c: int, kept: Kept | None) -> None:
         job, pool, k = self.view.job(0), self.pool, self.classes[c]
         if kept is not None:
             job, own, held = kept  # the kept record: its reservation may have shrunk (R5)
             need = max(0, job.num_gpus - len(held))
             if len(own.idle) >= need:  # D4: own placement preferred whenever available
-                self.out.releases.append(release(job, "dispatched", self.now, pool.tiers))
-                self.dispatch(job, own, [*held, *pool.take(own, need)])
-                self.dispatched.append(0)
+                self.at_home(0, job, own, held, need)
                 return
             other = pool.best_fit(k.levels, job.num_gpus)
-            if other is not None:  # D3.a swap (R4): released uncharged, held time charged lazily
-                self.out.releases.append(release(job, "swap", self.now, pool.tiers))
-                self.dispatch(job, other, pool.take(other, job.num_gpus))
-                own.reserved.pop(job.job_id, None)
-                pool.give(own, held)
-                self.dispatched.append(0)
+            if other is not None:
+                self.swap(0, job, own, held, other)
                 return
-            if own.idle:  # D3.b absorb idle GPUs of its placement
-                added = pool.take(own, need)
-                self.out.grows.append(
-                    ReservationGrow(
-                        job_id=job.job_id,
-                        node=own.node,
-                        tier=own.tier,
-                        gpus=(*held, *added),
-                        added=added,
-                    )
-                )
+            if own.idle:
+                self.grow(job, own, held, need)
             self.reserving = True
             return
         slot = pool.best_fit(k.levels, job.num_gpus)
@@ -197,9 +206,7 @@ class Walk:
         if len(own.idle) >= need and not (
             check is not None and check.holds_back(job, own, held, self.dispatched)
         ):
-            self.out.releases.append(release(job, "dispatched", self.now, pool.tiers))
-            self.dispatch(job, own, [*held, *pool.take(own, need)])
-            self.dispatched.append(i)
+            self.at_home(i, job, own, held, need)
             return False
         # a swap goes elsewhere: its own placement's idle GPUs are what the higher job waits
         # for with the reserved ones (D5); it never "swaps" onto them (the R6 property test
@@ -211,11 +218,7 @@ class Walk:
             own.reserved.pop(job.job_id, None)
             pool.give(own, held)
             return bool(held)
-        self.out.releases.append(release(job, "swap", self.now, pool.tiers))
-        self.dispatch(job, slot, pool.take(slot, job.num_gpus))
-        own.reserved.pop(job.job_id, None)
-        pool.give(own, held)
-        self.dispatched.append(i)
+        self.swap(i, job, own, held, slot)
         return bool(held)
 
     def rank_of(self, job_id: str) -> int:
@@ -245,28 +248,17 @@ class Walk:
         """R6: parked reservations, in rank order, absorb what the walk left idle in their own
         placement (D3.b); complete → dispatch there — unless a waiting job ranked above could
         start there if the reservation were released (D5: it never jumps ahead of one)."""
-        pool, now, check = self.pool, self.now, self.check
+        check = self.check
         for job, own, held in self.parked.values():
             need = max(0, job.num_gpus - len(held))
             if own.idle and check is not None and check.holds_back(job, own, held, self.dispatched):
                 self.held_ranks[self.rank_of(job.job_id)] = "Reservation"
                 continue
             if len(own.idle) >= need:
-                self.out.releases.append(release(job, "dispatched", now, pool.tiers))
-                self.dispatch(job, own, [*held, *pool.take(own, need)])
-                self.dispatched.append(self.rank_of(job.job_id))
+                self.at_home(self.rank_of(job.job_id), job, own, held, need)
                 continue
             if own.idle:
-                added = pool.take(own, need)
-                self.out.grows.append(
-                    ReservationGrow(
-                        job_id=job.job_id,
-                        node=own.node,
-                        tier=own.tier,
-                        gpus=(*held, *added),
-                        added=added,
-                    )
-                )
+                self.grow(job, own, held, need)
             self.held_ranks[self.rank_of(job.job_id)] = "Reservation"
 
     def pending(self) -> None:
