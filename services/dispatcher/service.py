@@ -110,7 +110,7 @@ async def run_dispatcher(
         snapshots=SnapshotPolicy.from_config(bus, config),
     )
     lease = Lease(bus.js, f"dispatcher.{bus.stream}", holder, lease_ttl_s, lease_renew_s)
-    view = ViewPublisher(bus.js, bus.stream)
+    view = ViewPublisher(bus)
     d = Dispatcher(
         bus,
         config,

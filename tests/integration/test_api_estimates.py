@@ -9,13 +9,13 @@ import asyncio
 import msgspec
 from test_api_support import Api, api_fixture, bearer  # noqa: F401
 
+from jpu.bus.views import ViewStore
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.estimate import estimate
 from jpu.events import JobPromoted, JobSubmitted
 from jpu.store.projection import wait_applied
 from jpu.testing.fold import Watcher
 from jpu_services.dispatcher.service import run_dispatcher
-from jpu_services.gateway.routes._queueview import estimated
 
 HOUR = 3600.0
 
@@ -52,7 +52,7 @@ async def test_U4_queue_and_job_show_the_dispatchers_estimated_start(api: Api) -
             await _job(api, "wait2", "KDG", "kdg-carol", 2, t + 2, 1800)
             deadline = asyncio.get_running_loop().time() + 20
             while True:
-                view = await estimated(api.bus.js, api.bus.stream)
+                view = await ViewStore(api.bus).estimates()
                 if view is not None and {"wait1", "wait2"} <= set(view.jobs):
                     break
                 assert asyncio.get_running_loop().time() < deadline, view

@@ -98,7 +98,7 @@ class Api:
             evolve(state, d)
         now = self.clock.now()
         result = cycle(snapshot(state, self.config), now)
-        publisher = ViewPublisher(self.bus.js, self.bus.stream)
+        publisher = ViewPublisher(self.bus)
         await publisher.publish(now, state.seq, result.order, dict(result.pending.items()))
 
     def kw(self, dt: float = 0.0) -> dict[str, Any]:

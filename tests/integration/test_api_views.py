@@ -211,9 +211,9 @@ async def test_D1_D7_the_api_shows_the_dispatchers_own_rank_and_reason(api: Api)
     never a "None" reason), with the time it decided them."""
     import asyncio
 
+    from jpu.bus.views import ViewStore
     from jpu.testing.fold import Watcher
     from jpu_services.dispatcher.service import run_dispatcher
-    from jpu_services.gateway.routes._queueview import decided
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_dispatcher(api.bus, api.config, api.clock, stop))
@@ -227,7 +227,7 @@ async def test_D1_D7_the_api_shows_the_dispatchers_own_rank_and_reason(api: Api)
             await _job(api, "wait2", "KDG", "kdg-carol", 2, entered=t + 2)
             deadline = asyncio.get_running_loop().time() + 15
             while True:
-                view = await decided(api.bus.js, api.bus.stream)
+                view = await ViewStore(api.bus).queue()
                 if view is not None and {"wait1", "wait2"} <= set(view.pending):
                     break
                 assert asyncio.get_running_loop().time() < deadline, view

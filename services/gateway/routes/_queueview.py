@@ -2,10 +2,10 @@
 
 Rank and pending reason are what the dispatcher decided, not a second cycle of the gateway's own
 (issue 10 finding 6): the leading dispatcher publishes each cycle's order and reasons to the NATS
-KV bucket `jpu_views` (services/dispatcher/view.py), and the gateway shows exactly that, with the
-time it was decided (`decided_at`). A queued job the last published cycle has not seen yet (it
-entered the queue after it) has no rank and no reason until the next cycle, which D8 triggers at
-once; a job that cycle dispatched has none either (it is on its way to the GPUs).
+KV bucket `jpu_views` (services/dispatcher/view.py, jpu.bus.views), and the gateway shows exactly
+that, with the time it was decided (`decided_at`). A queued job the last published cycle has not
+seen yet (it entered the queue after it) has no rank and no reason until the next cycle, which D8
+triggers at once; a job that cycle dispatched has none either (it is on its way to the GPUs).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any, Final
 
 import asyncpg
 from fastapi import Request
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from jpu import commands
+from jpu.bus.views import ViewStore
 from jpu.domain.states import PENDING, in_order
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 from jpu.policy.model import LabUsage
@@ -86,30 +86,6 @@ async def _snapshot_parts(
     }
     maintenance = (await read_maintenance(pool))["state"]
     return rows, usage, str(maintenance)
-
-
-async def decided(js: Any, stream: str) -> commands.QueueView | None:
-    """The dispatcher's latest published decision (None before its first cycle)."""
-    try:
-        kv = await js.key_value(commands.VIEWS_BUCKET)
-        entry = await kv.get(commands.queue_view_key(stream))
-    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
-        return None
-    if entry is None or not entry.value:
-        return None
-    return commands.decode_view(entry.value)
-
-
-async def estimated(js: Any, stream: str) -> commands.EstimatesView | None:
-    """The dispatcher's latest estimated starts (SPEC U4; None before its first estimate)."""
-    try:
-        kv = await js.key_value(commands.VIEWS_BUCKET)
-        entry = await kv.get(commands.estimates_view_key(stream))
-    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
-        return None
-    if entry is None or not entry.value:
-        return None
-    return commands.decode_estimates(entry.value)
 
 
 async def queue_view(
@@ -180,8 +156,8 @@ def shared_view(request: Request) -> SharedView:
             clock = getattr(app.state, "clock", None)
             now = float(clock.now()) if clock is not None else time.time()
             edges = app.state.edges
-            decision = await decided(edges.bus.js, edges.bus.stream)
-            estimates = await estimated(edges.bus.js, edges.bus.stream)
+            views = app.state.views = getattr(app.state, "views", None) or ViewStore(edges.bus)
+            decision, estimates = await asyncio.gather(views.queue(), views.estimates())
             return await queue_view(edges.pool, decision, base.half_life_s, now, estimates)
 
         view = app.state.queue_view = SharedView(compute)
