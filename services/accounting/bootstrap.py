@@ -7,10 +7,9 @@ import asyncio
 from jpu.clock import SystemClock
 from jpu.edges import Edges, connect_edges
 from jpu.service import Worker
-from jpu.store.projection import run_projection
-from jpu.store.projections import lab_usage
+from jpu.store.projection import run_projections
 from jpu_services.accounting.config import AccountingConfig
-from jpu_services.accounting.service import run_accounting
+from jpu_services.accounting.service import READ_MODELS, run_accounting
 
 
 async def bootstrap(config: AccountingConfig, stop: asyncio.Event | None = None) -> Edges:
@@ -19,10 +18,10 @@ async def bootstrap(config: AccountingConfig, stop: asyncio.Event | None = None)
 
 
 def workers(edges: Edges) -> dict[str, Worker]:
-    """Accounting owns the lab usage projection (SPEC E4): each event applied once (E3)."""
+    """Accounting owns the lab usage projections (SPEC E4): each event applied once (E3)."""
 
     async def project_lab_usage(stop: asyncio.Event) -> None:
-        await run_projection(edges.bus, edges.pool, lab_usage.projection, stop=stop)
+        await run_projections(edges.bus, edges.pool, READ_MODELS, stop=stop)
 
     async def charge(stop: asyncio.Event) -> None:
         await run_accounting(edges.bus, edges.config, SystemClock(), stop)  # SPEC F3-F5

@@ -21,11 +21,15 @@ from jpu.config import Config
 from jpu.domain.accounting import initial_charges
 from jpu.domain.cluster import ClusterState
 from jpu.metrics import observing_usage
-from jpu.store.projection import run_projection
-from jpu.store.projections import lab_usage
+from jpu.store.projection import Projection, run_projections
+from jpu.store.projections import lab_usage, usage_ledger
 from jpu_services.accounting.charger import Charger
 
 log = logging.getLogger(__name__)
+
+# Accounting's read models (SPEC E4), in one transaction per batch: the usage ledger's lines
+# (issue 14.4) always add up to the lab_usage beside them (F5).
+READ_MODELS: tuple[Projection, ...] = (lab_usage.projection, usage_ledger.projection)
 
 
 async def run_accounting(
@@ -52,9 +56,7 @@ async def run_accounting(
     await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop))]
     if pool is not None:
-        tasks.append(
-            asyncio.create_task(run_projection(bus, pool, lab_usage.projection, stop=stop))
-        )
+        tasks.append(asyncio.create_task(run_projections(bus, pool, READ_MODELS, stop=stop)))
     try:
         await caught_up(follower, "accounting")
         # Whatever the log owes and no UsageCharged settled yet, including charges from before

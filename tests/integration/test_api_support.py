@@ -30,9 +30,9 @@ from jpu.config import Config, load_config
 from jpu.edges import Edges
 from jpu.events import Event, NodeInventoryObserved, new_event_id
 from jpu.service import run_workers
-from jpu.store.projection import run_projection, wait_applied
-from jpu.store.projections import lab_usage
+from jpu.store.projection import run_projections, wait_applied
 from jpu.testing.nats_fixtures import unique_names
+from jpu_services.accounting.service import READ_MODELS
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
 
@@ -194,7 +194,7 @@ async def api_fixture(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIt
             has_intake = bool(workers)
 
             async def usage_projection(s: asyncio.Event) -> None:  # accounting's read model
-                await run_projection(edges.bus, edges.pool, lab_usage.projection, stop=s)
+                await run_projections(edges.bus, edges.pool, READ_MODELS, stop=s)
 
             workers["projection.lab_usage"] = usage_projection
             async with _background(stop, workers):

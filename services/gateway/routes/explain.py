@@ -9,12 +9,12 @@
 * `GET /v1/admin/usage-statement` — per lab and period, like `sreport`.
 * `GET /v1/queue?at=TIME` (jpu_services.gateway.routes.queue) answers with `past_queue` here.
 
-The answers are jpu.explain's pure folds of the log with the services' own fold and cycle.
+The answers are jpu.explain's pure folds of the log with the services' own fold and cycle; the
+usage ones read that fold's lines from the `usage_ledger` projection (an index, not the log).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from typing import Annotated, Any, Final
 
@@ -25,9 +25,10 @@ from jpu.config import Config
 from jpu.edges import Edges
 from jpu.explain import read
 from jpu.explain.queue_at import PastQueue
-from jpu.explain.usage import Ledger, UsageExplanation, UsageStatement, explain_usage
+from jpu.explain.usage import UsageExplanation, UsageStatement, explain_usage
 from jpu.explain.usage import usage_statement as statement
 from jpu.explain.wait import JobNotInLog, WaitTimeline
+from jpu.store.projections.usage_ledger import read_ledger
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, forbidden, responses
 from jpu_services.gateway.routes._commands import now
@@ -94,18 +95,6 @@ async def wait(
 # --- admin: usage explained, statement, past queue -------------------------------------------
 
 
-async def _ledger(request: Request, edges: EdgesDep) -> Ledger:
-    """The gateway's ledger of every charge, extended with the log's tail on each request."""
-    state = request.app.state
-    lock = getattr(state, "ledger_lock", None)
-    if lock is None:
-        lock = state.ledger_lock = asyncio.Lock()
-    async with lock:
-        book: Ledger | None = getattr(state, "ledger", None)
-        state.ledger = await read.read_ledger(edges.bus, book)
-        return state.ledger
-
-
 def _admin(user: Any, what: str) -> None:
     if not user.is_admin:
         raise forbidden(f"only an admin may see {what}")
@@ -152,7 +141,7 @@ async def usage_explain(
     and equals `total_value`, the sum over every charge of the lab (F5)."""
     _admin(user, "a lab's charges")
     _period(since, until)
-    book = await _ledger(request, edges)
+    book = await read_ledger(edges.pool, lab=lab)  # every charge of the lab: F5's total
     hl = settings.base.half_life_s
     x = explain_usage(book, lab, now(request), hl, since=since, until=until)
     return msgspec.to_builtins(x)
@@ -173,7 +162,7 @@ async def usage_statement(
     (reservations included, R3/R4), jobs and attempts charged, share of all labs' TFLOP-s."""
     _admin(user, "the usage statement")
     _period(since, until)
-    book = await _ledger(request, edges)
+    book = await read_ledger(edges.pool, since=since, until=until)
     return msgspec.to_builtins(statement(book, since=since, until=until))
 
 

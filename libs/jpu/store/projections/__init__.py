@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Final
 
 from jpu.store.projection import Projection
-from jpu.store.projections import backfill, gpu_resources, jobs, lab_usage, maintenance
+from jpu.store.projections import (
+    backfill,
+    gpu_resources,
+    jobs,
+    lab_usage,
+    maintenance,
+    usage_ledger,
+)
 
 ALL: Final[tuple[Projection, ...]] = (
     jobs.projection,
@@ -13,8 +20,18 @@ ALL: Final[tuple[Projection, ...]] = (
     maintenance.projection,
     gpu_resources.projection,
     backfill.projection,
+    usage_ledger.projection,
 )
 
 BY_NAME: Final[dict[str, Projection]] = {p.name: p for p in ALL}
 
-__all__ = ["ALL", "BY_NAME", "backfill", "gpu_resources", "jobs", "lab_usage", "maintenance"]
+__all__ = [
+    "ALL",
+    "BY_NAME",
+    "backfill",
+    "gpu_resources",
+    "jobs",
+    "lab_usage",
+    "maintenance",
+    "usage_ledger",
+]
