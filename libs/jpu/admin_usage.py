@@ -3,8 +3,11 @@
 For auditors: every charge that makes up a lab's usage, and a statement per lab and period like
 Slurm's `sreport`. Both read the log from NATS (the configuration's `nats_url`, or `--nats`) and
 answer with jpu.explain.usage — the same answer `GET /v1/admin/labs/{lab}/usage-explain` and
-`GET /v1/admin/usage-statement` give. Times (`--since`, `--until`, `--at`) are epoch seconds or
-ISO 8601 (`2026-12-01`, `2026-12-01T09:00`, with an offset or local time).
+`GET /v1/admin/usage-statement` give. The log is read whole (a lab's usage is every charge ever);
+`--db` reads the same lines from the `usage_ledger` projection instead (PostgreSQL: the
+configuration's `database_url` or `--database-url`), by index, for a long log — the projection
+is a fold of the log that `python -m jpu.replay` audits. Times (`--since`, `--until`, `--at`)
+are epoch seconds or ISO 8601 (`2026-12-01`, `2026-12-01T09:00`, with an offset or local time).
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ import json
 import sys
 import time
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from jpu.explain.usage import ChargeLine, UsageExplanation, UsageStatement, explain_usage
+from jpu.explain.usage import ChargeLine, Ledger, UsageExplanation, UsageStatement, explain_usage
 from jpu.explain.usage import usage_statement as statement
+
+if TYPE_CHECKING:
+    from jpu.config import Config
 
 COMMANDS: Final = ("explain-usage", "usage-statement")
 _RELEASE: Final = {"demoted": "R3", "maintenance": "M1", "capacity": "R5"}
@@ -45,6 +51,10 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--since", type=when, help="charges at or after T")
         p.add_argument("--until", type=when, help="charges before T")
         p.add_argument("--nats", help="NATS URL (default: from the configuration)")
+        p.add_argument(
+            "--db", action="store_true", help="read the usage_ledger projection, not the log"
+        )
+        p.add_argument("--database-url", help="with --db: PostgreSQL DSN (default: configured)")
         p.add_argument("--json", action="store_true", help="the API's JSON")
 
     x = sub.add_parser("explain-usage", help="every charge that makes up a lab's usage (F5)")
@@ -109,12 +119,23 @@ def render_statement(s: UsageStatement) -> str:
     return "\n".join(lines)
 
 
-async def _answer(args: argparse.Namespace) -> Any:
+async def _book(args: argparse.Namespace, config: Config) -> Ledger:
+    if args.db:
+        from jpu.store.db import create_pool, migrate
+        from jpu.store.projections.usage_ledger import read_ledger as from_db
+
+        pool = await create_pool(args.database_url or config.database_url)
+        try:
+            await migrate(pool)
+            lab = args.lab if args.what == "explain-usage" else None  # its every charge (F5)
+            if lab is not None:
+                return await from_db(pool, lab=lab)
+            return await from_db(pool, since=args.since, until=args.until)
+        finally:
+            await pool.close()
     from jpu.bus import EventBus
-    from jpu.config import load_config
     from jpu.explain.read import read_ledger
 
-    config = load_config()
     bus = await EventBus.connect(
         args.nats or config.nats_url,
         stream=config.stream_name,
@@ -122,9 +143,16 @@ async def _answer(args: argparse.Namespace) -> Any:
         name="jpu-admin",
     )
     try:
-        book = await read_ledger(bus)
+        return await read_ledger(bus)
     finally:
         await bus.close()
+
+
+async def _answer(args: argparse.Namespace) -> Any:
+    from jpu.config import load_config
+
+    config = load_config()
+    book = await _book(args, config)
     if args.what == "explain-usage":
         at = args.at if args.at is not None else time.time()
         return explain_usage(

@@ -302,6 +302,15 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     lab = (await api.client.get("/v1/labs/BCG", headers=bearer("alice"))).json()
     assert x["usage"] == lab["usage"]
     assert x["total_value"] == pytest.approx(lab["usage"], abs=1e-6)
+    # --db: the same answer from the usage_ledger projection (an index, for a long log)
+    db = ("--db", "--database-url", api.config.database_url, "--json")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, *db, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err_b.decode()
+    assert json.loads(out_b) == x
     proc = await asyncio.create_subprocess_exec(
         sys.executable, *args, env=env, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
