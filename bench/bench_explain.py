@@ -4,6 +4,7 @@ Philly trace (the services' own policy and event types), in memory (no NATS: the
 
     python bench/bench_explain.py                # 1,000 sample jobs on the 8-GPU default cluster
     python bench/bench_explain.py --cluster config/philly-cluster.yaml --jobs 2000
+    python bench/bench_explain.py --db           # + explain-usage from the usage_ledger projection
 
 Reference, measured in the same run: folding the whole log with the services' fold
 (`jpu.domain.cluster.evolve`, what a service's start or a replay does). The wait of a job costs
@@ -14,7 +15,9 @@ wait.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
+import shutil
 import statistics
 import sys
 import tempfile
@@ -66,6 +69,8 @@ def main() -> int:
     p.add_argument("--jobs", type=int, default=1_000, help="first N jobs of the trace")
     p.add_argument("--cluster", type=Path, default=DEFAULT_PATH,
                    help="default: SPEC §1.1's 8-GPU cluster (a long queue)")  # fmt: skip
+    p.add_argument("--db", action="store_true",
+                   help="also explain-usage from the usage_ledger projection")  # fmt: skip
     a = p.parse_args()
     cluster, log = _log(a.jobs, a.cluster)
     print(f"log: {len(log):,} events of {a.jobs:,} jobs on {a.cluster.name}")
@@ -105,7 +110,42 @@ def main() -> int:
     q, s = _timed(lambda: queue_at(fold_until(log, mid, cluster), mid, cluster, HALF_LIFE))  # type: ignore[arg-type]
     print(f"queue?at= the log's median time (from seq 1): {s:.3f} s = {s / ref:.2f}x the fold "
           f"({q.global_length} queued)")  # type: ignore[attr-defined]  # fmt: skip
+    if a.db:
+        asyncio.run(_from_db(log, labs, end, ref))
     return 0
+
+
+async def _from_db(log: list[Delivered], labs: list[str], end: float, ref: float) -> None:
+    """What the admin API and `jpu-admin --db` do: one lab's lines by index from PostgreSQL."""
+    from jpu.embedded.postgres import EmbeddedPostgres
+    from jpu.store import create_pool, migrate
+    from jpu.store.projection import apply_to_all
+    from jpu.store.projections import lab_usage, usage_ledger
+    from jpu.store.projections.usage_ledger import read_ledger
+
+    root = Path(tempfile.mkdtemp(prefix="jpu-bench-explain-"))
+    root.chmod(0o755)
+    pg = EmbeddedPostgres(root / "pg")
+    try:
+        pool = await create_pool(pg.start(), max_size=2)
+        await migrate(pool)
+        for i in range(0, len(log), 4096):  # as accounting's projector commits
+            await apply_to_all(
+                pool, (lab_usage.projection, usage_ledger.projection), log[i : i + 4096]
+            )
+        times = []
+        for lab in labs:
+            t0 = time.perf_counter()
+            explain_usage(await read_ledger(pool, lab=lab), lab, end, HALF_LIFE)
+            times.append(time.perf_counter() - t0)
+        med = statistics.median(times)
+        print(f"explain-usage of one lab from the usage_ledger projection: median "
+              f"{med * 1000:.1f} ms, max {max(times) * 1000:.1f} ms = {med / ref:.3f}x the "
+              "whole-log fold")  # fmt: skip
+        await pool.close()
+    finally:
+        pg.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

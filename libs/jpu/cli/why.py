@@ -32,6 +32,7 @@ _T: Final[dict[str, dict[str, str]]] = {
         "ahead_lab": "{lab} {usage} TFLOP-s ({jobs} job{s})",
         "own": "your lab {lab}: {usage} TFLOP-s",
         "because": "because ",
+        "sampled": "(sampled far back in the queue: several events since the line before)",
         "reservations": "Reservations:",
         "no_reservations": "It never held a reservation.",
         "res": "{node} ({tier}, GPU {gpus}) from {start}",
@@ -100,6 +101,7 @@ _T: Final[dict[str, dict[str, str]]] = {
         "ahead_lab": "{lab} {usage} TFLOP-s (작업 {jobs}개)",
         "own": "내 연구실 {lab}: {usage} TFLOP-s",
         "because": "원인: ",
+        "sampled": "(대기열 뒤쪽이라 표본으로 봄: 이전 줄 이후 여러 이벤트)",
         "reservations": "예약:",
         "no_reservations": "예약을 잡은 적이 없습니다.",
         "res": "{node} ({tier}, GPU {gpus}) {start}부터",
@@ -238,6 +240,8 @@ def render(wait: Mapping[str, Any], lang: str = "en") -> str:
         cause = _cause(t, s.get("cause"), jid)
         if cause:
             out.append("      " + t["because"] + cause)
+        elif s.get("sampled"):
+            out.append("      " + t["sampled"])
         if s["ahead"]:
             labs = ", ".join(
                 t["ahead_lab"].format(

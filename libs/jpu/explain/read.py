@@ -9,6 +9,7 @@ start and where to stop reading.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -66,14 +67,32 @@ async def job_span(bus: EventBus, job_id: str) -> tuple[int, int | None]:
     return job.submit_seq, own[-1].seq if ended else None
 
 
+_BATCH = 2048  # events folded per hand-off to the worker thread
+
+
+def _apply_all(fold: WaitFold, batch: list[Delivered]) -> None:
+    for d in batch:
+        fold.apply(d)
+        if fold.done:
+            return
+
+
 async def read_wait(bus: EventBus, config: Config, job_id: str, now: float) -> WaitTimeline:
+    """The fold and its cycles run in a worker thread, a batch at a time, so a long wait keeps
+    the caller's event loop (the gateway's) answering meanwhile."""
     submit_seq, end_seq = await job_span(bus, job_id)
     state = await start_state(bus, config, submit_seq - 1)
     fold = WaitFold(job_id, config, state=state, half_life_s=config.half_life_s)
+    batch: list[Delivered] = []
     async for d in _events(bus, state.seq + 1, end_seq):
-        fold.apply(d)
-        if fold.done:
-            break
+        batch.append(d)
+        if len(batch) >= _BATCH:
+            await asyncio.to_thread(_apply_all, fold, batch)
+            batch = []
+            if fold.done:
+                break
+    if batch and not fold.done:
+        await asyncio.to_thread(_apply_all, fold, batch)
     return fold.result(now)
 
 

@@ -9,6 +9,15 @@ changed it. A reservation lost by R3 is blamed on the event after which the job 
 rank 1 (e.g. another job's end whose charge lifted the job's own lab above another, SPEC R3's
 worked example), together with the job that then ranked first.
 
+Far back in a long queue the standing is sampled, not taken at every event: a cycle costs
+O(queue), and a wait of weeks on a busy cluster has tens of thousands of queue events (bench/
+bench_explain.py: one job's wait of 463 h on 512 GPUs had 44,449 of them, 185 s of CPU). It is
+exact where it decides what a lab member asks about — the job's own events, while it holds a
+reservation or is within `NEAR` ranks of the head (R3's blame), maintenance changes — and
+elsewhere taken at most once per 1/`SAMPLES` of the time it has waited so far, so the cycles
+grow with the logarithm of the wait. A sampled step says so (`sampled`) and names no cause:
+several events moved the job since the step before.
+
 Same log, same answer: nothing here reads a clock; "now" is the last event's time, or the
 caller's `now` for the phase still running.
 """
@@ -64,6 +73,8 @@ QUEUE_EVENTS: Final = (
     BackfillEnded,
     JobCancelRequested,
 )
+NEAR: Final = 3  # ranks from the head within which every queue event is a step
+SAMPLES: Final = 64  # far back: at most one step per 1/SAMPLES of the wait so far
 # A job's states as the phases a lab member knows (S1; DISPATCHED → RUNNING is the backend
 # starting it; FAILED with an OOM retry pending is the X8 decision).
 PHASES: Final = {
@@ -108,6 +119,7 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     first: str | None = None  # the rank-1 job when it is not this one
     first_lab: str | None = None
     cause: Cause | None = None
+    sampled: bool = False  # far back: events since the previous step were not each looked at
 
 
 class ReservationSpan(msgspec.Struct, kw_only=True):
@@ -257,8 +269,13 @@ class WaitFold:
         *,
         state: ClusterState | None = None,
         half_life_s: float | None = None,
+        samples: int | None = SAMPLES,
     ) -> None:
         self.job_id, self.cluster = job_id, cluster
+        self.samples = samples  # None: a step at every queue event (exact, O(events × queue))
+        self.cycles = 0  # cycles run (the cost)
+        self.next_sample = float("-inf")  # far back: no step before this time
+        self.skipped = False
         self.hl = half_life_s or float(getattr(cluster, "half_life_s", DEFAULT_HALF_LIFE_S))
         self.state = state if state is not None else ClusterState.new(cluster, keep_ended=False)
         self.job: JobView | None = self.state.jobs.get(job_id)
@@ -301,7 +318,17 @@ class WaitFold:
             if isinstance(e, ReservationReleased) and e.reason == "demoted" and self.spans:
                 _blame(self.spans[-1], self.lost_rank1)
         if ours or (job.state in QUEUED and isinstance(e, QUEUE_EVENTS)):
+            if not ours and self._far(job, e):
+                self.skipped = True
+                return
             step = _step(st, self.cluster, job, self.clock, d, self.hl)
+            self.cycles += 1
+            if self.skipped and not ours:
+                step = msgspec.structs.replace(step, cause=None, sampled=True)
+            self.skipped = False
+            if self.samples:
+                since = job.queue_entered_at or job.submitted_at
+                self.next_sample = e.ts + max(0.0, e.ts - since) / self.samples
             steps = self.steps
             if not steps or not _same(steps[-1], step):
                 if (
@@ -314,6 +341,15 @@ class WaitFold:
                 elif step.rank == 1:
                     self.lost_rank1 = None
                 steps.append(step)
+
+    def _far(self, job: JobView, e: Event) -> bool:
+        """Not worth a step now: far back in the global queue and sampled recently."""
+        if not self.samples or job.state != "GLOBAL_QUEUE_WAIT" or not self.steps:
+            return False
+        if isinstance(e, MaintenanceChanged) or e.ts >= self.next_sample:
+            return False
+        rank = self.steps[-1].rank
+        return rank is not None and rank > NEAR
 
     def result(self, now: float | None = None) -> WaitTimeline:
         job = self.job
@@ -353,11 +389,12 @@ def wait_timeline(
     state: ClusterState | None = None,
     now: float | None = None,
     half_life_s: float | None = None,
+    samples: int | None = SAMPLES,
 ) -> WaitTimeline:
     """The job's wait, from `events` in stream order (from seq 1, or the tail after `state`, a
     fold restored from a snapshot taken before the job's submission). Stops after the job's
     end for good; `now` (default: the last event's time) closes the phase still running."""
-    fold = WaitFold(job_id, cluster, state=state, half_life_s=half_life_s)
+    fold = WaitFold(job_id, cluster, state=state, half_life_s=half_life_s, samples=samples)
     for d in events:
         fold.apply(d)
         if fold.done:

@@ -9,6 +9,7 @@ Object.assign(STRINGS.en, {
   "why.phases": "Time in each phase: {phases}",
   "why.rank": "rank {rank} of {n}", "why.dispatching": "GPUs free: dispatched in this cycle",
   "why.because": "because {cause}", "why.ahead": "ahead of it: {labs}",
+  "why.sampled": "(sampled far back in the queue: several events since the line before)",
   "why.ahead_lab": "{lab} {usage} TFLOP-s ({jobs})",
   "why.no_res": "It never held a reservation.",
   "why.res": "Reserved {gpus} on {node} ({tier}) from {start} for {dur}: {end}",
@@ -41,6 +42,7 @@ Object.assign(STRINGS.ko, {
   "why.phases": "단계별 시간: {phases}",
   "why.rank": "{n}개 중 {rank}위", "why.dispatching": "GPU가 비어 이번 주기에 배정됩니다",
   "why.because": "원인: {cause}", "why.ahead": "앞선 연구실: {labs}",
+  "why.sampled": "(대기열 뒤쪽이라 표본으로 봄: 이전 줄 이후 여러 이벤트)",
   "why.ahead_lab": "{lab} {usage} TFLOP-s ({jobs})",
   "why.no_res": "예약을 잡은 적이 없습니다.",
   "why.res": "{node} ({tier})의 {gpus}를 {start}부터 {dur} 동안 예약: {end}",
@@ -95,6 +97,7 @@ function whyNodes(w) {
     const items = [h("div", {}, head)];
     const cause = whyCause(s.cause, w.job_id);
     if (cause) items.push(h("div", { class: "muted" }, tf("why.because", { cause })));
+    else if (s.sampled) items.push(h("div", { class: "muted" }, t("why.sampled")));
     if (s.ahead.length) {
       const labs = s.ahead.map((a) => tf("why.ahead_lab", { lab: a.lab, usage: fmtNum(a.usage), jobs: a.jobs })).join(", ");
       items.push(h("div", { class: "muted" }, tf("why.ahead", { labs })));

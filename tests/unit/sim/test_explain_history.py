@@ -196,3 +196,42 @@ def test_X8_wait_of_an_oom_retry_spans_both_attempts(simulate: Simulate) -> None
     assert whole.phases["running"] == pytest.approx(60.0 + 100.0)  # oom_after_s, then the run
     states = [s.state for s in whole.steps]
     assert states.count("RUNNING") == 2 and "FAILED" in states
+
+
+def test_U4_a_long_wait_far_back_is_sampled_and_its_cost_bounded(simulate: Simulate) -> None:
+    """A heavy lab's job waits behind a light lab's stream of jobs (a long queue for hours): far
+    back it is sampled — a fraction of the cycles — and every step it shows is still its true
+    standing at that moment; phases, reservations and the end are exactly the exact fold's."""
+    from jpu.explain.wait import NEAR, WaitFold
+
+    labs = [{"name": "HVY", "usage": 10**9}, {"name": "LGT", "usage": 0}]
+    jobs = [job("h1", "HVY", "hana", 600, 1, 60)]
+    jobs += [job(f"l{i}", "LGT", f"lee{i % 100}", 1 + 20 * i, 1, 60) for i in range(400)]
+    run = simulate(jobs, labs=labs, nodes=ONE_4090_NODE, half_life_s=HALF_LIFE)
+    config = load_config(Path(run.out).parent / "cluster.yaml", env={})
+    log = [Delivered(i + 1, "sim", e, {}) for i, e in enumerate(run.events)]
+    folds = {}
+    for samples in (None, 64):
+        fold = WaitFold("h1", config, half_life_s=HALF_LIFE, samples=samples)
+        for d in log:
+            fold.apply(d)
+        folds[samples] = fold
+    exact, coarse = folds[None].result(), folds[64].result()
+    assert exact.state == coarse.state == "COMPLETED"
+    assert max(s.rank or 0 for s in exact.steps) > 50  # far back for a long time
+    assert folds[64].cycles * 3 < folds[None].cycles  # the cost
+    assert any(s.sampled and s.cause is None for s in coarse.steps)
+    assert not any(s.sampled for s in exact.steps)
+    assert coarse.phases == exact.phases and coarse.reservations == exact.reservations
+    for s in coarse.steps:  # each shown step is its true standing then (the exact fold's)
+        then = [x for x in exact.steps if x.seq <= s.seq][-1]
+        assert (s.state, s.rank, s.pending_reason, s.first) == (
+            then.state,
+            then.rank,
+            then.pending_reason,
+            then.first,
+        ), s.seq
+    # near the head (from the first step it is seen there) every step is there, with its cause
+    c0 = next(s for s in coarse.steps if s.rank is not None and s.rank <= NEAR)
+    after = [s for s in exact.steps if s.seq > c0.seq]
+    assert after and [s for s in coarse.steps if s.seq > c0.seq] == after
