@@ -33,7 +33,7 @@ async def fold_log(bus: EventBus, config: Config) -> Recovered:
     state = ClusterState.new(config, keep_ended=False)
     policy = None
     if config.snapshots:  # read only: writing them is the followers' job
-        store = SnapshotStore(bus.js, bus.stream, keep=config.snapshot_keep)
+        store = SnapshotStore.configured(bus.js, bus.stream, config)
         policy = SnapshotPolicy(store, config, every_events=2**62, every_s=float("inf"))
     follower = Follower(bus, state, snapshots=policy)
     await follower.restore()

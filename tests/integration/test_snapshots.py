@@ -158,3 +158,17 @@ async def test_E3_a_writer_killed_mid_snapshot_leaves_nothing_a_reader_takes(
     assert await follower.restore() > 0
     await _follow_until(bus, follower, seqs[-1])
     assert state == await _full(bus)
+
+
+async def test_E3_a_put_keeps_the_newest_and_the_first_of_the_hour(bus: EventBus) -> None:
+    """The thinning history on the real object store (times are the objects' own mtime)."""
+    from jpu.bus.snapshots import HOUR
+
+    seqs = await bus.append_many(sample_log(5))
+    store = SnapshotStore(bus.js, bus.stream, keep=1, history=((HOUR, 24),))
+    state = await _full(bus)
+    for seq in seqs[-4:]:
+        await store.put(pack(state, bus.stream, 0.0), seq)
+    kept = await store.seqs()
+    # the newest, and the first of this hour (the oldest, unless the hour turned meanwhile)
+    assert kept[0] == seqs[-1] and len(kept) == 2 and kept[1] in seqs[-4:-1]

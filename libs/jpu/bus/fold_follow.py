@@ -46,7 +46,7 @@ class SnapshotPolicy:
     def from_config(cls, bus: EventBus, config: Config) -> SnapshotPolicy | None:
         if not config.snapshots:
             return None
-        store = SnapshotStore(bus.js, bus.stream, keep=config.snapshot_keep)
+        store = SnapshotStore.configured(bus.js, bus.stream, config)
         return cls(store, config, config.snapshot_every_events, config.snapshot_every_s)
 
 

@@ -5,8 +5,12 @@ replication, same backups), needs no other dependency at start (every service al
 intake, dispatcher and backfill have no database), and objects are chunked and digest-checked by
 the server, so a multi-megabyte state is fine and an interrupted put never becomes visible.
 One bucket (`jpu_snapshots`), one object per snapshot, named `<stream>.state.<seq>`; the newest
-`keep` are kept. Any service that folds the log may write one; a start loads the newest valid one
-and replays only the tail (jpu.bus.fold_follow). The frame and its checks: jpu.domain.codec.
+`keep` are kept, and a thinning history of older ones (`retained`: the first of each of the last
+`snapshot_hourly` hours, `snapshot_daily` days and `snapshot_weekly` weeks), so that the
+explanations of a long log (`/wait` of a job submitted months ago, `queue?at=` a past moment)
+start from a snapshot shortly before the moment they explain instead of from seq 1. Any
+service that folds the log may write one; a start loads the newest valid one and replays only
+the tail (jpu.bus.fold_follow). The frame and its checks: jpu.domain.codec.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import io
 import logging
 import re
 import time
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Final
 
 import nats.errors
@@ -23,13 +29,50 @@ from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
-from jpu.config import Cluster
+from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.codec import Header, SnapshotInvalid, pack, read_header, unpack
 
 log = logging.getLogger(__name__)
 
 BUCKET: Final = "jpu_snapshots"
+HOUR: Final = 3600.0
+DAY: Final = 24 * HOUR
+WEEK: Final = 7 * DAY
+
+
+def history_of(config: Config) -> tuple[tuple[float, int], ...]:
+    """The configured thinning: (bucket length in seconds, how many of the latest buckets)."""
+    return (
+        (HOUR, config.snapshot_hourly),
+        (DAY, config.snapshot_daily),
+        (WEEK, config.snapshot_weekly),
+    )
+
+
+def retained(
+    snaps: Iterable[tuple[int, float]], keep: int, history: Sequence[tuple[float, int]] = ()
+) -> set[int]:
+    """Of snapshots (seq, written at), those to keep: the newest `keep` by seq, and for each
+    (length, count) of `history` the oldest one in each of the `count` latest buckets of that
+    length (counted back from the newest snapshot's). The oldest of a bucket stays the same as
+    the bucket fills, so a put deletes only what it makes redundant."""
+    snaps = sorted(snaps, reverse=True)  # newest first
+    out = {seq for seq, _ in snaps[: max(keep, 1)]}
+    if not snaps:
+        return out
+    newest = max(t for _, t in snaps)
+    for length, count in history:
+        if count <= 0:
+            continue
+        last = int(newest // length)
+        first: dict[int, int] = {}
+        for seq, t in snaps:  # newest first: the last seen of a bucket is its oldest
+            b = int(t // length)
+            if last - b < count:
+                first[b] = seq
+        out.update(first.values())
+    return out
 
 
 async def _fetch(store: ObjectStore, name: str) -> bytes:
@@ -42,9 +85,16 @@ async def _fetch(store: ObjectStore, name: str) -> bytes:
 
 class SnapshotStore:
     def __init__(
-        self, js: JetStreamContext, stream: str, *, keep: int = 3, replicas: int = 1
+        self,
+        js: JetStreamContext,
+        stream: str,
+        *,
+        keep: int = 3,
+        replicas: int = 1,
+        history: Sequence[tuple[float, int]] = (),
     ) -> None:
         self.js, self.stream, self.keep, self.replicas = js, stream, max(keep, 1), replicas
+        self.history = tuple(history)
         self._store: ObjectStore | None = None
         self._name = re.compile(rf"^{re.escape(stream)}\.state\.(\d+)$")
 
@@ -62,15 +112,31 @@ class SnapshotStore:
                 self._store = await self.js.create_object_store(BUCKET, config=config)
         return self._store
 
-    async def seqs(self) -> list[int]:
-        """Sequences of the stored snapshots of this stream, newest first."""
+    @classmethod
+    def configured(cls, js: JetStreamContext, stream: str, config: Config) -> SnapshotStore:
+        return cls(js, stream, keep=config.snapshot_keep, history=history_of(config))
+
+    async def _written(self) -> list[tuple[int, float]]:
+        """(seq, time written) of this stream's stored snapshots."""
         store = await self._bucket()
         try:
             infos = await store.list(ignore_deletes=True)
         except NotFoundError:  # an empty bucket
             return []
-        found = [int(m.group(1)) for i in infos if (m := self._name.match(i.name or ""))]
-        return sorted(found, reverse=True)
+        out = []
+        for i in infos:
+            m = self._name.match(i.name or "")
+            if m:
+                try:
+                    t = datetime.fromisoformat(i.mtime or "").timestamp()
+                except ValueError:
+                    t = 0.0
+                out.append((int(m.group(1)), t))
+        return out
+
+    async def seqs(self) -> list[int]:
+        """Sequences of the stored snapshots of this stream, newest first."""
+        return sorted((seq for seq, _ in await self._written()), reverse=True)
 
     async def save(self, state: ClusterState) -> Header:
         """Write a snapshot of `state` now (see `put`)."""
@@ -79,10 +145,12 @@ class SnapshotStore:
         return read_header(data)[0]
 
     async def put(self, data: bytes, seq: int) -> None:
-        """Store a packed snapshot covering `seq`, then drop all but the newest `keep`."""
+        """Store a packed snapshot covering `seq`, then drop what `retained` does not keep."""
         store = await self._bucket()
         await store.put(f"{self.stream}.state.{seq:015d}", data)
-        for old in (await self.seqs())[self.keep :]:
+        written = await self._written()
+        keep = retained(written, self.keep, self.history)
+        for old in sorted(s for s, _ in written if s not in keep):
             try:
                 await store.delete(f"{self.stream}.state.{old:015d}")
             except (NotFoundError, nats.errors.Error) as e:

@@ -99,6 +99,9 @@ class Config(Cluster, frozen=True, kw_only=True):
     snapshot_every_events: int = 10_000  # ... written every N events
     snapshot_every_s: float = 300.0  # ... or every T seconds when events arrived
     snapshot_keep: int = 3  # the newest K are kept in the object store
+    snapshot_hourly: int = 24  # ... and the first of each of the last N hours,
+    snapshot_daily: int = 31  # ... days
+    snapshot_weekly: int = 52  # ... and weeks (jpu.bus.snapshots.retained)
     output_root: str = ""  # X2: <output_root>/<job_id>/<attempt>; "": <data_dir>/outputs
     submit_rate_per_s: float = 2.0  # per-user token bucket at the gateway (429 RATE_LIMITED)
     submit_burst: int = 20
@@ -152,6 +155,9 @@ def _validate_snapshots(config: Config) -> None:
         raise ConfigError("snapshot_every_s: must be positive")
     if config.snapshot_keep < 1:
         raise ConfigError("snapshot_keep: must be at least 1")
+    for key in ("snapshot_hourly", "snapshot_daily", "snapshot_weekly"):
+        if getattr(config, key) < 0:
+            raise ConfigError(f"{key}: must not be negative")
 
 
 def _validate_isolation(config: Config) -> None:

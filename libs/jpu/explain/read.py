@@ -40,7 +40,7 @@ async def start_state(bus: EventBus, config: Config, last_seq: int) -> ClusterSt
     state = _fresh(config)
     if not config.snapshots or last_seq < 1:
         return state
-    store = SnapshotStore(bus.js, bus.stream, keep=config.snapshot_keep)
+    store = SnapshotStore.configured(bus.js, bus.stream, config)
     found = await store.load(config, last_seq, at_or_before=True)
     if found is not None:
         assign(state, found[1])  # drops ended jobs, as the services' fold does
@@ -118,7 +118,7 @@ async def _event_ts(bus: EventBus, seq: int) -> float | None:
 async def read_queue_at(bus: EventBus, config: Config, at: float) -> PastQueue:
     state = _fresh(config)
     if config.snapshots:
-        store = SnapshotStore(bus.js, bus.stream, keep=config.snapshot_keep)
+        store = SnapshotStore.configured(bus.js, bus.stream, config)
         with contextlib.suppress(nats.errors.Error, TimeoutError):
             for seq in await store.seqs():  # newest first: the first not after `at`
                 ts = await _event_ts(bus, seq)
@@ -127,6 +127,16 @@ async def read_queue_at(bus: EventBus, config: Config, at: float) -> PastQueue:
                     break
     reader = bus.replay(start_seq=state.seq + 1, until_ts=at)  # the prefix fold_until takes
     async with contextlib.aclosing(reader) as events:
-        async for d in events:
-            evolve(state, d)
-    return queue_at(state, at, config, config.half_life_s)
+        batch: list[Delivered] = []
+        async for d in events:  # folded in a worker thread, as read_wait
+            batch.append(d)
+            if len(batch) >= _BATCH:
+                await asyncio.to_thread(_evolve_all, state, batch)
+                batch = []
+        await asyncio.to_thread(_evolve_all, state, batch)
+    return await asyncio.to_thread(queue_at, state, at, config, config.half_life_s)
+
+
+def _evolve_all(state: ClusterState, batch: list[Delivered]) -> None:
+    for d in batch:
+        evolve(state, d)
