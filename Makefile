@@ -48,7 +48,7 @@ slurm-testcluster: ## start a local Slurm test cluster (fake GPUs) for JPU_SLURM
 lint: install  ## ruff (lint + format check) and mypy
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy libs services
+	$(VENV)/bin/mypy -p jpu -p jpu_services
 
 fmt: install  ## format the code
 	$(VENV)/bin/ruff format .

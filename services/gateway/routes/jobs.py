@@ -199,7 +199,8 @@ async def list_(
         edges.pool, user, states=states, lab=lab, owner=user_, limit=limit, cursor=cursor,
         since=since, until=until,
     )  # fmt: skip
-    jobs = await _attempts.history_rows([job_out(r) for r in rows], rows, edges, cmd.now(request))
+    outs = [job_out(r) for r in rows]
+    jobs = await _attempts.history_rows(outs, [dict(r) for r in rows], edges, cmd.now(request))
     return {"jobs": jobs, "next_cursor": nxt}
 
 
@@ -212,7 +213,7 @@ async def show(
     runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8)."""
     row = await load_visible(edges.pool, user, job_id)
     out = await _job_body(request, edges.pool, settings, row)
-    return await _attempts.job_page(out, row, edges, settings, cmd.now(request))
+    return await _attempts.job_page(out, dict(row), edges, settings, cmd.now(request))
 
 
 @router.get("/{job_id}/events", responses=_ERRORS)
