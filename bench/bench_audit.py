@@ -79,7 +79,7 @@ async def main(args: argparse.Namespace) -> None:
         progress(f"live projections rebuilt in {rebuilt:.1f} s; running jpu.replay ...")
         took, verdict = run_replay(url, dsn, root, args.profile)
         print(f"log: {args.n:,} events")
-        print(f"reference rebuild_many(all 5) into the live db: {rebuilt:7.1f} s  "
+        print(f"reference rebuild_many(all {len(ALL)}) into the live db: {rebuilt:7.1f} s  "
               f"{args.n / rebuilt:>9,.0f} events/s")  # fmt: skip
         print(f"python -m jpu.replay (rebuild + compare):      {took:7.1f} s  "
               f"{args.n / took:>9,.0f} events/s  -> {verdict}")  # fmt: skip

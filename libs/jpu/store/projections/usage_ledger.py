@@ -89,10 +89,12 @@ class UsageLedgerProjection:
         await conn.execute(
             "DELETE FROM usage_ledger_pending WHERE key = ANY($1::text[])", list(keys)
         )
-        if pending:
-            await conn.executemany(
-                "INSERT INTO usage_ledger_pending (key, held) VALUES ($1, $2::text::jsonb)",
-                [(k, msgspec.json.encode(h).decode()) for k, h in pending.items()],
+        if pending:  # one statement for the batch (unnest), not one per row
+            await conn.execute(
+                "INSERT INTO usage_ledger_pending (key, held) SELECT k, h::jsonb FROM "
+                "unnest($1::text[], $2::text[]) AS t(k, h)",
+                list(pending),
+                [msgspec.json.encode(h).decode() for h in pending.values()],
             )
 
 
