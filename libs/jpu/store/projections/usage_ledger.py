@@ -18,7 +18,9 @@ from jpu.explain.usage import ChargeLine, Held, Ledger
 from jpu.policy.charging import charge_id
 from jpu.policy.model import LabUsage
 
-_RELEVANT: Final = (JobSubmitted, ReservationShrunk, ReservationReleased, JobEnded, UsageCharged)
+_RELEVANT: Final = frozenset(
+    {JobSubmitted, ReservationShrunk, ReservationReleased, JobEnded, UsageCharged}
+)  # exact types: a set lookup per event (most events are none of these)
 _held = msgspec.json.Decoder(list[Held])
 _COLUMNS: Final = (
     'seq, charge_id, lab, reason, kind, job_id, attempt, "user", at, amount, held, value_after'
@@ -63,7 +65,7 @@ class UsageLedgerProjection:
         await self.apply_many(conn, [d])
 
     async def apply_many(self, conn: asyncpg.Connection, batch: list[Delivered]) -> None:
-        batch = [d for d in batch if isinstance(d.event, _RELEVANT)]
+        batch = [d for d in batch if type(d.event) in _RELEVANT]
         if not batch:
             return
         keys, owners = _keys(batch)
