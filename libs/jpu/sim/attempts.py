@@ -81,8 +81,11 @@ def _outcome(sim: Simulator, s: WorkloadJob, tier: str) -> tuple[float, BackendS
     A GPU OOM (tier VRAM below peak_vram_gb) after oom_after_s, X7; a time limit shorter than the
     work kills it (Slurm TIMEOUT); otherwise it completes after duration_s.
     """
+    oom = s.peak_vram_gb is not None and sim.tiers[tier].vram_gb < s.peak_vram_gb
+    if not oom and (s.time_limit_s is None or s.time_limit_s >= s.duration_s):
+        return s.duration_s, "COMPLETED", ""  # the common case, without the list (per attempt)
     outcomes: list[tuple[float, BackendState, str]] = [(s.duration_s, "COMPLETED", "")]
-    if s.peak_vram_gb is not None and sim.tiers[tier].vram_gb < s.peak_vram_gb:
+    if oom:
         outcomes.append((min(s.oom_after_s, s.duration_s), "FAILED", OOM_OUTPUT))
     if s.time_limit_s is not None and s.time_limit_s < s.duration_s:
         outcomes.append((s.time_limit_s, "TIMEOUT", ""))
