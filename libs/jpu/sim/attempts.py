@@ -93,19 +93,20 @@ def _outcome(sim: Simulator, s: WorkloadJob, tier: str) -> tuple[float, BackendS
 
 
 def start(sim: Simulator, d: JobDispatched) -> None:
-    """The backend runs a dispatched attempt at once (no start-up time, F5)."""
+    """The backend runs a dispatched attempt at once (no start-up time, F5), from the
+    dispatch's time (the cycle's; a forward estimate may place it earlier, `dispatched`)."""
     sim.running[d.job_id] = d
     sim.append(
         JobStarted(
             event_id="",
-            ts=sim.now,
+            ts=d.ts,
             job_id=d.job_id,
             attempt=d.attempt,
             backend_job_id=f"sim-{d.job_id}-{d.attempt}",
         )
     )
     run_s = _outcome(sim, sim.specs[d.job_id], d.tier)[0]
-    sim.at(sim.now + run_s, END, (d.job_id, d.attempt))
+    sim.at(max(sim.now, d.ts + run_s), END, (d.job_id, d.attempt))
 
 
 def on_end(sim: Simulator, item: tuple[str, int]) -> None:

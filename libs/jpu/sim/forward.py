@@ -13,8 +13,11 @@ maintenance is not NORMAL. What is assumed:
 - a queued job, once started, runs as long as its limit (else its predicted duration);
 - nothing new is submitted and nothing is cancelled, no GPU goes down, no OOM;
 - cycles are coalesced more coarsely than the live D8 gap: at least `resolution_s` apart, and
-  `growth` × the distance from now (so the error this adds stays a small fraction of the wait,
-  and a week ahead costs a few hundred cycles, not thousands).
+  `growth` × the distance from now (a week ahead costs a few hundred cycles, not thousands);
+  a cycle decides who starts where, and each start is placed when its GPUs were let go of (or
+  the change the cycle answers, if later), where the live dispatcher, cycling within 0.2 s of
+  an end, starts it (`ForwardSim.dispatched`); a coarse cycle's choices among several ends
+  remain an approximation.
 
 Basis of an estimate: `limits` when every end the estimate played before the job's start came
 from a time limit; `predicted` once some predicted duration has played (ends reorder the queue
@@ -32,7 +35,8 @@ import msgspec
 
 from jpu.bus import Delivered
 from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
-from jpu.domain.cluster import evolve
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.states import GpuKey
 from jpu.events import (
     AnyEvent,
     Event,
@@ -271,6 +275,21 @@ def _reserved(jid: str, r: Reservation) -> list[Event]:
     return out
 
 
+class _Cluster(SimCluster):
+    """The simulated cluster, also noting when each GPU was last let go of (its holder ended,
+    a reservation released or shrank): where a coarse cycle's dispatch could have started."""
+
+    def __init__(self, state: ClusterState, now: float) -> None:
+        super().__init__(state, now)
+        self.freed_at: dict[GpuKey, float] = {}
+
+    def folded(self, event: Event, before: dict[GpuKey, str], now: float) -> list[GpuKey]:
+        freed = super().folded(event, before, now)
+        for k in freed:
+            self.freed_at[k] = now
+        return freed
+
+
 class ForwardSim(Simulator):
     """The simulator started mid-flight from a `Present` instead of from an empty cluster."""
 
@@ -298,6 +317,7 @@ class ForwardSim(Simulator):
         self.limits = dict(present.limits)
         self.basis = {j.job_id: j.basis for j in fjobs}
         self.predicted_since = math.inf  # first virtual time a predicted duration played
+        self.asked_at = now  # when the change the next cycle answers happened (touch)
         self.targets = [q.job.job_id for q in present.queued]
         self.targets += [j.job_id for pq in present.personal.values() for j in pq]
         self._seed(present)
@@ -309,7 +329,8 @@ class ForwardSim(Simulator):
             evolve(self.state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
             if isinstance(event, JobSubmitted):
                 self.submitted[event.job_id] = event
-        self.cluster = SimCluster(self.state, self.now)
+        self.cluster = cluster = _Cluster(self.state, self.now)
+        self.freed_at = cluster.freed_at
         for r in present.running:
             j = r.job
             self.running[j.job_id] = JobDispatched(
@@ -328,6 +349,25 @@ class ForwardSim(Simulator):
         e = self.est
         gap = max(e.resolution_s, e.growth * (self.now - self.origin))
         return max(self.now, self._last_cycle + gap)
+
+    def touch(self) -> None:
+        if self._cycle_at is None:
+            self.asked_at = self.now
+        super().touch()
+
+    def dispatched(self, event: JobDispatched) -> JobDispatched:
+        """Sub-cycle start times: a dispatch happens when its GPUs were let go of (or when the
+        change this cycle answers happened, or the job entered the global queue, if later),
+        not at the coarse cycle's time. The live dispatcher cycles within `min_cycle_gap_s`
+        (0.2 s) of that change; stamping the cycle's time made every start up to a gap
+        (≥ 60 s, 3 % of the distance from now) late, and every start after it on those GPUs
+        too. The cycle still decides who starts where (D1–D8, R1–R5)."""
+        freed, job = self.freed_at, self.state.jobs.get(event.job_id)
+        entered = job.queue_entered_at if job is not None else None
+        t = max(self.asked_at, self.origin if entered is None else entered)
+        for i in event.gpus:
+            t = max(t, freed.get((event.node, event.tier, i), self.origin))
+        return event if t >= event.ts else msgspec.structs.replace(event, ts=t)
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
         h = super().handlers()
