@@ -123,7 +123,9 @@ class Present(msgspec.Struct, frozen=True, kw_only=True):
 class EstimateParams(msgspec.Struct, frozen=True, kw_only=True):
     horizon_s: float = 7 * 86400.0  # no estimate beyond now + horizon (unknown)
     max_cycles: int = 400  # cap on simulated cycles: bounds the CPU of one estimate
-    resolution_s: float = 60.0  # virtual cycles at least this far apart ...
+    # virtual cycles at least this far apart (two live periodic cycles, D3 cycle_s 5 s; for
+    # the first ~5 min, where a coarse cycle's choice among several ends weighs most) ...
+    resolution_s: float = 10.0
     growth: float = 0.03  # ... and at least this fraction of the distance from now
     maintenance_ends_at: float | None = None  # a known end of maintenance (else: unknown)
     policy: str = "jpu"  # the policy core to run (jpu.policy.POLICIES)
@@ -360,7 +362,7 @@ class ForwardSim(Simulator):
         change this cycle answers happened, or the job entered the global queue, if later),
         not at the coarse cycle's time. The live dispatcher cycles within `min_cycle_gap_s`
         (0.2 s) of that change; stamping the cycle's time made every start up to a gap
-        (≥ 60 s, 3 % of the distance from now) late, and every start after it on those GPUs
+        (then ≥ 60 s, 3 % of the distance from now) late, and every start after it on those GPUs
         too. The cycle still decides who starts where (D1–D8, R1–R5)."""
         freed, job = self.freed_at, self.state.jobs.get(event.job_id)
         entered = job.queue_entered_at if job is not None else None
