@@ -35,8 +35,7 @@ import msgspec
 
 from jpu.bus import Delivered
 from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
-from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.states import GpuKey
+from jpu.domain.cluster import evolve
 from jpu.events import (
     AnyEvent,
     Event,
@@ -277,21 +276,6 @@ def _reserved(jid: str, r: Reservation) -> list[Event]:
     return out
 
 
-class _Cluster(SimCluster):
-    """The simulated cluster, also noting when each GPU was last let go of (its holder ended,
-    a reservation released or shrank): where a coarse cycle's dispatch could have started."""
-
-    def __init__(self, state: ClusterState, now: float) -> None:
-        super().__init__(state, now)
-        self.freed_at: dict[GpuKey, float] = {}
-
-    def folded(self, event: Event, before: dict[GpuKey, str], now: float) -> list[GpuKey]:
-        freed = super().folded(event, before, now)
-        for k in freed:
-            self.freed_at[k] = now
-        return freed
-
-
 class ForwardSim(Simulator):
     """The simulator started mid-flight from a `Present` instead of from an empty cluster."""
 
@@ -331,8 +315,7 @@ class ForwardSim(Simulator):
             evolve(self.state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
             if isinstance(event, JobSubmitted):
                 self.submitted[event.job_id] = event
-        self.cluster = cluster = _Cluster(self.state, self.now)
-        self.freed_at = cluster.freed_at
+        self.cluster = SimCluster(self.state, self.now)
         for r in present.running:
             j = r.job
             self.running[j.job_id] = JobDispatched(
@@ -348,14 +331,10 @@ class ForwardSim(Simulator):
     # --- the coarser cycle cadence (see the module docstring) ------------------------------
 
     def next_cycle_at(self) -> float:
+        self.asked_at = self.now  # (asked by `touch` when no cycle is due: a change happened)
         e = self.est
         gap = max(e.resolution_s, e.growth * (self.now - self.origin))
         return max(self.now, self._last_cycle + gap)
-
-    def touch(self) -> None:
-        if self._cycle_at is None:
-            self.asked_at = self.now
-        super().touch()
 
     def dispatched(self, event: JobDispatched) -> JobDispatched:
         """Sub-cycle start times: a dispatch happens when its GPUs were let go of (or when the
@@ -364,7 +343,7 @@ class ForwardSim(Simulator):
         (0.2 s) of that change; stamping the cycle's time made every start up to a gap
         (then ≥ 60 s, 3 % of the distance from now) late, and every start after it on those GPUs
         too. The cycle still decides who starts where (D1–D8, R1–R5)."""
-        freed, job = self.freed_at, self.state.jobs.get(event.job_id)
+        freed, job = self.cluster.freed_at, self.state.jobs.get(event.job_id)
         entered = job.queue_entered_at if job is not None else None
         t = max(self.asked_at, self.origin if entered is None else entered)
         for i in event.gpus:
