@@ -86,7 +86,7 @@ def request_digest(event: JobSubmitted) -> str:
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 
-@dataclass
+@dataclass(slots=True)
 class JobView:
     job_id: str
     lab: str
