@@ -19,10 +19,10 @@ maintenance is not NORMAL. What is assumed:
   an end, starts it (`ForwardSim.dispatched`); a coarse cycle's choices among several ends
   remain an approximation.
 
-Basis of an estimate: `limits` when every end the estimate played before the job's start came
-from a time limit; `predicted` once some predicted duration has played (ends reorder the queue
-through fair-share, so every later start depends on them); `unknown` when the job did not start
-within the horizon or the cycle cap (or maintenance has no known end).
+Basis of an estimate: `limits` when every end the estimate played before the cycle that started
+the job came from a time limit; `predicted` once some predicted duration has played (ends
+reorder the queue through fair-share, so every later start depends on them); `unknown` when the
+job did not start within the horizon or the cycle cap (or maintenance has no known end).
 """
 
 from __future__ import annotations
@@ -304,6 +304,7 @@ class ForwardSim(Simulator):
         self.basis = {j.job_id: j.basis for j in fjobs}
         self.predicted_since = math.inf  # first virtual time a predicted duration played
         self.asked_at = now  # when the change the next cycle answers happened (touch)
+        self.decided: dict[str, float] = {}  # job id -> the cycle that first dispatched it
         self.targets = [q.job.job_id for q in present.queued]
         self.targets += [j.job_id for pq in present.personal.values() for j in pq]
         self._seed(present)
@@ -342,7 +343,9 @@ class ForwardSim(Simulator):
         not at the coarse cycle's time. The live dispatcher cycles within `min_cycle_gap_s`
         (0.2 s) of that change; stamping the cycle's time made every start up to a gap
         (then ≥ 60 s, 3 % of the distance from now) late, and every start after it on those GPUs
-        too. The cycle still decides who starts where (D1–D8, R1–R5)."""
+        too. The cycle still decides who starts where (D1–D8, R1–R5); a reservation the
+        dispatch releases is still charged to the cycle's time (at most a gap counted twice)."""
+        self.decided.setdefault(event.job_id, self.now)
         freed, job = self.cluster.freed_at, self.state.jobs.get(event.job_id)
         entered = job.queue_entered_at if job is not None else None
         t = max(self.asked_at, self.origin if entered is None else entered)
@@ -408,8 +411,10 @@ class ForwardSim(Simulator):
                 out[job_id] = Estimate(None, "unknown")
                 complete = False
             else:
+                # the basis of the decision: what had played when the cycle dispatched it
+                at = self.decided.get(job_id, start)
                 out[job_id] = Estimate(
-                    start, "predicted" if start >= self.predicted_since else "limits"
+                    start, "predicted" if at >= self.predicted_since else "limits"
                 )
         return ForwardResult(
             at=self.origin,
