@@ -114,8 +114,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer runs")
     ap.add_argument("--max-cycles", type=int, default=EstimateParams().max_cycles)
     ap.add_argument("--growth", type=float, default=EstimateParams().growth)
+    ap.add_argument("--resolution", type=float, default=EstimateParams().resolution_s)
     args = ap.parse_args()
-    params = EstimateParams(max_cycles=args.max_cycles, growth=args.growth)
+    params = EstimateParams(
+        max_cycles=args.max_cycles, growth=args.growth, resolution_s=args.resolution
+    )
     runs = 3 if args.quick else 5
     print(
         f"{'queue':>6} {'gpus':>5} | {'estimate cpu s: med':>19} {'max':>6} | {'cycle ms':>8} |"

@@ -117,6 +117,24 @@ def test_U4_job_that_fits_now_starts_now():
     assert log.estimate(T0 + 100) == {"q": (T0 + 100, "limits")}
 
 
+def test_U4_starts_when_the_gpus_free_not_at_the_coarse_cycle():
+    """The forward's cycles are ≥ 60 s and 3 % of the distance apart (here 216 s at 2 h); the
+    live dispatcher cycles within 0.2 s of an end. Two ends 20 s apart: both queued jobs start
+    at their GPU's end, and the job after q1 on its GPU at q1's end (no drift down a chain)."""
+    log = Log(_one_node(2))
+    log.run("r1", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=2 * H)
+    log.run("r2", "A", "a", "n1", "rtx4090", [1], T0 + 20, time_limit_s=2 * H)
+    log.queue("q1", "B", "b", 1, T0 + 30, time_limit_s=H)
+    log.queue("q2", "B", "b", 1, T0 + 31, time_limit_s=3 * H)
+    log.queue("q3", "B", "b", 1, T0 + 32, time_limit_s=H)
+    est = log.estimate(T0 + 40)
+    assert est == {
+        "q1": (T0 + 2 * H, "limits"),
+        "q2": (T0 + 2 * H + 20, "limits"),
+        "q3": (T0 + 3 * H, "limits"),
+    }
+
+
 def test_U4_D1_queue_order_follows_fair_share_including_charges_at_ends():
     """Two jobs wait for one GPU; the lab with less usage goes first (D1). When its job ends its
     lab is charged (F4) and the other lab's job is next."""

@@ -56,7 +56,7 @@ class Maintenance:
     last_seq: int = 0  # stream seq of the last MaintenanceChanged (optimistic concurrency)
 
 
-@dataclass
+@dataclass(slots=True)
 class ClusterState:
     seq: int = 0  # last stream sequence applied
     jobs: dict[str, JobView] = field(default_factory=dict)

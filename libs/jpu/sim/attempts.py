@@ -81,8 +81,11 @@ def _outcome(sim: Simulator, s: WorkloadJob, tier: str) -> tuple[float, BackendS
     A GPU OOM (tier VRAM below peak_vram_gb) after oom_after_s, X7; a time limit shorter than the
     work kills it (Slurm TIMEOUT); otherwise it completes after duration_s.
     """
+    oom = s.peak_vram_gb is not None and sim.tiers[tier].vram_gb < s.peak_vram_gb
+    if not oom and (s.time_limit_s is None or s.time_limit_s >= s.duration_s):
+        return s.duration_s, "COMPLETED", ""  # the common case, without the list (per attempt)
     outcomes: list[tuple[float, BackendState, str]] = [(s.duration_s, "COMPLETED", "")]
-    if s.peak_vram_gb is not None and sim.tiers[tier].vram_gb < s.peak_vram_gb:
+    if oom:
         outcomes.append((min(s.oom_after_s, s.duration_s), "FAILED", OOM_OUTPUT))
     if s.time_limit_s is not None and s.time_limit_s < s.duration_s:
         outcomes.append((s.time_limit_s, "TIMEOUT", ""))
@@ -90,19 +93,20 @@ def _outcome(sim: Simulator, s: WorkloadJob, tier: str) -> tuple[float, BackendS
 
 
 def start(sim: Simulator, d: JobDispatched) -> None:
-    """The backend runs a dispatched attempt at once (no start-up time, F5)."""
+    """The backend runs a dispatched attempt at once (no start-up time, F5), from the
+    dispatch's time (the cycle's; a forward estimate may place it earlier, `dispatched`)."""
     sim.running[d.job_id] = d
     sim.append(
         JobStarted(
             event_id="",
-            ts=sim.now,
+            ts=d.ts,
             job_id=d.job_id,
             attempt=d.attempt,
             backend_job_id=f"sim-{d.job_id}-{d.attempt}",
         )
     )
     run_s = _outcome(sim, sim.specs[d.job_id], d.tier)[0]
-    sim.at(sim.now + run_s, END, (d.job_id, d.attempt))
+    sim.at(max(sim.now, d.ts + run_s), END, (d.job_id, d.attempt))
 
 
 def on_end(sim: Simulator, item: tuple[str, int]) -> None:

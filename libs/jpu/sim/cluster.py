@@ -55,6 +55,8 @@ class SimCluster:
             k: now for k in self.keys if k not in state.holders and k not in state.down
         }
         self.backfill_since: dict[GpuKey, float] = {}  # GPU -> when its backfill instance began
+        # GPU -> when a job or reservation last let go of it (a forward estimate's start times)
+        self.freed_at: dict[GpuKey, float] = {}
 
     def idle_count(self) -> int:
         """GPUs free or backfilled (SPEC P2), not held by a job or reservation, not down."""
@@ -93,7 +95,7 @@ class SimCluster:
                 self.idle_since.pop(k, None)  # went to a job or reservation
             freed = [k for k in before if k not in after and k not in state.holders]
             for k in freed:
-                self.idle_since[k] = now
+                self.idle_since[k] = self.freed_at[k] = now
             changed = before.keys() | after.keys()
             if kind in _RUNS:
                 r = running_job(job) if job is not None else None

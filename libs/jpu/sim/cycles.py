@@ -23,6 +23,6 @@ def apply(sim: Simulator, result: CycleResult) -> None:
     for e in cycle_events(result, sim.tiers, sim.now):
         if isinstance(e, JobDispatched):
             backfill.preempt(sim, [(e.node, e.tier, i) for i in e.gpus])
-            attempts.start(sim, sim.append(e))
+            attempts.start(sim, sim.append(sim.dispatched(e)))
         else:
             sim.append(e)

@@ -195,6 +195,11 @@ class Simulator:
             self.touch()
         return event
 
+    def dispatched(self, event: JobDispatched) -> JobDispatched:
+        """A cycle's dispatch as it is appended (stamped with the cycle's time; a forward
+        estimate, whose cycles are coarser, stamps it when its GPUs freed)."""
+        return event
+
     def folded(self, event: Event) -> None:
         """Called right after the fold applied `event` (what a service's on_event sees)."""
 

@@ -13,13 +13,16 @@ maintenance is not NORMAL. What is assumed:
 - a queued job, once started, runs as long as its limit (else its predicted duration);
 - nothing new is submitted and nothing is cancelled, no GPU goes down, no OOM;
 - cycles are coalesced more coarsely than the live D8 gap: at least `resolution_s` apart, and
-  `growth` × the distance from now (so the error this adds stays a small fraction of the wait,
-  and a week ahead costs a few hundred cycles, not thousands).
+  `growth` × the distance from now (a week ahead costs a few hundred cycles, not thousands);
+  a cycle decides who starts where, and each start is placed when its GPUs were let go of (or
+  the change the cycle answers, if later), where the live dispatcher, cycling within 0.2 s of
+  an end, starts it (`ForwardSim.dispatched`); a coarse cycle's choices among several ends
+  remain an approximation.
 
-Basis of an estimate: `limits` when every end the estimate played before the job's start came
-from a time limit; `predicted` once some predicted duration has played (ends reorder the queue
-through fair-share, so every later start depends on them); `unknown` when the job did not start
-within the horizon or the cycle cap (or maintenance has no known end).
+Basis of an estimate: `limits` when every end the estimate played before the cycle that started
+the job came from a time limit; `predicted` once some predicted duration has played (ends
+reorder the queue through fair-share, so every later start depends on them); `unknown` when the
+job did not start within the horizon or the cycle cap (or maintenance has no known end).
 """
 
 from __future__ import annotations
@@ -119,7 +122,9 @@ class Present(msgspec.Struct, frozen=True, kw_only=True):
 class EstimateParams(msgspec.Struct, frozen=True, kw_only=True):
     horizon_s: float = 7 * 86400.0  # no estimate beyond now + horizon (unknown)
     max_cycles: int = 400  # cap on simulated cycles: bounds the CPU of one estimate
-    resolution_s: float = 60.0  # virtual cycles at least this far apart ...
+    # virtual cycles at least this far apart (two live periodic cycles, D3 cycle_s 5 s; for
+    # the first ~5 min, where a coarse cycle's choice among several ends weighs most) ...
+    resolution_s: float = 10.0
     growth: float = 0.03  # ... and at least this fraction of the distance from now
     maintenance_ends_at: float | None = None  # a known end of maintenance (else: unknown)
     policy: str = "jpu"  # the policy core to run (jpu.policy.POLICIES)
@@ -298,6 +303,8 @@ class ForwardSim(Simulator):
         self.limits = dict(present.limits)
         self.basis = {j.job_id: j.basis for j in fjobs}
         self.predicted_since = math.inf  # first virtual time a predicted duration played
+        self.asked_at = now  # when the change the next cycle answers happened (touch)
+        self.decided: dict[str, float] = {}  # job id -> the cycle that first dispatched it
         self.targets = [q.job.job_id for q in present.queued]
         self.targets += [j.job_id for pq in present.personal.values() for j in pq]
         self._seed(present)
@@ -325,9 +332,26 @@ class ForwardSim(Simulator):
     # --- the coarser cycle cadence (see the module docstring) ------------------------------
 
     def next_cycle_at(self) -> float:
+        self.asked_at = self.now  # (asked by `touch` when no cycle is due: a change happened)
         e = self.est
         gap = max(e.resolution_s, e.growth * (self.now - self.origin))
         return max(self.now, self._last_cycle + gap)
+
+    def dispatched(self, event: JobDispatched) -> JobDispatched:
+        """Sub-cycle start times: a dispatch happens when its GPUs were let go of (or when the
+        change this cycle answers happened, or the job entered the global queue, if later),
+        not at the coarse cycle's time. The live dispatcher cycles within `min_cycle_gap_s`
+        (0.2 s) of that change; stamping the cycle's time made every start up to a gap
+        (then ≥ 60 s, 3 % of the distance from now) late, and every start after it on those GPUs
+        too. The cycle still decides who starts where (D1–D8, R1–R5); a reservation the
+        dispatch releases is still charged to the cycle's time (at most a gap counted twice)."""
+        self.decided.setdefault(event.job_id, self.now)
+        freed, job = self.cluster.freed_at, self.state.jobs.get(event.job_id)
+        entered = job.queue_entered_at if job is not None else None
+        t = max(self.asked_at, self.origin if entered is None else entered)
+        for i in event.gpus:
+            t = max(t, freed.get((event.node, event.tier, i), self.origin))
+        return event if t >= event.ts else msgspec.structs.replace(event, ts=t)
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
         h = super().handlers()
@@ -387,8 +411,10 @@ class ForwardSim(Simulator):
                 out[job_id] = Estimate(None, "unknown")
                 complete = False
             else:
+                # the basis of the decision: what had played when the cycle dispatched it
+                at = self.decided.get(job_id, start)
                 out[job_id] = Estimate(
-                    start, "predicted" if start >= self.predicted_since else "limits"
+                    start, "predicted" if at >= self.predicted_since else "limits"
                 )
         return ForwardResult(
             at=self.origin,
