@@ -117,7 +117,7 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
                 tflops=tier.tflops if tier is not None else 0.0,
             )
         )
-    for sh in result.shrinks:  # R5: before anything else may take what it frees
+    for sh in result.shrinks:  # R5/R6: before anything else may take what it frees
         out.append(
             ReservationShrunk(
                 event_id="",
@@ -129,6 +129,7 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
                 removed=list(sh.removed),
                 gpu_seconds=sh.gpu_seconds,
                 tflops=sh.tflops,
+                reason=sh.reason,
             )
         )
     for s in result.starts:

@@ -213,7 +213,8 @@ class Walk:
         # found one releasing GPU 0 of a placement and dispatched on GPUs 1-2 of the same one)
         slot = next((s for s in pool.candidates(levels, job.num_gpus) if s is not own), None)
         if slot is None:  # fits only at home, where a higher job could start with its GPUs and
-            # nowhere else (holds_back): `useful` demotes now, with the walk's pool (R3, R6)
+            # nowhere else (holds_back): `useful` (and `yield`, whose partial give-back is made
+            # at the cycle's start only) demotes now, with the walk's pool (R3, R6)
             self.out.releases.append(release(job, "demoted", self.now, pool.tiers))
             own.reserved.pop(job.job_id, None)
             pool.give(own, held)

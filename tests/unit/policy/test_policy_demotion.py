@@ -40,9 +40,10 @@ def worked_example() -> Snapshot:
     return snap(default_cluster(states((A1, 1))), q, USAGE)
 
 
-@pytest.mark.parametrize("mode", ["strict", "useful", "hysteresis", "damped"])
+@pytest.mark.parametrize("mode", ["strict", "useful", "hysteresis", "damped", "yield"])
 def test_R3_worked_example_demotes_and_charges_24780(mode):
-    # Z could start on A1 with X's GPU and nowhere else; KDG is 12.5 % below BCG (> 10 %)
+    # Z could start on A1 with X's GPU and nowhere else; KDG is 12.5 % below BCG (> 10 %);
+    # `yield`: Z needs X's only GPU, nothing would be left, so it is R3
     r = cycle(with_mode(worked_example(), mode), now=300.0)
     assert r.order == ["Z", "X"]
     [rel] = r.releases
@@ -54,7 +55,7 @@ def test_R3_worked_example_demotes_and_charges_24780(mode):
 def test_R6_strict_is_the_default_everywhere():
     assert Snapshot(tiers={}, gpus=[], queue=[], usage={}).reservation_demotion == "strict"
     assert load_config(env={}).reservation_demotion == "strict"
-    assert set(DEMOTION_MODES) == {"strict", "useful", "hysteresis", "damped"}
+    assert set(DEMOTION_MODES) == {"strict", "useful", "hysteresis", "damped", "yield"}
 
 
 def test_R6_useful_keeps_a_reservation_the_higher_job_cannot_use_tier():
@@ -157,6 +158,7 @@ def test_R6_rank1_always_keeps_and_only_other_reasons_release():
 
 def test_R6_config_validates_the_mode_and_margin():
     assert load_config(env={"JPU_RESERVATION_DEMOTION": "useful"}).reservation_demotion == "useful"
+    assert load_config(env={"JPU_RESERVATION_DEMOTION": "yield"}).reservation_demotion == "yield"
     with pytest.raises(ConfigError, match="reservation_demotion"):
         load_config(env={"JPU_RESERVATION_DEMOTION": "sometimes"})
     with pytest.raises(ConfigError, match="reservation_demotion_margin"):
@@ -196,3 +198,95 @@ def test_R6_D5_useful_a_parked_job_that_fits_only_at_home_yields_it_to_the_highe
     assert demoted.charge_now == 1 * 1000.0 * 10.0  # R3: the held time, charged at once
     got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
     assert got["j4"] == ("n2", (0, 1, 2)) and "j0" not in got
+
+
+# --- R6 yield: a 4-GPU reservation on an 8-GPU node; the other 4 GPUs run jobs ---------------
+
+T8 = tier("t8", 24, 82.6, 20, max_gpus=8)
+N8 = "n8"
+
+
+def yield_case(*above: QueuedJob, idle: int = 0, other_free: bool = False) -> Snapshot:
+    """X (lab BCG, 8 GPUs) reserves GPUs 0-3 of n8 (0-1 since t=0, 2-3 since t=100); GPUs 4-7
+    run jobs, `idle` of them are free; `above` (lab KDG, less usage) rank above X. `other_free`:
+    a second 1-GPU node m1 is free."""
+    res = Reservation(node=N8, tier="t8", gpus=(0, 1, 2, 3), since=0.0,
+                      joined=(0.0, 0.0, 100.0, 100.0))  # fmt: skip
+    states = {i: "reserved:X" for i in range(4)} | {
+        i: "free" if i < 4 + idle else f"job:r{i}" for i in range(4, 8)
+    }
+    gpus = [Gpu(N8, "t8", i, states[i]) for i in range(8)]
+    gpus.append(Gpu("m1", "t8", 0, "free" if other_free else "job:m"))
+    q = [job("X", "BCG", n=8, at=-100.0, res=res), *above]
+    return Snapshot(tiers={"t8": T8}, gpus=gpus, queue=q, usage=USAGE,
+                    reservation_demotion="yield")  # fmt: skip
+
+
+def test_R6_yield_a_higher_1gpu_job_takes_exactly_one_gpu_and_the_rest_stays():
+    s = yield_case(job("z", "KDG", n=1, at=-50.0))
+    strict = cycle(with_mode(s, "strict"), now=300.0)
+    [rel] = strict.releases  # strict: the whole reservation goes, 4 GPUs' held time charged now
+    assert (rel.reason, rel.charge_now) == ("demoted", (300.0 * 2 + 200.0 * 2) * 82.6)
+    r = cycle(s, now=300.0)
+    assert r.releases == []  # nothing released, nothing charged now (F4)
+    [sh] = r.shrinks  # the GPU that joined last leaves; its 200 s ride with the attempt
+    assert (sh.job_id, sh.reason, sh.removed, sh.gpus) == ("X", "yielded", (3,), (0, 1, 2))
+    assert (sh.gpu_seconds, sh.tflops) == (200.0, 82.6)
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"z": (N8, (3,))}  # D5
+    assert r.pending == {"X": "Reservation"}  # D7: parked with the rest
+
+
+def test_R6_yield_the_log_says_yielded_and_the_fold_charges_it_with_the_attempt():
+    from jpu.domain.dispatch import cycle_events
+    from jpu.events import JobDispatched, ReservationShrunk
+
+    r = cycle(yield_case(job("z", "KDG", n=1, at=-50.0)), now=300.0)
+    events = cycle_events(r, {"t8": T8}, 300.0)
+    assert [type(e) for e in events] == [ReservationShrunk, JobDispatched]  # GPU freed first
+    sh = events[0]
+    assert isinstance(sh, ReservationShrunk)
+    assert (sh.reason, sh.removed, sh.gpus, sh.schema_version) == ("yielded", [3], [0, 1, 2], 2)
+
+
+def test_R6_yield_gives_back_only_what_the_higher_jobs_need():
+    # two 1-GPU jobs above, no idle GPU: both come from X, which keeps two
+    two = (job("z1", "KDG", n=1, at=-50.0), job("z2", "KDG", n=1, at=-40.0))
+    r = cycle(yield_case(*two), now=300.0)
+    assert sorted(d.job_id for d in r.dispatches) == ["z1", "z2"]
+    assert [(sh.removed, sh.gpus) for sh in r.shrinks] == [((2, 3), (0, 1))]
+    # a 3-GPU job above with one idle GPU on n8: two come from X (the idle GPU goes first)
+    r = cycle(yield_case(job("w", "KDG", n=3, at=-50.0), idle=1), now=300.0)
+    assert [(sh.removed, sh.gpus) for sh in r.shrinks] == [((2, 3), (0, 1))]
+    assert {d.job_id: d.gpus for d in r.dispatches} == {"w": (2, 3, 4)}
+    # two 1-GPU jobs and one idle GPU: the check is per request class with the pool as it is
+    # (as `useful`'s): the class can start on the idle GPU, so X keeps all four this cycle and
+    # z2 gets one of them in the next, once z1 runs on the idle GPU
+    r = cycle(yield_case(*two, idle=1), now=300.0)
+    assert r.shrinks == [] and {d.job_id: d.gpus for d in r.dispatches} == {"z1": (4,)}
+
+
+def test_R6_yield_demotes_when_the_higher_job_needs_every_reserved_gpu():
+    # a 4-GPU job above needs all four: nothing would be left, so it is R3, charged at once
+    r = cycle(yield_case(job("w", "KDG", n=4, at=-50.0)), now=300.0)
+    [rel] = r.releases
+    assert (rel.job_id, rel.reason, rel.charge_now) == ("X", "demoted", 1000.0 * 82.6)
+    assert r.shrinks == [] and {d.job_id: d.gpus for d in r.dispatches} == {"w": (0, 1, 2, 3)}
+
+
+def test_R6_yield_keeps_everything_when_the_higher_job_can_start_elsewhere_or_not_at_all():
+    # z fits on the free m1: nothing is given back (as `useful`)
+    r = cycle(yield_case(job("z", "KDG", n=1, at=-50.0), other_free=True), now=300.0)
+    assert r.releases == [] and r.shrinks == []
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"z": ("m1", (0,))}
+    # a 9-GPU job can never fit n8 (D2): nothing to yield to it
+    r = cycle(yield_case(job("w", "KDG", n=9, at=-50.0)), now=300.0)
+    assert r.releases == [] and r.shrinks == [] and r.dispatches == []
+
+
+def test_R6_yield_rank1_never_yields():
+    # X is rank 1 (its lab now has the least usage): the 1-GPU job below it waits (D5)
+    s = yield_case(job("z", "KDG", n=1, at=-50.0))
+    s = msgspec.structs.replace(s, usage={"BCG": LabUsage(1.0, 300.0), "KDG": USAGE["KDG"]})
+    r = cycle(s, now=300.0)
+    assert r.releases == [] and r.shrinks == [] and r.dispatches == []
+    assert r.pending == {"X": "Reservation", "z": "Priority"}

@@ -121,6 +121,7 @@ def check_invariants(snap: Snapshot, res, now: float) -> None:
     state = {(g.node, g.tier, g.index): g.state for g in snap.gpus}
     holders = {j.job_id: j for j in snap.queue if j.reservation}
     released = {(r.node, r.tier, i) for r in res.releases for i in r.gpus}
+    released |= {(sh.node, sh.tier, i) for sh in res.shrinks for i in sh.removed}  # R5, R6 yield
     seen: set[tuple[str, str, int]] = set()
     for d in [*res.dispatches, *res.starts]:
         for i in d.gpus:
@@ -148,6 +149,10 @@ def check_invariants(snap: Snapshot, res, now: float) -> None:
         for j in holders:
             if j != rank1:
                 assert j in {r.job_id for r in res.releases}, "R3"
+    for sh in res.shrinks:
+        if sh.reason == "yielded":  # R6 yield: only below rank 1, never all (that is R3)
+            assert snap.reservation_demotion == "yield" and sh.job_id != rank1, "R6 yield"
+            assert sh.removed and sh.gpus, "R6 yield: some given back, some kept"
     dispatched = [d.job_id for d in res.dispatches]
     assert set(dispatched).isdisjoint(res.pending)
     assert set(dispatched) | set(res.pending) == set(res.order), "D7: every job has a reason"
@@ -187,6 +192,9 @@ def check_parked_d5(
     for r in res.releases:
         if r.reason != "dispatched":
             after[(r.node, r.tier)] = after.get((r.node, r.tier), 0) + len(r.gpus)
+    for sh in res.shrinks:  # R6 yield (and R5): the removed GPUs are idle for others
+        if sh.reason == "yielded":
+            after[(sh.node, sh.tier)] = after.get((sh.node, sh.tier), 0) + len(sh.removed)
     for d in [*res.dispatches, *res.starts]:
         taken = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id))
         after[(d.node, d.tier)] = after.get((d.node, d.tier), 0) - taken
@@ -208,7 +216,7 @@ def _own(snap: Snapshot, job_id: str) -> set[tuple[str, str, int]]:
     return {(g.node, g.tier, g.index) for g in snap.gpus if g.state == f"reserved:{job_id}"}
 
 
-MODES = ["strict", "useful", "hysteresis", "damped"]
+MODES = ["strict", "useful", "hysteresis", "damped", "yield"]
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -23,6 +23,7 @@ from jpu.events import (
     JobEnded,
     ReservationGrown,
     ReservationReleased,
+    ReservationShrunk,
     ReservationStarted,
     UsageCharged,
     decode,
@@ -120,6 +121,8 @@ def ledger(events: list[Any]) -> tuple[float, float]:
             take(e, e.added, f"res:{e.job_id}")
         elif isinstance(e, ReservationReleased):
             held += give(e, e.gpus, f"res:{e.job_id}")
+        elif isinstance(e, ReservationShrunk):  # R5 lost / R6 yielded: these leave, rest stays
+            held += give(e, e.removed, f"res:{e.job_id}")
         elif isinstance(e, JobDispatched):
             take(e, e.gpus, f"job:{e.job_id}")
         elif isinstance(e, JobEnded) and e.node is not None:
@@ -136,7 +139,8 @@ def ledger(events: list[Any]) -> tuple[float, float]:
         ("jpu", "strict"),
         ("jpu", "useful"),
         ("jpu", "hysteresis"),
-        ("jpu", "damped"),  # SPEC R6: every mode
+        ("jpu", "damped"),
+        ("jpu", "yield"),  # SPEC R6: every mode
         ("fifo", "strict"),
         ("slurm-like", "strict"),
     ],
