@@ -107,7 +107,7 @@ def release_phase(
             or parked is None
             or (back := give_back(j, rank1, s, mine)) >= len(mine)
         ):
-            reason = "demoted"  # R3 (R6: in a damped mode, only when the mode says so)
+            reason = "demoted"  # R3 (R6: in a damped mode only when it says so; `yield`: all)
         else:
             if lost:  # R5: the lost GPUs leave the reservation, the rest is kept
                 j = _shrink(j, mine, tier.tflops, now, out)

@@ -228,6 +228,63 @@ def test_invariants_single_cycle(mode, case):
     check_invariants(snap, cycle(snap, now), now)
 
 
+@st.composite
+def partial_reservations(draw) -> tuple[Snapshot, float]:
+    """R6 yield: wide placements where reservations hold several GPUs and higher jobs of 1-4
+    GPUs may need part of them (the generic strategy above almost never yields)."""
+    ts = {"t0": tier("t0", 24, 82.6, 1, max_gpus=8), "t1": tier("t1", 12, 34.1, 0, max_gpus=4)}
+    layout = [(f"n{k}", t, draw(st.sampled_from([4, 8] if t == "t0" else [2, 4])))
+              for k in range(draw(st.integers(1, 3)))
+              for t in [draw(st.sampled_from(["t0", "t0", "t1"]))]]  # fmt: skip
+    states: dict[tuple[str, str, int], str] = {}
+    queue: list[QueuedJob] = []
+    for k, (n, t, c) in enumerate(draw(st.lists(st.sampled_from(layout), max_size=2, unique=True))):
+        take = tuple(range(draw(st.integers(1, c - 1))))  # holders: part of one placement each
+        states |= {(n, t, i): f"reserved:h{k}" for i in take}
+        since = draw(st.sampled_from([0.0, 500.0]))
+        queue.append(
+            QueuedJob(
+                job_id=f"h{k}", lab=draw(st.sampled_from(["C", "D", "D"])), user="u",
+                num_gpus=draw(st.integers(len(take) + 1, min(c, ts[t].max_gpus))),
+                queue_entered_at=float(k),
+                reservation=Reservation(n, t, take, since, tuple(since + 10 * i for i in take)),
+            )
+        )  # fmt: skip
+    for n, t, c in layout:  # the rest mostly busy, so that higher jobs need reserved GPUs
+        for i in range(c):
+            if (n, t, i) not in states:
+                states[(n, t, i)] = draw(
+                    st.sampled_from(["free", "job:r", "job:r", "job:r"] * 3 + ["down"])
+                )
+    for k in range(draw(st.integers(1, 6))):
+        tf = draw(st.none() | st.just(frozenset({"t1"})))
+        queue.append(
+            QueuedJob(
+                job_id=f"j{k}", lab=draw(st.sampled_from(["A", "A", "B", "C"])), user="u",
+                num_gpus=draw(st.integers(1, 4)), queue_entered_at=float(draw(st.integers(0, 5))),
+                tiers=tf,
+            )
+        )  # fmt: skip
+    # the holders' labs (C, D) mostly use more, so that they are often below rank 1
+    usage = {
+        lab: LabUsage(float(draw(st.sampled_from(u))), 0.0)
+        for lab, u in (("A", [0, 100]), ("B", [100, 250]), ("C", [250, 1000]), ("D", [1000]))
+    }
+    gpus = [Gpu(n, t, i, st_) for (n, t, i), st_ in sorted(states.items())]
+    return Snapshot(tiers=ts, gpus=gpus, queue=queue, usage=usage, half_life_s=3600.0), 1000.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@SETTINGS
+@given(partial_reservations())
+def test_R6_yield_invariants_on_partial_reservations(mode, case):
+    """No double-booked GPU, R1, R2, D5 (parked), D7, and `yield`'s own: a yield only below rank
+    1, never of every GPU (that is R3), on reservations of several GPUs (all modes, compared)."""
+    snap, now = case
+    snap = msgspec.structs.replace(snap, reservation_demotion=mode)
+    check_invariants(snap, cycle(snap, now), now)
+
+
 def _small_sim(seed: int, n_jobs: int) -> Sim:
     rnd = random.Random(seed)
     ts = {"fast": tier("fast", 24, 82.6, 20, 4), "slow": tier("slow", 12, 34.1, 10, 2)}
