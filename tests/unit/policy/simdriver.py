@@ -86,6 +86,16 @@ class Sim:
 
     def apply(self, res: CycleResult) -> None:
         uncharged: dict[str, float] = {}
+        for sh in res.shrinks:  # R5/R6 first, as the log has them: then the rest
+            j = self.queue[sh.job_id]
+            r = j.reservation
+            assert r is not None and set(sh.removed) <= set(r.gpus)
+            joined = dict(zip(r.gpus, r.joined, strict=True))
+            self.queue[j.job_id] = _with(
+                j, Reservation(r.node, r.tier, sh.gpus, r.since, tuple(joined[g] for g in sh.gpus))
+            )
+            self._free(r.node, r.tier, sh.removed)
+            self.lazy[j.job_id] = self.lazy.get(j.job_id, 0.0) + sh.gpu_seconds * sh.tflops
         for rel in res.releases:
             j = self.queue[rel.job_id]
             r = j.reservation
@@ -97,16 +107,6 @@ class Sim:
                 uncharged[j.job_id] = rel.held_cost
             if rel.reason != "dispatched":
                 self._free(r.node, r.tier, r.gpus)
-        for sh in res.shrinks:  # R5/R6: the removed GPUs are free, the rest stays reserved
-            j = self.queue[sh.job_id]
-            r = j.reservation
-            assert r is not None and set(sh.removed) <= set(r.gpus)
-            joined = dict(zip(r.gpus, r.joined, strict=True))
-            self.queue[j.job_id] = _with(
-                j, Reservation(r.node, r.tier, sh.gpus, r.since, tuple(joined[g] for g in sh.gpus))
-            )
-            self._free(r.node, r.tier, sh.removed)
-            self.lazy[j.job_id] = self.lazy.get(j.job_id, 0.0) + sh.gpu_seconds * sh.tflops
         for s in res.starts:
             self._hold(s.node, s.tier, s.gpus, f"reserved:{s.job_id}")
             res_ = Reservation(s.node, s.tier, s.gpus, self.now, tuple(self.now for _ in s.gpus))
@@ -116,7 +116,8 @@ class Sim:
             r = j.reservation
             assert r is not None
             self._hold(g.node, g.tier, g.added, f"reserved:{g.job_id}")
-            joined = r.joined + tuple(self.now for _ in g.added)
+            was = dict(zip(r.gpus, r.joined, strict=True))  # by GPU: after a shrink `gpus` is
+            joined = tuple(was.get(i, self.now) for i in g.gpus)  # not in the order it grew
             self.queue[g.job_id] = _with(j, Reservation(r.node, r.tier, g.gpus, r.since, joined))
         for d in res.dispatches:
             j = self.queue.pop(d.job_id)

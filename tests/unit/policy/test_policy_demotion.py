@@ -290,3 +290,52 @@ def test_R6_yield_rank1_never_yields():
     r = cycle(s, now=300.0)
     assert r.releases == [] and r.shrinks == [] and r.dispatches == []
     assert r.pending == {"X": "Reservation", "z": "Priority"}
+
+
+@pytest.mark.parametrize("mode", DEMOTION_MODES)
+def test_R6_D5_rank1_chooses_again_when_a_parked_swap_frees_gpus(mode):
+    """Rank 1 R (1 GPU, tier a only) finds nothing idle: P's only free GPU is X's reservation.
+    X (2 GPUs), kept within the margin (hysteresis, damped), swaps to Q in the walk and gives
+    P/0 back. R, not L (rank 3, same request), starts there (D5): the walk used to revive the
+    classes only from rank 2 on. The other modes demote X first; R starts on P/0 either way."""
+    ta, tb = tier("a", 24, 82.6, 20), tier("b", 24, 34.1, 10)
+    gpus = [Gpu("P", "a", 0, "reserved:X"), Gpu("P", "a", 1, "job:r"),
+            Gpu("Q", "b", 0, "free"), Gpu("Q", "b", 1, "free")]  # fmt: skip
+    x = job("X", "B", n=2, res=Reservation(node="P", tier="a", gpus=(0,), since=0.0))
+    q = [job("R", "K", tiers=["a"]), x, job("L", "Z", at=1.0, tiers=["a"])]
+    usage = {"K": LabUsage(950.0, 1000.0), "B": LabUsage(1000.0, 1000.0), "Z": LabUsage(5e3, 0.0)}
+    s = snap(gpus, q, usage, tier_map={"a": ta, "b": tb}, half_life_s=3600.0)
+    r = cycle(with_mode(s, mode), now=1000.0)
+    assert r.order == ["R", "X", "L"]
+    got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
+    assert got == {"R": ("P", (0,)), "X": ("Q", (0, 1))}
+    assert list(r.pending) == ["L"]  # D7: Priority, or Resources where P/0 was parked at start
+
+
+@pytest.mark.parametrize("mode", DEMOTION_MODES)
+def test_R6_D5_a_reserving_rank1_keeps_what_a_parked_swap_frees_for_the_next_cycle(mode):
+    """Rank 1 R (2 GPUs, tier a) reserves S/0 and has nowhere to go. X (3 GPUs), kept within
+    the margin, holds P/0-1 and swaps to Q in the walk: P is then whole for R. L (rank 3, the
+    same request) must not take it (D5). R has decided this cycle, so P stays idle until the
+    next one, where R swaps to it. The other modes demote X first and R swaps to P at once."""
+    ta = tier("a", 24, 82.6, 20, max_gpus=3)
+    tb = tier("b", 24, 34.1, 10, max_gpus=3)
+    gpus = [Gpu("S", "a", 0, "reserved:R"), Gpu("S", "a", 1, "job:r"),
+            Gpu("P", "a", 0, "reserved:X"), Gpu("P", "a", 1, "reserved:X"),
+            Gpu("P", "a", 2, "job:p"), *(Gpu("Q", "b", i, "free") for i in range(3))]  # fmt: skip
+    q = [
+        job("R", "K", n=2, tiers=["a"], res=Reservation(node="S", tier="a", gpus=(0,), since=0.0)),
+        job("X", "B", n=3, res=Reservation(node="P", tier="a", gpus=(0, 1), since=0.0)),
+        job("L", "Z", n=2, at=1.0, tiers=["a"]),
+    ]
+    usage = {"K": LabUsage(950.0, 1000.0), "B": LabUsage(1000.0, 1000.0), "Z": LabUsage(5e3, 0.0)}
+    s = snap(gpus, q, usage, tier_map={"a": ta, "b": tb}, half_life_s=3600.0)
+    r = cycle(with_mode(s, mode), now=1000.0)
+    assert r.order == ["R", "X", "L"]
+    got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
+    assert got["X"] == ("Q", (0, 1, 2)) and "L" not in got
+    if mode in ("hysteresis", "damped"):
+        assert "R" not in got  # decided this cycle: P/0-1 wait for it, idle
+        assert [(x.job_id, x.reason) for x in r.releases] == [("X", "swap")]
+    else:
+        assert got["R"] == ("P", (0, 1))  # X demoted first, R swaps (R4)

@@ -161,6 +161,7 @@ def check_invariants(snap: Snapshot, res, now: float) -> None:
     if strict:  # R6: a parked swap gives GPUs back mid-walk; higher ranks then choose again
         assert walked == sorted(walked), "walk in rank order"
     check_parked_d5(snap, res, parked, pos, incumbents(snap, res, parked, now))
+    check_dispatch_d5(snap, res, pos)
 
 
 def incumbents(snap: Snapshot, res, parked: set[str], now: float) -> set[str]:
@@ -179,19 +180,39 @@ def incumbents(snap: Snapshot, res, parked: set[str], now: float) -> set[str]:
     return out
 
 
-def check_parked_d5(
-    snap: Snapshot, res, parked: set[str], pos: dict[str, int], incumbent: set[str]
-) -> None:
-    """D5 for R6: a parked reservation grows/dispatches only on GPUs that no job still waiting
-    above it could start on, even with the parked GPUs released — an incumbent (kept within
-    the margin) only on GPUs no such job could start on as they are (D5 as written: the GPUs
-    it holds are reserved, R2)."""
-    after: dict[tuple[str, str], int] = {}  # idle GPUs per placement after the cycle
+def check_dispatch_d5(snap: Snapshot, res, pos: dict[str, int]) -> None:
+    """D5 for every dispatch, in every mode: no job starts on GPUs of a placement where a job
+    ranked above it, left waiting without a reservation, could have started (those GPUs plus
+    what the cycle left idle there). Idle GPUs only shrink during a strict walk; under R6 a
+    parked swap gives GPUs back mid-walk, and higher ranks must then choose again first."""
+    after = _idle_after(snap, res)
+    cap = {(p.node, p.tier): p.capacity for p in placements(snap.gpus, snap.tiers)}
+    started = {s.job_id for s in res.starts}
+    waiting = [
+        j
+        for j in snap.queue
+        if j.job_id in res.pending and j.reservation is None and j.job_id not in started
+    ]
+    for d in res.dispatches:
+        took = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id))
+        t, key = snap.tiers[d.tier], (d.node, d.tier)
+        for w in waiting:
+            if pos[w.job_id] < pos[d.job_id] and tier_admits(w, t) and w.num_gpus <= cap[key]:
+                assert w.num_gpus > after[key] + took, (
+                    f"D5: {d.job_id} took what {w.job_id} could use"
+                )
+
+
+def _idle_after(snap: Snapshot, res) -> dict[tuple[str, str], int]:
+    """Idle GPUs per placement after the cycle's releases, shrinks, starts, grows, dispatches."""
+    after: dict[tuple[str, str], int] = {}
     for p in placements(snap.gpus, snap.tiers):
         after[(p.node, p.tier)] = len(p.idle)
-    for r in res.releases:
+    state = {(g.node, g.tier, g.index): g.state for g in snap.gpus}
+    for r in res.releases:  # only what it really held is idle again (not its down GPUs)
         if r.reason != "dispatched":
-            after[(r.node, r.tier)] = after.get((r.node, r.tier), 0) + len(r.gpus)
+            back = sum(state[(r.node, r.tier, i)] == f"reserved:{r.job_id}" for i in r.gpus)
+            after[(r.node, r.tier)] = after.get((r.node, r.tier), 0) + back
     for sh in res.shrinks:  # R6 yield (and R5): the removed GPUs are idle for others
         if sh.reason == "yielded":
             after[(sh.node, sh.tier)] = after.get((sh.node, sh.tier), 0) + len(sh.removed)
@@ -200,6 +221,17 @@ def check_parked_d5(
         after[(d.node, d.tier)] = after.get((d.node, d.tier), 0) - taken
     for g in res.grows:
         after[(g.node, g.tier)] = after.get((g.node, g.tier), 0) - len(g.added)
+    return after
+
+
+def check_parked_d5(
+    snap: Snapshot, res, parked: set[str], pos: dict[str, int], incumbent: set[str]
+) -> None:
+    """D5 for R6: a parked reservation grows/dispatches only on GPUs that no job still waiting
+    above it could start on, even with the parked GPUs released — an incumbent (kept within
+    the margin) only on GPUs no such job could start on as they are (D5 as written: the GPUs
+    it holds are reserved, R2)."""
+    after = _idle_after(snap, res)
     waiting = [j for j in snap.queue if j.job_id in res.pending and j.reservation is None]
     cap = {(p.node, p.tier): p.capacity for p in placements(snap.gpus, snap.tiers)}
     took = [(g.job_id, g.node, g.tier, len(g.gpus)) for g in res.grows if g.job_id in parked]
