@@ -182,9 +182,10 @@ def incumbents(snap: Snapshot, res, parked: set[str], now: float) -> set[str]:
 
 def check_dispatch_d5(snap: Snapshot, res, pos: dict[str, int]) -> None:
     """D5 for every dispatch, in every mode: no job starts on GPUs of a placement where a job
-    ranked above it, left waiting without a reservation, could have started (those GPUs plus
-    what the cycle left idle there). Idle GPUs only shrink during a strict walk; under R6 a
-    parked swap gives GPUs back mid-walk, and higher ranks must then choose again first."""
+    ranked above it, left waiting without a reservation (or rank 1, reserving), could have
+    started (those GPUs plus what the cycle left idle there, plus rank 1's own). Idle GPUs
+    only shrink during a strict walk; under R6 a parked swap gives GPUs back mid-walk, and
+    higher ranks must then choose again first."""
     after = _idle_after(snap, res)
     cap = {(p.node, p.tier): p.capacity for p in placements(snap.gpus, snap.tiers)}
     started = {s.job_id for s in res.starts}
@@ -193,14 +194,26 @@ def check_dispatch_d5(snap: Snapshot, res, pos: dict[str, int]) -> None:
         for j in snap.queue
         if j.job_id in res.pending and j.reservation is None and j.job_id not in started
     ]
+    # rank 1 left reserving (kept or started this cycle) could also have completed at home
+    top: dict[tuple[str, str], int] = {}
+    r1 = next((j for j in snap.queue if res.order and j.job_id == res.order[0]), None)
+    if r1 is not None and r1.job_id in res.pending and r1.reservation is not None:
+        if r1.job_id not in {r.job_id for r in res.releases}:
+            kept = [sh for sh in res.shrinks if sh.job_id == r1.job_id]
+            held = len(kept[-1].gpus) if kept else len(_own(snap, r1.job_id))
+            held += sum(len(g.added) for g in res.grows if g.job_id == r1.job_id)
+            top[(r1.reservation.node, r1.reservation.tier)] = held
+            waiting.append(r1)
+    elif r1 is not None and r1.job_id in started:
+        top = {(s.node, s.tier): len(s.gpus) for s in res.starts}
+        waiting.append(r1)
     for d in res.dispatches:
         took = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id))
         t, key = snap.tiers[d.tier], (d.node, d.tier)
         for w in waiting:
             if pos[w.job_id] < pos[d.job_id] and tier_admits(w, t) and w.num_gpus <= cap[key]:
-                assert w.num_gpus > after[key] + took, (
-                    f"D5: {d.job_id} took what {w.job_id} could use"
-                )
+                usable = after[key] + took + (top.get(key, 0) if w is r1 else 0)
+                assert w.num_gpus > usable, f"D5: {d.job_id} took what {w.job_id} could use"
 
 
 def _idle_after(snap: Snapshot, res) -> dict[tuple[str, str], int]:
