@@ -242,12 +242,14 @@ class Walk:
                 self.dispatched.append(0)
             return
         own, held = self.top
-        need = max(0, job.num_gpus - held)
-        if own.idle:
-            pool.take(own, need)
+        if held >= job.num_gpus:
+            return  # what it can use is already kept (a whole placement, or all it needs)
+        kept = len(pool.take(own, job.num_gpus - held)) if own.idle else 0
         slot = pool.best_fit(k.levels, job.num_gpus)
         if slot is not None and slot is not own:
             pool.take(slot, job.num_gpus)
+            kept = job.num_gpus
+        self.top = (own, held + kept)  # a later swap in the same walk adds only what is missing
 
     def rank_of(self, job_id: str) -> int:
         check = self.check

@@ -208,7 +208,7 @@ def check_dispatch_d5(snap: Snapshot, res, pos: dict[str, int]) -> None:
         top = {(s.node, s.tier): len(s.gpus) for s in res.starts}
         waiting.append(r1)
     for d in res.dispatches:
-        took = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id))
+        took = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id, res))
         t, key = snap.tiers[d.tier], (d.node, d.tier)
         for w in waiting:
             if pos[w.job_id] < pos[d.job_id] and tier_admits(w, t) and w.num_gpus <= cap[key]:
@@ -230,7 +230,7 @@ def _idle_after(snap: Snapshot, res) -> dict[tuple[str, str], int]:
         if sh.reason == "yielded":
             after[(sh.node, sh.tier)] = after.get((sh.node, sh.tier), 0) + len(sh.removed)
     for d in [*res.dispatches, *res.starts]:
-        taken = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id))
+        taken = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id, res))
         after[(d.node, d.tier)] = after.get((d.node, d.tier), 0) - taken
     for g in res.grows:
         after[(g.node, g.tier)] = after.get((g.node, g.tier), 0) - len(g.added)
@@ -257,8 +257,13 @@ def check_parked_d5(
                 assert not (w.num_gpus <= min(usable, cap[(node, tier_name)])), "D5 (R6 parked)"
 
 
-def _own(snap: Snapshot, job_id: str) -> set[tuple[str, str, int]]:
-    return {(g.node, g.tier, g.index) for g in snap.gpus if g.state == f"reserved:{job_id}"}
+def _own(snap: Snapshot, job_id: str, res=None) -> set[tuple[str, str, int]]:
+    """GPUs `job_id` reserved at the cycle's start, less those it yielded in it (R6 yield: a
+    GPU given back and taken in again is idle in between, so taking it counts)."""
+    gave = {(sh.node, sh.tier, i) for sh in (res.shrinks if res else ()) for i in sh.removed
+            if sh.job_id == job_id}  # fmt: skip
+    return {(g.node, g.tier, g.index) for g in snap.gpus
+            if g.state == f"reserved:{job_id}"} - gave  # fmt: skip
 
 
 MODES = ["strict", "useful", "hysteresis", "damped", "yield"]
