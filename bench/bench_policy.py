@@ -9,8 +9,9 @@ Shapes: `philly640` = 48 x 8 rtx4090 + 32 x 8 rtx3080ti, one Philly virtual clus
 synthetic workload of 1-2-GPU jobs (6 labs of very different demand, seeded per window).
 Per policy it prints the issue's table — 8-GPU p99/max wait, 2-GPU p99, 1-GPU mean/p99,
 lightest/heaviest third of labs (by GPU demand) mean wait, reservations started / ended by R3
-demotion — plus GPU-hours held by demoted reservations, research utilization, Jain's index of
-lab usage and Themis-style finish-time fairness (per lab mean JCT / run time; the worst lab's).
+demotion — plus partial yields (R6 `yield`), GPU-hours held by demoted reservations, research
+utilization, Jain's index of lab usage and Themis-style finish-time fairness (per lab mean
+JCT / run time; the worst lab's).
 Everything is read from the simulator's summary and event log (no cost formula here).
 """
 
@@ -32,7 +33,7 @@ from typing import Any
 import msgspec
 
 from jpu.config import DEMOTION_MODES, Cluster
-from jpu.events import ReservationReleased, ReservationStarted, decode
+from jpu.events import ReservationReleased, ReservationShrunk, ReservationStarted, decode
 from jpu.sim.params import SimParams
 from jpu.sim.philly import ConvertOptions, convert_file
 from jpu.sim.run import simulate
@@ -138,7 +139,7 @@ def measure(cluster: Cluster, jobs: list[WorkloadJob], params: SimParams) -> dic
     t0 = time.perf_counter()
     s = simulate(cluster, jobs, params, buf)
     wall = time.perf_counter() - t0
-    started = demoted = 0
+    started = demoted = yields = yielded = 0
     demoted_gpu_s = 0.0
     first_reserved: dict[str, float] = {}  # job -> when it first reserved (rank 1, R1)
     for line in buf.getvalue().splitlines():
@@ -151,6 +152,9 @@ def measure(cluster: Cluster, jobs: list[WorkloadJob], params: SimParams) -> dic
         elif isinstance(e, ReservationReleased) and e.reason == "demoted":
             demoted += 1
             demoted_gpu_s += e.gpu_seconds
+        elif isinstance(e, ReservationShrunk) and e.reason == "yielded":  # R6 yield
+            yields += 1
+            yielded += len(e.removed)
     spec = {j.id: j for j in jobs}
     demand: dict[str, float] = defaultdict(float)
     for j in jobs:
@@ -192,6 +196,8 @@ def measure(cluster: Cluster, jobs: list[WorkloadJob], params: SimParams) -> dic
         "reservations": started,
         "demoted": demoted,
         "demoted_gpu_h": demoted_gpu_s / H,
+        "yields": yields,
+        "yielded_gpus": yielded,
         "research_util": s["gpu_utilization"]["research"],
         "jain": s["jain_fairness"],
         "ftf_max": max(rho.values(), default=float("nan")),
@@ -211,6 +217,8 @@ ROWS: list[tuple[str, Any]] = [
     ("reservations started / ended by R3", lambda m: _res(m)),
     ("R3 demotions per reservation", lambda m: _ratio(m["demoted"], m["reservations"])),
     ("GPU-h held by demoted reservations", lambda m: f"{m['demoted_gpu_h']:,.1f}"),
+    ("partial yields / GPUs given back (R6 yield)",
+     lambda m: f"{m['yields']:,} / {m['yielded_gpus']:,}" if m["yields"] else "-"),
     ("GPU-h held by all reservations", lambda m: f"{m['reserved_gpu_h']:,.1f}"),
     ("8-GPU tail (>= p99): wait before rank 1", lambda m: _pct(m["tail_before_rank1"])),
     ("research utilization", lambda m: f"{m['research_util']:.3f}"),

@@ -74,17 +74,24 @@ class ReservationGrown(JobEvent, frozen=True, kw_only=True, tag="ReservationGrow
     added: list[int] = msgspec.field(default_factory=list)
 
 
-class ReservationShrunk(JobEvent, frozen=True, kw_only=True, tag="ReservationShrunk"):
-    """R5: reserved GPUs lost (down, or taken) while the placement can still fit the job: they
-    leave the reservation and the rest is kept. `gpu_seconds` (held by the removed GPUs so far)
-    is charged with the attempt's end, like a swap's (R4, F4)."""
+ShrinkReason = Literal["lost", "yielded"]
 
+
+class ReservationShrunk(JobEvent, frozen=True, kw_only=True, tag="ReservationShrunk"):
+    """Reserved GPUs leave the reservation and the rest is kept: R5 `lost` (down, or taken)
+    while the placement can still fit the job, or R6 `yielded` (`reservation_demotion: yield`)
+    to a higher job that can start on them and nowhere else. `gpu_seconds` (held by the removed
+    GPUs so far) is charged with the attempt's end, like a swap's (R4, F4). v2 added `reason`;
+    absent: `lost`, the only reason of v1."""
+
+    schema_version: int = 2
     node: str
     tier: str
     gpus: list[int]  # still held
     removed: list[int]
     gpu_seconds: float
     tflops: float
+    reason: ShrinkReason = "lost"
 
 
 class ReservationReleased(JobEvent, frozen=True, kw_only=True, tag="ReservationReleased"):

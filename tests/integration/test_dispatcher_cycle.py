@@ -276,3 +276,56 @@ async def test_R6_dispatcher_honours_reservation_demotion_useful(bus: EventBus):
     (released,) = [e for e in log if isinstance(e, ReservationReleased) and e.job_id == x]
     assert released.reason == "dispatched" and not released.charged_now  # R4/F4: lazily
     assert [e.job_id for e in log if isinstance(e, ReservationStarted)] == [x, k]  # R1: rank 1
+
+
+async def test_R6_dispatcher_honours_reservation_demotion_yield(bus: EventBus):
+    """SPEC R6 `yield` through the real config path (JPU_RESERVATION_DEMOTION=yield): X (BCG,
+    4 GPUs) reserves the 2 free GPUs of a 4-GPU node; Y (BCG) ends, so KDG's k (2 GPUs) ranks
+    above X and can start on Y's freed GPU plus one of X's, and nowhere else. X gives back
+    exactly that one (ReservationShrunk, reason yielded), keeps the other, and nothing is charged
+    now: the yielded GPU's 300 s ride with X's attempt (F4). strict would release both GPUs and
+    charge 2 × 300 × 82.6 at once."""
+    base = load_config(env={"JPU_RESERVATION_DEMOTION": "yield"})
+    assert base.reservation_demotion == "yield"
+    big = msgspec.structs.replace(base.tier("rtx4090"), max_gpus=4)
+    config = msgspec.structs.replace(
+        base,
+        cycle_s=0.5,
+        min_cycle_gap_s=0.02,
+        tiers=[big, base.tier("rtx3080ti")],
+        nodes=[Node(name="gpu-4090x4-01", gpus={"rtx4090": 4})],
+    )
+    clock = FakeClock(10_000.0)
+    await bus.append_many(
+        [
+            UsageCharged(event_id=new_event_id(), ts=clock.now(), lab=lab, amount=v,
+                         value_after=v, as_of=clock.now(), reason="initial")
+            for lab, v in (("BCG", 24_000.0), ("KDG", 28_000.0), ("OTH", 1e9))
+        ]
+    )  # fmt: skip
+    async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
+        f, y, x, k = job_id(), job_id(), job_id(), job_id()
+        await submit_global(bus, clock, f, "OTH", "olga", 1)
+        await w.until(lambda s: state_of(s, f) == "DISPATCHED")
+        await submit_global(bus, clock, y, "BCG", "bob", 1)
+        await w.until(lambda s: state_of(s, y) == "DISPATCHED")
+        await start_job(bus, w.state, clock, y)
+        await submit_global(bus, clock, x, "BCG", "alice", 4)  # rank 1: reserves the 2 free
+        await w.until(lambda s: state_of(s, x) == "RESERVING")
+        held = w.state.jobs[x].reservation.gpus
+        assert len(held) == 2
+        await submit_global(bus, clock, k, "KDG", "carol", 2)
+        clock.advance(300)  # Y ends: BCG 32,000 > KDG 28,000, k is rank 1
+        await end_job(bus, w.state, config, clock, y, usage=8_000.0)
+        await w.until(lambda s: state_of(s, k) == "DISPATCHED")
+        assert state_of(w.state, x) == "RESERVING"  # parked with the rest
+        assert len(w.state.jobs[x].reservation.gpus) == 1
+        assert w.state.jobs[x].uncharged_reserved_gpu_s == pytest.approx(300.0)
+    log = [d.event async for d in bus.replay()]
+    assert not [e for e in log if isinstance(e, ReservationReleased) and e.job_id == x]
+    (shrunk,) = [e for e in log if isinstance(e, ReservationShrunk)]
+    assert (shrunk.job_id, shrunk.reason, len(shrunk.removed)) == (x, "yielded", 1)
+    assert set(shrunk.removed) | set(shrunk.gpus) == set(held)
+    assert shrunk.gpu_seconds == pytest.approx(300.0) and shrunk.tflops == 82.6
+    (dk,) = [e for e in log if isinstance(e, JobDispatched) and e.job_id == k]
+    assert set(shrunk.removed) < set(dk.gpus)  # D5: the higher job starts on what X gave back

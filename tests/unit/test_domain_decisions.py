@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from jpu.bus import Delivered
 from jpu.commands import CancelCommand, SubmitCommand
-from jpu.config import load_config
+from jpu.config import Node, load_config
 from jpu.domain.accounting import initial_charges, owed_by, unsettled
 from jpu.domain.backfill import ended, may_launch, started
 from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dispatch import cycle_events, snapshot
 from jpu.domain.idle import GpuKey, Tracker
 from jpu.domain.promotion import promoted, to_promote
 from jpu.domain.states import (
@@ -35,10 +37,16 @@ from jpu.events import (
     JobCancelRequested,
     JobDispatched,
     JobEnded,
+    JobPromoted,
     JobSubmitted,
     MaintenanceChanged,
+    NodeInventoryObserved,
+    ReservationReleased,
+    ReservationShrunk,
+    ReservationStarted,
     subject_for,
 )
+from jpu.policy import cycle
 from jpu.policy.charging import usage_charged
 from jpu.policy.fairshare import ZERO_USAGE
 from jpu.policy.model import Gpu, LabUsage
@@ -210,3 +218,38 @@ def test_S1_S2_the_state_sets_are_one_partition_of_the_lifecycle() -> None:
     assert in_order(TERMINAL | {"PERSONAL_QUEUE_WAIT"}) == (
         "PERSONAL_QUEUE_WAIT", "COMPLETED", "FAILED", "CANCELLED",
     )  # fmt: skip
+
+
+def test_R5_F5_a_shrink_and_a_release_in_one_cycle_charge_every_gpu_second_once():
+    """The dispatcher's log of one cycle in which rank 1 loses a reserved GPU (R5 shrink) and
+    dispatches on the rest (D3.b): the shrink lands before the release, so the fold carries both
+    GPUs' held time to the attempt's end (F4, F5). The other way round the fold dropped the
+    shrink after the release and the lost GPU's 100 s were never charged. (R6 yield: the same
+    shrink, decided in the same phase, before the walk may release the rest.)"""
+    big = msgspec.structs.replace(CONFIG.tier("rtx4090"), max_gpus=4)
+    config = msgspec.structs.replace(
+        CONFIG, tiers=[big], nodes=[Node(name="n4", gpus={"rtx4090": 4})], labs=[]
+    )
+    x = msgspec.structs.replace(_submit("X", "u", 0.0), num_gpus=3)
+    log: list[Event] = [
+        NodeInventoryObserved(event_id="i0", ts=0.0, node="n4", gpus={"rtx4090": 4}, down={}),
+        x,
+        JobPromoted(event_id="p-X", ts=0.0, job_id="X", queue_entered_at=0.0),
+        ReservationStarted(
+            event_id="r-X", ts=0.0, job_id="X", node="n4", tier="rtx4090", gpus=[0, 1]
+        ),
+        NodeInventoryObserved(
+            event_id="i1", ts=100.0, node="n4", gpus={"rtx4090": 4}, down={"rtx4090": [1]}
+        ),
+    ]
+    state = ClusterState.new(config)
+    for i, e in enumerate(log, start=1):
+        evolve(state, Delivered(i, subject_for(e), e, {}))
+    tiers = {t.name: t for t in config.tiers}
+    got = cycle_events(cycle(snapshot(state, config), 100.0), tiers, 100.0)
+    assert [type(e) for e in got] == [ReservationShrunk, ReservationReleased, JobDispatched]
+    for i, e in enumerate(got, start=len(log) + 1):
+        evolve(state, Delivered(i, subject_for(e), e, {}))
+    job = state.jobs["X"]
+    assert (job.state, job.reservation) == ("DISPATCHED", None)
+    assert job.uncharged_reserved_gpu_s == pytest.approx(200.0)  # GPU 0 and the lost GPU 1

@@ -17,7 +17,7 @@ DEFAULT_PATH = Path(__file__).with_name("default.yaml")
 
 
 # SPEC R6: how R3 demotes a reserving job that is no longer rank 1 (jpu.policy.demotion)
-DemotionMode = Literal["strict", "useful", "hysteresis", "damped"]
+DemotionMode = Literal["strict", "useful", "hysteresis", "damped", "yield"]
 DEMOTION_MODES: tuple[str, ...] = get_args(DemotionMode)
 DEFAULT_DEMOTION_MARGIN = 0.1
 
@@ -62,7 +62,7 @@ class Cluster(msgspec.Struct, frozen=True, kw_only=True):
     tiers: list[Tier]
     nodes: list[Node]
     labs: list[LabConfig] = []
-    # SPEC R6 (policy, so shared with the simulator): strict | useful | hysteresis | damped
+    # SPEC R6 (policy, so shared with the simulator): strict | useful | hysteresis | damped | yield
     reservation_demotion: DemotionMode = "strict"
     reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN  # hysteresis: usage fraction
 

@@ -99,8 +99,26 @@ def duties(state: ClusterState, config: Config, now: float) -> list[Event]:
 
 
 def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> list[Event]:
-    """D3 decisions in the order they must land: releases free GPUs before anything takes them."""
+    """D3 decisions in the order they must land: releases free GPUs before anything takes them.
+    Shrinks (R5 lost, R6 yielded) come first: they are decided in the release phase, before the
+    walk may release the rest of the same reservation (dispatch, swap, demotion); after such a
+    release the fold would drop them, and their held time with them (F5)."""
     out: list[Event] = []
+    for sh in result.shrinks:  # R5/R6: decided first, land first
+        out.append(
+            ReservationShrunk(
+                event_id="",
+                ts=now,
+                job_id=sh.job_id,
+                node=sh.node,
+                tier=sh.tier,
+                gpus=list(sh.gpus),
+                removed=list(sh.removed),
+                gpu_seconds=sh.gpu_seconds,
+                tflops=sh.tflops,
+                reason=sh.reason,
+            )
+        )
     for r in result.releases:
         tier = tiers.get(r.tier)
         out.append(
@@ -115,20 +133,6 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
                 gpu_seconds=r.gpu_seconds,
                 charged_now=r.reason in CHARGED_AT_RELEASE,
                 tflops=tier.tflops if tier is not None else 0.0,
-            )
-        )
-    for sh in result.shrinks:  # R5: before anything else may take what it frees
-        out.append(
-            ReservationShrunk(
-                event_id="",
-                ts=now,
-                job_id=sh.job_id,
-                node=sh.node,
-                tier=sh.tier,
-                gpus=list(sh.gpus),
-                removed=list(sh.removed),
-                gpu_seconds=sh.gpu_seconds,
-                tflops=sh.tflops,
             )
         )
     for s in result.starts:

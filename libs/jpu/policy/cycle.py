@@ -41,8 +41,8 @@ def cycle(snapshot: Snapshot, now: float) -> CycleResult:
     parked: list[Kept] = []
     check = demotion_check(snapshot, view, pool, now) if holders else None
     rank1 = view.job(0) if len(view) else None
-    demote = check.demote if check is not None else None
-    kept = release_phase(holders, held, rank1, tiers, now, out, demote, parked)
+    give_back = check.give_back if check is not None else None
+    kept = release_phase(holders, held, rank1, tiers, now, out, give_back, parked)
     pool.index()
     # 4. walk from rank 1 (D3.4), pending reasons (D7)
     Walk(pool, view, now, out).run(kept, parked=parked, check=check)

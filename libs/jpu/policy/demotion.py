@@ -12,6 +12,10 @@ that is not rank 1 and still fits its placement. Modes (`reservation_demotion`):
   more than `margin` (a fraction of the reserving lab's): small reorders among labs of nearly
   equal usage no longer throw the gathered GPUs away.
 - `damped` — both conditions must hold.
+- `yield` — partial demotion: the job gives back only the reserved GPUs that higher jobs could
+  start on this cycle and on no other placement (`useful`'s test, counted GPU by GPU, in rank
+  order), and keeps the rest parked. Demoted (R3) only when they need all of its GPUs. The
+  yielded GPUs' held time rides with the attempt (R5's shrink, charged at its end: F4).
 
 A kept reservation of a job that is not rank 1 is "parked" (walk.py): its GPUs stay non-idle for
 everyone else (R2), it starts no new reservation (R1) and it grows only on GPUs the walk left
@@ -95,6 +99,46 @@ class DemotionCheck:
         if mode in ("useful", "damped"):
             return self.higher_can_use(job, slot, held)
         return True
+
+    def give_back(self, job: QueuedJob, rank1: QueuedJob, slot: Slot, held: Sequence[int]) -> int:
+        """SPEC R3/R6: how many of the `held` GPUs `job` (not rank 1) gives back this cycle:
+        0 keeps the reservation, all of them demotes it (R3), fewer yields them (`yield`)."""
+        if self.rule.mode != "yield":
+            return len(held) if self.demote(job, rank1, slot, held) else 0
+        return min(len(held), self.needed_by_higher(job, slot, held))
+
+    def needed_by_higher(self, job: QueuedJob, slot: Slot, held: Sequence[int]) -> int:
+        """`yield`: how many of the `held` GPUs the jobs ranked above `job` would take, in rank
+        order, that can start on this placement now (its idle GPUs and these, plus their own
+        reservation here) and on no other (pool as it is). Greedy by rank: each takes what it
+        needs while enough is left, as the walk would hand them out (D5). Idle GPUs go first."""
+        tier = self.tiers.get(slot.tier)
+        if tier is None:
+            return len(held)
+        rank = self.rank_of(job.job_id)
+        idle = len(slot.idle)
+        ranks: list[tuple[int, int]] = []  # (rank, num_gpus) of the candidates above `job`
+        for cid in self.present:  # per request class (a handful), not per job
+            req, flat = self._class(cid)
+            n = req.num_gpus
+            if n > slot.capacity or not tier_admits(req, tier) or self.pool.can_serve(flat, n):
+                continue
+            # each candidate takes ≥ 1 GPU: more than `capacity` of a class cannot all start
+            at = 0
+            for _ in range(slot.capacity + 1):
+                try:
+                    at = self.cid_rank.index(cid, at, rank)
+                except ValueError:
+                    break
+                ranks.append((at, n))
+                at += 1
+        left, taken = idle + len(held), 0
+        for at, n in sorted(ranks):
+            need = n - len(slot.reserved.get(self.order[at], ()))  # its own GPUs here (D2)
+            if 0 < need <= left:
+                left -= need
+                taken += need
+        return max(0, taken - idle)
 
     def holds_back(
         self, job: QueuedJob, slot: Slot, held: Sequence[int], dispatched: Sequence[int] = ()

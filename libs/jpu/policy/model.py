@@ -24,6 +24,7 @@ GpuState = str  # "free" | "job:<id>" | "reserved:<id>" | "backfill:<id>" | "dow
 PendingReason = Literal["Priority", "Resources", "Reservation", "Maintenance", "ConcurrencyLimit"]
 MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
 ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]
+ShrinkReason = Literal["lost", "yielded"]  # R5 lost GPUs; R6 `yield` gave them to a higher job
 
 
 class Gpu(msgspec.Struct, frozen=True, gc=False):
@@ -135,8 +136,9 @@ class ReservationGrow(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class ReservationShrink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """R5: reserved GPUs lost while the placement can still fit the job: they leave, the rest
-    stays; their held time so far rides with the attempt (charged at its end, like R4)."""
+    """Reserved GPUs leave, the rest stays: R5 `lost` while the placement can still fit the job,
+    or R6 `yielded` to a higher job (`reservation_demotion: yield`). Their held time so far
+    rides with the attempt (charged at its end, like R4)."""
 
     job_id: str
     node: str
@@ -145,6 +147,7 @@ class ReservationShrink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     removed: tuple[int, ...]
     gpu_seconds: float  # held by the removed GPUs up to now
     tflops: float
+    reason: ShrinkReason = "lost"
 
 
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -15,14 +15,16 @@ from jpu.policy.model import (
     Reservation,
     ReservationRelease,
     ReservationShrink,
+    ShrinkReason,
 )
 from jpu.policy.placements import Slot, tier_admits
 from jpu.policy.pool import Pool
 
 Held = dict[str, tuple[Slot | None, list[int], bool]]  # job -> (placement, GPUs held, any lost)
 Kept = tuple[QueuedJob, Slot, list[int]]  # a kept holder, its placement, the GPUs it holds
-# R6: (job not rank 1, rank 1, its placement, GPUs it holds) -> demote it (jpu.policy.demotion)
-Demote = Callable[[QueuedJob, QueuedJob, Slot, list[int]], bool]
+# R6: (job not rank 1, rank 1, its placement, GPUs it holds) -> how many of them it gives back:
+# 0 keeps them, all demotes it (R3), fewer yields those (`yield`) (jpu.policy.demotion)
+GiveBack = Callable[[QueuedJob, QueuedJob, Slot, list[int]], int]
 
 # R3 demotion, M1 maintenance and R5 capacity loss charge the held time at once; dispatch and
 # swap leave it to the attempt's end (F4, R4); cancellation charges it with the job's end.
@@ -82,28 +84,35 @@ def release_phase(
     tiers: Mapping[str, Tier],
     now: float,
     out: CycleResult,
-    demote: Demote | None = None,
+    give_back: GiveBack | None = None,
     parked: list[Kept] | None = None,
 ) -> Kept | None:
     """Phase 3: capacity/tier losses (R5, T2), then R3 demotion of every holder but rank 1.
-    With `demote` (R6, not strict) a holder it spares is kept and appended to `parked`."""
+    With `give_back` (R6, not strict) a holder it spares is kept and appended to `parked`,
+    without the GPUs it yields (`yield`)."""
     kept: Kept | None = None
     for j in holders:
         s, mine, lost = held[j.job_id]
         tier = tiers.get(j.reservation.tier) if j.reservation else None
         top = j is rank1
         reason: ReleaseReason
+        back = 0
         if s is None or tier is None or s.capacity < j.num_gpus or (lost and not mine):
             reason = "capacity"  # R5: the placement can no longer fit the job
         elif not tier_admits(j, tier):
             reason = "capacity"  # T2: tier inactive (or the job no longer admits it)
         elif not top and (
-            rank1 is None or demote is None or parked is None or demote(j, rank1, s, mine)
+            rank1 is None
+            or give_back is None
+            or parked is None
+            or (back := give_back(j, rank1, s, mine)) >= len(mine)
         ):
-            reason = "demoted"  # R3 (R6: in a damped mode, only when the mode says so)
+            reason = "demoted"  # R3 (R6: in a damped mode only when it says so; `yield`: all)
         else:
             if lost:  # R5: the lost GPUs leave the reservation, the rest is kept
                 j = _shrink(j, mine, tier.tflops, now, out)
+            if back:  # R6 yield: the GPUs a higher job can start on leave, the rest is kept
+                j, mine = _yield(j, s, mine, back, tier.tflops, now, out)
             if top:
                 kept = (j, s, mine)
             elif parked is not None:
@@ -116,10 +125,32 @@ def release_phase(
     return kept
 
 
+def _yield(
+    job: QueuedJob, s: Slot, mine: list[int], k: int, tflops: float, now: float, out: CycleResult
+) -> tuple[QueuedJob, list[int]]:
+    """R6 `yield`: give back `k` of the held GPUs, those that joined last (the least held time
+    rides with the attempt), idle again this cycle for the higher jobs; the rest stays."""
+    r = job.reservation
+    assert r is not None
+    joined = r.joined_at()
+    back = set(sorted(mine, key=lambda g: (joined.get(g, r.since), g))[len(mine) - k :])
+    keep = [g for g in mine if g not in back]
+    job = _shrink(job, keep, tflops, now, out, "yielded")
+    mine[:] = keep  # the slot's own list (s.reserved[job])
+    s.idle.extend(sorted(back))
+    return job, mine
+
+
 def _shrink(
-    job: QueuedJob, keep: list[int], tflops: float, now: float, out: CycleResult
+    job: QueuedJob,
+    keep: list[int],
+    tflops: float,
+    now: float,
+    out: CycleResult,
+    reason: ShrinkReason = "lost",
 ) -> QueuedJob:
-    """R5: the reservation without the GPUs it lost; their held time rides with the attempt."""
+    """R5 (`lost`) / R6 (`yielded`): the reservation without the GPUs that leave it; their held
+    time rides with the attempt (F4, like a swap's, R4)."""
     r = job.reservation
     assert r is not None
     joined = r.joined_at()
@@ -135,6 +166,7 @@ def _shrink(
             removed=removed,
             gpu_seconds=held,
             tflops=tflops,
+            reason=reason,
         )
     )
     smaller = Reservation(r.node, r.tier, gpus, r.since, tuple(joined[g] for g in gpus))

@@ -56,6 +56,7 @@ class Walk:
         self.reserving = False  # rank 1 holds a reservation after this cycle
         self.parked: dict[str, Kept] = {}  # R6: kept reservations of jobs below rank 1
         self.held_ranks: dict[int, PendingReason] = {}  # their ranks → "Reservation" (D7)
+        self.top: tuple[Slot, int] | None = None  # rank 1 reserving: its placement, GPUs held
 
     def run(
         self,
@@ -104,7 +105,7 @@ class Walk:
         pool.give(own, held)
         self.dispatched.append(rank)
 
-    def grow(self, job: QueuedJob, own: Slot, held: Sequence[int], need: int) -> None:
+    def grow(self, job: QueuedJob, own: Slot, held: Sequence[int], need: int) -> tuple[int, ...]:
         """D3.b: absorb idle GPUs of its own placement (up to what it still needs)."""
         added = self.pool.take(own, need)
         self.out.grows.append(
@@ -112,6 +113,7 @@ class Walk:
                 job_id=job.job_id, node=own.node, tier=own.tier, gpus=(*held, *added), added=added
             )
         )
+        return added
 
     def rank1(self, c: int, kept: Kept | None) -> None:
         job, pool, k = self.view.job(0), self.pool, self.classes[c]
@@ -125,9 +127,8 @@ class Walk:
             if other is not None:
                 self.swap(0, job, own, held, other)
                 return
-            if own.idle:
-                self.grow(job, own, held, need)
-            self.reserving = True
+            grown = len(self.grow(job, own, held, need)) if own.idle else 0
+            self.reserving, self.top = True, (own, len(held) + grown)
             return
         slot = pool.best_fit(k.levels, job.num_gpus)
         if slot is not None:  # D3.a
@@ -140,7 +141,7 @@ class Walk:
                 self.out.starts.append(
                     ReservationStart(job_id=job.job_id, node=slot.node, tier=slot.tier, gpus=gpus)
                 )
-                self.reserving = True
+                self.reserving, self.top = True, (slot, len(gpus))
 
     def parked_gpus(self) -> dict[tuple[str, str], int]:
         """R6: GPUs parked reservations hold, per placement (not capacity for a new one)."""
@@ -179,6 +180,7 @@ class Walk:
                     if not pool.can_serve(k2.flat, k2.n):
                         del alive[c2]
                 if freed:  # its GPUs are idle again: classes dropped may be servable now
+                    self.rank1_first()
                     self.revive(alive, cid, start, next_of)
                 continue
             slot = pool.best_fit(k.levels, k.n)
@@ -201,7 +203,8 @@ class Walk:
         own placement if complete there (D4) and no higher waiting job could start there were
         it released (D5), else the best fit elsewhere as a swap (R4). True if GPUs were freed."""
         pool, check = self.pool, self.check
-        _, own, held = self.parked.pop(job.job_id)
+        job, own, held = self.parked.pop(job.job_id)  # the kept record: it may have shrunk (R5,
+        # R6 yield); the queue's copy still names the GPUs it gave back (F5: charged twice)
         need = max(0, job.num_gpus - len(held))
         if len(own.idle) >= need and not (
             check is not None and check.holds_back(job, own, held, self.dispatched)
@@ -213,13 +216,40 @@ class Walk:
         # found one releasing GPU 0 of a placement and dispatched on GPUs 1-2 of the same one)
         slot = next((s for s in pool.candidates(levels, job.num_gpus) if s is not own), None)
         if slot is None:  # fits only at home, where a higher job could start with its GPUs and
-            # nowhere else (holds_back): `useful` demotes now, with the walk's pool (R3, R6)
+            # nowhere else (holds_back): `useful` (and `yield`, whose partial give-back is made
+            # at the cycle's start only) demotes now, with the walk's pool (R3, R6)
             self.out.releases.append(release(job, "demoted", self.now, pool.tiers))
             own.reserved.pop(job.job_id, None)
             pool.give(own, held)
             return bool(held)
         self.swap(i, job, own, held, slot)
         return bool(held)
+
+    def rank1_first(self) -> None:
+        """D5 after a parked swap gave GPUs back mid-walk: rank 1, walked first, chooses first
+        again. Without a reservation it dispatches if it now can (D3.a). Reserving, it has
+        decided this cycle (started, grown): the GPUs it could now use — what it still needs
+        of its own placement, or a whole placement that fits it — are kept from the lower jobs
+        for this cycle only (nothing is recorded; the next cycle gives them to it)."""
+        if not len(self.view) or 0 in self.dispatched:
+            return
+        pool, job = self.pool, self.view.job(0)
+        k = self.classes[self.view.cid_rank[0]]
+        if self.top is None:
+            slot = pool.best_fit(k.levels, job.num_gpus)
+            if slot is not None:
+                self.dispatch(job, slot, pool.take(slot, job.num_gpus))
+                self.dispatched.append(0)
+            return
+        own, held = self.top
+        if held >= job.num_gpus:
+            return  # what it can use is already kept (a whole placement, or all it needs)
+        kept = len(pool.take(own, job.num_gpus - held)) if own.idle else 0
+        slot = pool.best_fit(k.levels, job.num_gpus)
+        if slot is not None and slot is not own:
+            pool.take(slot, job.num_gpus)
+            kept = job.num_gpus
+        self.top = (own, held + kept)  # a later swap in the same walk adds only what is missing
 
     def rank_of(self, job_id: str) -> int:
         check = self.check

@@ -2,7 +2,7 @@
 what the simulated cluster does about them: a dispatch preempts backfill on its GPUs (B2) and
 the backend starts it at once.
 
-Order (the result's own order): releases (R3, swap, ...), shrinks, new reservations, grown
+Order (cycle_events'): shrinks (R5, R6 yield), releases (R3, swap, ...), new reservations, grown
 reservations, dispatches. Every change is one event, stamped with the cycle's virtual time.
 """
 

@@ -37,6 +37,9 @@ class Sim:
     dispatched_at: dict[str, float] = field(default_factory=dict)
     results: list[tuple[Snapshot, CycleResult]] = field(default_factory=list)
     demotion: str = "strict"  # SPEC R6 mode for every cycle
+    # TFLOP-s of reserved GPUs that left a reservation still held (R5 lost, R6 yielded): charged
+    # with the attempt's end (F4), whatever happens to the rest of the reservation
+    lazy: dict[str, float] = field(default_factory=dict)
 
     def _charge(self, lab: str, amount: float) -> None:
         u = self.usage.get(lab, LabUsage())
@@ -83,6 +86,16 @@ class Sim:
 
     def apply(self, res: CycleResult) -> None:
         uncharged: dict[str, float] = {}
+        for sh in res.shrinks:  # R5/R6 first, as the log has them: then the rest
+            j = self.queue[sh.job_id]
+            r = j.reservation
+            assert r is not None and set(sh.removed) <= set(r.gpus)
+            joined = dict(zip(r.gpus, r.joined, strict=True))
+            self.queue[j.job_id] = _with(
+                j, Reservation(r.node, r.tier, sh.gpus, r.since, tuple(joined[g] for g in sh.gpus))
+            )
+            self._free(r.node, r.tier, sh.removed)
+            self.lazy[j.job_id] = self.lazy.get(j.job_id, 0.0) + sh.gpu_seconds * sh.tflops
         for rel in res.releases:
             j = self.queue[rel.job_id]
             r = j.reservation
@@ -103,7 +116,8 @@ class Sim:
             r = j.reservation
             assert r is not None
             self._hold(g.node, g.tier, g.added, f"reserved:{g.job_id}")
-            joined = r.joined + tuple(self.now for _ in g.added)
+            was = dict(zip(r.gpus, r.joined, strict=True))  # by GPU: after a shrink `gpus` is
+            joined = tuple(was.get(i, self.now) for i in g.gpus)  # not in the order it grew
             self.queue[g.job_id] = _with(j, Reservation(r.node, r.tier, g.gpus, r.since, joined))
         for d in res.dispatches:
             j = self.queue.pop(d.job_id)
@@ -112,9 +126,8 @@ class Sim:
                     self.gpus[(d.node, d.tier, i)] = "free"
             self._hold(d.node, d.tier, d.gpus, f"job:{d.job_id}")
             end = self.now + self.durations[d.job_id]
-            self.running[d.job_id] = Run(
-                j, d.node, d.tier, d.gpus, self.now, end, uncharged.get(d.job_id, 0.0)
-            )
+            owed = uncharged.get(d.job_id, 0.0) + self.lazy.pop(d.job_id, 0.0)
+            self.running[d.job_id] = Run(j, d.node, d.tier, d.gpus, self.now, end, owed)
             self.dispatched_at[d.job_id] = self.now
 
     def step(self, dt: float, policy=cycle) -> CycleResult:
@@ -132,6 +145,9 @@ class Sim:
                 held = sum(self.now - t for t in r.joined)
                 self._charge(j.lab, held * self.tiers[r.tier].tflops)
                 self._free(r.node, r.tier, r.gpus)
+        for jid, owed in self.lazy.items():  # cancelled: what left its reservation before
+            self._charge(self.queue[jid].lab, owed)
+        self.lazy.clear()
         for r in self.running.values():
             r.end = self.now
         self.end_jobs()

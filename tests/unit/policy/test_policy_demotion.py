@@ -40,9 +40,10 @@ def worked_example() -> Snapshot:
     return snap(default_cluster(states((A1, 1))), q, USAGE)
 
 
-@pytest.mark.parametrize("mode", ["strict", "useful", "hysteresis", "damped"])
+@pytest.mark.parametrize("mode", ["strict", "useful", "hysteresis", "damped", "yield"])
 def test_R3_worked_example_demotes_and_charges_24780(mode):
-    # Z could start on A1 with X's GPU and nowhere else; KDG is 12.5 % below BCG (> 10 %)
+    # Z could start on A1 with X's GPU and nowhere else; KDG is 12.5 % below BCG (> 10 %);
+    # `yield`: Z needs X's only GPU, nothing would be left, so it is R3
     r = cycle(with_mode(worked_example(), mode), now=300.0)
     assert r.order == ["Z", "X"]
     [rel] = r.releases
@@ -54,7 +55,7 @@ def test_R3_worked_example_demotes_and_charges_24780(mode):
 def test_R6_strict_is_the_default_everywhere():
     assert Snapshot(tiers={}, gpus=[], queue=[], usage={}).reservation_demotion == "strict"
     assert load_config(env={}).reservation_demotion == "strict"
-    assert set(DEMOTION_MODES) == {"strict", "useful", "hysteresis", "damped"}
+    assert set(DEMOTION_MODES) == {"strict", "useful", "hysteresis", "damped", "yield"}
 
 
 def test_R6_useful_keeps_a_reservation_the_higher_job_cannot_use_tier():
@@ -157,6 +158,7 @@ def test_R6_rank1_always_keeps_and_only_other_reasons_release():
 
 def test_R6_config_validates_the_mode_and_margin():
     assert load_config(env={"JPU_RESERVATION_DEMOTION": "useful"}).reservation_demotion == "useful"
+    assert load_config(env={"JPU_RESERVATION_DEMOTION": "yield"}).reservation_demotion == "yield"
     with pytest.raises(ConfigError, match="reservation_demotion"):
         load_config(env={"JPU_RESERVATION_DEMOTION": "sometimes"})
     with pytest.raises(ConfigError, match="reservation_demotion_margin"):
@@ -196,3 +198,144 @@ def test_R6_D5_useful_a_parked_job_that_fits_only_at_home_yields_it_to_the_highe
     assert demoted.charge_now == 1 * 1000.0 * 10.0  # R3: the held time, charged at once
     got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
     assert got["j4"] == ("n2", (0, 1, 2)) and "j0" not in got
+
+
+# --- R6 yield: a 4-GPU reservation on an 8-GPU node; the other 4 GPUs run jobs ---------------
+
+T8 = tier("t8", 24, 82.6, 20, max_gpus=8)
+N8 = "n8"
+
+
+def yield_case(*above: QueuedJob, idle: int = 0, other_free: bool = False) -> Snapshot:
+    """X (lab BCG, 8 GPUs) reserves GPUs 0-3 of n8 (0-1 since t=0, 2-3 since t=100); GPUs 4-7
+    run jobs, `idle` of them are free; `above` (lab KDG, less usage) rank above X. `other_free`:
+    a second 1-GPU node m1 is free."""
+    res = Reservation(node=N8, tier="t8", gpus=(0, 1, 2, 3), since=0.0,
+                      joined=(0.0, 0.0, 100.0, 100.0))  # fmt: skip
+    states = {i: "reserved:X" for i in range(4)} | {
+        i: "free" if i < 4 + idle else f"job:r{i}" for i in range(4, 8)
+    }
+    gpus = [Gpu(N8, "t8", i, states[i]) for i in range(8)]
+    gpus.append(Gpu("m1", "t8", 0, "free" if other_free else "job:m"))
+    q = [job("X", "BCG", n=8, at=-100.0, res=res), *above]
+    return Snapshot(tiers={"t8": T8}, gpus=gpus, queue=q, usage=USAGE,
+                    reservation_demotion="yield")  # fmt: skip
+
+
+def test_R6_yield_a_higher_1gpu_job_takes_exactly_one_gpu_and_the_rest_stays():
+    s = yield_case(job("z", "KDG", n=1, at=-50.0))
+    strict = cycle(with_mode(s, "strict"), now=300.0)
+    [rel] = strict.releases  # strict: the whole reservation goes, 4 GPUs' held time charged now
+    assert (rel.reason, rel.charge_now) == ("demoted", (300.0 * 2 + 200.0 * 2) * 82.6)
+    r = cycle(s, now=300.0)
+    assert r.releases == []  # nothing released, nothing charged now (F4)
+    [sh] = r.shrinks  # the GPU that joined last leaves; its 200 s ride with the attempt
+    assert (sh.job_id, sh.reason, sh.removed, sh.gpus) == ("X", "yielded", (3,), (0, 1, 2))
+    assert (sh.gpu_seconds, sh.tflops) == (200.0, 82.6)
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"z": (N8, (3,))}  # D5
+    assert r.pending == {"X": "Reservation"}  # D7: parked with the rest
+
+
+def test_R6_yield_the_log_says_yielded_and_the_fold_charges_it_with_the_attempt():
+    from jpu.domain.dispatch import cycle_events
+    from jpu.events import JobDispatched, ReservationShrunk
+
+    r = cycle(yield_case(job("z", "KDG", n=1, at=-50.0)), now=300.0)
+    events = cycle_events(r, {"t8": T8}, 300.0)
+    assert [type(e) for e in events] == [ReservationShrunk, JobDispatched]  # GPU freed first
+    sh = events[0]
+    assert isinstance(sh, ReservationShrunk)
+    assert (sh.reason, sh.removed, sh.gpus, sh.schema_version) == ("yielded", [3], [0, 1, 2], 2)
+
+
+def test_R6_yield_gives_back_only_what_the_higher_jobs_need():
+    # two 1-GPU jobs above, no idle GPU: both come from X, which keeps two
+    two = (job("z1", "KDG", n=1, at=-50.0), job("z2", "KDG", n=1, at=-40.0))
+    r = cycle(yield_case(*two), now=300.0)
+    assert sorted(d.job_id for d in r.dispatches) == ["z1", "z2"]
+    assert [(sh.removed, sh.gpus) for sh in r.shrinks] == [((2, 3), (0, 1))]
+    # a 3-GPU job above with one idle GPU on n8: two come from X (the idle GPU goes first)
+    r = cycle(yield_case(job("w", "KDG", n=3, at=-50.0), idle=1), now=300.0)
+    assert [(sh.removed, sh.gpus) for sh in r.shrinks] == [((2, 3), (0, 1))]
+    assert {d.job_id: d.gpus for d in r.dispatches} == {"w": (2, 3, 4)}
+    # two 1-GPU jobs and one idle GPU: the check is per request class with the pool as it is
+    # (as `useful`'s): the class can start on the idle GPU, so X keeps all four this cycle and
+    # z2 gets one of them in the next, once z1 runs on the idle GPU
+    r = cycle(yield_case(*two, idle=1), now=300.0)
+    assert r.shrinks == [] and {d.job_id: d.gpus for d in r.dispatches} == {"z1": (4,)}
+
+
+def test_R6_yield_demotes_when_the_higher_job_needs_every_reserved_gpu():
+    # a 4-GPU job above needs all four: nothing would be left, so it is R3, charged at once
+    r = cycle(yield_case(job("w", "KDG", n=4, at=-50.0)), now=300.0)
+    [rel] = r.releases
+    assert (rel.job_id, rel.reason, rel.charge_now) == ("X", "demoted", 1000.0 * 82.6)
+    assert r.shrinks == [] and {d.job_id: d.gpus for d in r.dispatches} == {"w": (0, 1, 2, 3)}
+
+
+def test_R6_yield_keeps_everything_when_the_higher_job_can_start_elsewhere_or_not_at_all():
+    # z fits on the free m1: nothing is given back (as `useful`)
+    r = cycle(yield_case(job("z", "KDG", n=1, at=-50.0), other_free=True), now=300.0)
+    assert r.releases == [] and r.shrinks == []
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"z": ("m1", (0,))}
+    # a 9-GPU job can never fit n8 (D2): nothing to yield to it
+    r = cycle(yield_case(job("w", "KDG", n=9, at=-50.0)), now=300.0)
+    assert r.releases == [] and r.shrinks == [] and r.dispatches == []
+
+
+def test_R6_yield_rank1_never_yields():
+    # X is rank 1 (its lab now has the least usage): the 1-GPU job below it waits (D5)
+    s = yield_case(job("z", "KDG", n=1, at=-50.0))
+    s = msgspec.structs.replace(s, usage={"BCG": LabUsage(1.0, 300.0), "KDG": USAGE["KDG"]})
+    r = cycle(s, now=300.0)
+    assert r.releases == [] and r.shrinks == [] and r.dispatches == []
+    assert r.pending == {"X": "Reservation", "z": "Priority"}
+
+
+@pytest.mark.parametrize("mode", DEMOTION_MODES)
+def test_R6_D5_rank1_chooses_again_when_a_parked_swap_frees_gpus(mode):
+    """Rank 1 R (1 GPU, tier a only) finds nothing idle: P's only free GPU is X's reservation.
+    X (2 GPUs), kept within the margin (hysteresis, damped), swaps to Q in the walk and gives
+    P/0 back. R, not L (rank 3, same request), starts there (D5): the walk used to revive the
+    classes only from rank 2 on. The other modes demote X first; R starts on P/0 either way."""
+    ta, tb = tier("a", 24, 82.6, 20), tier("b", 24, 34.1, 10)
+    gpus = [Gpu("P", "a", 0, "reserved:X"), Gpu("P", "a", 1, "job:r"),
+            Gpu("Q", "b", 0, "free"), Gpu("Q", "b", 1, "free")]  # fmt: skip
+    x = job("X", "B", n=2, res=Reservation(node="P", tier="a", gpus=(0,), since=0.0))
+    q = [job("R", "K", tiers=["a"]), x, job("L", "Z", at=1.0, tiers=["a"])]
+    usage = {"K": LabUsage(950.0, 1000.0), "B": LabUsage(1000.0, 1000.0), "Z": LabUsage(5e3, 0.0)}
+    s = snap(gpus, q, usage, tier_map={"a": ta, "b": tb}, half_life_s=3600.0)
+    r = cycle(with_mode(s, mode), now=1000.0)
+    assert r.order == ["R", "X", "L"]
+    got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
+    assert got == {"R": ("P", (0,)), "X": ("Q", (0, 1))}
+    assert list(r.pending) == ["L"]  # D7: Priority, or Resources where P/0 was parked at start
+
+
+@pytest.mark.parametrize("mode", DEMOTION_MODES)
+def test_R6_D5_a_reserving_rank1_keeps_what_a_parked_swap_frees_for_the_next_cycle(mode):
+    """Rank 1 R (2 GPUs, tier a) reserves S/0 and has nowhere to go. X (3 GPUs), kept within
+    the margin, holds P/0-1 and swaps to Q in the walk: P is then whole for R. L (rank 3, the
+    same request) must not take it (D5). R has decided this cycle, so P stays idle until the
+    next one, where R swaps to it. The other modes demote X first and R swaps to P at once."""
+    ta = tier("a", 24, 82.6, 20, max_gpus=3)
+    tb = tier("b", 24, 34.1, 10, max_gpus=3)
+    gpus = [Gpu("S", "a", 0, "reserved:R"), Gpu("S", "a", 1, "job:r"),
+            Gpu("P", "a", 0, "reserved:X"), Gpu("P", "a", 1, "reserved:X"),
+            Gpu("P", "a", 2, "job:p"), *(Gpu("Q", "b", i, "free") for i in range(3))]  # fmt: skip
+    q = [
+        job("R", "K", n=2, tiers=["a"], res=Reservation(node="S", tier="a", gpus=(0,), since=0.0)),
+        job("X", "B", n=3, res=Reservation(node="P", tier="a", gpus=(0, 1), since=0.0)),
+        job("L", "Z", n=2, at=1.0, tiers=["a"]),
+    ]
+    usage = {"K": LabUsage(950.0, 1000.0), "B": LabUsage(1000.0, 1000.0), "Z": LabUsage(5e3, 0.0)}
+    s = snap(gpus, q, usage, tier_map={"a": ta, "b": tb}, half_life_s=3600.0)
+    r = cycle(with_mode(s, mode), now=1000.0)
+    assert r.order == ["R", "X", "L"]
+    got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
+    assert got["X"] == ("Q", (0, 1, 2)) and "L" not in got
+    if mode in ("hysteresis", "damped"):
+        assert "R" not in got  # decided this cycle: P/0-1 wait for it, idle
+        assert [(x.job_id, x.reason) for x in r.releases] == [("X", "swap")]
+    else:
+        assert got["R"] == ("P", (0, 1))  # X demoted first, R swaps (R4)

@@ -121,6 +121,7 @@ def check_invariants(snap: Snapshot, res, now: float) -> None:
     state = {(g.node, g.tier, g.index): g.state for g in snap.gpus}
     holders = {j.job_id: j for j in snap.queue if j.reservation}
     released = {(r.node, r.tier, i) for r in res.releases for i in r.gpus}
+    released |= {(sh.node, sh.tier, i) for sh in res.shrinks for i in sh.removed}  # R5, R6 yield
     seen: set[tuple[str, str, int]] = set()
     for d in [*res.dispatches, *res.starts]:
         for i in d.gpus:
@@ -148,6 +149,10 @@ def check_invariants(snap: Snapshot, res, now: float) -> None:
         for j in holders:
             if j != rank1:
                 assert j in {r.job_id for r in res.releases}, "R3"
+    for sh in res.shrinks:
+        if sh.reason == "yielded":  # R6 yield: only below rank 1, never all (that is R3)
+            assert snap.reservation_demotion == "yield" and sh.job_id != rank1, "R6 yield"
+            assert sh.removed and sh.gpus, "R6 yield: some given back, some kept"
     dispatched = [d.job_id for d in res.dispatches]
     assert set(dispatched).isdisjoint(res.pending)
     assert set(dispatched) | set(res.pending) == set(res.order), "D7: every job has a reason"
@@ -156,6 +161,7 @@ def check_invariants(snap: Snapshot, res, now: float) -> None:
     if strict:  # R6: a parked swap gives GPUs back mid-walk; higher ranks then choose again
         assert walked == sorted(walked), "walk in rank order"
     check_parked_d5(snap, res, parked, pos, incumbents(snap, res, parked, now))
+    check_dispatch_d5(snap, res, pos)
 
 
 def incumbents(snap: Snapshot, res, parked: set[str], now: float) -> set[str]:
@@ -174,6 +180,63 @@ def incumbents(snap: Snapshot, res, parked: set[str], now: float) -> set[str]:
     return out
 
 
+def check_dispatch_d5(snap: Snapshot, res, pos: dict[str, int]) -> None:
+    """D5 for every dispatch, in every mode: no job starts on GPUs of a placement where a job
+    ranked above it, left waiting without a reservation (or rank 1, reserving), could have
+    started (those GPUs plus what the cycle left idle there, plus rank 1's own). Idle GPUs
+    only shrink during a strict walk; under R6 a parked swap gives GPUs back mid-walk, and
+    higher ranks must then choose again first."""
+    after = _idle_after(snap, res)
+    cap = {(p.node, p.tier): p.capacity for p in placements(snap.gpus, snap.tiers)}
+    started = {s.job_id for s in res.starts}
+    waiting = [
+        j
+        for j in snap.queue
+        if j.job_id in res.pending and j.reservation is None and j.job_id not in started
+    ]
+    # rank 1 left reserving (kept or started this cycle) could also have completed at home
+    top: dict[tuple[str, str], int] = {}
+    r1 = next((j for j in snap.queue if res.order and j.job_id == res.order[0]), None)
+    if r1 is not None and r1.job_id in res.pending and r1.reservation is not None:
+        if r1.job_id not in {r.job_id for r in res.releases}:
+            kept = [sh for sh in res.shrinks if sh.job_id == r1.job_id]
+            held = len(kept[-1].gpus) if kept else len(_own(snap, r1.job_id))
+            held += sum(len(g.added) for g in res.grows if g.job_id == r1.job_id)
+            top[(r1.reservation.node, r1.reservation.tier)] = held
+            waiting.append(r1)
+    elif r1 is not None and r1.job_id in started:
+        top = {(s.node, s.tier): len(s.gpus) for s in res.starts}
+        waiting.append(r1)
+    for d in res.dispatches:
+        took = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id, res))
+        t, key = snap.tiers[d.tier], (d.node, d.tier)
+        for w in waiting:
+            if pos[w.job_id] < pos[d.job_id] and tier_admits(w, t) and w.num_gpus <= cap[key]:
+                usable = after[key] + took + (top.get(key, 0) if w is r1 else 0)
+                assert w.num_gpus > usable, f"D5: {d.job_id} took what {w.job_id} could use"
+
+
+def _idle_after(snap: Snapshot, res) -> dict[tuple[str, str], int]:
+    """Idle GPUs per placement after the cycle's releases, shrinks, starts, grows, dispatches."""
+    after: dict[tuple[str, str], int] = {}
+    for p in placements(snap.gpus, snap.tiers):
+        after[(p.node, p.tier)] = len(p.idle)
+    state = {(g.node, g.tier, g.index): g.state for g in snap.gpus}
+    for r in res.releases:  # only what it really held is idle again (not its down GPUs)
+        if r.reason != "dispatched":
+            back = sum(state[(r.node, r.tier, i)] == f"reserved:{r.job_id}" for i in r.gpus)
+            after[(r.node, r.tier)] = after.get((r.node, r.tier), 0) + back
+    for sh in res.shrinks:  # R6 yield (and R5): the removed GPUs are idle for others
+        if sh.reason == "yielded":
+            after[(sh.node, sh.tier)] = after.get((sh.node, sh.tier), 0) + len(sh.removed)
+    for d in [*res.dispatches, *res.starts]:
+        taken = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id, res))
+        after[(d.node, d.tier)] = after.get((d.node, d.tier), 0) - taken
+    for g in res.grows:
+        after[(g.node, g.tier)] = after.get((g.node, g.tier), 0) - len(g.added)
+    return after
+
+
 def check_parked_d5(
     snap: Snapshot, res, parked: set[str], pos: dict[str, int], incumbent: set[str]
 ) -> None:
@@ -181,17 +244,7 @@ def check_parked_d5(
     above it could start on, even with the parked GPUs released — an incumbent (kept within
     the margin) only on GPUs no such job could start on as they are (D5 as written: the GPUs
     it holds are reserved, R2)."""
-    after: dict[tuple[str, str], int] = {}  # idle GPUs per placement after the cycle
-    for p in placements(snap.gpus, snap.tiers):
-        after[(p.node, p.tier)] = len(p.idle)
-    for r in res.releases:
-        if r.reason != "dispatched":
-            after[(r.node, r.tier)] = after.get((r.node, r.tier), 0) + len(r.gpus)
-    for d in [*res.dispatches, *res.starts]:
-        taken = sum(1 for i in d.gpus if (d.node, d.tier, i) not in _own(snap, d.job_id))
-        after[(d.node, d.tier)] = after.get((d.node, d.tier), 0) - taken
-    for g in res.grows:
-        after[(g.node, g.tier)] = after.get((g.node, g.tier), 0) - len(g.added)
+    after = _idle_after(snap, res)
     waiting = [j for j in snap.queue if j.job_id in res.pending and j.reservation is None]
     cap = {(p.node, p.tier): p.capacity for p in placements(snap.gpus, snap.tiers)}
     took = [(g.job_id, g.node, g.tier, len(g.gpus)) for g in res.grows if g.job_id in parked]
@@ -204,17 +257,79 @@ def check_parked_d5(
                 assert not (w.num_gpus <= min(usable, cap[(node, tier_name)])), "D5 (R6 parked)"
 
 
-def _own(snap: Snapshot, job_id: str) -> set[tuple[str, str, int]]:
-    return {(g.node, g.tier, g.index) for g in snap.gpus if g.state == f"reserved:{job_id}"}
+def _own(snap: Snapshot, job_id: str, res=None) -> set[tuple[str, str, int]]:
+    """GPUs `job_id` reserved at the cycle's start, less those it yielded in it (R6 yield: a
+    GPU given back and taken in again is idle in between, so taking it counts)."""
+    gave = {(sh.node, sh.tier, i) for sh in (res.shrinks if res else ()) for i in sh.removed
+            if sh.job_id == job_id}  # fmt: skip
+    return {(g.node, g.tier, g.index) for g in snap.gpus
+            if g.state == f"reserved:{job_id}"} - gave  # fmt: skip
 
 
-MODES = ["strict", "useful", "hysteresis", "damped"]
+MODES = ["strict", "useful", "hysteresis", "damped", "yield"]
 
 
 @pytest.mark.parametrize("mode", MODES)
 @SETTINGS
 @given(snapshots())
 def test_invariants_single_cycle(mode, case):
+    snap, now = case
+    snap = msgspec.structs.replace(snap, reservation_demotion=mode)
+    check_invariants(snap, cycle(snap, now), now)
+
+
+@st.composite
+def partial_reservations(draw) -> tuple[Snapshot, float]:
+    """R6 yield: wide placements where reservations hold several GPUs and higher jobs of 1-4
+    GPUs may need part of them (the generic strategy above almost never yields)."""
+    ts = {"t0": tier("t0", 24, 82.6, 1, max_gpus=8), "t1": tier("t1", 12, 34.1, 0, max_gpus=4)}
+    layout = [(f"n{k}", t, draw(st.sampled_from([4, 8] if t == "t0" else [2, 4])))
+              for k in range(draw(st.integers(1, 3)))
+              for t in [draw(st.sampled_from(["t0", "t0", "t1"]))]]  # fmt: skip
+    states: dict[tuple[str, str, int], str] = {}
+    queue: list[QueuedJob] = []
+    for k, (n, t, c) in enumerate(draw(st.lists(st.sampled_from(layout), max_size=2, unique=True))):
+        take = tuple(range(draw(st.integers(1, c - 1))))  # holders: part of one placement each
+        states |= {(n, t, i): f"reserved:h{k}" for i in take}
+        since = draw(st.sampled_from([0.0, 500.0]))
+        queue.append(
+            QueuedJob(
+                job_id=f"h{k}", lab=draw(st.sampled_from(["C", "D", "D"])), user="u",
+                num_gpus=draw(st.integers(len(take) + 1, min(c, ts[t].max_gpus))),
+                queue_entered_at=float(k),
+                reservation=Reservation(n, t, take, since, tuple(since + 10 * i for i in take)),
+            )
+        )  # fmt: skip
+    for n, t, c in layout:  # the rest mostly busy, so that higher jobs need reserved GPUs
+        for i in range(c):
+            if (n, t, i) not in states:
+                states[(n, t, i)] = draw(
+                    st.sampled_from(["free", "job:r", "job:r", "job:r"] * 3 + ["down"])
+                )
+    for k in range(draw(st.integers(1, 6))):
+        tf = draw(st.none() | st.just(frozenset({"t1"})))
+        queue.append(
+            QueuedJob(
+                job_id=f"j{k}", lab=draw(st.sampled_from(["A", "A", "B", "C"])), user="u",
+                num_gpus=draw(st.integers(1, 4)), queue_entered_at=float(draw(st.integers(0, 5))),
+                tiers=tf,
+            )
+        )  # fmt: skip
+    # the holders' labs (C, D) mostly use more, so that they are often below rank 1
+    usage = {
+        lab: LabUsage(float(draw(st.sampled_from(u))), 0.0)
+        for lab, u in (("A", [0, 100]), ("B", [100, 250]), ("C", [250, 1000]), ("D", [1000]))
+    }
+    gpus = [Gpu(n, t, i, st_) for (n, t, i), st_ in sorted(states.items())]
+    return Snapshot(tiers=ts, gpus=gpus, queue=queue, usage=usage, half_life_s=3600.0), 1000.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@SETTINGS
+@given(partial_reservations())
+def test_R6_yield_invariants_on_partial_reservations(mode, case):
+    """No double-booked GPU, R1, R2, D5 (parked), D7, and `yield`'s own: a yield only below rank
+    1, never of every GPU (that is R3), on reservations of several GPUs (all modes, compared)."""
     snap, now = case
     snap = msgspec.structs.replace(snap, reservation_demotion=mode)
     check_invariants(snap, cycle(snap, now), now)
