@@ -41,18 +41,24 @@ def _src(charge: str) -> str:
 
 
 def _keys(batch: Iterable[Delivered]) -> tuple[set[str], set[str]]:
-    """(pending keys this batch may read or change, jobs whose owner a charge needs)."""
+    """(pending keys stored by earlier batches that this one may read, jobs whose owner a charge
+    needs from earlier batches). A source is written by its own event (unique id), so only a
+    charge whose source came in an earlier batch reads one; most are settled within a batch."""
     keys: set[str] = set()
     owners: set[str] = set()
+    here: set[str] = set()  # source charge ids and submissions seen in this batch so far
     for d in batch:
         e = d.event
-        if isinstance(e, (ReservationShrunk, ReservationReleased, JobEnded)):
+        if isinstance(e, JobSubmitted):
+            here.add(e.job_id)
+        elif isinstance(e, (ReservationShrunk, ReservationReleased, JobEnded)):
             keys.add(_lazy(e.job_id))
             if isinstance(e, (ReservationReleased, JobEnded)):
-                keys.add(_src(charge_id(e.event_id)))
+                here.add(charge_id(e.event_id))
         elif isinstance(e, UsageCharged):
-            keys.add(_src(e.event_id))
-            if e.job_id:
+            if e.event_id not in here:
+                keys.add(_src(e.event_id))
+            if e.job_id and e.job_id not in here:
                 owners.add(e.job_id)
     return keys, owners
 
@@ -70,17 +76,21 @@ class UsageLedgerProjection:
             return
         keys, owners = _keys(batch)
         book = Ledger()
-        for r in await conn.fetch(
-            "SELECT key, held::text FROM usage_ledger_pending WHERE key = ANY($1::text[])",
-            list(keys),
-        ):
-            kind, _, ident = r["key"].partition(":")
-            (book.lazy if kind == "lazy" else book.sources)[ident] = _held.decode(r["held"])
-        for r in await conn.fetch(
-            'SELECT job_id, lab, "user" FROM usage_ledger_jobs WHERE job_id = ANY($1::text[])',
-            list(owners),
-        ):
-            book.users[r["job_id"]] = (r["lab"], r["user"])
+        loaded: list[str] = []
+        if keys:
+            for r in await conn.fetch(
+                "SELECT key, held::text FROM usage_ledger_pending WHERE key = ANY($1::text[])",
+                list(keys),
+            ):
+                loaded.append(r["key"])
+                kind, _, ident = r["key"].partition(":")
+                (book.lazy if kind == "lazy" else book.sources)[ident] = _held.decode(r["held"])
+        if owners:
+            for r in await conn.fetch(
+                'SELECT job_id, lab, "user" FROM usage_ledger_jobs WHERE job_id = ANY($1::text[])',
+                list(owners),
+            ):
+                book.users[r["job_id"]] = (r["lab"], r["user"])
         known = set(book.users)
         for d in batch:
             book.apply(d)  # the pure fold decides every line
@@ -88,9 +98,10 @@ class UsageLedgerProjection:
         await _store_lines(conn, book.lines)
         pending = {_lazy(j): h for j, h in book.lazy.items()}
         pending.update((_src(c), h) for c, h in book.sources.items())
-        await conn.execute(
-            "DELETE FROM usage_ledger_pending WHERE key = ANY($1::text[])", list(keys)
-        )
+        if loaded:  # what was stored and is now settled or rewritten below
+            await conn.execute(
+                "DELETE FROM usage_ledger_pending WHERE key = ANY($1::text[])", loaded
+            )
         if pending:  # one statement for the batch (unnest), not one per row
             await conn.execute(
                 "INSERT INTO usage_ledger_pending (key, held) SELECT k, h::jsonb FROM "
