@@ -168,7 +168,7 @@ async def main(args: argparse.Namespace) -> None:
 
         print(f"{'reference COPY (jobs rows)':<34}{copy_rate:>10,.0f} rows/s   ({t_copy:6.2f} s)")
         line(f"apply_to_all(jobs), batch {args.batch}", t_jobs)
-        line(f"apply_to_all(all 5), batch {args.batch}", t_all)
+        line(f"apply_to_all(all {len(ALL)}), batch {args.batch}", t_all)
 
         if not args.no_nats:
             from jpu.embedded.nats import EmbeddedNats
@@ -179,8 +179,8 @@ async def main(args: argparse.Namespace) -> None:
             bus = await bench_bus(url, pool, log, args.batch)
             print(f"{'bus append_many':<34}{n / bus['append']:>10,.0f} events/s")
             line("reference raw ordered read+decode", bus["raw_read"])
-            line("run_projections(all 5) from bus", bus["live"])
-            line("rebuild_many(all 5) from seq 1", bus["rebuild"])
+            line(f"run_projections(all {len(ALL)}) from bus", bus["live"])
+            line(f"rebuild_many(all {len(ALL)}) from seq 1", bus["rebuild"])
         await pool.close()
     finally:
         if nats is not None:

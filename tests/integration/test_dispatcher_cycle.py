@@ -46,6 +46,18 @@ async def dispatcher(bus: EventBus, config: Config, clock, **kw) -> AsyncIterato
         await asyncio.wait_for(task, 15)
 
 
+async def initial_usage(bus: EventBus, clock: FakeClock, **usage: float) -> None:
+    """The labs' starting usage (O1), as accounting charges it at load."""
+    now = clock.now()
+    await bus.append_many(
+        [
+            UsageCharged(event_id=new_event_id(), ts=now, lab=lab, amount=v, value_after=v,
+                         as_of=now, reason="initial")
+            for lab, v in usage.items()
+        ]
+    )  # fmt: skip
+
+
 def state_of(s, jid: str) -> str | None:
     job = s.jobs.get(jid)
     return job.state if job is not None else None
@@ -129,20 +141,7 @@ async def test_D1_F4_R3_worked_example_with_Y_beside_X_ranks_Ys_cost_before_acco
     own JobEnded can carry the cost into the ranking."""
     nodes = [Node(name="gpu-4090x2-01", gpus={"rtx4090": 2})]
     config, clock = fast_config(nodes=nodes), FakeClock(10_000.0)
-    await bus.append_many(
-        [
-            UsageCharged(
-                event_id=new_event_id(),
-                ts=clock.now(),
-                lab=lab,
-                amount=v,
-                value_after=v,
-                as_of=clock.now(),
-                reason="initial",
-            )
-            for lab, v in (("BCG", 24_000.0), ("KDG", 28_000.0))
-        ]
-    )
+    await initial_usage(bus, clock, BCG=24_000.0, KDG=28_000.0)
     async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
         y, x, k = job_id(), job_id(), job_id()
         await submit_global(bus, clock, y, "BCG", "bob", 1)
@@ -251,13 +250,7 @@ async def test_R6_dispatcher_honours_reservation_demotion_useful(bus: EventBus):
     ]
     config = msgspec.structs.replace(base, cycle_s=0.5, min_cycle_gap_s=0.02, nodes=nodes)
     clock = FakeClock(10_000.0)
-    await bus.append_many(
-        [
-            UsageCharged(event_id=new_event_id(), ts=clock.now(), lab=lab, amount=v,
-                         value_after=v, as_of=clock.now(), reason="initial")
-            for lab, v in (("BCG", 24_000.0), ("KDG", 28_000.0), ("OTH", 1e9))
-        ]
-    )  # fmt: skip
+    await initial_usage(bus, clock, BCG=24_000.0, KDG=28_000.0, OTH=1e9)
     async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
         f, y, x, k = job_id(), job_id(), job_id(), job_id()
         await submit_global(bus, clock, f, "OTH", "olga", 1, tiers=["rtx3080ti"])
@@ -296,13 +289,7 @@ async def test_R6_dispatcher_honours_reservation_demotion_yield(bus: EventBus):
         nodes=[Node(name="gpu-4090x4-01", gpus={"rtx4090": 4})],
     )
     clock = FakeClock(10_000.0)
-    await bus.append_many(
-        [
-            UsageCharged(event_id=new_event_id(), ts=clock.now(), lab=lab, amount=v,
-                         value_after=v, as_of=clock.now(), reason="initial")
-            for lab, v in (("BCG", 24_000.0), ("KDG", 28_000.0), ("OTH", 1e9))
-        ]
-    )  # fmt: skip
+    await initial_usage(bus, clock, BCG=24_000.0, KDG=28_000.0, OTH=1e9)
     async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
         f, y, x, k = job_id(), job_id(), job_id(), job_id()
         await submit_global(bus, clock, f, "OTH", "olga", 1)

@@ -22,7 +22,8 @@ import asyncio
 import secrets
 import struct
 import zlib
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import msgspec
 from nats.js.api import KeyValueConfig
@@ -34,9 +35,11 @@ from jpu import commands
 if TYPE_CHECKING:
     from jpu.bus.client import EventBus
 
-DEFAULT_PART: Final = 1024 * 1024 - 8 * 1024  # under NATS's default max_payload, with headroom
+_HEADROOM: Final = 8 * 1024  # a part's key, generation prefix and message headers
+DEFAULT_PART: Final = 1024 * 1024 - _HEADROOM  # under NATS's default max_payload
 _THREAD_AT: Final = 256 * 1024  # compress/decompress larger values off the event loop
 _GEN: Final = struct.Struct(">Q")
+T = TypeVar("T")
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -54,7 +57,7 @@ def part_size_for(max_payload: int | None) -> int:
     """Bytes of payload per part for a server's `max_payload` (None: NATS's default)."""
     if not max_payload:
         return DEFAULT_PART
-    return max(4096, max_payload - 8 * 1024)
+    return max(4096, max_payload - _HEADROOM)
 
 
 def part_key(key: str, slot: int, i: int) -> str:
@@ -154,6 +157,7 @@ class ViewStore:
         self.js, self.stream = bus.js, bus.stream
         self.part_size = part_size_for(getattr(bus.nc, "max_payload", None))
         self._values: dict[str, LargeValue] = {}
+        self._decoded: dict[str, tuple[bytes, Any]] = {}  # key -> (bytes, what they decode to)
 
     async def _value(self, key: str, create: bool) -> LargeValue | None:
         got = self._values.get(key)
@@ -174,9 +178,17 @@ class ViewStore:
         assert value is not None
         await value.put(data)
 
-    async def _read(self, key: str) -> bytes | None:
+    async def _read(self, key: str, decode: Callable[[bytes], T]) -> T | None:
+        """Decoded once per put: `LargeValue.get` hands back the same bytes object while the
+        head is unchanged, so a request in between reuses the decoded view."""
         value = await self._value(key, create=False)
-        return await value.get() if value is not None else None
+        data = await value.get() if value is not None else None
+        if not data:
+            return None
+        got = self._decoded.get(key)
+        if got is None or got[0] is not data:
+            got = self._decoded[key] = (data, decode(data))
+        return cast(T, got[1])
 
     async def put_queue(self, view: commands.QueueView) -> None:
         await self._put(commands.queue_view_key(self.stream), commands.encode_view(view))
@@ -187,10 +199,9 @@ class ViewStore:
 
     async def queue(self) -> commands.QueueView | None:
         """The dispatcher's latest published decision (None before its first cycle)."""
-        data = await self._read(commands.queue_view_key(self.stream))
-        return commands.decode_view(data) if data else None
+        return await self._read(commands.queue_view_key(self.stream), commands.decode_view)
 
     async def estimates(self) -> commands.EstimatesView | None:
         """The dispatcher's latest estimated starts (U4; None before its first estimate)."""
-        data = await self._read(commands.estimates_view_key(self.stream))
-        return commands.decode_estimates(data) if data else None
+        key = commands.estimates_view_key(self.stream)
+        return await self._read(key, commands.decode_estimates)

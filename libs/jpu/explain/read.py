@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 import nats.errors
@@ -70,29 +70,37 @@ async def job_span(bus: EventBus, job_id: str) -> tuple[int, int | None]:
 _BATCH = 2048  # events folded per hand-off to the worker thread
 
 
-def _apply_all(fold: WaitFold, batch: list[Delivered]) -> None:
-    for d in batch:
-        fold.apply(d)
-        if fold.done:
-            return
+async def _fold_off_loop(
+    events: AsyncIterator[Delivered],
+    apply: Callable[[Delivered], None],
+    done: Callable[[], bool] = lambda: False,
+) -> None:
+    """Apply `events` in a worker thread, a batch at a time, until `done`: a long fold (a wait
+    of weeks, a past queue) keeps the caller's event loop (the gateway's) answering meanwhile."""
+
+    def apply_all(batch: list[Delivered]) -> None:
+        for d in batch:
+            if done():
+                return
+            apply(d)
+
+    batch: list[Delivered] = []
+    async for d in events:
+        batch.append(d)
+        if len(batch) >= _BATCH:
+            await asyncio.to_thread(apply_all, batch)
+            batch = []
+            if done():
+                return
+    if batch:
+        await asyncio.to_thread(apply_all, batch)
 
 
 async def read_wait(bus: EventBus, config: Config, job_id: str, now: float) -> WaitTimeline:
-    """The fold and its cycles run in a worker thread, a batch at a time, so a long wait keeps
-    the caller's event loop (the gateway's) answering meanwhile."""
     submit_seq, end_seq = await job_span(bus, job_id)
     state = await start_state(bus, config, submit_seq - 1)
     fold = WaitFold(job_id, config, state=state, half_life_s=config.half_life_s)
-    batch: list[Delivered] = []
-    async for d in _events(bus, state.seq + 1, end_seq):
-        batch.append(d)
-        if len(batch) >= _BATCH:
-            await asyncio.to_thread(_apply_all, fold, batch)
-            batch = []
-            if fold.done:
-                break
-    if batch and not fold.done:
-        await asyncio.to_thread(_apply_all, fold, batch)
+    await _fold_off_loop(_events(bus, state.seq + 1, end_seq), fold.apply, lambda: fold.done)
     return fold.result(now)
 
 
@@ -127,16 +135,5 @@ async def read_queue_at(bus: EventBus, config: Config, at: float) -> PastQueue:
                     break
     reader = bus.replay(start_seq=state.seq + 1, until_ts=at)  # the prefix fold_until takes
     async with contextlib.aclosing(reader) as events:
-        batch: list[Delivered] = []
-        async for d in events:  # folded in a worker thread, as read_wait
-            batch.append(d)
-            if len(batch) >= _BATCH:
-                await asyncio.to_thread(_evolve_all, state, batch)
-                batch = []
-        await asyncio.to_thread(_evolve_all, state, batch)
+        await _fold_off_loop(events, lambda d: evolve(state, d))
     return await asyncio.to_thread(queue_at, state, at, config, config.half_life_s)
-
-
-def _evolve_all(state: ClusterState, batch: list[Delivered]) -> None:
-    for d in batch:
-        evolve(state, d)

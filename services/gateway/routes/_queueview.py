@@ -150,13 +150,13 @@ def shared_view(request: Request) -> SharedView:
     app = request.app
     view: SharedView | None = getattr(app.state, "queue_view", None)
     if view is None:
+        views = ViewStore(app.state.edges.bus)  # caches the decoded views between puts
 
         async def compute() -> QueueView:
             base = app.state.settings.base
             clock = getattr(app.state, "clock", None)
             now = float(clock.now()) if clock is not None else time.time()
             edges = app.state.edges
-            views = app.state.views = getattr(app.state, "views", None) or ViewStore(edges.bus)
             decision, estimates = await asyncio.gather(views.queue(), views.estimates())
             return await queue_view(edges.pool, decision, base.half_life_s, now, estimates)
 

@@ -19,6 +19,7 @@ from jpu.bus import Delivered
 from jpu.config import Cluster, DemotionMode, Node
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
+    AnyEvent,
     JobDispatched,
     JobEnded,
     ReservationGrown,
@@ -158,13 +159,7 @@ def test_F5_conservation_and_no_double_booking(
         half_life_s=900,
         reservation_demotion=demotion,
     )
-    buf = io.BytesIO()
-    summary = simulate(CLUSTER, jobs, params, buf)
-    events = [decode(line) for line in buf.getvalue().splitlines()]
-    held, charged = ledger(events)
-    assert charged == pytest.approx(held, rel=1e-9, abs=1e-6)  # F2 + F5: each GPU-second once
-    report = audit(events, summary)
-    assert report.ok, report.problems
+    summary, events = _conserved(CLUSTER, jobs, params)
     states: dict[str, int] = defaultdict(int)
     for j in summary["jobs"].values():
         states[j["state"]] += 1
@@ -173,6 +168,20 @@ def test_F5_conservation_and_no_double_booking(
     research = summary["gpu_seconds"]["run"]
     assert research == pytest.approx(sum(e.gpu_seconds_run for e in events
                                          if isinstance(e, JobEnded)))  # fmt: skip
+
+
+def _conserved(
+    cluster: Cluster, jobs: list[WorkloadJob], params: SimParams
+) -> tuple[dict[str, Any], list[AnyEvent]]:
+    """The simulator's run and log, with F5 and no double booking checked on them."""
+    buf = io.BytesIO()
+    summary = simulate(cluster, jobs, params, buf)
+    events = [decode(line) for line in buf.getvalue().splitlines()]
+    held, charged = ledger(events)
+    assert charged == pytest.approx(held, rel=1e-9, abs=1e-6)  # F2 + F5: each GPU-second once
+    report = audit(events, summary)
+    assert report.ok, report.problems
+    return summary, events
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -235,11 +244,5 @@ def test_R6_yield_F5_conservation_and_no_double_booking_on_8gpu_nodes(
     params = SimParams(
         backfill=backfill, max_active_jobs=3, half_life_s=900, reservation_demotion=demotion
     )
-    buf = io.BytesIO()
-    summary = simulate(WIDE, jobs, params, buf)
-    events = [decode(line) for line in buf.getvalue().splitlines()]
-    held, charged = ledger(events)
-    assert charged == pytest.approx(held, rel=1e-9, abs=1e-6)  # F2 + F5: each GPU-second once
-    report = audit(events, summary)
-    assert report.ok, report.problems
+    summary, _ = _conserved(WIDE, jobs, params)
     assert all(j["state"] in {"COMPLETED", "CANCELLED"} for j in summary["jobs"].values())
