@@ -41,6 +41,11 @@ class Principal:
     def is_admin(self) -> bool:
         return self.role == "admin"
 
+    def may_see_lab(self, lab: str) -> bool:
+        """A lab's own accounts (its usage explained, charge by charge) are for its members
+        (users and lab_admins of that lab) and admins (SPEC F5, §8 FORBIDDEN otherwise)."""
+        return self.is_admin or self.lab == lab
+
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)

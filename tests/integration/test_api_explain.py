@@ -23,6 +23,7 @@ import pytest
 from test_api_support import Api, api_fixture, assert_error, bearer  # noqa: F401
 from test_cli_gateway import jpu, ok, server  # noqa: F401
 
+from jpu import auth
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState, evolve
@@ -213,6 +214,56 @@ async def test_F5_explain_usage_sums_to_the_labs_usage_and_the_statement(api: Ap
     assert_error(
         await api.client.get("/v1/admin/usage-statement", headers=bearer("carol")), 403, "FORBIDDEN"
     )
+
+
+async def test_F5_lab_members_see_their_own_labs_charges_admins_every_labs(
+    api: Api,
+    server: str,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """A lab member could not see why the lab was charged (admin-only, or database access):
+    `GET /v1/labs/{lab}/usage/explain` is for the lab's users and lab_admins and for admins,
+    the same answer as the admin route (one explain module), 403 to other labs' members; the
+    CLI's `jpu usage --explain` prints it."""
+    ex = await r3_live(api)
+    await auth.add_user(api.pool, "kdg-lead", "KDG", "lab_admin")
+    await auth.install_token(api.pool, "kdg-lead", "demo-kdg-lead")
+    url = "/v1/labs/BCG/usage/explain"
+    admin_view = await api.client.get("/v1/admin/labs/BCG/usage-explain", headers=bearer("admin"))
+    for who in ("bob", "alice", "admin"):  # BCG's members (bob owns none of X's charges)
+        r = await api.client.get(url, headers=bearer(who))
+        assert r.status_code == 200, r.text
+        assert r.json() == admin_view.json()
+    mine = r.json()
+    assert [c["job_id"] for c in mine["charges"]] == [None, ex.y, ex.x, ex.x]
+    lab = (await api.client.get("/v1/labs/BCG", headers=bearer("bob"))).json()
+    assert mine["total_value"] == pytest.approx(lab["usage"], abs=1e-6)  # F5
+    for who in ("carol", "demo-kdg-lead"):  # another lab's user and lab_admin
+        err = assert_error(await api.client.get(url, headers=bearer(who)), 403, "FORBIDDEN")
+        assert err["details"] == {"lab": "BCG", "your_lab": "KDG"}
+    kdg = await api.client.get("/v1/labs/KDG/usage/explain", headers=bearer("demo-kdg-lead"))
+    assert [c["job_id"] for c in kdg.json()["charges"]] == [None, ex.k]
+    assert (await api.client.get("/v1/labs/KDG/usage/explain", headers=bearer("admin"))).json()[
+        "charges"
+    ] == kdg.json()["charges"]
+    period = {"until": ex.reserving_at + 301}
+    r = await api.client.get(url, params=period, headers=bearer("bob"))
+    assert [c["reason"] for c in r.json()["charges"]] == ["initial", "job_end", "demoted"]
+    bad = await api.client.get(url, params={"since": 10, "until": 5}, headers=bearer("bob"))
+    assert_error(bad, 422, "VALIDATION_ERROR")
+    assert_error(await api.client.get(url), 401, "UNAUTHENTICATED")
+
+    # the CLI, as a member runs it: their own lab by default, the table jpu-admin prints
+    out = ok(await jpu(server, "bob", "usage", "--explain"))
+    assert out.startswith("BCG: usage ") and "reservation (R3, at release)" in out
+    assert f"= its usage {mine['usage']:,.3f} (F5)" in out and ex.x in out and ex.y in out
+    assert (
+        json.loads(ok(await jpu(server, "bob", "usage", "--explain", "--json")))["charges"]
+        == mine["charges"]
+    )
+    rc, out, err = await jpu(server, "carol", "usage", "--explain", "BCG")
+    assert rc == 1 and "FORBIDDEN" in err and "members of BCG" in err, (rc, out, err)
+    kdg_out = ok(await jpu(server, "admin", "usage", "--explain", "KDG"))
+    assert kdg_out.startswith("KDG: usage ") and ex.k in kdg_out
 
 
 async def test_D1_D7_queue_at_a_past_moment_for_admins_only(api: Api) -> None:

@@ -57,6 +57,14 @@ def register(sub: Any) -> None:
         p = sub.add_parser(name, parents=common, help=helptext)
         if name == "usage":
             p.add_argument("lab", nargs="?", help="one lab only")
+            p.add_argument(
+                "--explain",
+                action="store_true",
+                help="every charge that makes up a lab's usage (your lab unless LAB is given; "
+                "members see their own lab's, admins every lab's)",
+            )
+            p.add_argument("--since", metavar="T", help="with --explain: charges at or after T")
+            p.add_argument("--until", metavar="T", help="with --explain: charges before T")
         p.set_defaults(func=func)
     for name, helptext, func in (
         ("show", "one job", cmd_show),
@@ -166,10 +174,33 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_usage(args: argparse.Namespace) -> int:
+    if args.explain:
+        return _explain_usage(args)
+    if args.since is not None or args.until is not None:
+        raise RestError("--since and --until go with --explain")
     with _client(args) as c:
         if args.lab:
             return _emit(args, c.get(f"/v1/labs/{quote(args.lab, safe='')}"), views.one_lab)
         return _emit(args, c.get("/v1/labs"), views.labs)
+
+
+def _explain_usage(args: argparse.Namespace) -> int:
+    """`jpu usage --explain [LAB]`: the lab's charges as `jpu-admin explain-usage` prints them
+    (one renderer, one explanation: GET /v1/labs/{lab}/usage/explain answers with
+    jpu.explain.usage). Times: epoch seconds or ISO 8601, like jpu-admin's."""
+    from jpu.admin_usage import when  # not on every CLI start
+
+    params: dict[str, Any] = {}
+    try:
+        for key in ("since", "until"):
+            if getattr(args, key) is not None:
+                params[key] = when(getattr(args, key))
+    except argparse.ArgumentTypeError as e:
+        raise RestError(str(e)) from e
+    with _client(args) as c:
+        lab = args.lab or c.get("/v1/me")["lab"]
+        data = c.get(f"/v1/labs/{quote(lab, safe='')}/usage/explain", params or None)
+    return _emit(args, data, views.usage_explanation)
 
 
 def cmd_pool(args: argparse.Namespace) -> int:

@@ -89,6 +89,17 @@ def one_lab(data: dict[str, Any]) -> str:
     return table(_LAB_HEADERS, [_lab_row(data)])
 
 
+def usage_explanation(data: dict[str, Any]) -> str:
+    """`jpu usage --explain`: the table `jpu-admin explain-usage` prints, from the API's body
+    (the same jpu.explain.usage answer, decoded back into its model)."""
+    import msgspec
+
+    from jpu.admin_usage import render_explanation
+    from jpu.explain.usage import UsageExplanation
+
+    return render_explanation(msgspec.convert(data, UsageExplanation))
+
+
 def _jobs(entries: list[dict[str, Any]], key: str = "job_id") -> str:
     return " ".join(f"{e[key]}[{','.join(str(g) for g in e.get('gpus', []))}]" for e in entries)
 

@@ -126,6 +126,14 @@ const STRINGS = {
     "reason.Reservation.t": "holding a reservation, waiting for more GPUs",
     "reason.Maintenance.t": "maintenance: nothing starts until it ends",
     "reason.ConcurrencyLimit.t": "personal queue: at the running-jobs limit",
+    // F5: a lab's charges (GET /v1/labs/{lab}/usage/explain)
+    "charges.mine": "Why my lab was charged", "charges.title": "Charges of lab",
+    "charges.summary": "Usage now {usage} TFLOP-s = the sum of every charge below, each decayed since it was charged (half-life {hl}).",
+    "charges.empty": "No charge yet.",
+    "charges.run": "its run", "charges.run_res": "its run + reservation held before it (R4)",
+    "charges.reservation": "reservation, charged at release ({rule})", "charges.initial": "starting usage",
+    "col.charged_at": "Charged at", "col.kind": "For", "col.held": "GPU time held",
+    "col.charged": "Charged (TFLOP-s)", "col.decay": "Decay since", "col.counts_now": "Counts now (TFLOP-s)",
   },
   ko: {
     "nav.queue": "대기열", "nav.pool": "GPU 풀", "nav.labs": "연구실 사용량", "nav.jobs": "작업",
@@ -254,6 +262,13 @@ const STRINGS = {
     "end.NonZeroExitCode": "0이 아닌 종료 코드", "end.TIMEOUT": "시간 제한 초과",
     "end.NODE_FAIL": "노드 장애", "end.PREEMPTED": "선점됨", "end.cancelled": "취소됨",
     "end.kill_failed": "취소됨 (프로세스 종료 실패)",
+    "charges.mine": "우리 연구실에 부과된 이유", "charges.title": "연구실 부과 내역",
+    "charges.summary": "현재 사용량 {usage} TFLOP-s = 아래 모든 부과액을 부과 시점부터 반감기({hl})로 감쇠한 합.",
+    "charges.empty": "아직 부과된 것이 없습니다.",
+    "charges.run": "실행", "charges.run_res": "실행 + 그 전에 잡은 예약 (R4)",
+    "charges.reservation": "예약, 해제 시 부과 ({rule})", "charges.initial": "시작 사용량",
+    "col.charged_at": "부과 시각", "col.kind": "내역", "col.held": "GPU 점유 시간",
+    "col.charged": "부과액 (TFLOP-s)", "col.decay": "감쇠", "col.counts_now": "현재 반영 (TFLOP-s)",
   },
 };
 
@@ -272,6 +287,7 @@ const state = {
   labs: [],        // lab names (sorted): the index gives the lab's colour
   labsAt: 0,
   log: null,       // the log pane of the job page (see refreshLog)
+  me: null,        // GET /v1/me: the caller's lab (their charges) and role
 };
 const $ = (id) => document.getElementById(id);
 const t = (key) => (STRINGS[state.lang] || STRINGS.en)[key] ?? STRINGS.en[key] ?? key;
@@ -634,6 +650,38 @@ async function loadLabs() {
   };
 }
 
+// F5: a lab's charges, one by one — the answer of jpu.explain.usage, not computed here.
+const RELEASE_RULE = { demoted: "R3", maintenance: "M1", capacity: "R5" };
+function chargeKind(c) {
+  if (c.kind === "reservation") return tf("charges.reservation", { rule: RELEASE_RULE[c.reason] || c.reason });
+  if (c.kind === "run") return t(c.held.some((x) => x.what === "reservation") ? "charges.run_res" : "charges.run");
+  return has("charges." + c.kind) ? t("charges." + c.kind) : c.kind;
+}
+function heldText(c) {
+  return c.held.map((x) => `${fmtDur(x.gpu_seconds)} × ${x.tier || "?"} (${x.tflops} TFLOPS)`).join(" + ");
+}
+
+async function loadCharges(lab) {
+  const me = state.me || (state.me = await api("/v1/me"));
+  lab = lab || me.lab;  // a member's own lab by default
+  const [x, labs] = await Promise.all([
+    api(`/v1/labs/${encodeURIComponent(lab)}/usage/explain`),
+    me.role === "admin" ? api("/v1/labs") : null,  // admins: every lab's
+  ]);
+  return () => {
+    $("charges-lab").textContent = lab;
+    $("charges-labs").replaceChildren(...(labs ? labs.labs : []).map((l) =>
+      h("a", { href: "#/charges/" + encodeURIComponent(l.lab), style: { marginRight: "1em" } }, l.lab)));
+    $("charges-summary").textContent = x.charges.length
+      ? tf("charges.summary", { usage: fmtNum(x.usage), hl: fmtDur(x.half_life_s) }) : t("charges.empty");
+    setRows($("charge-rows"), JSON.stringify([x.at, x.charges.map((c) => c.seq)]), () => x.charges.map((c) => h("tr", {},
+      h("td", {}, fmtTime(c.at)), h("td", {}, c.job_id ? jobLink(c.job_id) : ""), h("td", { class: "num" }, c.attempt ?? ""),
+      h("td", {}, c.user ?? ""), h("td", {}, chargeKind(c)), h("td", {}, heldText(c)),
+      h("td", { class: "num" }, fmtNum(c.amount)), h("td", { class: "num" }, c.decay.toFixed(4)),
+      h("td", { class: "num" }, fmtNum(c.value_now)))));
+  };
+}
+
 async function loadJobs() {
   const r = await api("/v1/jobs?limit=100");
   return () => setRows($("job-rows"), JSON.stringify(r.jobs), () => {
@@ -924,13 +972,14 @@ async function submitJob(ev) {
 }
 
 // --- routing, with a request token: only the latest render may draw ----------------------------
-const VIEWS = { queue: loadQueue, pool: loadPool, labs: loadLabs, jobs: loadJobs, job: loadJob, submit: null };
+const VIEWS = { queue: loadQueue, pool: loadPool, labs: loadLabs, jobs: loadJobs, job: loadJob, charges: loadCharges, submit: null };
 const CLEAR = {
   queue: () => { clearRows($("queue-rows")); clearRows($("running-rows")); },
   pool: () => { clearRows($("pool-cards")); },
   labs: () => { clearRows($("lab-rows")); $("usage-chart").replaceChildren(); },
   jobs: () => { clearRows($("job-rows")); },
   job: (id) => clearJob(id),
+  charges: () => { clearRows($("charge-rows")); $("charges-summary").textContent = ""; $("charges-lab").textContent = ""; },
 };
 
 function route() {
@@ -970,8 +1019,10 @@ async function render(opts = {}) {
 
 async function whoami() {
   if (!state.token) { $("whoami").textContent = ""; return; }
-  try { const me = await api("/v1/me"); $("whoami").textContent = `${me.user} (${me.lab}, ${me.role})`; }
-  catch (_) { $("whoami").textContent = ""; }
+  try {
+    const me = state.me = await api("/v1/me"); $("whoami").textContent = `${me.user} (${me.lab}, ${me.role})`;
+    $("charges-link").href = "#/charges/" + encodeURIComponent(me.lab);  // F5: their own lab's
+  } catch (_) { $("whoami").textContent = ""; state.me = null; }
 }
 
 // Live updates (SPEC U2): the current view's endpoints every POLL_MS (the log pane every LOG_POLL_MS)
@@ -997,7 +1048,7 @@ function start() {
     ev.preventDefault();
     state.token = $("token-input").value.trim();
     localStorage.setItem("jpu.token", state.token);
-    state.labs = [];
+    state.labs = []; state.me = null;
     state.viewKey = null;  // everything again, as the new user sees it
     whoami(); render();
   });

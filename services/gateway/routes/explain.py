@@ -5,7 +5,8 @@
   charge reordered the queue), time per phase. Same access as the job (owner, lab_admin of the
   lab, admin: 403/404 as `GET /v1/jobs/{id}`). A finished job's answer never changes (S2): it is
   cached.
-* `GET /v1/admin/labs/{lab}/usage-explain` — every charge that makes up the lab's usage (F5).
+* `GET /v1/labs/{lab}/usage/explain` — every charge that makes up the lab's usage (F5), for the
+  lab's members and admins; `GET /v1/admin/labs/{lab}/usage-explain` — the same, admins only.
 * `GET /v1/admin/usage-statement` — per lab and period, like `sreport`.
 * `GET /v1/queue?at=TIME` (jpu_services.gateway.routes.queue) answers with `past_queue` here.
 
@@ -118,6 +119,55 @@ Until = Annotated[
 ]
 
 
+_EXPLAIN_DOC = """Every charge (`UsageCharged`) of the lab in [since, until): job, attempt, user,
+run or reservation (R3 at release, or with the run, R4), GPU-seconds and tier TFLOPS it paid
+for, the decay applied since (F3) and what it contributes now. `usage` is `GET /v1/labs/{lab}`'s
+and equals `total_value`, the sum over every charge of the lab (F5)."""
+
+
+async def _explained(
+    request: Request,
+    lab: str,
+    edges: Edges,
+    config: Config,
+    since: float | None,
+    until: float | None,
+) -> dict[str, Any]:
+    """The one answer both routes give: jpu.explain.usage over the usage_ledger's lines."""
+    _period(since, until)
+    book = await read_ledger(edges.pool, lab=lab)  # every charge of the lab: F5's total
+    x = explain_usage(book, lab, now(request), config.half_life_s, since=since, until=until)
+    return msgspec.to_builtins(x)
+
+
+@router.get(
+    "/labs/{lab}/usage/explain",
+    response_model=None,
+    responses={
+        **_ok(UsageExplanation, "the lab's charges"),
+        **responses(401, 403, s403="FORBIDDEN (not a member of the lab, nor an admin)"),
+    },
+    description=_EXPLAIN_DOC + " For the lab's members (users, lab_admins) and admins.",
+)
+async def lab_usage_explain(
+    request: Request,
+    lab: str,
+    user: CurrentUser,
+    edges: EdgesDep,
+    settings: SettingsDep,
+    since: Since = None,
+    until: Until = None,
+) -> dict[str, Any]:
+    if not user.may_see_lab(lab):
+        raise ApiError(
+            403,
+            "FORBIDDEN",
+            f"only members of {lab} and admins may see its charges (yours: {user.lab})",
+            {"lab": lab, "your_lab": user.lab},
+        )
+    return await _explained(request, lab, edges, settings.base, since, until)
+
+
 @router.get(
     "/admin/labs/{lab}/usage-explain",
     response_model=None,
@@ -125,6 +175,7 @@ Until = Annotated[
         **_ok(UsageExplanation, "the lab's charges"),
         **responses(401, 403, s403="FORBIDDEN (admins only)"),
     },
+    description=_EXPLAIN_DOC,
 )
 async def usage_explain(
     request: Request,
@@ -135,16 +186,8 @@ async def usage_explain(
     since: Since = None,
     until: Until = None,
 ) -> dict[str, Any]:
-    """Every charge (`UsageCharged`) of the lab in [since, until): job, attempt, user, run or
-    reservation (R3 at release, or with the run, R4), GPU-seconds and tier TFLOPS it paid for,
-    the decay applied since (F3) and what it contributes now. `usage` is `GET /v1/labs/{lab}`'s
-    and equals `total_value`, the sum over every charge of the lab (F5)."""
     _admin(user, "a lab's charges")
-    _period(since, until)
-    book = await read_ledger(edges.pool, lab=lab)  # every charge of the lab: F5's total
-    hl = settings.base.half_life_s
-    x = explain_usage(book, lab, now(request), hl, since=since, until=until)
-    return msgspec.to_builtins(x)
+    return await _explained(request, lab, edges, settings.base, since, until)
 
 
 @router.get(
