@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import pwd
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 
 import asyncpg
 import httpx
+import pytest
 from test_backfill_support import Stack, bearer, start_stack
 
 from jpu import auth
@@ -191,6 +194,64 @@ async def test_U5_logs_are_visible_to_owner_lab_admin_and_admin_only(
         assert err["details"]["attempt"] == 1 and err["details"]["state"] == "PERSONAL_QUEUE_WAIT"
 
 
+def _account(user: str) -> str:
+    """X4: the account the local backend runs `user`'s jobs as (jpu-<user> under root)."""
+    return f"jpu-{user}" if os.getuid() == 0 else pwd.getpwuid(os.getuid()).pw_name
+
+
+async def test_U5_X4_a_chdir_its_account_cannot_write_is_warned_at_submit_and_named(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """The demo maps each user to a local account: a job whose account could not write its
+    submit directory lost its checkpoint and still ended COMPLETED, exit 0 (its script ignored
+    the error), and nothing had said so. Now the submit answer warns, naming the account and
+    the fix, `GET /v1/jobs/{id}` names the account, and a directory it cannot even enter is
+    refused (422 naming `chdir`)."""
+    if os.getuid() != 0:
+        pytest.skip("needs root: the jobs must run as another account than the directory's")
+    project = world_searchable_tmpdir("jpu-ckpt-project-")  # root's, 0755: enter, not write
+    body = {"name": "train", "num_gpus": 1,
+            "command": "echo step-1 > checkpoint.pt 2>/dev/null; echo trained"}  # fmt: skip
+    account = _account("bcg-alice")
+    try:
+        async with logs_stack(nats_url, pool, pg_dsn) as s:
+            r = await s.client.post(
+                "/v1/jobs", json={**body, "chdir": str(project)}, headers=bearer("bcg-alice")
+            )
+            assert r.status_code == 201, r.text
+            job = r.json()
+            (w,) = job["warnings"]
+            assert (w["field"], w["account"]) == ("chdir", account)
+            assert f"Unix account {account}, which cannot write {project}" in w["message"]
+            assert f"setfacl -m u:{account}:rwx {project}" in w["message"]
+            assert job["account"] == account
+            done = await wait_job(s, "bcg-alice", job["id"], ended)
+            assert (done["state"], done["account"]) == ("COMPLETED", account)
+            assert not (project / "checkpoint.pt").exists()  # what the warning said
+
+            # the fix the warning gives: let the account write there — no warning, it writes
+            os.chown(project, pwd.getpwnam(account).pw_uid, -1)
+            r = await s.client.post(
+                "/v1/jobs", json={**body, "chdir": str(project)}, headers=bearer("bcg-alice")
+            )
+            assert r.status_code == 201 and "warnings" not in r.json(), r.text
+            await wait_job(s, "bcg-alice", r.json()["id"], ended)
+            assert (project / "checkpoint.pt").read_text() == "step-1\n"
+
+            os.chown(project, 0, -1)
+            (project / "private").mkdir(mode=0o700)
+            r = await s.client.post(
+                "/v1/jobs", json={**body, "chdir": f"{project}/private"}, headers=bearer("bcg-bob")
+            )
+            err = assert_error(r, 422, "VALIDATION_ERROR")
+            assert err["details"] == {
+                "field": "chdir", "account": _account("bcg-bob"), "chdir": f"{project}/private"
+            }  # fmt: skip
+            assert f"cannot enter {project}/private (mode 0700, owner uid 0" in err["message"]
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+
+
 async def test_U5_job_runs_in_its_chdir_and_reads_a_relative_file(
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str
 ) -> None:
@@ -213,15 +274,13 @@ async def test_U5_job_runs_in_its_chdir_and_reads_a_relative_file(
             assert (await logs(s, "bcg-alice", job["id"])).text == f"data\n{project}\n"
             assert done["workdir"] == str(project) and done["output_dir"] != str(project)
 
-            # a directory the user's account cannot enter fails the job, never runs it elsewhere
+            # a directory the user's account cannot enter is refused at submit where the
+            # gateway sees it (the node's own check: test_isolation_local, U5)
             r = await s.client.post(
                 "/v1/jobs", json={**body, "chdir": str(private)}, headers=bearer("bcg-alice")
             )
-            failed = await wait_job(s, "bcg-alice", r.json()["id"], ended)
-            assert failed["state"] == "FAILED", failed
-            err = (await logs(s, "bcg-alice", failed["id"], stream="stderr")).text
-            assert f"jpu: cannot run in {private} (chdir)" in err, err
-            assert (await logs(s, "bcg-alice", failed["id"])).content == b""
+            err = assert_error(r, 422, "VALIDATION_ERROR")
+            assert err["details"]["field"] == "chdir" and "cannot enter" in err["message"]
 
             # Q1: absolute, no NUL, at most PATH_MAX
             for bad in ("relative/dir", "/a\u0000b", "/" + "x" * 4096, 7):

@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from jpu.backends.accounts import AccountMap
 from jpu.backends.base import (
     TERMINAL_STATES,
     BackendError,
@@ -51,6 +52,18 @@ def apptainer_of(config: Config) -> Apptainer | None:
     if not config.apptainer_image:
         return None
     return Apptainer(config.apptainer_image, config.apptainer_bin, tuple(config.apptainer_args))
+
+
+def account_map(config: Config, env: Mapping[str, str] | None = None) -> AccountMap:
+    """The configured backend's user → Unix account map (X4), for the gateway to name the
+    account and check the `chdir` at submit (U5) as the agent will run the job."""
+    env = os.environ if env is None else env
+    pre = "JPU_SLURM_" if config.slurm_backend == "slurm" else "JPU_LOCAL_"
+    return AccountMap(
+        env.get(pre + "ACCOUNT_TEMPLATE", "jpu-{user}"),
+        env.get(pre + "CREATE_ACCOUNTS", "1") != "0",
+        env.get(pre + "FALLBACK_ACCOUNT", "nobody"),
+    )
 
 
 def make_backend(config: Config, env: Mapping[str, str] | None = None) -> ExecutionBackend:

@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass
 
 from jpu.backends.base import BackendError
+from jpu.policy.workdir import RunAs
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,20 @@ class AccountMap:
                 self._cache[user] = self._resolve(user)
             return self._cache[user]
 
+    def expected(self, user: str) -> RunAs:
+        """The account `user`'s jobs will run as, as `account_for` would give it, without
+        creating it (a missing one the agent creates has no uid yet, and no other group)."""
+        if not self._agent.is_root:
+            return _run_as(self._agent)
+        name = self.template.format(user=user.lower())
+        found = _lookup(name) if _UNIX_NAME.match(name) else None
+        if found is not None and not found.is_root:
+            return _run_as(found)
+        if found is None and self.create and _UNIX_NAME.match(name):
+            return RunAs(name, None, frozenset())
+        fallback = _lookup(self.fallback)
+        return _run_as(fallback) if fallback else RunAs(self.fallback, None, frozenset())
+
     def _resolve(self, user: str) -> Account:
         name = self.template.format(user=user.lower())
         found = None
@@ -97,3 +112,11 @@ class AccountMap:
         if found is None or found.is_root:
             raise BackendError(f"no unprivileged account for user {user!r}")
         return found
+
+
+def _run_as(account: Account) -> RunAs:
+    try:
+        gids = frozenset(os.getgrouplist(account.name, account.gid))
+    except OSError:
+        gids = frozenset({account.gid})
+    return RunAs(account.name, account.uid, gids)

@@ -152,6 +152,7 @@ def job(j: dict[str, Any]) -> str:
         ("Ended", fmt_ts(j.get("ended_at"))),
         ("RunTime", _run_time(j)),
         ("WorkDir", j.get("workdir")),  # U5: where it runs (its chdir, else JOB_OUTPUT_DIR)
+        ("Account", j.get("account")),  # X4: the Unix account it runs as
         ("OutputDir", j.get("output_dir")),  # X2: stdout/stderr there (`jpu logs ID`)
         ("BackendJobId", j.get("backend_job_id")),
         ("Isolation", j.get("isolation")),

@@ -146,6 +146,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         job = c.post("/v1/jobs", body, headers)
+        for w in job.get("warnings", []):  # U5: accepted, but e.g. its chdir is read-only to it
+            print(f"jpu submit: warning: {w['message']}", file=sys.stderr)
         if args.json:
             print(json.dumps(job, indent=2, sort_keys=True))
             return 0

@@ -1,15 +1,25 @@
 """SPEC U5, Q1: the `chdir` of a submit — the directory the job runs in. Pure.
 
 Like sbatch's `--chdir` (the CLI sends the directory `jpu submit` runs in): an absolute path,
-at most 4096 bytes of UTF-8 (PATH_MAX; the kernel itself takes one byte less), no NUL. It is
-not looked up here: it names a directory on the nodes (shared storage), which intake cannot
-see; the backend enters it as the user when the job starts and fails the attempt with a clear
-line on its stderr when it cannot.
+at most 4096 bytes of UTF-8 (PATH_MAX; the kernel itself takes one byte less), no NUL. Intake
+does not look it up: it names a directory on the nodes (shared storage), and intake's decisions
+are the log's. What the job's Unix account (X4) may do there is checked twice:
+  * at submit, by the gateway, from the directories' modes where it can see them (`access`;
+    jpu_services.gateway.workdir): a directory the account cannot enter is refused (422 naming
+    `chdir`, the account and the fix), one it cannot write is accepted with a warning (a job may
+    only read there; what it writes there would be lost);
+  * on the node, as the account, before the script runs (jpu.backends.isolation.ENTER_WORKDIR):
+    a directory it cannot enter fails the attempt with a clear line on its stderr.
 """
 
 from __future__ import annotations
 
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 MAX_CHDIR_BYTES: Final = 4096  # PATH_MAX on Linux
 
@@ -29,3 +39,77 @@ def chdir_problem(value: Any) -> str | None:
     if size > MAX_CHDIR_BYTES:
         return f"at most {MAX_CHDIR_BYTES} bytes (PATH_MAX), got {size}"
     return None
+
+
+# --- can the job's account write it? (checked where the directory can be seen) ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class DirMode:
+    """What `stat` says of one directory on the way to a `chdir` (the I/O is the caller's)."""
+
+    path: str
+    mode: int  # st_mode
+    uid: int
+    gid: int
+    acl: bool = False  # a POSIX ACL: its entries may grant what the mode bits deny
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The Unix account a job runs as (SPEC X4). `uid` None: not created yet (the agent creates
+    it at the job's start: it will own nothing and be in no other group)."""
+
+    name: str
+    uid: int | None
+    gids: frozenset[int]
+
+
+def _bits(d: DirMode, who: RunAs) -> int:
+    """The rwx bits `who` gets on `d` by its mode: owner's, else group's, else others'."""
+    if who.uid is not None and who.uid == d.uid:
+        return (d.mode >> 6) & 7
+    if d.gid in who.gids:
+        return (d.mode >> 3) & 7
+    return d.mode & 7
+
+
+class Access(msgspec.Struct, frozen=True, kw_only=True):
+    """What the job's account may do in its `chdir`, and the sentence saying so."""
+
+    enter: bool  # False: the job cannot start there (the node fails it: refuse at submit)
+    write: bool  # False: it runs, but what it writes there is lost (warn at submit)
+    message: str = ""  # with the fix; "" when it may do both
+
+
+def access(chain: Sequence[DirMode], who: RunAs) -> Access | None:
+    """What `who` may do in the last directory of `chain` (each directory from / down to the
+    `chdir`), from the mode bits; None when they cannot say (an ACL on the way, or root): the
+    node then decides, as the account (U5)."""
+    if not chain or who.uid == 0:
+        return None
+    for i, d in enumerate(chain):
+        last = i == len(chain) - 1
+        if not stat.S_ISDIR(d.mode):
+            return Access(enter=False, write=False, message=f"{d.path} is not a directory")
+        if d.acl:
+            return None
+        bits = _bits(d, who)
+        if not bits & 1:  # no search (x): it cannot get in
+            return Access(enter=False, write=False, message=_cannot(who, "enter", d, "x"))
+        if last and bits & 2 == 0:
+            return Access(enter=True, write=False, message=_cannot(who, "write", d, "rwx"))
+    return Access(enter=True, write=True)
+
+
+def _cannot(who: RunAs, what: str, d: DirMode, perms: str) -> str:
+    if what == "enter":
+        lost = "the job cannot start there"
+    else:
+        lost = "what the job writes there (checkpoints, results) is lost"
+    return (
+        f"the job runs as Unix account {who.name}, which cannot {what} {d.path} (mode "
+        f"{stat.S_IMODE(d.mode):04o}, owner uid {d.uid}, group gid {d.gid}): {lost}. Submit "
+        f"from (or --chdir to) a directory {who.name} can write, or grant it: "
+        f"setfacl -m u:{who.name}:{perms} {d.path}"
+    )

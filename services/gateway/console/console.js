@@ -47,7 +47,7 @@ const STRINGS = {
     "f.backend_job_id": "Slurm job id", "f.isolation": "Isolation", "f.exit_code": "Exit code",
     "f.reason": "End reason", "f.submitted_at": "Submitted", "f.queue_entered_at": "Entered queue",
     "f.ended_at": "Ended", "f.tiers": "Tiers", "f.min_vram_gb": "Min VRAM (GB)",
-    "f.command": "Command", "f.workdir": "Working directory",
+    "f.command": "Command", "f.workdir": "Working directory", "f.account": "Runs as Unix account",
     "f.time_limit_s": "Time limit", "f.elapsed_s": "Run time",
     "f.estimated_start": "Estimated start (an estimate, not a promise)",
     "est.limits": "from time limits", "est.predicted": "from predicted run times",
@@ -177,7 +177,7 @@ const STRINGS = {
     "f.backend_job_id": "Slurm 작업 ID", "f.isolation": "격리", "f.exit_code": "종료 코드",
     "f.reason": "종료 사유", "f.submitted_at": "제출 시각", "f.queue_entered_at": "대기열 진입",
     "f.ended_at": "종료 시각", "f.tiers": "티어", "f.min_vram_gb": "최소 VRAM (GB)",
-    "f.command": "명령", "f.workdir": "작업 디렉터리",
+    "f.command": "명령", "f.workdir": "작업 디렉터리", "f.account": "실행 Unix 계정",
     "f.time_limit_s": "시간 제한", "f.elapsed_s": "실행 시간",
     "f.estimated_start": "예상 시작 시각 (추정치이며 약속이 아닙니다)",
     "est.limits": "시간 제한 기준", "est.predicted": "예측 실행 시간 기준",
@@ -719,7 +719,7 @@ function describe(key, v, job) {
 const JOB_FIELDS = ["state", "attempt", "user", "lab", "num_gpus", "tiers", "min_vram_gb", "rank",
   "pending_reason", "estimated_start", "placement", "reservation", "time_limit_s", "elapsed_s",
   "usage_charged", "backend_job_id", "isolation", "exit_code", "reason", "submitted_at",
-  "queue_entered_at", "ended_at", "workdir"];
+  "queue_entered_at", "ended_at", "workdir", "account"];
 
 // --- the event timeline (SPEC U2): each event a sentence, its local time, how long since what it
 // follows; the raw event behind a <details> toggle
@@ -966,7 +966,8 @@ async function submitJob(ev) {
   try {
     const job = await api("/v1/jobs", { method: "POST", body: JSON.stringify(body),
       headers: { "Idempotency-Key": crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) } });
-    out.replaceChildren(`${t("submit.ok")} `, jobLink(job.id), " (", codeSpan("state", job.state), ")");
+    out.replaceChildren(`${t("submit.ok")} `, jobLink(job.id), " (", codeSpan("state", job.state), ")",
+      ...(job.warnings || []).map((w) => h("p", { class: "warning" }, w.message)));  // U5: e.g. a read-only chdir
     showError(null);
   } catch (e) { refuse(e); }
 }

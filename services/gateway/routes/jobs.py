@@ -6,6 +6,7 @@ intake decides and appends the event (SPEC E4); the verdicts (422 / 503 / 409) a
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Annotated, Any, Final
 
@@ -15,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from jpu import commands, joblogs, limits
 from jpu.domain.states import PENDING
+from jpu.policy.workdir import chdir_problem
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
@@ -22,6 +24,7 @@ from jpu_services.gateway.routes import _attempts, _logs
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._jobview import job_out, list_jobs, load_visible
 from jpu_services.gateway.routes._queueview import shared_view
+from jpu_services.gateway.workdir import job_accounts
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -90,22 +93,38 @@ async def _job_body(
     out = job_out(row, rank, reason, detail=detail)
     out["decided_at"] = decided_at  # when the dispatcher decided that rank and reason
     out.update(estimate)
-    return _with_dirs(out, settings)
+    return _with_dirs(out, settings, job_accounts(request).name_for(row["user"]))
 
 
-def _with_dirs(out: dict[str, Any], settings: Any) -> dict[str, Any]:
+def _with_dirs(out: dict[str, Any], settings: Any, account: str) -> dict[str, Any]:
     """U5: where the (latest) attempt runs or ran — `workdir`, the `chdir` asked for or else
-    JOB_OUTPUT_DIR — and `output_dir` (JOB_OUTPUT_DIR, X2: its stdout and stderr are the logs)."""
+    JOB_OUTPUT_DIR — and `output_dir` (JOB_OUTPUT_DIR, X2: its stdout and stderr are the logs);
+    X4: the Unix `account` it runs as (the backend's mapping of its user)."""
     output_dir = str(joblogs.attempt_dir(settings.output_root, out["id"], out["attempt"]))
-    return {**out, "workdir": out.get("chdir") or output_dir, "output_dir": output_dir}
+    dirs = {"workdir": out.get("chdir") or output_dir, "output_dir": output_dir}
+    return {**out, **dirs, "account": account}
 
 
-def _submitted_body(row: Any, settings: Any) -> dict[str, Any]:
+async def _workdir_warnings(request: Request, user: str, body: dict[str, Any]) -> list[Any]:
+    """U5 at submit: a `chdir` the job's account cannot enter is refused (422 naming `chdir`,
+    the account and the fix); one it cannot write is accepted with a warning saying so."""
+    chdir = body.get("chdir")
+    if not isinstance(chdir, str) or chdir_problem(chdir):
+        return []  # absent, or refused by intake's validation with its own words (Q1)
+    who, can = await asyncio.to_thread(job_accounts(request).check, user, chdir)
+    if can is None or can.write:
+        return []
+    if not can.enter:
+        raise cmd.shape_error("chdir", can.message, account=who.name, chdir=chdir)
+    return [{"field": "chdir", "account": who.name, "message": f"chdir: {can.message}"}]
+
+
+def _submitted_body(row: Any, settings: Any, account: str) -> dict[str, Any]:
     """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
     on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
     cycle has seen yet has no D7 reason but its personal queue's (D7 ConcurrencyLimit)."""
     reason = "ConcurrencyLimit" if row["state"] == "PERSONAL_QUEUE_WAIT" else None
-    return _with_dirs(job_out(row, None, reason, detail=True), settings)
+    return _with_dirs(job_out(row, None, reason, detail=True), settings, account)
 
 
 @router.post(
@@ -148,6 +167,7 @@ async def submit(
     if key_problem:
         raise cmd.shape_error("Idempotency-Key", key_problem)
     body = await _json_object(request)
+    warnings = await _workdir_warnings(request, user.name, body)
     reply = await cmd.send(
         edges,
         commands.submit_subject(settings.base.subject_prefix),
@@ -165,9 +185,11 @@ async def submit(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, str(reply.job_id))
     )
     if row is not None:
-        out = _submitted_body(row, settings)
+        out = _submitted_body(row, settings, job_accounts(request).name_for(user.name))
     else:  # projection lag or database down: what intake told us (the GET will catch up)
         out = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
+    if warnings:  # U5: accepted, but what it writes in its chdir would be lost
+        out["warnings"] = warnings
     return JSONResponse(out, status_code=status, headers=headers)
 
 
