@@ -528,3 +528,33 @@ async def test_U4_queue_and_job_page_show_the_dispatchers_estimated_start(
         await expect(page.locator("#job-fields")).to_contain_text("an estimate, not a promise")
     finally:
         stack.release(*[f"eta{i}" for i in range(4)])
+
+
+async def test_F5_U2_a_lab_member_sees_why_the_lab_was_charged_admins_every_lab(
+    stack: Stack, browser_page: Page
+) -> None:
+    """Lab usage → "Why my lab was charged": the lab's charges from
+    GET /v1/labs/{lab}/usage/explain, for a member who owns none of them; another lab's are
+    refused with a sentence that says whose they are; an admin reaches every lab's."""
+    page = browser_page
+    erin = stack.api("osl-erin")
+    job = erin.submit("sleep 1")["id"]
+    erin.wait(job, ["COMPLETED"], timeout=30)
+    wait_until(lambda: erin.lab("OSL")["usage"] > 0, 20, "OSL usage charged")
+    await _login(page, stack, "osl-frank")  # OSL's other member
+    await _go(page, stack, "labs")
+    await _english(page)
+    await page.click("#charges-link")
+    await expect(page.locator("#charges-lab")).to_have_text("OSL")
+    row = page.locator("#charge-rows tr", has_text=job)
+    await expect(row).to_contain_text("osl-erin")
+    await expect(row).to_contain_text("its run")
+    await expect(page.locator("#charges-summary")).to_contain_text("the sum of every charge")
+    await _shot(page, "console-charges.png")
+    await _go(page, stack, "charges/KDG")
+    await expect(page.locator("#error")).to_contain_text("Only members of KDG and admins")
+    await expect(page.locator("#charge-rows tr")).to_have_count(0)
+    await _login(page, stack, "admin")
+    await _go(page, stack, "charges/OSL")
+    await expect(page.locator("#charge-rows tr", has_text=job)).to_be_visible()
+    await expect(page.locator("#charges-labs a", has_text="KDG")).to_be_visible()

@@ -130,6 +130,7 @@ const STRINGS = {
     "charges.mine": "Why my lab was charged", "charges.title": "Charges of lab",
     "charges.summary": "Usage now {usage} TFLOP-s = the sum of every charge below, each decayed since it was charged (half-life {hl}).",
     "charges.empty": "No charge yet.",
+    "charges.forbidden": "Only members of {lab} and admins may see its charges. Yours: Lab usage → \"Why my lab was charged\" ({mine}).",
     "charges.run": "its run", "charges.run_res": "its run + reservation held before it (R4)",
     "charges.reservation": "reservation, charged at release ({rule})", "charges.initial": "starting usage",
     "col.charged_at": "Charged at", "col.kind": "For", "col.held": "GPU time held",
@@ -265,6 +266,7 @@ const STRINGS = {
     "charges.mine": "우리 연구실에 부과된 이유", "charges.title": "연구실 부과 내역",
     "charges.summary": "현재 사용량 {usage} TFLOP-s = 아래 모든 부과액을 부과 시점부터 반감기({hl})로 감쇠한 합.",
     "charges.empty": "아직 부과된 것이 없습니다.",
+    "charges.forbidden": "{lab} 연구실의 부과 내역은 그 연구실 구성원과 관리자만 볼 수 있습니다. 내 연구실({mine}): 연구실 사용량 → \"우리 연구실에 부과된 이유\".",
     "charges.run": "실행", "charges.run_res": "실행 + 그 전에 잡은 예약 (R4)",
     "charges.reservation": "예약, 해제 시 부과 ({rule})", "charges.initial": "시작 사용량",
     "col.charged_at": "부과 시각", "col.kind": "내역", "col.held": "GPU 점유 시간",
@@ -665,7 +667,9 @@ async function loadCharges(lab) {
   const me = state.me || (state.me = await api("/v1/me"));
   lab = lab || me.lab;  // a member's own lab by default
   const [x, labs] = await Promise.all([
-    api(`/v1/labs/${encodeURIComponent(lab)}/usage/explain`),
+    api(`/v1/labs/${encodeURIComponent(lab)}/usage/explain`).catch((e) => {
+      throw e.status === 403 ? localError("charges.forbidden", { lab, mine: me.lab }) : e;
+    }),
     me.role === "admin" ? api("/v1/labs") : null,  // admins: every lab's
   ]);
   return () => {
