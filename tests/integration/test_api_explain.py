@@ -260,6 +260,12 @@ async def test_F5_lab_members_see_their_own_labs_charges_admins_every_labs(
         json.loads(ok(await jpu(server, "bob", "usage", "--explain", "--json")))["charges"]
         == mine["charges"]
     )
+    until = str(ex.reserving_at + 301)  # a period, as for jpu-admin (epoch or ISO 8601)
+    assert "listed: 3 charge(s)" in ok(
+        await jpu(server, "bob", "usage", "--explain", "--until", until)
+    )
+    rc, out, err = await jpu(server, "bob", "usage", "--until", until)
+    assert rc == 1 and "--since and --until go with --explain" in err, (rc, out, err)
     rc, out, err = await jpu(server, "carol", "usage", "--explain", "BCG")
     assert rc == 1 and "FORBIDDEN" in err and "members of BCG" in err, (rc, out, err)
     kdg_out = ok(await jpu(server, "admin", "usage", "--explain", "KDG"))
