@@ -79,7 +79,8 @@ async def test_U4_console_job_page_explains_the_wait_and_the_demotion(
     await expect(page.locator("#job-why")).to_be_empty()  # loaded on request, not every poll
     await page.click("#job-why-load")
     demoted = page.locator("#job-why .why-demoted")
-    await expect(demoted).to_contain_text(f"{y} (BCG) ended, charging BCG")
+    await expect(demoted).to_contain_text(f"job {y} (BCG) ended, freeing GPU")
+    await expect(demoted).to_contain_text("charging BCG")
     await expect(demoted).to_contain_text(f"then KDG's job {k}")
     await expect(page.locator("#job-why .why-reservation")).to_contain_text(
         "released, no longer rank 1"

@@ -272,7 +272,9 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     ex = await r3_live(api)
     en = ok(await jpu(server, "alice", "why", ex.x, "--lang", "en"))
     print(en)  # -s shows what a lab member reads (docs/explanations.md quotes it)
-    assert f"because {ex.y} (BCG) ended, charging BCG 8,000 TFLOP-s" in en
+    assert (
+        f"because job {ex.y} (BCG) ended, freeing GPU 0 on gpu-4090x2-02, charging BCG 8,000" in en
+    )
     assert (
         "released — demoted, it was no longer rank 1; 24,780 TFLOP-s charged to BCG at once" in en
     )
@@ -280,7 +282,7 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     assert "reserving 5m00s" in en and "running 10m00s" in en
     ko = ok(await jpu(server, "alice", "why", ex.x, "--lang", "ko"))
     assert "강등" in ko and f"1위: KDG 연구실의 작업 {ex.k}" in ko
-    assert f"{ex.y} (BCG) 작업이 끝남 — BCG에 8,000 TFLOP-s 부과" in ko
+    assert f"{ex.y} (BCG) 작업이 끝나 gpu-4090x2-02의 GPU 0가 비었음 — BCG에 8,000 TFLOP-s" in ko
     rc, out, err = await jpu(server, "carol", "why", ex.x)
     assert rc == 1 and "FORBIDDEN" in err, (rc, out, err)
 
