@@ -367,3 +367,68 @@ async def test_A_openapi_describes_the_explanations(api: Api) -> None:
     assert "at" in {p["name"] for p in doc["paths"]["/v1/queue"]["get"]["parameters"]}
     assert "/v1/admin/usage-statement" in doc["paths"]
     assert "/v1/admin/labs/{lab}/usage-explain" in doc["paths"]
+
+
+async def test_why_promoted_at_once_and_an_oom_retry_waits_for_MinVram_D7_S1_X8(
+    api: Api,
+    server: str,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """Live, with the real dispatcher: OSL fills every rtx4090; M (BCG, alice, no slot in use)
+    is promoted at once and runs out of memory on a 12 GB rtx3080ti; its retry (min_vram_gb 13,
+    X8) waits beside the idle 3080 Ti. The queue, the job and its wait say MinVram and 13 GB,
+    not Resources (D7); the story starts with the free slot, not "all slots in use" (S1), and
+    no "because" is an event's type."""
+    from jpu.bus.views import ViewStore
+    from jpu.events import EVENT_TYPES
+    from jpu.explain.wait import CAUSE_KINDS
+
+    config = msgspec.structs.replace(api.config, cycle_s=0.5, min_cycle_gap_s=0.02)
+    clock, bus, m = api.clock, api.bus, "job-m"
+    async with Watcher(bus, config) as w, services(api, config):
+        for f in ("fill-1", "fill-2", "fill-3", "fill-4"):
+            await submit_global(bus, clock, f, "OSL", "osl-erin", 1, tiers=["rtx4090"])
+            await w.until(lambda s, f=f: s.jobs[f].placement)
+            await start_job(bus, w.state, clock, f)
+            await w.until(lambda s, f=f: s.jobs[f].state == "RUNNING")
+        await submit_global(bus, clock, m, "BCG", "bcg-alice", 1)
+        await w.until(lambda s: s.jobs[m].placement)
+        assert w.state.jobs[m].placement[1] == "rtx3080ti"
+        await start_job(bus, w.state, clock, m)
+        await w.until(lambda s: s.jobs[m].state == "RUNNING")
+        clock.advance(60)
+        await end_job(bus, w.state, config, clock, m, "FAILED", oom=True)
+        await w.until(lambda s: s.jobs[m].attempt == 2 and s.jobs[m].state == "GLOBAL_QUEUE_WAIT")
+        deadline = asyncio.get_running_loop().time() + 15
+        while (view := await ViewStore(bus).queue()) is None or m not in view.pending:
+            assert asyncio.get_running_loop().time() < deadline, view
+            await asyncio.sleep(0.05)
+        assert view.pending[m] == "MinVram"  # the dispatcher's own reason (D7)
+        await wait_applied(api.pool, "jobs", await bus.last_seq(), timeout=15)
+
+        q = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()
+        (entry,) = [e for e in q["queue"] if e["job_id"] == m]
+        assert (entry["pending_reason"], entry["min_vram_gb"]) == ("MinVram", 13)
+        job = (await api.client.get(f"/v1/jobs/{m}", headers=bearer("alice"))).json()
+        assert job["pending_reason"] == "MinVram" and job["min_vram_gb"] == 13
+        r = await api.client.get(f"/v1/jobs/{m}/wait", headers=bearer("alice"))
+        assert r.status_code == 200, r.text
+        steps = r.json()["steps"]
+        assert (steps[0]["state"], steps[0]["pending_reason"]) == ("PERSONAL_QUEUE_WAIT", None)
+        assert steps[1]["cause"]["kind"] == "promoted_free_slot"
+        assert steps[1]["cause"]["count"] == 0
+        last = steps[-1]
+        assert (last["pending_reason"], last["min_vram_gb"]) == ("MinVram", 13)
+        assert last["cause"]["kind"] == "retried" and last["cause"]["tier"] == "rtx3080ti"
+        assert all(s["cause"]["kind"] in CAUSE_KINDS for s in steps if s["cause"])
+
+        queue_text = ok(await jpu(server, "alice", "queue"))
+        assert "(MinVram>=13GB)" in queue_text, queue_text
+        en = ok(await jpu(server, "alice", "why", m, "--lang", "en"))
+        print(en)
+        assert "because bcg-alice had a free slot (0 of their other jobs held slots): promoted " \
+            "at once" in en  # fmt: skip
+        assert "all of bcg-alice's slots" not in en
+        assert "waits for a GPU with at least 13 GB; only smaller GPUs are idle (D7)" in en
+        assert "retried on a GPU with at least 13 GB (X8)" in en
+        for name in (t.__name__ for t in EVENT_TYPES):
+            assert name not in en, name

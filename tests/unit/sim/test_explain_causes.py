@@ -281,3 +281,13 @@ def test_why_the_console_says_every_cause_as_the_cli_does(lang: str) -> None:
         assert js.get(f"why.{key}") == sentence, key
     for key in ("reason.ConcurrencyLimit", "reason.MinVram", "at_once", "after", "freed_by"):
         assert js.get(f"why.{key}") == _T[lang][key], key
+
+
+def test_D7_jpu_queue_and_show_name_the_VRAM_floor() -> None:
+    from jpu.cli.rest_jobviews import job, queue
+
+    entry = {"rank": 1, "job_id": "m", "name": "m", "lab": "BCG", "user": "bcg-alice",
+             "num_gpus": 1, "tiers": None, "min_vram_gb": 13, "state": "GLOBAL_QUEUE_WAIT",
+             "attempt": 2, "lab_usage": 0.0, "pending_reason": "MinVram"}  # fmt: skip
+    assert "(MinVram>=13GB)" in queue({"queue": [entry], "running": []})
+    assert re.search(r"Reason\W+MinVram>=13GB", job({**entry, "id": "m"}))
