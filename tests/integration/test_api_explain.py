@@ -432,3 +432,51 @@ async def test_why_promoted_at_once_and_an_oom_retry_waits_for_MinVram_D7_S1_X8(
         assert "retried on a GPU with at least 13 GB (X8)" in en
         for name in (t.__name__ for t in EVENT_TYPES):
             assert name not in en, name
+
+
+async def test_why_names_the_jobs_holding_the_users_slots_S1_Q5(api: Api) -> None:
+    """Through the real gateway: zoe's job, submitted by POST /v1/jobs to the real intake,
+    stays in her personal queue (max_active_jobs 0): it waits for a slot though none of her
+    jobs holds one. Alice's second job (the test acts as intake) waits while her first runs, and
+    is promoted when it ends: the story names the job that held the slot and the one that freed
+    it, never "promoted at once"."""
+    from jpu.events import JobDispatched, JobEnded, JobPromoted, JobStarted, JobSubmitted
+
+    api.require_intake()
+    r = await api.submit("zoe", {"command": "true", "num_gpus": 1, "name": "z"})
+    assert r.status_code in (200, 201, 202), r.text
+    z = r.json()["id"]
+    await wait_applied(api.pool, "jobs", await api.bus.last_seq(), timeout=15)
+    wait = (await api.client.get(f"/v1/jobs/{z}/wait", headers=bearer("zoe"))).json()
+    (step,) = wait["steps"]
+    assert (step["state"], step["pending_reason"], step["slot_holders"]) == (
+        "PERSONAL_QUEUE_WAIT", "ConcurrencyLimit", [],
+    )  # fmt: skip
+
+    def job(jid: str) -> JobSubmitted:
+        return JobSubmitted(**api.kw(), job_id=jid, lab="BCG", user="bcg-alice", name=jid,
+                            command="c", num_gpus=1)  # fmt: skip
+
+    await api.append(
+        job("a1"),
+        JobPromoted(**api.kw(), job_id="a1", queue_entered_at=api.clock.now()),
+        JobDispatched(**api.kw(), job_id="a1", attempt=1, node="gpu-4090x2-01", tier="rtx4090",
+                      gpus=[0]),
+        JobStarted(**api.kw(), job_id="a1", attempt=1, backend_job_id="b-a1"),
+        job("a2"),  # alice's only slot is a1's: a2 stays in her personal queue
+    )  # fmt: skip
+    api.clock.advance(60)
+    await api.append(
+        JobEnded(**api.kw(), job_id="a1", attempt=1, state="COMPLETED", exit_code=0,
+                 node="gpu-4090x2-01", tier="rtx4090", gpus=[0]),
+        JobPromoted(**api.kw(0.2), job_id="a2", queue_entered_at=api.clock.now() + 0.2),
+    )  # fmt: skip
+    r = await api.client.get("/v1/jobs/a2/wait", headers=bearer("alice"))
+    assert r.status_code == 200, r.text
+    steps = r.json()["steps"]
+    assert (steps[0]["pending_reason"], steps[0]["slot_holders"]) == ("ConcurrencyLimit", ["a1"])
+    cause = steps[1]["cause"]
+    assert (cause["kind"], cause["jobs"], cause["user"]) == ("promoted_slot_freed", ["a1"],
+                                                               "bcg-alice")  # fmt: skip
+    assert cause["waited_s"] == pytest.approx(60.2)
+    assert r.json()["phases"]["personal_queue"] == pytest.approx(60.2)

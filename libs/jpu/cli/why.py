@@ -56,6 +56,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "reason.Maintenance": "maintenance: nothing is dispatched",
         "reason.ConcurrencyLimit": "waiting for a slot: all of {user}'s slots are held, by "
         "{jobs} (S1)",
+        "reason.ConcurrencyLimit.none": "waiting for a slot: no job of {user} holds one, yet "
+        "their limit (max_active_jobs) admits no more now (S1)",
         "reason.MinVram": "waits for a GPU with at least {min_vram} GB; only smaller GPUs are idle "
         "(D7)",
         "reason.none": "GPUs free: dispatched in this cycle",
@@ -175,6 +177,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "reason.Maintenance": "점검 중이라 배정이 멈춰 있습니다",
         "reason.ConcurrencyLimit": "슬롯을 기다림: {user}의 작업 {jobs}이(가) 슬롯을 모두 쓰고 "
         "있습니다 (S1)",
+        "reason.ConcurrencyLimit.none": "슬롯을 기다림: {user}의 작업 중 슬롯을 쓰는 것은 없지만 "
+        "동시 실행 한도(max_active_jobs)가 지금은 더 허용하지 않습니다 (S1)",
         "reason.MinVram": "{min_vram} GB 이상인 GPU를 기다림: 더 작은 GPU만 비어 있습니다 (D7)",
         "reason.none": "GPU가 비어 이번 주기에 배정됩니다",
         "release.demoted": "강등 — 더 이상 1위가 아니었습니다",
@@ -340,6 +344,8 @@ def _reason(t: dict[str, str], step: Mapping[str, Any], user: str) -> str:
     if not reason:
         return t["reason.none"]
     holders = ", ".join(step.get("slot_holders") or [])
+    if reason == "ConcurrencyLimit" and not holders:
+        reason = "ConcurrencyLimit.none"
     return t.get(f"reason.{reason}", reason).format(
         user=user, jobs=holders, min_vram=step.get("min_vram_gb")
     )

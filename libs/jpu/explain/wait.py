@@ -430,8 +430,8 @@ def _step(
         holders: list[str] = []
         reason = None
         if job.state == "PERSONAL_QUEUE_WAIT":  # S1: the user's jobs that hold slots now
-            holders = _slot_holders(state, job)
-            reason = "ConcurrencyLimit" if holders else None
+            holders = _slot_holders(state, job)  # (none: a limit of 0, or the intake not yet)
+            reason = "ConcurrencyLimit"  # until a promotion with no slot freed says otherwise
         own = decayed(usage.get(job.lab, ZERO_USAGE), now, hl)
         return Step(
             seq=d.seq, at=now, state=job.state, rank=None, pending_reason=reason,

@@ -25,6 +25,7 @@ Object.assign(STRINGS.en, {
   "why.phase.running": "running", "why.phase.cancelling": "cancelling",
   "why.phase.retry_decision": "OOM retry decision",
   "why.reason.ConcurrencyLimit": "waiting for a slot: all of {user}'s slots are held, by {jobs} (S1)",
+  "why.reason.ConcurrencyLimit.none": "waiting for a slot: no job of {user} holds one, yet their limit (max_active_jobs) admits no more now (S1)",
   "why.reason.MinVram": "waits for a GPU with at least {min_vram} GB; only smaller GPUs are idle (D7)",
   "why.cause.submitted": "it was submitted; every job enters its user's personal queue first (Q4)",
   "why.cause.promoted_free_slot": "{user} had a free slot ({count} of their other jobs held slots): promoted {after}",
@@ -96,6 +97,7 @@ Object.assign(STRINGS.ko, {
   "why.phase.reserving": "예약", "why.phase.starting": "배정 → 시작", "why.phase.running": "실행",
   "why.phase.cancelling": "취소 중", "why.phase.retry_decision": "OOM 재시도 결정",
   "why.reason.ConcurrencyLimit": "슬롯을 기다림: {user}의 작업 {jobs}이(가) 슬롯을 모두 쓰고 있습니다 (S1)",
+  "why.reason.ConcurrencyLimit.none": "슬롯을 기다림: {user}의 작업 중 슬롯을 쓰는 것은 없지만 동시 실행 한도(max_active_jobs)가 지금은 더 허용하지 않습니다 (S1)",
   "why.reason.MinVram": "{min_vram} GB 이상인 GPU를 기다림: 더 작은 GPU만 비어 있습니다 (D7)",
   "why.cause.submitted": "제출됨 — 모든 작업은 먼저 사용자의 개인 대기열에 들어갑니다 (Q4)",
   "why.cause.promoted_free_slot": "{user}에게 빈 슬롯이 있어 ({count}개의 다른 작업이 슬롯 사용) {after} 전역 대기열로 올라감",
@@ -183,9 +185,10 @@ function whyCause(c) {
 // the VRAM floor (D7).
 function whyReason(s, w) {
   if (!s.pending_reason) return t("why.dispatching");
+  const jobs = (s.slot_holders || []).join(", ");
   if (s.pending_reason === "ConcurrencyLimit" || s.pending_reason === "MinVram") {
-    return tf("why.reason." + s.pending_reason,
-      { user: w.user, jobs: (s.slot_holders || []).join(", "), min_vram: s.min_vram_gb });
+    const key = s.pending_reason === "ConcurrencyLimit" && !jobs ? "ConcurrencyLimit.none" : s.pending_reason;
+    return tf("why.reason." + key, { user: w.user, jobs, min_vram: s.min_vram_gb });
   }
   return reasonText(s.pending_reason);
 }

@@ -130,6 +130,22 @@ def test_why_waited_for_a_slot_names_the_jobs_that_held_them_S1(config: Config) 
     assert t.phases["personal_queue"] == pytest.approx(60.2)
 
 
+def test_why_still_in_the_personal_queue_with_no_slot_held_is_the_limit_S1(
+    config: Config,
+) -> None:
+    """Not promoted, and no job of the user holds a slot (a limit of 0): it does wait for a
+    slot, and the story says the limit admits no more, naming no job."""
+    log = Log()
+    log.submit("z1", "bcg-zoe", "BCG", 0.0)
+    t, wait = story(log, "z1", config, 600.0)
+    (step,) = t.steps
+    assert (step.pending_reason, step.slot_holders) == ("ConcurrencyLimit", [])
+    en = render(wait, "en")
+    assert "waiting for a slot: no job of bcg-zoe holds one, yet their limit (max_active_jobs) " \
+        "admits no more now (S1)" in en  # fmt: skip
+    assert t.phases["personal_queue"] == 600.0
+
+
 def oom_story(config: Config) -> Log:
     """M (BCG) runs out of memory on a 12 GB rtx3080ti while OSL fills every rtx4090; its retry
     (min_vram_gb 13, X8) waits beside idle 3080 Ti; OSL's o5 enters ahead and takes one;
@@ -279,7 +295,9 @@ def test_why_the_console_says_every_cause_as_the_cli_does(lang: str) -> None:
         assert any(k == f"cause.{kind}" or k.startswith(f"cause.{kind}.") for k in cli), kind
     for key, sentence in cli.items():
         assert js.get(f"why.{key}") == sentence, key
-    for key in ("reason.ConcurrencyLimit", "reason.MinVram", "at_once", "after", "freed_by"):
+    shared = ("reason.ConcurrencyLimit", "reason.ConcurrencyLimit.none", "reason.MinVram",
+              "at_once", "after", "freed_by", "message", "usage")  # fmt: skip
+    for key in shared:
         assert js.get(f"why.{key}") == _T[lang][key], key
 
 
