@@ -122,6 +122,7 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.other_retried": "job {job} ({lab}) came back to retry on a GPU with at least "
         "{min_vram} GB (X8)",
         "cause.other_ended": "job {job} ({lab}) ended, freeing GPU {gpus} on {node}",
+        "cause.other_left": "job {job} ({lab}) left the queue before it ran",
         "cause.other_dispatched": "job {job} ({lab}) took GPU {gpus} on {node}",
         "cause.other_reserved": "job {job} ({lab}) reserved GPU {gpus} on {node} (R1)",
         "cause.other_reservation_changed": "job {job} ({lab}) now reserves GPU {gpus} on {node}",
@@ -244,6 +245,7 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.other_retried": "{job} ({lab}) 작업이 {min_vram} GB 이상인 GPU로 재시도하려고 "
         "돌아옴 (X8)",
         "cause.other_ended": "{job} ({lab}) 작업이 끝나 {node}의 GPU {gpus}가 비었음",
+        "cause.other_left": "{job} ({lab}) 작업이 실행되기 전에 대기열을 떠남",
         "cause.other_dispatched": "{job} ({lab}) 작업이 {node}의 GPU {gpus}를 가져감",
         "cause.other_reserved": "{job} ({lab}) 작업이 {node}의 GPU {gpus}를 예약함 (R1)",
         "cause.other_reservation_changed": "{job} ({lab}) 작업의 {node} 예약이 GPU {gpus}로 바뀜",

@@ -124,6 +124,7 @@ CauseKind = Literal[
     "other_entered_ahead",  # ... and ranks ahead of it (D1: its lab's usage is lower)
     "other_retried",  # X8: another job back in the queue for a bigger GPU
     "other_ended",  # freeing `gpus` on `node`
+    "other_left",  # ended before it ran (cancelled in the queue)
     "other_dispatched",  # to `node`
     "other_reserved",  # on `node`
     "other_reservation_changed",  # grew or shrank on `node`
@@ -373,8 +374,10 @@ def _other(state: ClusterState, e: Event) -> Cause:
         kind = "other_entered"
     elif isinstance(e, JobRetryScheduled):
         kind, kw = "other_retried", {"min_vram_gb": e.min_vram_gb}
-    elif isinstance(e, JobEnded):
+    elif isinstance(e, JobEnded) and e.node is not None and e.gpus:
         kind, kw = "other_ended", {"node": e.node, "tier": e.tier, "gpus": list(e.gpus)}
+    elif isinstance(e, JobEnded):
+        kind = "other_left"
     elif isinstance(e, JobDispatched):
         kind, kw = "other_dispatched", {"node": e.node, "tier": e.tier, "gpus": list(e.gpus)}
     elif isinstance(e, ReservationStarted):

@@ -226,13 +226,27 @@ def test_why_oom_retry_waits_for_MinVram_and_each_because_is_a_cause_D7_X8(
 
 
 def test_why_cancel_names_who_cancelled(config: Config) -> None:
+    """Every GPU busy: C (KDG) waits behind B (OSL); B is cancelled in the queue and leaves it,
+    then C's owner cancels C."""
     log = Log()
-    log.submit("c", "kdg-carol", "KDG", 0.0, n=2, tiers=["rtx4090"])
-    log.promote("c", 0.0)
+    for i, (node, g) in enumerate([(n, g) for n in N4090 for g in (0, 1)], start=1):
+        log.submit(f"o{i}", "osl-erin", "OSL", 0.0, tiers=["rtx4090"])
+        log.promote(f"o{i}", 0.0)
+        log.run(f"o{i}", 0.1, node, "rtx4090", [g])
+    log.submit("b", "osl-frank", "OSL", 1.0, n=2, tiers=["rtx4090"])
+    log.promote("b", 1.0)
+    log.submit("c", "kdg-carol", "KDG", 2.0, n=2, tiers=["rtx4090"])
+    log.promote("c", 2.0)
+    log.add(JobCancelRequested, ts=3.0, job_id="b", by="osl-frank")
+    log.add(JobEnded, ts=3.1, job_id="b", attempt=1, state="CANCELLED")
     log.add(JobCancelRequested, ts=5.0, job_id="c", by="kdg-carol")
     t, wait = story(log, "c", config, 6.0)
-    assert t.steps[-1].cause is not None and t.steps[-1].cause.kind == "cancel_requested"
-    assert "because kdg-carol cancelled it" in render(wait, "en")
+    kinds = [s.cause.kind for s in t.steps if s.cause is not None]
+    assert kinds[-2:] == ["other_cancelled", "cancel_requested"], kinds  # B left at its cancel
+    en = render(wait, "en")
+    assert "because osl-frank cancelled job b (OSL)" in en
+    assert "because kdg-carol cancelled it" in en
+    no_event_names(en)
 
 
 # --- every sentence: both languages, the CLI and the console --------------------------------
