@@ -122,7 +122,7 @@ class QueueView(msgspec.Struct, frozen=True, kw_only=True):
     """Written by the leading dispatcher after each cycle whose outcome changed.
 
     `order` = job ids by rank (rank 1 first) at `at`; `pending` = job id → D7 reason
-    (Priority | Resources | Reservation | Maintenance); `seq` = last stream seq it saw.
+    (Priority | Resources | MinVram | Reservation | Maintenance); `seq` = last stream seq it saw.
     Personal-queue jobs are not in it: their reason is ConcurrencyLimit."""
 
     at: float

@@ -79,14 +79,21 @@ async def test_U4_console_job_page_explains_the_wait_and_the_demotion(
     await expect(page.locator("#job-why")).to_be_empty()  # loaded on request, not every poll
     await page.click("#job-why-load")
     demoted = page.locator("#job-why .why-demoted")
-    await expect(demoted).to_contain_text(f"{y} (BCG) ended, charging BCG")
+    await expect(demoted).to_contain_text(f"job {y} (BCG) ended, freeing GPU")
+    await expect(demoted).to_contain_text("charging BCG")
     await expect(demoted).to_contain_text(f"then KDG's job {k}")
     await expect(page.locator("#job-why .why-reservation")).to_contain_text(
         "released, no longer rank 1"
     )
     step = page.locator("#job-why .why-steps li[data-rank='2']").first
     await expect(step).to_contain_text("RESERVING, rank 2 of")  # the state's code, as the page
-    assert "state." not in (await page.locator("#job-why").text_content() or "")
+    story = await page.locator("#job-why").text_content() or ""
+    assert "state." not in story and "why." not in story
+    # S1: alice had a free slot, so X never waited for one; no "because" is an event's type
+    assert "bcg-alice had a free slot" in story and "promoted at once" in story, story
+    assert "slots are held" not in story
+    for name in ("JobDispatched", "JobPromoted", "JobEnded", "MaintenanceChanged"):
+        assert name not in story, name
     await page.click("#lang-toggle")  # Korean, redrawn without asking the API again
     await expect(page.locator("h3", has_text="대기 이유")).to_be_visible()
     await expect(demoted).to_contain_text(f"1위: KDG 연구실의 작업 {k}")

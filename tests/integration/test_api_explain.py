@@ -329,7 +329,9 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     ex = await r3_live(api)
     en = ok(await jpu(server, "alice", "why", ex.x, "--lang", "en"))
     print(en)  # -s shows what a lab member reads (docs/explanations.md quotes it)
-    assert f"because {ex.y} (BCG) ended, charging BCG 8,000 TFLOP-s" in en
+    assert (
+        f"because job {ex.y} (BCG) ended, freeing GPU 0 on gpu-4090x2-02, charging BCG 8,000" in en
+    )
     assert (
         "released — demoted, it was no longer rank 1; 24,780 TFLOP-s charged to BCG at once" in en
     )
@@ -337,7 +339,7 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     assert "reserving 5m00s" in en and "running 10m00s" in en
     ko = ok(await jpu(server, "alice", "why", ex.x, "--lang", "ko"))
     assert "강등" in ko and f"1위: KDG 연구실의 작업 {ex.k}" in ko
-    assert f"{ex.y} (BCG) 작업이 끝남 — BCG에 8,000 TFLOP-s 부과" in ko
+    assert f"{ex.y} (BCG) 작업이 끝나 gpu-4090x2-02의 GPU 0가 비었음 — BCG에 8,000 TFLOP-s" in ko
     rc, out, err = await jpu(server, "carol", "why", ex.x)
     assert rc == 1 and "FORBIDDEN" in err, (rc, out, err)
 
@@ -422,3 +424,116 @@ async def test_A_openapi_describes_the_explanations(api: Api) -> None:
     assert "at" in {p["name"] for p in doc["paths"]["/v1/queue"]["get"]["parameters"]}
     assert "/v1/admin/usage-statement" in doc["paths"]
     assert "/v1/admin/labs/{lab}/usage-explain" in doc["paths"]
+
+
+async def test_why_promoted_at_once_and_an_oom_retry_waits_for_MinVram_D7_S1_X8(
+    api: Api,
+    server: str,  # noqa: F811 (the fixture imported above)
+) -> None:
+    """Live, with the real dispatcher: OSL fills every rtx4090; M (BCG, alice, no slot in use)
+    is promoted at once and runs out of memory on a 12 GB rtx3080ti; its retry (min_vram_gb 13,
+    X8) waits beside the idle 3080 Ti. The queue, the job and its wait say MinVram and 13 GB,
+    not Resources (D7); the story starts with the free slot, not "all slots in use" (S1), and
+    no "because" is an event's type."""
+    from jpu.bus.views import ViewStore
+    from jpu.events import EVENT_TYPES
+    from jpu.explain.wait import CAUSE_KINDS
+
+    config = msgspec.structs.replace(api.config, cycle_s=0.5, min_cycle_gap_s=0.02)
+    clock, bus, m = api.clock, api.bus, "job-m"
+    async with Watcher(bus, config) as w, services(api, config):
+        for f in ("fill-1", "fill-2", "fill-3", "fill-4"):
+            await submit_global(bus, clock, f, "OSL", "osl-erin", 1, tiers=["rtx4090"])
+            await w.until(lambda s, f=f: s.jobs[f].placement)
+            await start_job(bus, w.state, clock, f)
+            await w.until(lambda s, f=f: s.jobs[f].state == "RUNNING")
+        await submit_global(bus, clock, m, "BCG", "bcg-alice", 1)
+        await w.until(lambda s: s.jobs[m].placement)
+        assert w.state.jobs[m].placement[1] == "rtx3080ti"
+        await start_job(bus, w.state, clock, m)
+        await w.until(lambda s: s.jobs[m].state == "RUNNING")
+        clock.advance(60)
+        await end_job(bus, w.state, config, clock, m, "FAILED", oom=True)
+        await w.until(lambda s: s.jobs[m].attempt == 2 and s.jobs[m].state == "GLOBAL_QUEUE_WAIT")
+        deadline = asyncio.get_running_loop().time() + 15
+        while (view := await ViewStore(bus).queue()) is None or m not in view.pending:
+            assert asyncio.get_running_loop().time() < deadline, view
+            await asyncio.sleep(0.05)
+        assert view.pending[m] == "MinVram"  # the dispatcher's own reason (D7)
+        await wait_applied(api.pool, "jobs", await bus.last_seq(), timeout=15)
+
+        q = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()
+        (entry,) = [e for e in q["queue"] if e["job_id"] == m]
+        assert (entry["pending_reason"], entry["min_vram_gb"]) == ("MinVram", 13)
+        job = (await api.client.get(f"/v1/jobs/{m}", headers=bearer("alice"))).json()
+        assert job["pending_reason"] == "MinVram" and job["min_vram_gb"] == 13
+        r = await api.client.get(f"/v1/jobs/{m}/wait", headers=bearer("alice"))
+        assert r.status_code == 200, r.text
+        steps = r.json()["steps"]
+        assert (steps[0]["state"], steps[0]["pending_reason"]) == ("PERSONAL_QUEUE_WAIT", None)
+        assert steps[1]["cause"]["kind"] == "promoted_free_slot"
+        assert steps[1]["cause"]["count"] == 0
+        last = steps[-1]
+        assert (last["pending_reason"], last["min_vram_gb"]) == ("MinVram", 13)
+        assert last["cause"]["kind"] == "retried" and last["cause"]["tier"] == "rtx3080ti"
+        assert all(s["cause"]["kind"] in CAUSE_KINDS for s in steps if s["cause"])
+
+        queue_text = ok(await jpu(server, "alice", "queue"))
+        assert "(MinVram>=13GB)" in queue_text, queue_text
+        en = ok(await jpu(server, "alice", "why", m, "--lang", "en"))
+        print(en)
+        assert "because bcg-alice had a free slot (0 of their other jobs held slots): promoted " \
+            "at once" in en  # fmt: skip
+        assert "all of bcg-alice's slots" not in en
+        assert "waits for a GPU with at least 13 GB; only smaller GPUs are idle (D7)" in en
+        assert "retried on a GPU with at least 13 GB (X8)" in en
+        for name in (t.__name__ for t in EVENT_TYPES):
+            assert name not in en, name
+
+
+async def test_why_names_the_jobs_holding_the_users_slots_S1_Q5(api: Api) -> None:
+    """Through the real gateway: zoe's job, submitted by POST /v1/jobs to the real intake,
+    stays in her personal queue (max_active_jobs 0): it waits for a slot though none of her
+    jobs holds one. Alice's second job (the test acts as intake) waits while her first runs, and
+    is promoted when it ends: the story names the job that held the slot and the one that freed
+    it, never "promoted at once"."""
+    from jpu.events import JobDispatched, JobEnded, JobPromoted, JobStarted, JobSubmitted
+
+    api.require_intake()
+    r = await api.submit("zoe", {"command": "true", "num_gpus": 1, "name": "z"})
+    assert r.status_code in (200, 201, 202), r.text
+    z = r.json()["id"]
+    await wait_applied(api.pool, "jobs", await api.bus.last_seq(), timeout=15)
+    wait = (await api.client.get(f"/v1/jobs/{z}/wait", headers=bearer("zoe"))).json()
+    (step,) = wait["steps"]
+    assert (step["state"], step["pending_reason"], step["slot_holders"]) == (
+        "PERSONAL_QUEUE_WAIT", "ConcurrencyLimit", [],
+    )  # fmt: skip
+
+    def job(jid: str) -> JobSubmitted:
+        return JobSubmitted(**api.kw(), job_id=jid, lab="BCG", user="bcg-alice", name=jid,
+                            command="c", num_gpus=1)  # fmt: skip
+
+    await api.append(
+        job("a1"),
+        JobPromoted(**api.kw(), job_id="a1", queue_entered_at=api.clock.now()),
+        JobDispatched(**api.kw(), job_id="a1", attempt=1, node="gpu-4090x2-01", tier="rtx4090",
+                      gpus=[0]),
+        JobStarted(**api.kw(), job_id="a1", attempt=1, backend_job_id="b-a1"),
+        job("a2"),  # alice's only slot is a1's: a2 stays in her personal queue
+    )  # fmt: skip
+    api.clock.advance(60)
+    await api.append(
+        JobEnded(**api.kw(), job_id="a1", attempt=1, state="COMPLETED", exit_code=0,
+                 node="gpu-4090x2-01", tier="rtx4090", gpus=[0]),
+        JobPromoted(**api.kw(0.2), job_id="a2", queue_entered_at=api.clock.now() + 0.2),
+    )  # fmt: skip
+    r = await api.client.get("/v1/jobs/a2/wait", headers=bearer("alice"))
+    assert r.status_code == 200, r.text
+    steps = r.json()["steps"]
+    assert (steps[0]["pending_reason"], steps[0]["slot_holders"]) == ("ConcurrencyLimit", ["a1"])
+    cause = steps[1]["cause"]
+    assert (cause["kind"], cause["jobs"], cause["user"]) == ("promoted_slot_freed", ["a1"],
+                                                               "bcg-alice")  # fmt: skip
+    assert cause["waited_s"] == pytest.approx(60.2)
+    assert r.json()["phases"]["personal_queue"] == pytest.approx(60.2)

@@ -15,7 +15,15 @@ def _where(e: dict[str, Any]) -> str:
     p = e.get("placement")
     if p:
         return f"{p['node']}[{p['tier']}:{','.join(str(g) for g in p.get('gpus', []))}]"
-    return f"({e.get('pending_reason') or 'None'})"
+    return f"({reason(e)})"
+
+
+def reason(e: dict[str, Any]) -> str:
+    """The D7 reason; MinVram with the VRAM floor it waits for (`MinVram>=13GB`, X8)."""
+    r = e.get("pending_reason") or "None"
+    if r == "MinVram" and e.get("min_vram_gb") is not None:
+        return f"{r}>={e['min_vram_gb']}GB"
+    return r
 
 
 def estimate(j: dict[str, Any]) -> str:
@@ -142,7 +150,7 @@ def job(j: dict[str, Any]) -> str:
         ("Submitted", fmt_ts(j.get("submitted_at"))),
     ]
     if j.get("rank") is not None or j.get("pending_reason"):
-        pairs += [("Rank", j.get("rank")), ("Reason", j.get("pending_reason"))]
+        pairs += [("Rank", j.get("rank")), ("Reason", reason(j))]
     if j.get("estimate_basis"):
         pairs.append(("EstimatedStart", estimate(j)))
     pairs += [

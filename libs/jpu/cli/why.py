@@ -54,7 +54,12 @@ _T: Final[dict[str, dict[str, str]]] = {
         "reason.Resources": "no placement it fits has enough idle GPUs",
         "reason.Reservation": "holding a reservation, waiting for more GPUs",
         "reason.Maintenance": "maintenance: nothing is dispatched",
-        "reason.ConcurrencyLimit": "all of the user's slots are in use (S1)",
+        "reason.ConcurrencyLimit": "waiting for a slot: all of {user}'s slots are held, by "
+        "{jobs} (S1)",
+        "reason.ConcurrencyLimit.none": "waiting for a slot: no job of {user} holds one, yet "
+        "their limit (max_active_jobs) admits no more now (S1)",
+        "reason.MinVram": "waits for a GPU with at least {min_vram} GB; only smaller GPUs are idle "
+        "(D7)",
         "reason.none": "GPUs free: dispatched in this cycle",
         "release.demoted": "demoted, it was no longer rank 1",
         "release.swap": "it ran elsewhere (swap)",
@@ -71,24 +76,72 @@ _T: Final[dict[str, dict[str, str]]] = {
         "state.COMPLETED": "completed",
         "state.FAILED": "failed",
         "state.CANCELLED": "cancelled",
-        "cause.own.JobSubmitted": "it was submitted",
-        "cause.own.JobPromoted": "it entered the global queue",
-        "cause.own.ReservationStarted": "it started a reservation",
-        "cause.own.ReservationGrown": "its reservation took another GPU",
-        "cause.own.ReservationReleased": "its reservation was released",
-        "cause.own.JobDispatched": "it was dispatched",
-        "cause.own.JobStarted": "it started",
-        "cause.own.JobEnded": "it ended",
-        "cause.own.JobRetryScheduled": "it is retried on a GPU with more memory (X8)",
-        "cause.JobEnded": "{job} ({lab}) ended",
-        "cause.JobPromoted": "{job} ({lab}) entered the global queue",
-        "cause.JobDispatched": "{job} ({lab}) was dispatched",
-        "cause.ReservationStarted": "{job} ({lab}) started a reservation",
-        "cause.ReservationReleased": "{job} ({lab}) released its reservation",
-        "cause.UsageCharged": "{lab} was charged",
-        "cause.MaintenanceChanged": "maintenance changed",
-        "cause.NodeInventoryObserved": "the GPU inventory changed",
-        "cause.other": "{event} ({job})",
+        "cause.submitted": "it was submitted; every job enters "
+        "its user's personal queue first (Q4)",
+        "cause.promoted_free_slot": "{user} had a free slot ({count} of their other jobs held "
+        "slots): promoted {after}",
+        "cause.promoted_slot_freed": "job {jobs} ended and freed one of {user}'s slots: "
+        "promoted after {waited} (Q5)",
+        "cause.retried": "it ran out of GPU memory on {tier} ({vram} GB): retried on a GPU with at "
+        "least {min_vram} GB (X8)",
+        "cause.retry_declined.max_attempts": "no retry: it ran out of GPU memory on its last "
+        "allowed attempt (X8)",
+        "cause.retry_declined.no_fit": "no retry: no GPU has the {min_vram} GB it would need (X8)",
+        "cause.reserved": "it is rank 1 and needs {needed} GPUs, but {node} ({tier}) had only "
+        "{count} idle: it holds those while the rest free up (R1)",
+        "cause.reservation_grown": "GPU {gpus} on {node} freed{freed}: it now holds {count} of "
+        "{needed} (R2)",
+        "cause.reservation_shrunk.lost": "GPU {gpus} on {node} went down or was taken: it still "
+        "holds {count} of {needed} (R5)",
+        "cause.reservation_shrunk.yielded": "it gave GPU {gpus} on {node} to a higher-ranked job "
+        "that could start only there; it holds {count} of {needed} (R6)",
+        "cause.released_demoted": "it was no longer rank 1: {other_lab}'s job {jobs} ranked first, "
+        "and only the rank-1 job keeps a reservation (R3)",
+        "cause.released_maintenance": "maintenance began: every reservation is released (M1)",
+        "cause.released_capacity": "its placement on {node} lost GPUs or its tier was turned off: "
+        "the reservation was released (R5)",
+        "cause.released_cancelled": "it was cancelled: its reservation was released",
+        "cause.released_to_run": "all {needed} GPUs it needs are free on {node}: it starts on its "
+        "reservation",
+        "cause.released_swap": "enough GPUs freed elsewhere first: it starts there and lets its "
+        "reservation on {node} go (R4)",
+        "cause.dispatched": "{node} ({tier}) had GPU {gpus} free for it{freed}",
+        "cause.dispatched_reserved": "the last of the GPUs it reserved on {node} freed{freed}: all "
+        "{needed} are its (R2)",
+        "cause.started": "{node} started it",
+        "cause.completed": "its command exited with code 0",
+        "cause.exited": "its command exited with code {code}",
+        "cause.out_of_memory": "it ran out of GPU memory on {tier} ({vram} GB) (X7)",
+        "cause.timed_out": "it ran past its time limit",
+        "cause.failed": "it failed: {reason}",
+        "cause.cancelled": "it was cancelled",
+        "cause.cancel_requested": "{by} cancelled it",
+        "cause.other_entered": "job {job} ({lab}) entered the global queue",
+        "cause.other_entered_ahead": "job {job} ({lab}) entered the global queue ahead of it: the "
+        "lab with lower usage ranks first (D1)",
+        "cause.other_retried": "job {job} ({lab}) came back to retry on a GPU with at least "
+        "{min_vram} GB (X8)",
+        "cause.other_ended": "job {job} ({lab}) ended, freeing GPU {gpus} on {node}",
+        "cause.other_left": "job {job} ({lab}) left the queue before it ran",
+        "cause.other_dispatched": "job {job} ({lab}) took GPU {gpus} on {node}",
+        "cause.other_reserved": "job {job} ({lab}) reserved GPU {gpus} on {node} (R1)",
+        "cause.other_reservation_changed": "job {job} ({lab}) now reserves GPU {gpus} on {node}",
+        "cause.other_released": "job {job} ({lab}) let its reservation on {node} go: {why}",
+        "cause.other_cancelled": "{by} cancelled job {job} ({lab})",
+        "cause.charged": "{lab} was charged for job {job}",
+        "cause.initial_usage": "{lab}'s starting usage was recorded",
+        "cause.maintenance_draining": "the admin {by} started maintenance{message}: nothing new is "
+        "dispatched (M1)",
+        "cause.maintenance_recovery": "maintenance: the user jobs are done and LLM backfill is "
+        "being reclaimed (M2)",
+        "cause.maintenance_active": "maintenance is under way (M3)",
+        "cause.maintenance_ended": "the admin {by} ended maintenance{message}: dispatching resumes",
+        "cause.node_changed": "node {node} reported its GPUs ({state}, {count} down)",
+        "cause.backfill_ended": "LLM backfill on GPU {gpus} of {node} stopped ({reason})",
+        "at_once": "at once",
+        "after": "after {waited}",
+        "freed_by": ", freed by job {jobs}",
+        "message": ": \u201c{message}\u201d",
         "charged": ", charging {lab} {charge} TFLOP-s (now {usage})",
         "usage": " ({lab}'s usage: {usage} TFLOP-s)",
     },
@@ -123,7 +176,11 @@ _T: Final[dict[str, dict[str, str]]] = {
         "reason.Resources": "맞는 배치에 유휴 GPU가 부족합니다",
         "reason.Reservation": "예약을 잡고 GPU가 더 비기를 기다립니다",
         "reason.Maintenance": "점검 중이라 배정이 멈춰 있습니다",
-        "reason.ConcurrencyLimit": "사용자의 동시 실행 한도를 모두 쓰고 있습니다 (S1)",
+        "reason.ConcurrencyLimit": "슬롯을 기다림: {user}의 작업 {jobs}이(가) 슬롯을 모두 쓰고 "
+        "있습니다 (S1)",
+        "reason.ConcurrencyLimit.none": "슬롯을 기다림: {user}의 작업 중 슬롯을 쓰는 것은 없지만 "
+        "동시 실행 한도(max_active_jobs)가 지금은 더 허용하지 않습니다 (S1)",
+        "reason.MinVram": "{min_vram} GB 이상인 GPU를 기다림: 더 작은 GPU만 비어 있습니다 (D7)",
         "reason.none": "GPU가 비어 이번 주기에 배정됩니다",
         "release.demoted": "강등 — 더 이상 1위가 아니었습니다",
         "release.swap": "다른 곳에서 실행됨 (교체)",
@@ -140,24 +197,73 @@ _T: Final[dict[str, dict[str, str]]] = {
         "state.COMPLETED": "완료",
         "state.FAILED": "실패",
         "state.CANCELLED": "취소됨",
-        "cause.own.JobSubmitted": "제출됨",
-        "cause.own.JobPromoted": "전역 대기열에 들어감",
-        "cause.own.ReservationStarted": "예약을 시작함",
-        "cause.own.ReservationGrown": "예약에 GPU가 더해짐",
-        "cause.own.ReservationReleased": "예약이 해제됨",
-        "cause.own.JobDispatched": "배정됨",
-        "cause.own.JobStarted": "시작됨",
-        "cause.own.JobEnded": "끝남",
-        "cause.own.JobRetryScheduled": "메모리가 더 큰 GPU로 재시도 (X8)",
-        "cause.JobEnded": "{job} ({lab}) 작업이 끝남",
-        "cause.JobPromoted": "{job} ({lab}) 작업이 전역 대기열에 들어옴",
-        "cause.JobDispatched": "{job} ({lab}) 작업이 배정됨",
-        "cause.ReservationStarted": "{job} ({lab}) 작업이 예약을 시작함",
-        "cause.ReservationReleased": "{job} ({lab}) 작업의 예약이 해제됨",
-        "cause.UsageCharged": "{lab}에 사용량이 부과됨",
-        "cause.MaintenanceChanged": "점검 상태가 바뀜",
-        "cause.NodeInventoryObserved": "GPU 구성이 바뀜",
-        "cause.other": "{event} ({job})",
+        "cause.submitted": "제출됨 — 모든 작업은 먼저 사용자의 개인 대기열에 들어갑니다 (Q4)",
+        "cause.promoted_free_slot": "{user}에게 빈 슬롯이 있어 ({count}개의 다른 작업이 슬롯 사용) "
+        "{after} 전역 대기열로 올라감",
+        "cause.promoted_slot_freed": "{jobs} 작업이 끝나 {user}의 슬롯이 비어 {waited} 뒤 전역 "
+        "대기열로 올라감 (Q5)",
+        "cause.retried": "{tier} ({vram} GB)에서 GPU 메모리가 부족해 {min_vram} GB 이상인 GPU로 "
+        "재시도 (X8)",
+        "cause.retry_declined.max_attempts": "재시도 없음: 허용된 마지막 시도에서 "
+        "GPU 메모리 부족 (X8)",
+        "cause.retry_declined.no_fit": "재시도 없음: 필요한 {min_vram} GB를 가진 GPU가 없음 (X8)",
+        "cause.reserved": "1위이고 GPU {needed}개가 필요한데 {node} ({tier})에 {count}개만 비어 "
+        "있어 나머지가 빌 때까지 잡아 둠 (R1)",
+        "cause.reservation_grown": "{node}의 GPU {gpus}가 비어{freed} "
+        "이제 {needed}개 중 {count}개를 "
+        "잡고 있음 (R2)",
+        "cause.reservation_shrunk.lost": "{node}의 GPU {gpus}가 꺼지거나 "
+        "다른 곳에 쓰여 {needed}개 중 "
+        "{count}개만 남음 (R5)",
+        "cause.reservation_shrunk.yielded": "그곳에서만 시작할 수 있는 상위 작업에 {node}의 GPU "
+        "{gpus}를 양보해 {needed}개 중 {count}개를 잡고 있음 (R6)",
+        "cause.released_demoted": "더 이상 1위가 아님: {other_lab} "
+        "연구실의 작업 {jobs}이(가) 1위가 "
+        "되었고, 예약은 1위 작업만 유지합니다 (R3)",
+        "cause.released_maintenance": "점검이 시작되어 모든 예약이 해제됨 (M1)",
+        "cause.released_capacity": "{node}의 배치가 GPU를 잃었거나 티어가 꺼져 예약이 해제됨 (R5)",
+        "cause.released_cancelled": "취소되어 예약이 해제됨",
+        "cause.released_to_run": "{node}에 필요한 GPU {needed}개가 "
+        "모두 비어 예약한 자리에서 시작함",
+        "cause.released_swap": "다른 곳의 GPU가 먼저 비어 그곳에서 시작하고 {node}의 예약은 놓음 "
+        "(R4)",
+        "cause.dispatched": "{node} ({tier})의 GPU {gpus}가 비어 있었음{freed}",
+        "cause.dispatched_reserved": "{node}에 예약한 GPU의 마지막 하나가 비어{freed} {needed}개가 "
+        "모두 확보됨 (R2)",
+        "cause.started": "{node}가 작업을 시작함",
+        "cause.completed": "명령이 종료 코드 0으로 끝남",
+        "cause.exited": "명령이 종료 코드 {code}로 끝남",
+        "cause.out_of_memory": "{tier} ({vram} GB)에서 GPU 메모리가 부족함 (X7)",
+        "cause.timed_out": "시간 제한을 넘김",
+        "cause.failed": "실패: {reason}",
+        "cause.cancelled": "취소됨",
+        "cause.cancel_requested": "{by}이(가) 취소함",
+        "cause.other_entered": "{job} ({lab}) 작업이 전역 대기열에 들어옴",
+        "cause.other_entered_ahead": "{job} ({lab}) 작업이 앞 "
+        "순위로 전역 대기열에 들어옴: 사용량이 "
+        "적은 연구실이 먼저입니다 (D1)",
+        "cause.other_retried": "{job} ({lab}) 작업이 {min_vram} GB 이상인 GPU로 재시도하려고 "
+        "돌아옴 (X8)",
+        "cause.other_ended": "{job} ({lab}) 작업이 끝나 {node}의 GPU {gpus}가 비었음",
+        "cause.other_left": "{job} ({lab}) 작업이 실행되기 전에 대기열을 떠남",
+        "cause.other_dispatched": "{job} ({lab}) 작업이 {node}의 GPU {gpus}를 가져감",
+        "cause.other_reserved": "{job} ({lab}) 작업이 {node}의 GPU {gpus}를 예약함 (R1)",
+        "cause.other_reservation_changed": "{job} ({lab}) 작업의 {node} 예약이 GPU {gpus}로 바뀜",
+        "cause.other_released": "{job} ({lab}) 작업이 {node}의 예약을 놓음: {why}",
+        "cause.other_cancelled": "{by}이(가) {job} ({lab}) 작업을 취소함",
+        "cause.charged": "{job} 작업의 사용량이 {lab}에 부과됨",
+        "cause.initial_usage": "{lab}의 시작 사용량이 기록됨",
+        "cause.maintenance_draining": "관리자 {by}이(가) 점검을 시작함{message}: 새로 배정하지 "
+        "않습니다 (M1)",
+        "cause.maintenance_recovery": "점검: 사용자 작업이 끝나 LLM 백필을 회수하는 중 (M2)",
+        "cause.maintenance_active": "점검 진행 중 (M3)",
+        "cause.maintenance_ended": "관리자 {by}이(가) 점검을 끝냄{message}: 배정을 다시 시작합니다",
+        "cause.node_changed": "노드 {node}의 GPU 상태가 바뀜 ({state}, {count}개 꺼짐)",
+        "cause.backfill_ended": "{node}의 GPU {gpus}에서 LLM 백필이 멈춤 ({reason})",
+        "at_once": "곧바로",
+        "after": "{waited} 뒤",
+        "freed_by": " ({jobs} 작업이 비움)",
+        "message": ": \u201c{message}\u201d",
         "charged": " — {lab}에 {charge} TFLOP-s 부과 (현재 {usage})",
         "usage": " ({lab} 사용량: {usage} TFLOP-s)",
     },
@@ -189,22 +295,62 @@ def _secs(s: float) -> str:
     return f"{h}h{m:02d}m{sec:02d}s" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
-def _cause(t: dict[str, str], cause: Mapping[str, Any] | None, job_id: str) -> str:
+def _cause(t: dict[str, str], cause: Mapping[str, Any] | None) -> str:
+    """The cause in words: one sentence per kind (jpu.explain.wait.CauseKind), or per kind and
+    reason; never the event's type."""
     if not cause:
         return ""
-    event, other = cause.get("event", ""), cause.get("job_id")
-    fields = {"job": other or "", "lab": cause.get("lab") or "", "event": event}
-    if other == job_id and f"cause.own.{event}" in t:
-        text = t[f"cause.own.{event}"]
-    else:
-        text = t.get(f"cause.{event}", t["cause.other"]).format(**fields)
-    if event == "JobPromoted" and other != job_id and cause.get("lab_usage") is not None:
+    kind, reason = cause.get("kind", ""), cause.get("reason")
+    template = t.get(f"cause.{kind}.{reason}") or t.get(f"cause.{kind}")
+    if template is None:
+        return ""
+    jobs = ", ".join(cause.get("jobs") or [])
+    waited = _secs(cause.get("waited_s") or 0.0)
+    message = cause.get("message")
+    fields = {
+        "job": cause.get("job_id") or "",
+        "lab": cause.get("lab") or "",
+        "jobs": jobs,
+        "other_lab": cause.get("other_lab") or "",
+        "user": cause.get("user") or "",
+        "node": cause.get("node") or "",
+        "tier": cause.get("tier") or "",
+        "gpus": ",".join(str(g) for g in cause.get("gpus") or []),
+        "count": cause.get("count"),
+        "needed": cause.get("needed"),
+        "vram": cause.get("vram_gb"),
+        "min_vram": cause.get("min_vram_gb"),
+        "code": cause.get("code"),
+        "reason": reason or "",
+        "why": t.get(f"release.{reason}", reason or ""),
+        "state": cause.get("state") or "",
+        "by": cause.get("by") or "",
+        "message": t["message"].format(message=message) if message else "",
+        "waited": waited,
+        "after": t["at_once"] if (cause.get("waited_s") or 0.0) < 1 else t["after"].format(
+            waited=waited),
+        "freed": t["freed_by"].format(jobs=jobs) if jobs else "",
+    }  # fmt: skip
+    text = template.format(**fields)
+    if kind == "other_entered_ahead" and cause.get("lab_usage") is not None:
         text += t["usage"].format(lab=cause["lab"], usage=_n(cause["lab_usage"]))
     if cause.get("charge") is not None and cause.get("lab"):
         text += t["charged"].format(
             lab=cause["lab"], charge=_n(cause["charge"]), usage=_n(cause.get("lab_usage"))
         )
     return text
+
+
+def _reason(t: dict[str, str], step: Mapping[str, Any], user: str) -> str:
+    reason = step["pending_reason"]
+    if not reason:
+        return t["reason.none"]
+    holders = ", ".join(step.get("slot_holders") or [])
+    if reason == "ConcurrencyLimit" and not holders:
+        reason = "ConcurrencyLimit.none"
+    return t.get(f"reason.{reason}", reason).format(
+        user=user, jobs=holders, min_vram=step.get("min_vram_gb")
+    )
 
 
 def render(wait: Mapping[str, Any], lang: str = "en") -> str:
@@ -232,12 +378,11 @@ def render(wait: Mapping[str, Any], lang: str = "en") -> str:
         line = f"  {_when(s['at'])}  {state}"
         if s["rank"] is not None:
             line += ", " + t["rank"].format(rank=s["rank"], n=s["queue_length"])
-            reason = s["pending_reason"]
-            line += " — " + t[f"reason.{reason}" if reason else "reason.none"]
+            line += " — " + _reason(t, s, wait["user"])
         elif s["pending_reason"]:
-            line += " — " + t.get(f"reason.{s['pending_reason']}", s["pending_reason"])
+            line += " — " + _reason(t, s, wait["user"])
         out.append(line)
-        cause = _cause(t, s.get("cause"), jid)
+        cause = _cause(t, s.get("cause"))
         if cause:
             out.append("      " + t["because"] + cause)
         elif s.get("sampled"):
@@ -274,7 +419,7 @@ def render(wait: Mapping[str, Any], lang: str = "en") -> str:
             out.append(
                 "    "
                 + t["demoted_why"].format(
-                    cause=_cause(t, r["demoted_by"], jid),
+                    cause=_cause(t, r["demoted_by"]),
                     first=r.get("overtaken_by"),
                     first_lab=r.get("overtaken_by_lab"),
                     first_usage=_n(r.get("overtaken_by_usage")),

@@ -25,7 +25,7 @@ caller's `now` for the phase still running.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Final, Literal
 
 import msgspec
 
@@ -42,7 +42,10 @@ from jpu.events import (
     JobEnded,
     JobEvent,
     JobPromoted,
+    JobRetryDeclined,
     JobRetryScheduled,
+    JobStarted,
+    JobSubmitted,
     MaintenanceChanged,
     NodeInventoryObserved,
     ReservationGrown,
@@ -87,16 +90,86 @@ PHASES: Final = {
 }
 
 
+# What a step's "because" says, in words a lab member acts on or understands (never an event's
+# type): the renderers (jpu.cli.why, the console's why.js) have one sentence per kind, and
+# tests/unit/sim/test_explain_causes.py renders every kind in both.
+CauseKind = Literal[
+    # the job's own events
+    "submitted",  # Q4: every job enters its user's personal queue
+    "promoted_free_slot",  # Q5: the user had a free slot (`count`: their other slot jobs)
+    "promoted_slot_freed",  # Q5: a slot freed when `jobs` ended
+    "retried",  # X8: out of GPU memory on `tier` (`vram_gb`); retried with `min_vram_gb`
+    "retry_declined",  # X8: no retry (`reason`: max_attempts | no_fit; `min_vram_gb` needed)
+    "reserved",  # R1: rank 1, `count` of the `needed` GPUs idle on `node`: it holds them
+    "reservation_grown",  # R2: `count` of `needed` held now; the GPU freed by `jobs`
+    "reservation_shrunk",  # R5 lost / R6 yielded GPUs (`reason`); `count` still held
+    "released_demoted",  # R3: `jobs[0]` of `other_lab` ranked first
+    "released_maintenance",  # M1
+    "released_capacity",  # R5, T2
+    "released_cancelled",
+    "released_to_run",  # D3.a: all its GPUs free: it starts on its reservation
+    "released_swap",  # R4: it starts elsewhere, sooner
+    "dispatched",  # `gpus` on `node` (`tier`) were free, freed by `jobs` (if since it queued)
+    "dispatched_reserved",  # the last GPU of its reservation freed (by `jobs`)
+    "started",  # the backend started it on `node`
+    "completed",
+    "exited",  # non-zero exit `code`
+    "out_of_memory",  # X7 on `tier`
+    "timed_out",
+    "failed",  # another end `reason`
+    "cancelled",
+    "cancel_requested",  # `by` asked
+    # other jobs, labs, the cluster
+    "other_entered",  # `job_id` of `lab` entered the global queue (behind it)
+    "other_entered_ahead",  # ... and ranks ahead of it (D1: its lab's usage is lower)
+    "other_retried",  # X8: another job back in the queue for a bigger GPU
+    "other_ended",  # freeing `gpus` on `node`
+    "other_left",  # ended before it ran (cancelled in the queue)
+    "other_dispatched",  # to `node`
+    "other_reserved",  # on `node`
+    "other_reservation_changed",  # grew or shrank on `node`
+    "other_released",  # its reservation on `node` (`reason`)
+    "other_cancelled",  # `by` cancelled it
+    "charged",  # `lab` charged for `job_id` (F4)
+    "initial_usage",  # `lab`'s starting usage recorded
+    "maintenance_draining",  # the admin `by` started maintenance, `message` (M1)
+    "maintenance_recovery",  # M2: user jobs gone, LLM backfill being reclaimed
+    "maintenance_active",  # M3
+    "maintenance_ended",  # the admin `by` ended it
+    "node_changed",  # `node` reported its GPUs: `state`, `count` down
+    "backfill_ended",  # LLM backfill on `node` GPU `gpus` stopped (`reason`)
+]
+CAUSE_KINDS: Final[tuple[str, ...]] = CauseKind.__args__  # type: ignore[attr-defined]
+
+
 class Cause(msgspec.Struct, frozen=True, kw_only=True):
-    """The event that changed the job's standing."""
+    """What changed the job's standing: `kind` says it in words (CauseKind); `event` is the
+    log's event type, for machines only."""
 
     seq: int
     at: float
-    event: str  # the event type
+    event: str  # the event type (never shown to people)
+    kind: CauseKind
     job_id: str | None = None  # the job it is about (another job's end, promotion...)
     lab: str | None = None  # that job's lab, or the lab charged
     charge: float | None = None  # TFLOP-s the event charges (or owes) that lab (F4, R3)
     lab_usage: float | None = None  # that lab's decayed usage right after it (D1)
+    jobs: list[str] = []  # other jobs the sentence names (freed a slot or GPUs, ranked first)
+    other_lab: str | None = None  # the lab of jobs[0], when the sentence names it
+    user: str | None = None
+    node: str | None = None
+    tier: str | None = None
+    gpus: list[int] = []
+    count: int | None = None  # GPUs held or idle, slots in use, GPUs down (see CauseKind)
+    needed: int | None = None  # GPUs the job needs
+    vram_gb: int | None = None
+    min_vram_gb: int | None = None
+    code: int | None = None  # exit code
+    reason: str | None = None  # release, shrink, end or backfill reason
+    state: str | None = None  # maintenance or node state
+    by: str | None = None  # who: the admin, whoever cancelled
+    message: str | None = None  # the admin's maintenance message
+    waited_s: float | None = None  # time in the personal queue before promotion
 
 
 class LabAhead(msgspec.Struct, frozen=True):
@@ -120,6 +193,8 @@ class Step(msgspec.Struct, frozen=True, kw_only=True):
     first_lab: str | None = None
     cause: Cause | None = None
     sampled: bool = False  # far back: events since the previous step were not each looked at
+    slot_holders: list[str] = []  # personal queue: the user's jobs holding slots then (S1)
+    min_vram_gb: int | None = None  # MinVram (D7): the VRAM floor it waits for
 
 
 class ReservationSpan(msgspec.Struct, kw_only=True):
@@ -166,52 +241,224 @@ class JobNotInLog(LookupError):
     """The job's submission is not in the events given."""
 
 
+_END_KINDS: Final[dict[str, CauseKind]] = {
+    "OOM": "out_of_memory",
+    "TIMEOUT": "timed_out",
+    "NonZeroExitCode": "exited",
+}
+_RELEASE_KINDS: Final[dict[str, CauseKind]] = {
+    "demoted": "released_demoted",
+    "maintenance": "released_maintenance",
+    "capacity": "released_capacity",
+    "cancelled": "released_cancelled",
+    "dispatched": "released_to_run",
+    "swap": "released_swap",
+}
+_MAINTENANCE_KINDS: Final[dict[str, CauseKind]] = {
+    "DRAINING": "maintenance_draining",
+    "BACKFILL_RECOVERY": "maintenance_recovery",
+    "ACTIVE": "maintenance_active",
+    "NORMAL": "maintenance_ended",
+}
+
+
+class Seen:
+    """What the fold noticed while the job waited, for the causes: who freed which GPU, and
+    which of the user's jobs freed a slot while it was in the personal queue."""
+
+    def __init__(self) -> None:
+        self.freed: dict[tuple[str, int], tuple[str, float]] = {}  # GPU -> (job, when)
+        self.slot_freed: list[str] = []  # since it entered the personal queue
+        self.waits_since = 0.0  # when its current wait for GPUs began
+        self.reserved_on: str | None = None  # the node of the reservation it holds or ran on
+
+    def freed_by(self, node: str, gpus: Iterable[int]) -> list[str]:
+        """The jobs that freed these GPUs since its wait began, oldest first."""
+        got = [self.freed.get((node, g)) for g in gpus]
+        hits = sorted({x for x in got if x is not None and x[1] >= self.waits_since},
+                      key=lambda x: x[1])  # fmt: skip
+        return list(dict.fromkeys(j for j, _ in hits))
+
+
+def _own(e: Event, job: JobView, state: ClusterState, cluster: Cluster, seen: Seen) -> Cause:
+    """The job's own event, as what happened to it (not "it was dispatched")."""
+    kind: CauseKind
+    kw: dict[str, object] = {}
+    if isinstance(e, JobSubmitted):
+        kind = "submitted"
+    elif isinstance(e, JobPromoted):
+        waited = max(0.0, e.ts - job.submitted_at)
+        if seen.slot_freed:  # Q5: promoted when one of the user's jobs freed its slot
+            kind, kw = "promoted_slot_freed", {"jobs": seen.slot_freed[-3:], "waited_s": waited}
+        else:  # it had a free slot: nothing it waited for
+            kind, kw = "promoted_free_slot", {"waited_s": waited}
+        kw.update(user=job.user, count=max(0, state.slots_of(job.user) - 1))  # the others
+    elif isinstance(e, JobRetryScheduled):
+        end = job.last_end
+        tier = end.tier if end is not None else None
+        vram = _vram(cluster, tier)
+        kind = "retried"
+        kw = {"tier": tier, "vram_gb": vram, "min_vram_gb": e.min_vram_gb}
+    elif isinstance(e, JobRetryDeclined):
+        kind, kw = "retry_declined", {"reason": e.reason, "min_vram_gb": e.needed_vram_gb}
+    elif isinstance(e, ReservationStarted):
+        kind = "reserved"
+        kw = {"node": e.node, "tier": e.tier, "gpus": list(e.gpus), "count": len(e.gpus),
+              "needed": job.num_gpus}  # fmt: skip
+    elif isinstance(e, ReservationGrown):
+        kind = "reservation_grown"
+        kw = {"node": e.node, "tier": e.tier, "gpus": list(e.added), "count": len(e.gpus),
+              "needed": job.num_gpus, "jobs": seen.freed_by(e.node, e.added)}  # fmt: skip
+    elif isinstance(e, ReservationShrunk):
+        kind = "reservation_shrunk"
+        kw = {"node": e.node, "gpus": list(e.removed), "count": len(e.gpus), "reason": e.reason,
+              "needed": job.num_gpus}  # fmt: skip
+    elif isinstance(e, ReservationReleased):
+        kind = _RELEASE_KINDS.get(e.reason, "released_capacity")
+        kw = {"node": e.node, "tier": e.tier, "gpus": list(e.gpus), "reason": e.reason}
+    elif isinstance(e, JobDispatched):
+        jobs = seen.freed_by(e.node, e.gpus)
+        kind = "dispatched"
+        if seen.reserved_on == e.node:  # on the GPUs it had gathered (R2)
+            kind = "dispatched_reserved"
+        kw = {"node": e.node, "tier": e.tier, "gpus": list(e.gpus), "jobs": jobs,
+              "needed": job.num_gpus}  # fmt: skip
+    elif isinstance(e, JobStarted):
+        kind = "started"
+        kw = {"node": job.placement[0] if job.placement else None}
+    elif isinstance(e, JobEnded):
+        if e.state == "COMPLETED":
+            kind = "completed"
+        elif e.state == "CANCELLED":
+            kind = "cancelled"
+        elif e.oom:
+            kind = "out_of_memory"
+        else:
+            kind = _END_KINDS.get(e.reason or "", "exited" if e.reason is None else "failed")
+        kw = {"node": e.node, "tier": e.tier, "vram_gb": _vram(cluster, e.tier),
+              "code": e.exit_code, "reason": e.reason}  # fmt: skip
+    elif isinstance(e, JobCancelRequested):
+        kind, kw = "cancel_requested", {"by": e.by}
+    else:
+        kind = "other_entered"  # unreachable for the events above; kept total for new events
+    return Cause(seq=0, at=e.ts, event=type(e).__name__, kind=kind, job_id=job.job_id,
+                 lab=job.lab, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _vram(cluster: Cluster, tier: str | None) -> int | None:
+    for t in cluster.tiers:
+        if t.name == tier:
+            return int(t.vram_gb)
+    return None
+
+
+def _other(state: ClusterState, e: Event) -> Cause:
+    """Another job's event, a charge, maintenance, the inventory, backfill."""
+    kind: CauseKind
+    kw: dict[str, object] = {}
+    job_id = e.job_id if isinstance(e, JobEvent) else None
+    other = state.job_seen(job_id) if job_id is not None else None
+    if isinstance(e, UsageCharged):
+        kind = "initial_usage" if e.reason == "initial" or e.job_id is None else "charged"
+        return Cause(seq=0, at=e.ts, event=type(e).__name__, kind=kind, job_id=e.job_id,
+                     lab=e.lab, charge=e.amount)  # fmt: skip
+    if isinstance(e, MaintenanceChanged):
+        kind = _MAINTENANCE_KINDS.get(e.state, "maintenance_draining")
+        kw = {"state": e.state, "by": e.by, "message": e.message or None}
+    elif isinstance(e, NodeInventoryObserved):
+        kind = "node_changed"
+        kw = {"node": e.node, "state": e.state, "count": sum(len(d) for d in e.down.values())}
+    elif isinstance(e, BackfillEnded):
+        kind, kw = "backfill_ended", {"node": e.node, "gpus": [e.gpu], "reason": e.reason}
+    elif isinstance(e, JobPromoted):
+        kind = "other_entered"
+    elif isinstance(e, JobRetryScheduled):
+        kind, kw = "other_retried", {"min_vram_gb": e.min_vram_gb}
+    elif isinstance(e, JobEnded) and e.node is not None and e.gpus:
+        kind, kw = "other_ended", {"node": e.node, "tier": e.tier, "gpus": list(e.gpus)}
+    elif isinstance(e, JobEnded):
+        kind = "other_left"
+    elif isinstance(e, JobDispatched):
+        kind, kw = "other_dispatched", {"node": e.node, "tier": e.tier, "gpus": list(e.gpus)}
+    elif isinstance(e, ReservationStarted):
+        kind, kw = "other_reserved", {"node": e.node, "tier": e.tier, "gpus": list(e.gpus)}
+    elif isinstance(e, ReservationGrown | ReservationShrunk):
+        kind, kw = "other_reservation_changed", {"node": e.node, "gpus": list(e.gpus)}
+    elif isinstance(e, ReservationReleased):
+        kind = "other_released"
+        kw = {"node": e.node, "gpus": list(e.gpus), "reason": e.reason}
+    elif isinstance(e, JobCancelRequested):
+        kind, kw = "other_cancelled", {"by": e.by}
+    else:
+        kind = "other_entered"
+    return Cause(seq=0, at=e.ts, event=type(e).__name__, kind=kind, job_id=job_id,
+                 lab=other.lab if other is not None else None, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
 def _cause(
-    state: ClusterState, d: Delivered, now: float, hl: float, usage: Mapping[str, LabUsage]
+    state: ClusterState,
+    d: Delivered,
+    now: float,
+    hl: float,
+    usage: Mapping[str, LabUsage],
+    job: JobView,
+    cluster: Cluster,
+    seen: Seen,
 ) -> Cause:
     e: Event = d.event
-    job_id = e.job_id if isinstance(e, JobEvent) else None
-    lab: str | None = None
-    amount: float | None = None
-    if isinstance(e, UsageCharged):
-        lab, job_id, amount = e.lab, e.job_id, e.amount
-    elif job_id is not None:
-        job = state.job_seen(job_id)
-        lab = job.lab if job is not None else None
+    ours = isinstance(e, JobEvent) and e.job_id == job.job_id
+    cause = _own(e, job, state, cluster, seen) if ours else _other(state, e)
+    lab, amount = cause.lab, cause.charge
+    if isinstance(e, JobEvent):
         owed = state.owed.get(charge_id(e.event_id))  # what this event charges (F4, R3)
         if owed is not None:
             lab, amount = owed.lab, owed.amount
     after = None if lab is None else decayed(usage.get(lab, ZERO_USAGE), now, hl)
-    return Cause(
-        seq=d.seq, at=e.ts, event=type(e).__name__, job_id=job_id, lab=lab, charge=amount,
-        lab_usage=after,
-    )  # fmt: skip
+    return msgspec.structs.replace(cause, seq=d.seq, lab=lab, charge=amount, lab_usage=after)
 
 
 def _step(
-    state: ClusterState, cluster: Cluster, job: JobView, now: float, d: Delivered, hl: float
+    state: ClusterState,
+    cluster: Cluster,
+    job: JobView,
+    now: float,
+    d: Delivered,
+    hl: float,
+    seen: Seen,
 ) -> Step:
     snap = snapshot(state, cluster, hl)
     usage = snap.usage
+    cause = _cause(state, d, now, hl, usage, job, cluster, seen)
     if job.state not in QUEUED:
-        reason = "ConcurrencyLimit" if job.state == "PERSONAL_QUEUE_WAIT" else None
+        holders: list[str] = []
+        reason = None
+        if job.state == "PERSONAL_QUEUE_WAIT":  # S1: the user's jobs that hold slots now
+            holders = _slot_holders(state, job)  # (none: a limit of 0, or the intake not yet)
+            reason = "ConcurrencyLimit"  # until a promotion with no slot freed says otherwise
         own = decayed(usage.get(job.lab, ZERO_USAGE), now, hl)
         return Step(
             seq=d.seq, at=now, state=job.state, rank=None, pending_reason=reason,
-            queue_length=len(state.queue), lab_usage=own, ahead=[],
-            cause=_cause(state, d, now, hl, usage),
+            queue_length=len(state.queue), lab_usage=own, ahead=[], cause=cause,
+            slot_holders=holders,
         )  # fmt: skip
     result = cycle(snap, now)  # D1, D3, D7: the dispatcher's own decision at this moment
     order = result.order
     rank = order.index(job.job_id)
     ahead: dict[str, int] = {}
+    other_ahead = False
     for jid in order[:rank]:
         other = state.jobs[jid]
         ahead[other.lab] = ahead.get(other.lab, 0) + 1
+        other_ahead = other_ahead or jid == cause.job_id
     labs = [
         LabAhead(lab, decayed(usage.get(lab, ZERO_USAGE), now, hl), n) for lab, n in ahead.items()
     ]
     first = order[0] if rank > 0 else None
+    first_lab = state.jobs[first].lab if first is not None else None
+    if cause.kind == "other_entered" and other_ahead:  # D1: its lab's usage is lower
+        cause = msgspec.structs.replace(cause, kind="other_entered_ahead")
+    elif cause.kind == "released_demoted" and first is not None:  # R3: who ranked first
+        cause = msgspec.structs.replace(cause, jobs=[first], other_lab=first_lab)
     dispatched = {x.job_id for x in result.dispatches}
     reason = None if job.job_id in dispatched else result.pending.get(job.job_id)
     return Step(
@@ -224,9 +471,22 @@ def _step(
         lab_usage=decayed(usage.get(job.lab, ZERO_USAGE), now, hl),
         ahead=labs,
         first=first,
-        first_lab=state.jobs[first].lab if first is not None else None,
-        cause=_cause(state, d, now, hl, usage),
+        first_lab=first_lab,
+        cause=cause,
+        min_vram_gb=job.min_vram_gb if reason == "MinVram" else None,
     )
+
+
+SLOT_HOLDERS_SHOWN: Final = 8  # a story names at most this many of the user's slot jobs
+
+
+def _slot_holders(state: ClusterState, job: JobView) -> list[str]:
+    """The user's jobs holding slots (S1), oldest first (at most SLOT_HOLDERS_SHOWN)."""
+    if not state.slots_of(job.user):
+        return []
+    mine = [j for j in state.jobs.values() if j.user == job.user and j.holds_slot]
+    mine.sort(key=lambda j: (j.submitted_at, j.job_id))
+    return [j.job_id for j in mine[:SLOT_HOLDERS_SHOWN]]
 
 
 def _same(a: Step, b: Step) -> bool:
@@ -286,6 +546,7 @@ class WaitFold:
         self.phase_since = self.job.submitted_at if self.job is not None else 0.0
         self.prev_state = self.job.state if self.job is not None else None
         self.lost_rank1: Step | None = None  # the step at which it lost rank 1 while reserving
+        self.seen = Seen()
 
     @property
     def done(self) -> bool:
@@ -301,8 +562,10 @@ class WaitFold:
         st = self.state
         if d.seq <= st.seq or self.done:
             return
-        evolve(st, d)
         e = d.event
+        freeing = self._holds_slot_of_user(e)  # before the fold: does it hold a slot now?
+        evolve(st, d)
+        self._notice(e, freeing)
         self.clock = max(self.clock, e.ts)
         job = self.job
         if job is None:
@@ -321,7 +584,7 @@ class WaitFold:
             if not ours and self._far(job, e):
                 self.skipped = True
                 return
-            step = _step(st, self.cluster, job, self.clock, d, self.hl)
+            step = _step(st, self.cluster, job, self.clock, d, self.hl, self.seen)
             self.cycles += 1
             if self.skipped and not ours:
                 step = msgspec.structs.replace(step, cause=None, sampled=True)
@@ -341,6 +604,51 @@ class WaitFold:
                 elif step.rank == 1:
                     self.lost_rank1 = None
                 steps.append(step)
+            if step.cause is not None and step.cause.kind == "promoted_free_slot":
+                self._not_waiting_for_a_slot()
+
+    def _holds_slot_of_user(self, e: Event) -> str | None:
+        """While the job is in the personal queue: the id of another job of its user that holds
+        a slot (S1) before `e`, which is about that job."""
+        job = self.job
+        if job is None or job.state != "PERSONAL_QUEUE_WAIT" or not isinstance(e, JobEvent):
+            return None
+        other = self.state.jobs.get(e.job_id)
+        if other is None or other is job or other.user != job.user or not other.holds_slot:
+            return None
+        return other.job_id
+
+    def _notice(self, e: Event, freeing: str | None) -> None:
+        """Keep what the causes name: the user's job that freed a slot, the job that freed each
+        GPU, where its reservation was, when its wait for GPUs began."""
+        seen, job = self.seen, self.job
+        if freeing is not None:
+            other = self.state.job_seen(freeing)
+            if other is None or not other.holds_slot:
+                seen.slot_freed.append(freeing)
+        to_run = isinstance(e, ReservationReleased) and e.reason == "dispatched"  # kept GPUs
+        if isinstance(e, JobEnded | ReservationReleased) and e.job_id != self.job_id:
+            for g in e.gpus if e.node is not None and not to_run else ():
+                seen.freed[(e.node, g)] = (e.job_id, e.ts)  # type: ignore[index]
+        if job is None or not isinstance(e, JobEvent) or e.job_id != self.job_id:
+            return
+        if isinstance(e, JobPromoted | JobRetryScheduled):
+            seen.waits_since = e.ts
+        elif isinstance(e, ReservationStarted):
+            seen.reserved_on = e.node
+        elif isinstance(e, ReservationReleased) and e.reason != "dispatched":
+            seen.reserved_on = None
+        elif isinstance(e, JobSubmitted):
+            seen.slot_freed.clear()
+
+    def _not_waiting_for_a_slot(self) -> None:
+        """Promoted with no slot freed since its submission: the user had a free slot, so the
+        personal-queue steps before were no wait for one (not ConcurrencyLimit, S1)."""
+        steps = self.steps
+        for i in range(len(steps) - 2, -1, -1):
+            if steps[i].state != "PERSONAL_QUEUE_WAIT":
+                break
+            steps[i] = msgspec.structs.replace(steps[i], pending_reason=None)
 
     def _far(self, job: JobView, e: Event) -> bool:
         """Not worth a step now: far back in the global queue and sampled recently."""

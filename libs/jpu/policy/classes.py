@@ -37,9 +37,19 @@ class RequestClass:
         self.levels = [[t.name for t in lvl] for _, lvl in groupby(ok, key=_sort_order)]
         self.flat = [t.name for t in ok]
         # D7: Priority if some fit placement has enough GPUs idle or reserved by the (higher)
-        # rank-1 job at the start of the walk; otherwise nothing could serve it: Resources.
+        # rank-1 job at the start of the walk; otherwise nothing could serve it: Resources —
+        # unless a tier its VRAM floor alone excludes has enough (an OOM retry, X8, beside idle
+        # smaller GPUs): then it waits for VRAM, and says so (MinVram).
         enough = any(baseline.get(t, 0) >= self.n for t in self.flat)
         self.reason: PendingReason = "Priority" if enough else "Resources"
+        if not enough and req.min_vram_gb is not None:
+            floor = Req((req.num_gpus, req.tiers, None))
+            if any(
+                baseline.get(t.name, 0) >= self.n
+                for t in tiers.values()
+                if tier_admits(floor, t) and t.vram_gb < req.min_vram_gb
+            ):
+                self.reason = "MinVram"
 
 
 def _best_first(t: Tier) -> tuple[int, str]:

@@ -21,7 +21,11 @@ if TYPE_CHECKING:
     from jpu.policy.labqueues import LabQueues
 
 GpuState = str  # "free" | "job:<id>" | "reserved:<id>" | "backfill:<id>" | "down"  (SPEC §1.2)
-PendingReason = Literal["Priority", "Resources", "Reservation", "Maintenance", "ConcurrencyLimit"]
+# D7; MinVram: only GPUs below the job's VRAM floor (min_vram_gb, raised by an OOM retry, X8)
+# have enough idle for it
+PendingReason = Literal[
+    "Priority", "Resources", "MinVram", "Reservation", "Maintenance", "ConcurrencyLimit"
+]
 MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
 ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]
 ShrinkReason = Literal["lost", "yielded"]  # R5 lost GPUs; R6 `yield` gave them to a higher job

@@ -123,6 +123,7 @@ const STRINGS = {
     "state.FAILED.t": "ended with an error", "state.CANCELLED.t": "cancelled",
     "reason.Priority.t": "a higher-ranked job takes the resources",
     "reason.Resources.t": "no placement that fits has enough idle GPUs",
+    "reason.MinVram.t": "waits for GPUs with enough memory (its VRAM floor, raised after an out-of-memory retry): only smaller GPUs are idle",
     "reason.Reservation.t": "holding a reservation, waiting for more GPUs",
     "reason.Maintenance.t": "maintenance: nothing starts until it ends",
     "reason.ConcurrencyLimit.t": "personal queue: at the running-jobs limit",
@@ -252,10 +253,11 @@ const STRINGS = {
     "state.CANCELLING.t": "중지하는 중", "state.COMPLETED.t": "종료 코드 0으로 끝남",
     "state.FAILED.t": "오류로 끝남", "state.CANCELLED.t": "취소됨",
     "reason.Priority": "우선순위 밀림", "reason.Resources": "자원 부족",
-    "reason.Reservation": "예약 후 대기", "reason.Maintenance": "점검 중",
+    "reason.Reservation": "예약 후 대기", "reason.Maintenance": "점검 중", "reason.MinVram": "VRAM 부족",
     "reason.ConcurrencyLimit": "동시 실행 한도",
     "reason.Priority.t": "더 높은 순위의 작업이 자원을 가져갑니다",
     "reason.Resources.t": "맞는 배치 중 유휴 GPU가 충분한 곳이 없습니다",
+    "reason.MinVram.t": "메모리가 충분한 GPU를 기다립니다 (메모리 부족 재시도로 높아진 최소 VRAM): 더 작은 GPU만 비어 있습니다",
     "reason.Reservation.t": "예약을 잡고 GPU가 더 비기를 기다립니다",
     "reason.Maintenance.t": "점검 중: 끝날 때까지 아무것도 시작하지 않습니다",
     "reason.ConcurrencyLimit.t": "개인 대기열: 동시 실행 작업 수 한도",
@@ -385,6 +387,9 @@ function codeText(kind, code) {
   const rest = String(code).slice(base.length);
   return t(`${kind}.${base}`) + rest;
 }
+// D7: MinVram names the VRAM floor it waits for ("MinVram: ≥13 GB", raised by an OOM retry, X8)
+const reasonCode = (j) => j.pending_reason === "MinVram" && j.min_vram_gb != null
+  ? `MinVram: ≥${j.min_vram_gb} GB` : j.pending_reason;
 function codeSpan(kind, code) {
   if (code === null || code === undefined || code === "") return "";
   const base = String(code).split(":")[0];
@@ -520,7 +525,7 @@ async function loadQueue() {
         h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
         h("td", {}, codeSpan("state", j.state)), h("td", { class: "num" }, fmtNum(j.lab_usage)),
         eta ? h("td", { title: estimateTitle(j) }, estimateText(j)) : null,
-        h("td", {}, codeSpan("reason", j.pending_reason))));
+        h("td", {}, codeSpan("reason", reasonCode(j)))));
       return rows.length ? rows : [h("tr", {}, h("td", { colspan: eta ? 9 : 8 }, t("queue.empty")))];
     });
     setRows($("running-rows"), JSON.stringify(running.map((j) => [j, Math.floor((j.elapsed_s || 0) / 60)])), () => {
@@ -708,7 +713,7 @@ function describe(key, v, job) {
   if (key === "estimated_start" && job.estimate_basis) return `${estimateText(job)} (${estimateTitle(job)})`;
   if (v === null || v === undefined || v === "") return null;
   if (key === "state") return codeSpan("state", v);
-  if (key === "pending_reason") return codeSpan("reason", v);
+  if (key === "pending_reason") return codeSpan("reason", reasonCode(job));
   if (key === "reason") return codeSpan("end", v);
   if (key === "placement") return `${v.node} · ${v.tier} [${(v.gpus || []).join(",")}]`;
   if (key === "reservation") return `${v.node} · ${v.tier} [${(v.gpus || []).join(",")}] ${t("maint.since")} ${fmtTime(v.since)}`;

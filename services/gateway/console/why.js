@@ -24,17 +24,58 @@ Object.assign(STRINGS.en, {
   "why.phase.reserving": "reserving", "why.phase.starting": "dispatched → started",
   "why.phase.running": "running", "why.phase.cancelling": "cancelling",
   "why.phase.retry_decision": "OOM retry decision",
-  "why.own.JobSubmitted": "it was submitted", "why.own.JobPromoted": "it entered the global queue",
-  "why.own.ReservationStarted": "it started a reservation",
-  "why.own.ReservationGrown": "its reservation took another GPU",
-  "why.own.ReservationReleased": "its reservation was released",
-  "why.own.JobDispatched": "it was dispatched", "why.own.JobStarted": "it started",
-  "why.own.JobEnded": "it ended",
-  "why.cause.JobEnded": "{job} ({lab}) ended", "why.cause.JobPromoted": "{job} ({lab}) entered the global queue",
-  "why.cause.JobDispatched": "{job} ({lab}) was dispatched",
-  "why.cause.ReservationStarted": "{job} ({lab}) started a reservation",
-  "why.cause.ReservationReleased": "{job} ({lab}) released its reservation",
-  "why.cause.UsageCharged": "{lab} was charged", "why.cause.other": "{event} ({job})",
+  "why.reason.ConcurrencyLimit": "waiting for a slot: all of {user}'s slots are held, by {jobs} (S1)",
+  "why.reason.ConcurrencyLimit.none": "waiting for a slot: no job of {user} holds one, yet their limit (max_active_jobs) admits no more now (S1)",
+  "why.reason.MinVram": "waits for a GPU with at least {min_vram} GB; only smaller GPUs are idle (D7)",
+  "why.cause.submitted": "it was submitted; every job enters its user's personal queue first (Q4)",
+  "why.cause.promoted_free_slot": "{user} had a free slot ({count} of their other jobs held slots): promoted {after}",
+  "why.cause.promoted_slot_freed": "job {jobs} ended and freed one of {user}'s slots: promoted after {waited} (Q5)",
+  "why.cause.retried": "it ran out of GPU memory on {tier} ({vram} GB): retried on a GPU with at least {min_vram} GB (X8)",
+  "why.cause.retry_declined.max_attempts": "no retry: it ran out of GPU memory on its last allowed attempt (X8)",
+  "why.cause.retry_declined.no_fit": "no retry: no GPU has the {min_vram} GB it would need (X8)",
+  "why.cause.reserved": "it is rank 1 and needs {needed} GPUs, but {node} ({tier}) had only {count} idle: it holds those while the rest free up (R1)",
+  "why.cause.reservation_grown": "GPU {gpus} on {node} freed{freed}: it now holds {count} of {needed} (R2)",
+  "why.cause.reservation_shrunk.lost": "GPU {gpus} on {node} went down or was taken: it still holds {count} of {needed} (R5)",
+  "why.cause.reservation_shrunk.yielded": "it gave GPU {gpus} on {node} to a higher-ranked job that could start only there; it holds {count} of {needed} (R6)",
+  "why.cause.released_demoted": "it was no longer rank 1: {other_lab}'s job {jobs} ranked first, and only the rank-1 job keeps a reservation (R3)",
+  "why.cause.released_maintenance": "maintenance began: every reservation is released (M1)",
+  "why.cause.released_capacity": "its placement on {node} lost GPUs or its tier was turned off: the reservation was released (R5)",
+  "why.cause.released_cancelled": "it was cancelled: its reservation was released",
+  "why.cause.released_to_run": "all {needed} GPUs it needs are free on {node}: it starts on its reservation",
+  "why.cause.released_swap": "enough GPUs freed elsewhere first: it starts there and lets its reservation on {node} go (R4)",
+  "why.cause.dispatched": "{node} ({tier}) had GPU {gpus} free for it{freed}",
+  "why.cause.dispatched_reserved": "the last of the GPUs it reserved on {node} freed{freed}: all {needed} are its (R2)",
+  "why.cause.started": "{node} started it",
+  "why.cause.completed": "its command exited with code 0",
+  "why.cause.exited": "its command exited with code {code}",
+  "why.cause.out_of_memory": "it ran out of GPU memory on {tier} ({vram} GB) (X7)",
+  "why.cause.timed_out": "it ran past its time limit",
+  "why.cause.failed": "it failed: {reason}",
+  "why.cause.cancelled": "it was cancelled",
+  "why.cause.cancel_requested": "{by} cancelled it",
+  "why.cause.other_entered": "job {job} ({lab}) entered the global queue",
+  "why.cause.other_entered_ahead": "job {job} ({lab}) entered the global queue ahead of it: the lab with lower usage ranks first (D1)",
+  "why.cause.other_retried": "job {job} ({lab}) came back to retry on a GPU with at least {min_vram} GB (X8)",
+  "why.cause.other_ended": "job {job} ({lab}) ended, freeing GPU {gpus} on {node}",
+  "why.cause.other_left": "job {job} ({lab}) left the queue before it ran",
+  "why.cause.other_dispatched": "job {job} ({lab}) took GPU {gpus} on {node}",
+  "why.cause.other_reserved": "job {job} ({lab}) reserved GPU {gpus} on {node} (R1)",
+  "why.cause.other_reservation_changed": "job {job} ({lab}) now reserves GPU {gpus} on {node}",
+  "why.cause.other_released": "job {job} ({lab}) let its reservation on {node} go: {why}",
+  "why.cause.other_cancelled": "{by} cancelled job {job} ({lab})",
+  "why.cause.charged": "{lab} was charged for job {job}",
+  "why.cause.initial_usage": "{lab}'s starting usage was recorded",
+  "why.cause.maintenance_draining": "the admin {by} started maintenance{message}: nothing new is dispatched (M1)",
+  "why.cause.maintenance_recovery": "maintenance: the user jobs are done and LLM backfill is being reclaimed (M2)",
+  "why.cause.maintenance_active": "maintenance is under way (M3)",
+  "why.cause.maintenance_ended": "the admin {by} ended maintenance{message}: dispatching resumes",
+  "why.cause.node_changed": "node {node} reported its GPUs ({state}, {count} down)",
+  "why.cause.backfill_ended": "LLM backfill on GPU {gpus} of {node} stopped ({reason})",
+  "why.at_once": "at once",
+  "why.after": "after {waited}",
+  "why.freed_by": ", freed by job {jobs}",
+  "why.message": ": “{message}”",
+  "why.usage": " ({lab}'s usage: {usage} TFLOP-s)",
   "why.charged": ", charging {lab} {charge} TFLOP-s (now {usage})",
 });
 Object.assign(STRINGS.ko, {
@@ -56,15 +97,58 @@ Object.assign(STRINGS.ko, {
   "why.phase.personal_queue": "개인 대기열", "why.phase.global_queue": "전역 대기열",
   "why.phase.reserving": "예약", "why.phase.starting": "배정 → 시작", "why.phase.running": "실행",
   "why.phase.cancelling": "취소 중", "why.phase.retry_decision": "OOM 재시도 결정",
-  "why.own.JobSubmitted": "제출됨", "why.own.JobPromoted": "전역 대기열에 들어감",
-  "why.own.ReservationStarted": "예약을 시작함", "why.own.ReservationGrown": "예약에 GPU가 더해짐",
-  "why.own.ReservationReleased": "예약이 해제됨", "why.own.JobDispatched": "배정됨",
-  "why.own.JobStarted": "시작됨", "why.own.JobEnded": "끝남",
-  "why.cause.JobEnded": "{job} ({lab}) 작업이 끝남", "why.cause.JobPromoted": "{job} ({lab}) 작업이 전역 대기열에 들어옴",
-  "why.cause.JobDispatched": "{job} ({lab}) 작업이 배정됨",
-  "why.cause.ReservationStarted": "{job} ({lab}) 작업이 예약을 시작함",
-  "why.cause.ReservationReleased": "{job} ({lab}) 작업의 예약이 해제됨",
-  "why.cause.UsageCharged": "{lab}에 사용량이 부과됨", "why.cause.other": "{event} ({job})",
+  "why.reason.ConcurrencyLimit": "슬롯을 기다림: {user}의 작업 {jobs}이(가) 슬롯을 모두 쓰고 있습니다 (S1)",
+  "why.reason.ConcurrencyLimit.none": "슬롯을 기다림: {user}의 작업 중 슬롯을 쓰는 것은 없지만 동시 실행 한도(max_active_jobs)가 지금은 더 허용하지 않습니다 (S1)",
+  "why.reason.MinVram": "{min_vram} GB 이상인 GPU를 기다림: 더 작은 GPU만 비어 있습니다 (D7)",
+  "why.cause.submitted": "제출됨 — 모든 작업은 먼저 사용자의 개인 대기열에 들어갑니다 (Q4)",
+  "why.cause.promoted_free_slot": "{user}에게 빈 슬롯이 있어 ({count}개의 다른 작업이 슬롯 사용) {after} 전역 대기열로 올라감",
+  "why.cause.promoted_slot_freed": "{jobs} 작업이 끝나 {user}의 슬롯이 비어 {waited} 뒤 전역 대기열로 올라감 (Q5)",
+  "why.cause.retried": "{tier} ({vram} GB)에서 GPU 메모리가 부족해 {min_vram} GB 이상인 GPU로 재시도 (X8)",
+  "why.cause.retry_declined.max_attempts": "재시도 없음: 허용된 마지막 시도에서 GPU 메모리 부족 (X8)",
+  "why.cause.retry_declined.no_fit": "재시도 없음: 필요한 {min_vram} GB를 가진 GPU가 없음 (X8)",
+  "why.cause.reserved": "1위이고 GPU {needed}개가 필요한데 {node} ({tier})에 {count}개만 비어 있어 나머지가 빌 때까지 잡아 둠 (R1)",
+  "why.cause.reservation_grown": "{node}의 GPU {gpus}가 비어{freed} 이제 {needed}개 중 {count}개를 잡고 있음 (R2)",
+  "why.cause.reservation_shrunk.lost": "{node}의 GPU {gpus}가 꺼지거나 다른 곳에 쓰여 {needed}개 중 {count}개만 남음 (R5)",
+  "why.cause.reservation_shrunk.yielded": "그곳에서만 시작할 수 있는 상위 작업에 {node}의 GPU {gpus}를 양보해 {needed}개 중 {count}개를 잡고 있음 (R6)",
+  "why.cause.released_demoted": "더 이상 1위가 아님: {other_lab} 연구실의 작업 {jobs}이(가) 1위가 되었고, 예약은 1위 작업만 유지합니다 (R3)",
+  "why.cause.released_maintenance": "점검이 시작되어 모든 예약이 해제됨 (M1)",
+  "why.cause.released_capacity": "{node}의 배치가 GPU를 잃었거나 티어가 꺼져 예약이 해제됨 (R5)",
+  "why.cause.released_cancelled": "취소되어 예약이 해제됨",
+  "why.cause.released_to_run": "{node}에 필요한 GPU {needed}개가 모두 비어 예약한 자리에서 시작함",
+  "why.cause.released_swap": "다른 곳의 GPU가 먼저 비어 그곳에서 시작하고 {node}의 예약은 놓음 (R4)",
+  "why.cause.dispatched": "{node} ({tier})의 GPU {gpus}가 비어 있었음{freed}",
+  "why.cause.dispatched_reserved": "{node}에 예약한 GPU의 마지막 하나가 비어{freed} {needed}개가 모두 확보됨 (R2)",
+  "why.cause.started": "{node}가 작업을 시작함",
+  "why.cause.completed": "명령이 종료 코드 0으로 끝남",
+  "why.cause.exited": "명령이 종료 코드 {code}로 끝남",
+  "why.cause.out_of_memory": "{tier} ({vram} GB)에서 GPU 메모리가 부족함 (X7)",
+  "why.cause.timed_out": "시간 제한을 넘김",
+  "why.cause.failed": "실패: {reason}",
+  "why.cause.cancelled": "취소됨",
+  "why.cause.cancel_requested": "{by}이(가) 취소함",
+  "why.cause.other_entered": "{job} ({lab}) 작업이 전역 대기열에 들어옴",
+  "why.cause.other_entered_ahead": "{job} ({lab}) 작업이 앞 순위로 전역 대기열에 들어옴: 사용량이 적은 연구실이 먼저입니다 (D1)",
+  "why.cause.other_retried": "{job} ({lab}) 작업이 {min_vram} GB 이상인 GPU로 재시도하려고 돌아옴 (X8)",
+  "why.cause.other_ended": "{job} ({lab}) 작업이 끝나 {node}의 GPU {gpus}가 비었음",
+  "why.cause.other_left": "{job} ({lab}) 작업이 실행되기 전에 대기열을 떠남",
+  "why.cause.other_dispatched": "{job} ({lab}) 작업이 {node}의 GPU {gpus}를 가져감",
+  "why.cause.other_reserved": "{job} ({lab}) 작업이 {node}의 GPU {gpus}를 예약함 (R1)",
+  "why.cause.other_reservation_changed": "{job} ({lab}) 작업의 {node} 예약이 GPU {gpus}로 바뀜",
+  "why.cause.other_released": "{job} ({lab}) 작업이 {node}의 예약을 놓음: {why}",
+  "why.cause.other_cancelled": "{by}이(가) {job} ({lab}) 작업을 취소함",
+  "why.cause.charged": "{job} 작업의 사용량이 {lab}에 부과됨",
+  "why.cause.initial_usage": "{lab}의 시작 사용량이 기록됨",
+  "why.cause.maintenance_draining": "관리자 {by}이(가) 점검을 시작함{message}: 새로 배정하지 않습니다 (M1)",
+  "why.cause.maintenance_recovery": "점검: 사용자 작업이 끝나 LLM 백필을 회수하는 중 (M2)",
+  "why.cause.maintenance_active": "점검 진행 중 (M3)",
+  "why.cause.maintenance_ended": "관리자 {by}이(가) 점검을 끝냄{message}: 배정을 다시 시작합니다",
+  "why.cause.node_changed": "노드 {node}의 GPU 상태가 바뀜 ({state}, {count}개 꺼짐)",
+  "why.cause.backfill_ended": "{node}의 GPU {gpus}에서 LLM 백필이 멈춤 ({reason})",
+  "why.at_once": "곧바로",
+  "why.after": "{waited} 뒤",
+  "why.freed_by": " ({jobs} 작업이 비움)",
+  "why.message": ": “{message}”",
+  "why.usage": " ({lab} 사용량: {usage} TFLOP-s)",
   "why.charged": " — {lab}에 {charge} TFLOP-s 부과 (현재 {usage})",
 });
 
@@ -73,16 +157,42 @@ applyStrings();  // console.js applied its strings before these were added
 const why = { id: null, wait: null };  // the explanation loaded for the job shown
 const reasonText = (r) => t(has(`reason.${r}.t`) ? `reason.${r}.t` : `reason.${r}`);
 
-function whyCause(c, jobId) {
+// The cause in words: one sentence per kind (jpu.explain.wait.CauseKind), or per kind and
+// reason, as jpu.cli.why renders it; never the event's type.
+function whyCause(c) {
   if (!c) return "";
-  const own = c.job_id === jobId && has("why.own." + c.event);
-  let text = own ? t("why.own." + c.event)
-    : tf(has("why.cause." + c.event) ? "why.cause." + c.event : "why.cause.other",
-      { job: c.job_id || "", lab: c.lab || "", event: c.event });
+  const key = has(`why.cause.${c.kind}.${c.reason}`) ? `why.cause.${c.kind}.${c.reason}` : `why.cause.${c.kind}`;
+  if (!has(key)) return "";
+  const jobs = (c.jobs || []).join(", "), waited = fmtDur(c.waited_s || 0);
+  let text = tf(key, {
+    job: c.job_id || "", lab: c.lab || "", jobs, other_lab: c.other_lab || "", user: c.user || "",
+    node: c.node || "", tier: c.tier || "", gpus: (c.gpus || []).join(","), count: c.count,
+    needed: c.needed, vram: c.vram_gb, min_vram: c.min_vram_gb, code: c.code, reason: c.reason || "",
+    why: has("why.release." + c.reason) ? t("why.release." + c.reason) : (c.reason || ""),
+    state: c.state || "", by: c.by || "", waited,
+    message: c.message ? tf("why.message", { message: c.message }) : "",
+    after: (c.waited_s || 0) < 1 ? t("why.at_once") : tf("why.after", { waited }),
+    freed: jobs ? tf("why.freed_by", { jobs }) : "",
+  });
+  if (c.kind === "other_entered_ahead" && c.lab_usage !== null && c.lab_usage !== undefined) {
+    text += tf("why.usage", { lab: c.lab, usage: fmtNum(c.lab_usage) });
+  }
   if (c.charge !== null && c.charge !== undefined && c.lab) {
     text += tf("why.charged", { lab: c.lab, charge: fmtNum(c.charge), usage: fmtNum(c.lab_usage) });
   }
   return text;
+}
+
+// The step's pending reason; the personal queue's names the jobs holding the slots (S1), MinVram
+// the VRAM floor (D7).
+function whyReason(s, w) {
+  if (!s.pending_reason) return t("why.dispatching");
+  const jobs = (s.slot_holders || []).join(", ");
+  if (s.pending_reason === "ConcurrencyLimit" || s.pending_reason === "MinVram") {
+    const key = s.pending_reason === "ConcurrencyLimit" && !jobs ? "ConcurrencyLimit.none" : s.pending_reason;
+    return tf("why.reason." + key, { user: w.user, jobs, min_vram: s.min_vram_gb });
+  }
+  return reasonText(s.pending_reason);
 }
 
 function whyNodes(w) {
@@ -91,11 +201,12 @@ function whyNodes(w) {
   const steps = w.steps.map((s) => {
     let head = `${fmtTime(s.at)} — ${has("state." + s.state) ? t("state." + s.state) : s.state}`;
     if (s.rank !== null) {
-      head += ", " + tf("why.rank", { rank: s.rank, n: s.queue_length }) + " — "
-        + (s.pending_reason ? reasonText(s.pending_reason) : t("why.dispatching"));
+      head += ", " + tf("why.rank", { rank: s.rank, n: s.queue_length }) + " — " + whyReason(s, w);
+    } else if (s.pending_reason) {
+      head += " — " + whyReason(s, w);
     }
     const items = [h("div", {}, head)];
-    const cause = whyCause(s.cause, w.job_id);
+    const cause = whyCause(s.cause);
     if (cause) items.push(h("div", { class: "muted" }, tf("why.because", { cause })));
     else if (s.sampled) items.push(h("div", { class: "muted" }, t("why.sampled")));
     if (s.ahead.length) {
@@ -118,7 +229,7 @@ function whyNodes(w) {
       gpus, node: r.node, tier: r.tier, start: fmtTime(r.started_at), dur: fmtDur(r.ended_at - r.started_at), end })));
     if (r.demoted_by) {
       out.push(h("p", { class: "why-demoted" }, tf("why.demoted", {
-        cause: whyCause(r.demoted_by, w.job_id), first: r.overtaken_by, first_lab: r.overtaken_by_lab,
+        cause: whyCause(r.demoted_by), first: r.overtaken_by, first_lab: r.overtaken_by_lab,
         usage: fmtNum(r.overtaken_by_usage) })));
     }
   }

@@ -34,6 +34,7 @@ def _entry(row: Any, rank: int | None, reason: str | None, usage: float) -> dict
         "user": row["user"],
         "num_gpus": row["num_gpus"],
         "tiers": row["tiers"],
+        "min_vram_gb": row["min_vram_gb"],  # D7 MinVram: the floor it waits for (X8 raises it)
         "state": row["state"],
         "attempt": row["attempt"],
         "lab_usage": usage,

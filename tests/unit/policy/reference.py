@@ -6,6 +6,8 @@ them on random clusters and queues.
 
 from __future__ import annotations
 
+import msgspec
+
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import (
     CycleResult,
@@ -189,5 +191,10 @@ def ref_cycle(s: Snapshot, now: float) -> CycleResult:
                 continue
         prio = any(fit(j, k) and base[k] >= n for k in P_)
         pending[j.job_id] = "Priority" if prio else "Resources"
+        v = j.min_vram_gb
+        if not prio and v is not None:  # D7: only GPUs below its VRAM floor are free enough
+            floor = msgspec.structs.replace(j, min_vram_gb=None)
+            if any(fit(floor, k) and T[k[1]].vram_gb < v and base[k] >= n for k in P_):
+                pending[j.job_id] = "MinVram"
     out.pending = pending
     return out

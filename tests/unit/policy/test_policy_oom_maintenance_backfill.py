@@ -86,9 +86,33 @@ def test_X8_retry_dispatches_only_on_bigger_vram():
         ),
         0,
     )
-    assert r.dispatches == [] and r.pending == {"x": "Resources"}  # 3080s idle but too small
+    assert r.dispatches == [] and r.pending == {"x": "MinVram"}  # 3080s idle but too small (D7)
     r = cycle(snap(default_cluster(), q), 0)
     assert r.dispatches[0].tier == "rtx4090" and r.dispatches[0].attempt == 2
+
+
+ALL_4090_BUSY = {
+    ("gpu-4090x2-01", 0): "job:a",
+    ("gpu-4090x2-01", 1): "job:b",
+    ("gpu-4090x2-02", 0): "job:c",
+    ("gpu-4090x2-02", 1): "job:d",
+}
+
+
+def test_D7_X8_oom_retry_beside_idle_smaller_gpus_waits_for_MinVram():
+    """D7: an OOM retry (min_vram_gb 13 after 12 GB, X8) with idle 3080 Ti (12 GB) waits for
+    VRAM, not Resources; with those busy too, or excluded by its tiers, it is Resources."""
+    retry = job("x", n=1, vram=13, attempt=2)
+    assert cycle(snap(default_cluster(ALL_4090_BUSY), [retry]), 0).pending == {"x": "MinVram"}
+    everything = {**ALL_4090_BUSY, **{(f"gpu-3080tix2-0{n}", i): "job:e" for n in (1, 2)
+                                      for i in (0, 1)}}  # fmt: skip
+    assert cycle(snap(default_cluster(everything), [retry]), 0).pending == {"x": "Resources"}
+    only4090 = job("y", n=1, vram=13, tiers=["rtx4090"])
+    assert cycle(snap(default_cluster(ALL_4090_BUSY), [only4090]), 0).pending == {
+        "y": "Resources"
+    }  # the 3080 Ti are not its tiers: VRAM is not what it waits for
+    wide = job("w", n=2, vram=13)  # 2 idle 3080 Ti on one node: VRAM again
+    assert cycle(snap(default_cluster(ALL_4090_BUSY), [wide]), 0).pending == {"w": "MinVram"}
 
 
 # --- M1–M4 -----------------------------------------------------------------------------------

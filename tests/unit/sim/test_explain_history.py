@@ -65,7 +65,7 @@ def test_U4_R3_why_names_the_charge_that_demoted_X(simulate: Simulate) -> None:
     # rank and reason over the wait (D1, D7)
     seen = [(s.state, s.rank, s.pending_reason) for s in t.steps]
     assert seen[:4] == [
-        ("PERSONAL_QUEUE_WAIT", None, "ConcurrencyLimit"),
+        ("PERSONAL_QUEUE_WAIT", None, None),  # promoted at once: alice had a free slot (S1)
         ("GLOBAL_QUEUE_WAIT", 1, "Reservation"),
         ("RESERVING", 1, "Reservation"),
         ("RESERVING", 2, "Priority"),  # Y's end: Z ahead, X about to be demoted (R3)

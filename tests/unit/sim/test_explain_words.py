@@ -17,13 +17,14 @@ def test_U4_why_says_what_demoted_X_in_english_and_korean(simulate: Simulate) ->
     _, config, log = r3_example(simulate)
     wait = msgspec.to_builtins(wait_timeline(log, "x", config))
     en = render(wait, "en")
-    assert "because y (BCG) ended, charging BCG 24,863 TFLOP-s" in en  # Y's run: 301 s × 82.6
+    # Y's run: 301 s × 82.6, on the GPU beside X's reservation
+    assert "because job y (BCG) ended, freeing GPU 0 on n1, charging BCG 24,863 TFLOP-s" in en
     assert "demoted, it was no longer rank 1; 24,780 TFLOP-s charged to BCG at once (R3)" in en
     assert "then KDG's job z (" in en
     assert "reserving, rank 2 of 2 — a higher-ranked job takes the resources it needs" in en
     assert "reserving 5m00s" in en and "running 16m40s" in en
     ko = render(wait, "ko")
-    assert "y (BCG) 작업이 끝남 — BCG에 24,863 TFLOP-s 부과" in ko
+    assert "y (BCG) 작업이 끝나 n1의 GPU 0가 비었음 — BCG에 24,863 TFLOP-s 부과" in ko
     assert "24,780 TFLOP-s를 즉시 BCG에 부과 (R3)" in ko and "1위: KDG 연구실의 작업 z" in ko
     assert "예약 5m00s" in ko
 
