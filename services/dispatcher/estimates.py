@@ -93,4 +93,5 @@ def _view(result: ForwardResult, seq: int) -> EstimatesView:
         seq=seq,
         jobs={j: (e.start, e.basis) for j, e in result.estimates.items()},
         complete=result.complete,
+        why={j: e.why for j, e in result.estimates.items() if e.why is not None},
     )

@@ -19,11 +19,13 @@ def _where(e: dict[str, Any]) -> str:
 
 
 def estimate(j: dict[str, Any]) -> str:
-    """SPEC U4 in words: an estimate with its basis and when it was computed, never a promise."""
+    """SPEC U4 in words: an estimate with its basis and when it was computed, never a promise;
+    with no start, why (`estimate_reason`)."""
     start, basis = j.get("estimated_start"), j.get("estimate_basis")
     at = f", computed {fmt_ts(j['estimated_at'])}" if j.get("estimated_at") else ""
     if start is None:
-        return f"unknown (estimate{at})"
+        why = j.get("estimate_reason")
+        return f"unknown: {why} (estimate{at})" if why else f"unknown (estimate{at})"
     return f"{fmt_ts(start)} (estimate from {basis}{at})"
 
 
@@ -51,10 +53,22 @@ def queue(data: dict[str, Any], start: bool = False) -> str:
         rows.append([*row, fmt_usage(e.get("lab_usage")), _where(e)])
     headers = [*_QUEUE_HEADERS, *(["ESTIMATED_START"] if start else [])]
     out = table([*headers, "LAB_USAGE", "NODELIST(REASON)"], rows)
+    if start:
+        out += _unknown_starts(data.get("queue", []))
     state = data.get("maintenance", "NORMAL")
     if state != "NORMAL":
         out = f"Maintenance: {state} (nothing is dispatched)\n{out}"
     return out
+
+
+def _unknown_starts(entries: list[dict[str, Any]]) -> str:
+    """Under the table, why each "unknown" start is unknown (U4), one line per reason."""
+    by_why: dict[str, list[str]] = {}
+    for e in entries:
+        if e.get("estimated_start") is None and e.get("estimate_basis"):
+            by_why.setdefault(e.get("estimate_reason") or "no start found", []).append(e["job_id"])
+    lines = [f"unknown start of {', '.join(ids)}: {why}" for why, ids in by_why.items()]
+    return "".join(f"\n{line}" for line in lines)
 
 
 def jobs(data: dict[str, Any]) -> str:
@@ -143,7 +157,7 @@ def job(j: dict[str, Any]) -> str:
     ]
     if j.get("rank") is not None or j.get("pending_reason"):
         pairs += [("Rank", j.get("rank")), ("Reason", j.get("pending_reason"))]
-    if j.get("estimate_basis"):
+    if j.get("estimate_basis") or j.get("estimate_reason"):  # U4 (reason: not estimated yet)
         pairs.append(("EstimatedStart", estimate(j)))
     pairs += [
         ("Reservation", _reservation(j)),

@@ -645,15 +645,21 @@ async function loadJobs() {
   });
 }
 
-// SPEC U4: an estimate, with its basis and when it was computed; "unknown" when it found no start
+// SPEC U4: an estimate, with its basis and when it was computed; with no start, "unknown" and
+// why (the API's estimate_reason), never the basis "unknown" a second time
 const estimateText = (j) => j.estimated_start ? fmtTime(j.estimated_start)
   : j.estimate_basis ? t("est.unknown") : "–";
-const estimateTitle = (j) => j.estimate_basis
-  ? `${t("est." + j.estimate_basis)}${j.estimated_at ? ` · ${t("est.at")} ${fmtTime(j.estimated_at)}` : ""}`
-  : null;
+const estimateTitle = (j) => {
+  if (!j.estimate_basis && !j.estimate_reason) return null;
+  const what = j.estimated_start ? t("est." + j.estimate_basis) : j.estimate_reason || t("est.unknown");
+  return `${what}${j.estimated_at ? ` · ${t("est.at")} ${fmtTime(j.estimated_at)}` : ""}`;
+};
 
 function describe(key, v, job) {
-  if (key === "estimated_start" && job.estimate_basis) return `${estimateText(job)} (${estimateTitle(job)})`;
+  if (key === "estimated_start" && (job.estimate_basis || job.estimate_reason)) {
+    return job.estimated_start ? `${estimateText(job)} (${estimateTitle(job)})`
+      : `${t("est.unknown")}: ${estimateTitle(job)}`;
+  }
   if (v === null || v === undefined || v === "") return null;
   if (key === "state") return codeSpan("state", v);
   if (key === "pending_reason") return codeSpan("reason", v);

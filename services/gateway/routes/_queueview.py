@@ -55,13 +55,22 @@ class QueueView:
     def estimate_of(self, job_id: str) -> dict[str, Any]:
         """SPEC U4: `estimated_start` (null: unknown or not estimated yet), `estimate_basis`
         (limits | predicted | unknown; null: no estimate has seen this job yet) and
-        `estimated_at` (the dispatcher's time the estimate was computed for)."""
+        `estimated_at` (the dispatcher's time the estimate was computed for); with no start,
+        `estimate_reason` says why (maintenance, the jobs holding the GPUs have no limit and
+        no prediction, the horizon, or no estimate has covered the job yet)."""
         est = self.estimates
         got = est.jobs.get(job_id) if est is not None else None
+        reason = None
+        if got is None:
+            reason = "not estimated yet: the dispatcher's next estimate will cover it"
+        elif got[0] is None:
+            reason = est.why.get(job_id) if est is not None else None
+            reason = reason or "the estimate found no start for it"
         return {
             "estimated_start": got[0] if got else None,
             "estimate_basis": got[1] if got else None,
             "estimated_at": est.at if est is not None and got else None,
+            "estimate_reason": reason,
         }
 
     def rank_of(self, job_id: str) -> tuple[int | None, str | None]:
