@@ -50,9 +50,13 @@ def queue(data: dict[str, Any], start: bool = False) -> str:
             at = e.get("estimated_start")
             unknown = at is None and e.get("estimate_basis")
             row.append("unknown" if unknown else fmt_ts(at))
-        rows.append([*row, fmt_usage(e.get("lab_usage")), _where(e)])
+        usage = [fmt_usage(e.get("lab_usage")), fmt_usage(e.get("lab_accrued_uncharged"))]
+        rows.append([*row, *usage, _where(e)])
     headers = [*_QUEUE_HEADERS, *(["ESTIMATED_START"] if start else [])]
-    out = table([*headers, "LAB_USAGE", "NODELIST(REASON)"], rows)
+    # F4: the charged usage orders the queue (D1); what the lab's running jobs and reservations
+    # have cost so far is charged only when they end — two columns, never one sum
+    usage = ["LAB_USAGE(CHARGED)", "ACCRUED(UNCHARGED)"]
+    out = table([*headers, *usage, "NODELIST(REASON)"], rows)
     if start:
         out += _unknown_starts(data.get("queue", []))
     state = data.get("maintenance", "NORMAL")
