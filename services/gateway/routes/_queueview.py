@@ -47,6 +47,7 @@ class QueueView:
     decided_at: float | None = None  # the dispatcher's cycle these ranks and reasons come from
     estimates: commands.EstimatesView | None = None  # U4: the dispatcher's latest estimate
     _ranks: dict[str, int] | None = None  # job id -> rank, built on first use (shared views)
+    _why: dict[str, str] | None = None  # job id -> why its start is unknown, likewise
 
     def rank(self, i: int) -> int | None:
         """The rank of `ordered[i]` (0-based), None for a job no cycle has ranked yet."""
@@ -63,9 +64,10 @@ class QueueView:
         reason = None
         if got is None:
             reason = "not estimated yet: the dispatcher's next estimate will cover it"
-        elif got[0] is None:
-            reason = est.why.get(job_id) if est is not None else None
-            reason = reason or "the estimate found no start for it"
+        elif got[0] is None and est is not None:
+            if self._why is None:
+                self._why = {j: why for why, ids in est.why.items() for j in ids}
+            reason = self._why.get(job_id) or "the estimate found no start for it"
         return {
             "estimated_start": got[0] if got else None,
             "estimate_basis": got[1] if got else None,
