@@ -150,12 +150,15 @@ class EstimatesView(msgspec.Struct, frozen=True, kw_only=True):
     """Written by the leading dispatcher every `estimate_every_s` (SPEC U4): the forward estimate
     of when each queued job starts (jpu.estimate), computed on its state at `at` (stream seq
     `seq`). `jobs` = job id → [estimated start (null: unknown), basis: limits | predicted |
-    unknown]. `complete` = every job got a start within the horizon and the cycle cap."""
+    unknown]. `complete` = every job got a start within the horizon and the cycle cap.
+    `why` = why a start is unknown → the jobs it is unknown for (each reason once: in
+    maintenance every job has the same one; absent in older values)."""
 
     at: float
     seq: int
     jobs: dict[str, tuple[float | None, str]]
     complete: bool = True
+    why: dict[str, list[str]] = {}
 
 
 def estimates_view_key(stream: str) -> str:

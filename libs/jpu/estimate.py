@@ -13,6 +13,13 @@ How long a job runs once started (its basis):
   run time / limit below `LOOSE`), the limit × that median: users who write 2× their run time
   get estimates from what their jobs really take (`RunTimes(scale_limits=False)`: limits only);
 - `unknown`: neither (a running job then holds its GPUs for the whole estimate).
+
+A running job already past its duration (an overrun) is never assumed to end "now": that put
+every estimate on a full cluster at the moment it was computed, moving forward with each
+recomputation. Given how long it has run, it ends after the median of the recorded runs (or limit
+ratios) that lasted longer than that; with none, at its limit; with no limit either, `unknown`
+(it holds its GPUs for the whole estimate, and the wait behind it says so). Only a job past its
+own time limit ends "now" (the backend is killing it).
 The recent runs are part of the shared fold (`ClusterState.runs`, jpu.domain.runs), in every
 snapshot: a dispatcher restarted from one predicts as well as one that replayed the whole log.
 """
@@ -70,9 +77,32 @@ class RunTimes:
         p = self.predict(user, lab, num_gpus)
         return (p, "predicted") if p is not None else (None, "unknown")
 
+    def running(
+        self, user: str, lab: str, num_gpus: int, time_limit_s: float | None, elapsed_s: float
+    ) -> tuple[float | None, Basis]:
+        """How long a job that has run `elapsed_s` runs in all: `duration`, unless it already
+        ran past that (see the module docstring: never "it ends now")."""
+        d, basis = self.duration(user, lab, num_gpus, time_limit_s)
+        if d is None or d > elapsed_s:
+            return d, basis
+        if time_limit_s:
+            if elapsed_s >= time_limit_s:  # past its limit: the backend is ending it
+                return float(time_limit_s), "limits"
+            seen = elapsed_s / time_limit_s
+            ratios = self.runs.ratios(user, lab) if self.scale_limits else []
+            longer = [r for r in ratios if r > seen]
+            r = float(statistics.median(longer)) if longer else 1.0
+            return (float(time_limit_s) * r, "predicted") if r < LOOSE else (time_limit_s, "limits")
+        longer = [r for r in self.runs.runs(user, lab, num_gpus) if r > elapsed_s]
+        return (float(statistics.median(longer)), "predicted") if longer else (None, "unknown")
 
-def _fjob(j: JobView, runtimes: RunTimes) -> ForwardJob:
-    d, basis = runtimes.duration(j.user, j.lab, j.num_gpus, j.time_limit_s)
+
+def _fjob(j: JobView, runtimes: RunTimes, elapsed_s: float | None = None) -> ForwardJob:
+    """`elapsed_s`: how long a running job has run (None: queued, not started)."""
+    if elapsed_s is None:
+        d, basis = runtimes.duration(j.user, j.lab, j.num_gpus, j.time_limit_s)
+    else:
+        d, basis = runtimes.running(j.user, j.lab, j.num_gpus, j.time_limit_s, elapsed_s)
     return ForwardJob(
         job_id=j.job_id,
         lab=j.lab,
@@ -98,8 +128,8 @@ def present(
     for j in state.jobs.values():
         if j.placement is not None and j.state in PLACED:
             node, tier, held = j.placement
-            fj = _fjob(j, rt)
             begun = j.started_at or j.dispatched_at or now
+            fj = _fjob(j, rt, max(0.0, now - begun))
             ends = None
             if j.state == "CANCELLING":  # X5: SIGTERM now, SIGKILL after the grace
                 ends = now + config.cancel_grace_s

@@ -88,9 +88,14 @@ def _timed_forward(p: Present, params: EstimateParams) -> tuple[ForwardResult, f
 
 
 def _view(result: ForwardResult, seq: int) -> EstimatesView:
+    why: dict[str, list[str]] = {}
+    for j, e in result.estimates.items():
+        if e.why is not None:
+            why.setdefault(e.why, []).append(j)
     return EstimatesView(
         at=result.at,
         seq=seq,
         jobs={j: (e.start, e.basis) for j, e in result.estimates.items()},
         complete=result.complete,
+        why=why,
     )

@@ -518,16 +518,32 @@ async def test_U4_queue_and_job_page_show_the_dispatchers_estimated_start(
         row = page.locator("#queue-rows tr", has_text=waiting)
         await expect(row).to_be_visible()
         cells = await row.locator("td").all_text_contents()
+        heads = [h.strip() for h in await page.locator("#queue-head th").all_text_contents()]
+        eta = heads.index("Estimated start")
         assert cells[-1].strip() in ("Resources", "Reservation", "Priority"), cells
-        assert cells[7].strip() not in ("", "–"), cells  # a time, not a dash
-        title = await row.locator("td").nth(7).get_attribute("title") or ""
+        assert cells[eta].strip() not in ("", "–"), cells  # a time, not a dash
+        title = await row.locator("td").nth(eta).get_attribute("title") or ""
         assert title.startswith(f"{basis} · estimated at"), title
+        # F4: KDG's usage that orders the queue and, apart, what dave's running job accrued
+        charged = heads.index("Lab usage, charged (TFLOP-s)")
+        accrued = cells[heads.index("Accrued, not yet charged")].strip()
+        assert cells[charged].strip() != "" and float(accrued.replace(",", "")) > 0, cells
         await page.goto(f"{stack.url}/#/job/{waiting}")
         field = page.locator("#job-fields dd[data-field=estimated_start]")
         await expect(field).to_contain_text(basis)
         await expect(page.locator("#job-fields")).to_contain_text("an estimate, not a promise")
+        # an unknown start says why, never "unknown (unknown · estimated at …)" (U4)
+        admin = stack.api("admin")
+        r = admin.http.post("/v1/admin/maintenance", json={"action": "start", "message": "eta"})
+        assert r.status_code in (200, 202), r.text
+        dave.wait(waiting, lambda j: "maintenance" in (j.get("estimate_reason") or ""), timeout=30)
+        await expect(field).to_contain_text("unknown: maintenance is in progress", timeout=15_000)
+        assert "(unknown" not in (await field.text_content() or "")
     finally:
+        admin = stack.api("admin")
+        admin.http.post("/v1/admin/maintenance", json={"action": "end"})
         stack.release(*[f"eta{i}" for i in range(4)])
+        wait_until(lambda: admin.get("/v1/maintenance/status")["state"] == "NORMAL", 20, "end")
 
 
 async def test_F5_U2_a_lab_member_sees_why_the_lab_was_charged_admins_every_lab(

@@ -247,3 +247,46 @@ async def test_D1_D7_the_api_shows_the_dispatchers_own_rank_and_reason(api: Api)
     finally:
         stop.set()
         await asyncio.wait_for(task, 15)
+
+
+async def test_F4_queue_and_labs_show_charged_usage_and_what_running_jobs_accrued(
+    api: Api,
+) -> None:
+    """A lab running 3 GPUs for 10 min has charged usage 0 (F4: charged when the attempts
+    end) — that is what orders the queue (D1) and stays `lab_usage`/`usage`. Beside it,
+    labelled apart, what its running jobs (and a reservation, for KDG) have accrued so far."""
+    t = api.clock.now()
+    tflops = {tier.name: tier.tflops for tier in api.config.tiers}
+    await _job(api, "r0", "OSL", "osl-erin", 2, entered=t)
+    await _job(api, "r1", "OSL", "osl-erin", 1, entered=t)
+    await _job(api, "q", "OSL", "osl-erin", 1, entered=t + 1)
+    await _job(api, "res", "KDG", "kdg-carol", 2, entered=t + 2)
+    await api.append(
+        JobDispatched(
+            **api.kw(), job_id="r0", attempt=1, node="gpu-4090x2-01", tier="rtx4090", gpus=[0, 1]
+        ),
+        JobDispatched(
+            **api.kw(), job_id="r1", attempt=1, node="gpu-3080tix2-01", tier="rtx3080ti", gpus=[0]
+        ),
+        ReservationStarted(
+            **api.kw(), job_id="res", node="gpu-4090x2-02", tier="rtx4090", gpus=[0]
+        ),
+    )
+    api.clock.advance(600)
+    osl = 2 * 600 * tflops["rtx4090"] + 1 * 600 * tflops["rtx3080ti"]  # F1, 3 GPUs
+    kdg = 1 * 600 * tflops["rtx4090"]
+    q = (await api.client.get("/v1/queue", headers=bearer("carol"))).json()
+    by = {e["job_id"]: e for e in [*q["queue"], *q["running"]]}
+    for job_id, accrued in (("q", osl), ("r0", osl), ("r1", osl), ("res", kdg)):
+        assert by[job_id]["lab_usage"] == 0.0, by[job_id]  # nothing charged yet (F4)
+        assert by[job_id]["lab_accrued_uncharged"] == pytest.approx(accrued), by[job_id]
+    labs = {
+        lab["lab"]: lab
+        for lab in (await api.client.get("/v1/labs", headers=bearer("carol"))).json()["labs"]
+    }
+    assert (labs["OSL"]["usage"], labs["OSL"]["running"]) == (0.0, 2)
+    assert labs["OSL"]["accrued_uncharged"] == pytest.approx(osl)
+    assert labs["KDG"]["accrued_uncharged"] == pytest.approx(kdg)
+    assert labs["BCG"]["accrued_uncharged"] == 0.0
+    one = (await api.client.get("/v1/labs/OSL", headers=bearer("carol"))).json()
+    assert one["accrued_uncharged"] == pytest.approx(osl)

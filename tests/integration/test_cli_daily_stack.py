@@ -89,7 +89,9 @@ async def test_U1_queue_shows_running_jobs_filters_and_submit_says_held_only_whe
 
         # like squeue: the running jobs too, with their run time and node
         table = ok(await jpu(url, "kdg-carol", "queue", cwd=project))
-        assert table.splitlines()[0].split()[8:] == ["TIME", "LAB_USAGE", "NODELIST(REASON)"]
+        assert table.splitlines()[0].split()[8:] == [
+            "TIME", "LAB_USAGE(CHARGED)", "ACCRUED(UNCHARGED)", "NODELIST(REASON)",
+        ]  # fmt: skip
         by_id = rows(table)
         for job_id in running:
             row = by_id[job_id]

@@ -156,22 +156,23 @@ QUEUE = {
 def test_U1_queue_table_like_squeue() -> None:
     running = {"rank": None, "job_id": "j4", "name": "run", "lab": "OSL", "user": "erin",
                "num_gpus": 2, "tiers": None, "state": "RUNNING", "lab_usage": 1000.0,
+               "lab_accrued_uncharged": 615_054.0,
                "placement": {"node": "gpu-4090x2-01", "tier": "rtx4090", "gpus": [0, 1]},
                "elapsed_s": 3725.0}  # fmt: skip
     lines = views.queue({**QUEUE, "running": [running]}).splitlines()
     assert lines[0].split() == [
-        "RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME", "LAB_USAGE",
-        "NODELIST(REASON)",
+        "RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME",
+        "LAB_USAGE(CHARGED)", "ACCRUED(UNCHARGED)", "NODELIST(REASON)",
     ]  # fmt: skip
     assert lines[1].split() == [
-        "1", "j1", "train", "KDG", "carol", "2", "any", "RESERVING", "-", "28,000",
+        "1", "j1", "train", "KDG", "carol", "2", "any", "RESERVING", "-", "28,000", "-",
         "(Reservation)",
     ]  # fmt: skip
     assert lines[2].split()[6] == "rtx4090" and lines[2].split()[9] == "32,000"
     assert lines[3].split()[0] == "-" and lines[3].split()[-1] == "(ConcurrencyLimit)"
     # running jobs too, like squeue: run time and where (issue 12 item 4)
     assert lines[4].split()[1:] == [
-        "j4", "run", "OSL", "erin", "2", "any", "RUNNING", "01:02:05", "1,000",
+        "j4", "run", "OSL", "erin", "2", "any", "RUNNING", "01:02:05", "1,000", "615,054",
         "gpu-4090x2-01[rtx4090:0,1]",
     ]  # fmt: skip
     draining = views.queue({**QUEUE, "maintenance": "DRAINING"})

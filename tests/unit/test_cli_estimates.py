@@ -55,3 +55,22 @@ def test_U4_queue_start_column():
     out = rest_jobviews.queue(data, start=True)
     assert "ESTIMATED_START" in out
     assert fmt_ts(T) in out and "unknown" in out
+
+
+def test_U4_show_and_queue_say_why_a_start_is_unknown():
+    why = "the GPUs it can use are held by r1, with no time limit and no prediction of their end"
+    out = rest_jobviews.job(
+        _job(estimated_start=None, estimate_basis="unknown", estimated_at=T, estimate_reason=why)
+    )
+    line = next(x for x in out.splitlines() if "EstimatedStart" in x)
+    assert f"unknown: {why}" in line and fmt_ts(T) in line
+    entry = {"rank": 1, "num_gpus": 1, "state": "GLOBAL_QUEUE_WAIT", "estimated_start": None}
+    data = {
+        "queue": [
+            {**entry, "job_id": "j1", "estimate_basis": "unknown", "estimate_reason": why},
+            {**entry, "job_id": "j2", "estimate_basis": "unknown", "estimate_reason": why},
+        ]
+    }
+    assert f"unknown start of j1, j2: {why}" in rest_jobviews.queue(data, start=True)
+    pending = _job(estimated_start=None, estimate_basis=None, estimate_reason="not estimated yet")
+    assert "not estimated yet" in rest_jobviews.job(pending)

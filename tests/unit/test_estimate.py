@@ -377,3 +377,69 @@ def test_U4_forward_starts_from_the_fold_of_the_present():
     assert sim.state.personal == {"b": ["p"]} and sim.state.slots == log.state.slots
     s = sim.state.jobs["s"]
     assert (s.uncharged_reserved_gpu_s, s.uncharged_reserved_usage) == pytest.approx((9.0, 743.4))
+
+
+def _history(log: Log, user: str, runs: list[float], limit: float | None = None) -> None:
+    """Completed 1-GPU runs of `user` (lab A) on n1, far in the past."""
+    for i, run_s in enumerate(runs):
+        job, start = f"h-{user}-{i}", T0 - 1e6 + i * 10_000
+        log.run(job, "A", user, "n1", "rtx4090", [0], start, time_limit_s=limit)
+        log.add(
+            JobEnded, start + run_s, job_id=job, attempt=1, state="COMPLETED", node="n1",
+            tier="rtx4090", gpus=[0], gpu_seconds_run=run_s, tflops=82.6,
+        )  # fmt: skip
+
+
+def test_U4_full_cluster_estimate_is_never_before_the_running_jobs_limits_end():
+    """A full cluster (0 idle, reason Resources) whose running jobs have limits of 2 h but a
+    habit of ending at half of them: past that predicted end (an overrun) the estimate played
+    them ending "now", so it equalled the moment it was computed and moved with every
+    recomputation. It is the first moment their limits free a GPU, and it stays put."""
+    log = Log(_one_node(2))
+    _history(log, "a", [H, H, H], limit=2 * H)  # ratio 0.5: predicted end = limit × 0.5
+    log.run("r1", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=2 * H)
+    log.run("r2", "A", "a", "n1", "rtx4090", [1], T0 + 60, time_limit_s=2 * H)
+    log.queue("q", "B", "b", 1, T0 + 100, time_limit_s=H)
+    for now in (T0 + 1.5 * H, T0 + 1.5 * H + 15, T0 + 1.5 * H + 30):  # both past 1 h
+        start, basis = log.estimate(now)["q"]
+        assert start == T0 + 2 * H, (now, start)  # r1's limit: the first GPU that can free
+        assert basis == "limits"
+
+
+def test_U4_overrun_running_job_without_a_limit_ends_after_the_longer_recorded_runs():
+    """No limit, predicted 20 min (the median), running 50 min: it ends after the median of
+    the recorded runs longer than 50 min (90 min), not "now"."""
+    log = Log(_one_node(1))
+    _history(log, "a", [600.0, 1200.0, 1200.0, 1800.0, 5400.0])
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0)
+    log.queue("q", "B", "b", 1, T0 + 1, time_limit_s=H)
+    assert log.estimate(T0 + 600) == {"q": (T0 + 1200, "predicted")}  # not overrun yet
+    assert log.estimate(T0 + 3000) == {"q": (T0 + 5400, "predicted")}
+
+
+def test_U4_overrun_past_every_recorded_run_is_unknown_and_says_why():
+    """Running longer than any recorded run and with no limit: nobody knows when it ends. The
+    estimate is unknown and names the job holding the GPU (not "now", not a bare unknown)."""
+    log = Log(_one_node(1))
+    _history(log, "a", [600.0, 1200.0])
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0)
+    log.queue("q", "B", "b", 1, T0 + 1, time_limit_s=H)
+    now = T0 + 2 * H
+    est = estimate(log.state, log.config, now, log.runtimes).estimates["q"]
+    assert (est.start, est.basis) == (None, "unknown")
+    assert est.why is not None and "held by r" in est.why and "no time limit" in est.why
+
+
+def test_U4_unknown_says_why_maintenance_and_horizon():
+    log = Log(_one_node(1))
+    log.queue("q", "A", "a", 1, T0, time_limit_s=H)
+    log.add(MaintenanceChanged, T0 + 1, state="DRAINING", by="admin", message="nfs")
+    why = estimate(log.state, log.config, T0 + 10).estimates["q"].why
+    assert why is not None and "maintenance" in why
+    log = Log(_one_node(1))
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=10 * H)
+    log.queue("q", "B", "b", 1, T0 + 1, time_limit_s=H)
+    got = estimate(log.state, log.config, T0 + 10, None, EstimateParams(horizon_s=5 * H))
+    why = got.estimates["q"].why
+    assert why is not None and "horizon" in why
+    assert estimate(log.state, log.config, T0 + 10).estimates["q"].why is None  # known start

@@ -27,11 +27,13 @@ def reason(e: dict[str, Any]) -> str:
 
 
 def estimate(j: dict[str, Any]) -> str:
-    """SPEC U4 in words: an estimate with its basis and when it was computed, never a promise."""
+    """SPEC U4 in words: an estimate with its basis and when it was computed, never a promise;
+    with no start, why (`estimate_reason`)."""
     start, basis = j.get("estimated_start"), j.get("estimate_basis")
     at = f", computed {fmt_ts(j['estimated_at'])}" if j.get("estimated_at") else ""
     if start is None:
-        return f"unknown (estimate{at})"
+        why = j.get("estimate_reason")
+        return f"unknown: {why} (estimate{at})" if why else f"unknown (estimate{at})"
     return f"{fmt_ts(start)} (estimate from {basis}{at})"
 
 
@@ -56,13 +58,29 @@ def queue(data: dict[str, Any], start: bool = False) -> str:
             at = e.get("estimated_start")
             unknown = at is None and e.get("estimate_basis")
             row.append("unknown" if unknown else fmt_ts(at))
-        rows.append([*row, fmt_usage(e.get("lab_usage")), _where(e)])
+        usage = [fmt_usage(e.get("lab_usage")), fmt_usage(e.get("lab_accrued_uncharged"))]
+        rows.append([*row, *usage, _where(e)])
     headers = [*_QUEUE_HEADERS, *(["ESTIMATED_START"] if start else [])]
-    out = table([*headers, "LAB_USAGE", "NODELIST(REASON)"], rows)
+    # F4: the charged usage orders the queue (D1); what the lab's running jobs and reservations
+    # have cost so far is charged only when they end — two columns, never one sum
+    usage = ["LAB_USAGE(CHARGED)", "ACCRUED(UNCHARGED)"]
+    out = table([*headers, *usage, "NODELIST(REASON)"], rows)
+    if start:
+        out += _unknown_starts(data.get("queue", []))
     state = data.get("maintenance", "NORMAL")
     if state != "NORMAL":
         out = f"Maintenance: {state} (nothing is dispatched)\n{out}"
     return out
+
+
+def _unknown_starts(entries: list[dict[str, Any]]) -> str:
+    """Under the table, why each "unknown" start is unknown (U4), one line per reason."""
+    by_why: dict[str, list[str]] = {}
+    for e in entries:
+        if e.get("estimated_start") is None and e.get("estimate_basis"):
+            by_why.setdefault(e.get("estimate_reason") or "no start found", []).append(e["job_id"])
+    lines = [f"unknown start of {', '.join(ids)}: {why}" for why, ids in by_why.items()]
+    return "".join(f"\n{line}" for line in lines)
 
 
 def jobs(data: dict[str, Any]) -> str:
@@ -151,7 +169,7 @@ def job(j: dict[str, Any]) -> str:
     ]
     if j.get("rank") is not None or j.get("pending_reason"):
         pairs += [("Rank", j.get("rank")), ("Reason", reason(j))]
-    if j.get("estimate_basis"):
+    if j.get("estimate_basis") or j.get("estimate_reason"):  # U4 (reason: not estimated yet)
         pairs.append(("EstimatedStart", estimate(j)))
     pairs += [
         ("Reservation", _reservation(j)),

@@ -69,6 +69,7 @@ def _lab_row(lab: dict[str, Any]) -> list[Any]:
     return [
         lab["lab"],
         fmt_usage(lab.get("usage")),
+        fmt_usage(lab.get("accrued_uncharged")),
         fmt_usage(lab.get("raw_value")),
         fmt_ts(lab.get("as_of")),
         lab.get("running", 0),
@@ -77,16 +78,30 @@ def _lab_row(lab: dict[str, Any]) -> list[Any]:
     ]
 
 
-_LAB_HEADERS = ["LAB", "USAGE_NOW", "RAW", "AS_OF", "RUNNING", "QUEUED", "PERSONAL"]
+_LAB_HEADERS = [
+    "LAB",
+    "USAGE_NOW",
+    "ACCRUED(UNCHARGED)",
+    "RAW",
+    "AS_OF",
+    "RUNNING",
+    "QUEUED",
+    "PERSONAL",
+]
+# F4: the charged usage orders the queue (D1); ACCRUED is charged only when the jobs end
+_LAB_LEGEND = (
+    "\n(TFLOP-s) USAGE_NOW: charged usage, decayed — what orders the queue; ACCRUED(UNCHARGED):"
+    " what the lab's running jobs and reservations have cost so far, charged when they end"
+)
 
 
 def labs(data: dict[str, Any]) -> str:
     rows = sorted(data.get("labs", []), key=lambda lab: lab.get("usage") or 0.0)
-    return table(_LAB_HEADERS, [_lab_row(lab) for lab in rows]) + "\n(usage in TFLOP-s, decayed)"
+    return table(_LAB_HEADERS, [_lab_row(lab) for lab in rows]) + _LAB_LEGEND
 
 
 def one_lab(data: dict[str, Any]) -> str:
-    return table(_LAB_HEADERS, [_lab_row(data)])
+    return table(_LAB_HEADERS, [_lab_row(data)]) + _LAB_LEGEND
 
 
 def usage_explanation(data: dict[str, Any]) -> str:

@@ -12,6 +12,13 @@ def cost(gpus: int, seconds: float, tflops: float) -> float:
     return gpus * seconds * tflops
 
 
+def accrued(gpus: int, since: float, now: float, tflops: float) -> float:
+    """SPEC F1/F4: what `gpus` held since `since` (a running attempt from its dispatch, F5; a
+    reservation from its start) have cost by `now` — not charged yet: lazy charging charges it
+    when the attempt ends (a reservation at R3), so the usage that ranks (D1) leaves it out."""
+    return cost(gpus, max(0.0, now - since), tflops)
+
+
 def decayed(usage: LabUsage, t: float, half_life_s: float) -> float:
     """SPEC F3: `value × 0.5 ** ((t − as_of) / half_life)`.
 

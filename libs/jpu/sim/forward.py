@@ -22,7 +22,10 @@ maintenance is not NORMAL. What is assumed:
 Basis of an estimate: `limits` when every end the estimate played before the cycle that started
 the job came from a time limit; `predicted` once some predicted duration has played (ends
 reorder the queue through fair-share, so every later start depends on them); `unknown` when the
-job did not start within the horizon or the cycle cap (or maintenance has no known end).
+job did not start within the horizon or the cycle cap (or maintenance has no known end). An
+`unknown` estimate says why (`Estimate.why`): maintenance with no announced end, the jobs holding
+GPUs it could use that have neither a time limit nor a predicted duration, or the horizon or cycle
+cap the estimate stopped at.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import msgspec
 from jpu.bus import Delivered
 from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
 from jpu.domain.cluster import evolve
+from jpu.domain.states import PLACED
 from jpu.events import (
     AnyEvent,
     Event,
@@ -134,6 +138,7 @@ class EstimateParams(msgspec.Struct, frozen=True, kw_only=True):
 class Estimate(msgspec.Struct, frozen=True, array_like=True, gc=False):
     start: float | None
     basis: Basis
+    why: str | None = None  # unknown: why there is no start (a sentence for people)
 
 
 class ForwardResult(msgspec.Struct, kw_only=True):
@@ -302,6 +307,10 @@ class ForwardSim(Simulator):
         self.origin = self.now = now
         self.limits = dict(present.limits)
         self.basis = {j.job_id: j.basis for j in fjobs}
+        self.fjobs = {j.job_id: j for j in fjobs}
+        # jobs that never end within the estimate once they hold GPUs (no limit, no prediction)
+        self.endless = {j.job_id for j in fjobs if j.duration_s is None}
+        self.endless -= {r.job.job_id for r in present.running if r.ends_at is not None}
         self.predicted_since = math.inf  # first virtual time a predicted duration played
         self.asked_at = now  # when the change the next cycle answers happened (touch)
         self.decided: dict[str, float] = {}  # job id -> the cycle that first dispatched it
@@ -402,13 +411,38 @@ class ForwardSim(Simulator):
             self.step(handlers)
         return self._result()
 
+    def _why_unknown(self, job_id: str) -> str:
+        """Why `job_id` got no start: the first of maintenance, GPUs held for ever, the cap."""
+        if self.state.maintenance.state != "NORMAL":
+            return "maintenance is in progress and nobody has announced its end"
+        job = self.fjobs[job_id]
+        held: list[str] = []
+        for other in sorted(self.endless - {job_id}):
+            view = self.state.jobs.get(other)
+            if view is None or view.placement is None or view.state not in PLACED:
+                continue
+            tier = self.tiers.get(view.placement[1])
+            fits = tier is not None and (job.tiers is None or tier.name in job.tiers)
+            if fits and tier is not None and tier.vram_gb >= (job.min_vram_gb or 0):
+                held.append(other)
+        if held:
+            more = f" and {len(held) - 3} more" if len(held) > 3 else ""
+            return (
+                f"the GPUs it can use are held by {', '.join(held[:3])}{more}, with no time "
+                "limit and no prediction of when they end"
+            )
+        if self.totals.cycles >= self.est.max_cycles:
+            return f"the estimate stopped after {self.est.max_cycles} simulated cycles"
+        days = self.est.horizon_s / 86400
+        return f"it does not start within the estimate's horizon ({days:g} days)"
+
     def _result(self) -> ForwardResult:
         out: dict[str, Estimate] = {}
         complete = True
         for job_id in self.targets:
             start = self.outcomes[job_id].first_dispatch_at
             if start is None:
-                out[job_id] = Estimate(None, "unknown")
+                out[job_id] = Estimate(None, "unknown", self._why_unknown(job_id))
                 complete = False
             else:
                 # the basis of the decision: what had played when the cycle dispatched it

@@ -25,8 +25,8 @@ const STRINGS = {
     "submit.command": "Command (shell script)", "submit.env": "Environment (KEY=VALUE per line)",
     "submit.go": "Submit", "submit.ok": "Submitted job",
     "col.rank": "Rank", "col.job": "Job", "col.lab": "Lab", "col.user": "User", "col.gpus": "GPUs",
-    "col.state": "State", "col.lab_usage": "Lab usage (TFLOP-s)", "col.reason": "Pending reason",
-    "col.usage_now": "Usage now", "col.raw": "Raw value", "col.as_of": "As of",
+    "col.state": "State", "col.lab_usage": "Lab usage, charged (TFLOP-s)", "col.reason": "Pending reason",
+    "col.lab_accrued": "Accrued, not yet charged", "col.usage_now": "Usage now, charged", "col.raw": "Raw value", "col.as_of": "As of",
     "col.running": "Running", "col.queued": "Queued", "col.name": "Name", "col.attempt": "Attempt",
     "col.eta": "Estimated start", "col.placement": "Placement", "col.elapsed": "Run time",
     "col.time_limit": "Time limit",
@@ -158,8 +158,8 @@ const STRINGS = {
     "submit.command": "명령 (셸 스크립트)", "submit.env": "환경 변수 (한 줄에 KEY=VALUE)",
     "submit.go": "제출", "submit.ok": "제출된 작업",
     "col.rank": "순위", "col.job": "작업", "col.lab": "연구실", "col.user": "사용자",
-    "col.gpus": "GPU", "col.state": "상태", "col.lab_usage": "연구실 사용량 (TFLOP-s)",
-    "col.reason": "대기 사유", "col.usage_now": "현재 사용량", "col.raw": "기록값",
+    "col.gpus": "GPU", "col.state": "상태", "col.lab_usage": "연구실 사용량, 부과됨 (TFLOP-s)",
+    "col.lab_accrued": "누적, 아직 부과 안 됨", "col.reason": "대기 사유", "col.usage_now": "현재 사용량, 부과됨", "col.raw": "기록값",
     "col.as_of": "기준 시각", "col.running": "실행 중", "col.queued": "대기 중",
     "col.name": "이름", "col.attempt": "시도", "col.eta": "예상 시작 시각", "col.placement": "배치",
     "col.elapsed": "실행 시간", "col.time_limit": "시간 제한",
@@ -524,9 +524,10 @@ async function loadQueue() {
         h("td", { class: "num" }, j.rank ?? "–"), h("td", {}, jobLink(j.job_id)),
         h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
         h("td", {}, codeSpan("state", j.state)), h("td", { class: "num" }, fmtNum(j.lab_usage)),
+        h("td", { class: "num" }, fmtNum(j.lab_accrued_uncharged)),  // F4: not in the order
         eta ? h("td", { title: estimateTitle(j) }, estimateText(j)) : null,
         h("td", {}, codeSpan("reason", reasonCode(j)))));
-      return rows.length ? rows : [h("tr", {}, h("td", { colspan: eta ? 9 : 8 }, t("queue.empty")))];
+      return rows.length ? rows : [h("tr", {}, h("td", { colspan: eta ? 10 : 9 }, t("queue.empty")))];
     });
     setRows($("running-rows"), JSON.stringify(running.map((j) => [j, Math.floor((j.elapsed_s || 0) / 60)])), () => {
       const rows = running.map((j) => h("tr", {},
@@ -650,6 +651,7 @@ async function loadLabs() {
     });
     setRows($("lab-rows"), JSON.stringify(labs.labs), () => (labs.labs || []).map((l) => h("tr", {},
       h("td", {}, swatch(l.lab), l.lab), h("td", { class: "num" }, fmtNum(l.usage)),
+      h("td", { class: "num" }, fmtNum(l.accrued_uncharged)),  // F4: charged when the jobs end
       h("td", { class: "num" }, fmtNum(l.raw_value)), h("td", {}, fmtTime(l.as_of)),
       h("td", { class: "num" }, l.running), h("td", { class: "num" }, l.queued))));
     // redrawn at each poll: the curves decay, and "now" moves
@@ -702,15 +704,21 @@ async function loadJobs() {
   });
 }
 
-// SPEC U4: an estimate, with its basis and when it was computed; "unknown" when it found no start
+// SPEC U4: an estimate, with its basis and when it was computed; with no start, "unknown" and
+// why (the API's estimate_reason), never the basis "unknown" a second time
 const estimateText = (j) => j.estimated_start ? fmtTime(j.estimated_start)
   : j.estimate_basis ? t("est.unknown") : "–";
-const estimateTitle = (j) => j.estimate_basis
-  ? `${t("est." + j.estimate_basis)}${j.estimated_at ? ` · ${t("est.at")} ${fmtTime(j.estimated_at)}` : ""}`
-  : null;
+const estimateTitle = (j) => {
+  if (!j.estimate_basis && !j.estimate_reason) return null;
+  const what = j.estimated_start ? t("est." + j.estimate_basis) : j.estimate_reason || t("est.unknown");
+  return `${what}${j.estimated_at ? ` · ${t("est.at")} ${fmtTime(j.estimated_at)}` : ""}`;
+};
 
 function describe(key, v, job) {
-  if (key === "estimated_start" && job.estimate_basis) return `${estimateText(job)} (${estimateTitle(job)})`;
+  if (key === "estimated_start" && (job.estimate_basis || job.estimate_reason)) {
+    return job.estimated_start ? `${estimateText(job)} (${estimateTitle(job)})`
+      : `${t("est.unknown")}: ${estimateTitle(job)}`;
+  }
   if (v === null || v === undefined || v === "") return null;
   if (key === "state") return codeSpan("state", v);
   if (key === "pending_reason") return codeSpan("reason", reasonCode(job));

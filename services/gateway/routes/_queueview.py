@@ -47,6 +47,7 @@ class QueueView:
     decided_at: float | None = None  # the dispatcher's cycle these ranks and reasons come from
     estimates: commands.EstimatesView | None = None  # U4: the dispatcher's latest estimate
     _ranks: dict[str, int] | None = None  # job id -> rank, built on first use (shared views)
+    _why: dict[str, str] | None = None  # job id -> why its start is unknown, likewise
 
     def rank(self, i: int) -> int | None:
         """The rank of `ordered[i]` (0-based), None for a job no cycle has ranked yet."""
@@ -55,13 +56,23 @@ class QueueView:
     def estimate_of(self, job_id: str) -> dict[str, Any]:
         """SPEC U4: `estimated_start` (null: unknown or not estimated yet), `estimate_basis`
         (limits | predicted | unknown; null: no estimate has seen this job yet) and
-        `estimated_at` (the dispatcher's time the estimate was computed for)."""
+        `estimated_at` (the dispatcher's time the estimate was computed for); with no start,
+        `estimate_reason` says why (maintenance, the jobs holding the GPUs have no limit and
+        no prediction, the horizon, or no estimate has covered the job yet)."""
         est = self.estimates
         got = est.jobs.get(job_id) if est is not None else None
+        reason = None
+        if got is None:
+            reason = "not estimated yet: the dispatcher's next estimate will cover it"
+        elif got[0] is None and est is not None:
+            if self._why is None:
+                self._why = {j: why for why, ids in est.why.items() for j in ids}
+            reason = self._why.get(job_id) or "the estimate found no start for it"
         return {
             "estimated_start": got[0] if got else None,
             "estimate_basis": got[1] if got else None,
             "estimated_at": est.at if est is not None and got else None,
+            "estimate_reason": reason,
         }
 
     def rank_of(self, job_id: str) -> tuple[int | None, str | None]:

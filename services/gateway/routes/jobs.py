@@ -82,7 +82,9 @@ async def _job_body(
     request: Request, pool: Any, settings: Any, row: Any, *, detail: bool = True
 ) -> dict[str, Any]:
     rank = reason = decided_at = None
-    estimate: dict[str, Any] = dict.fromkeys(("estimated_start", "estimate_basis", "estimated_at"))
+    estimate: dict[str, Any] = dict.fromkeys(
+        ("estimated_start", "estimate_basis", "estimated_at", "estimate_reason")
+    )
     if row["state"] in PENDING:
         view = await shared_view(request).get()  # read after this request's write (see there)
         rank, reason = view.rank_of(row["job_id"])  # D1/D7: the dispatcher's decision

@@ -7,10 +7,13 @@ from typing import Annotated, Any
 import asyncpg
 from fastapi import APIRouter, Query, Request
 
+from jpu.config import Config
+from jpu.domain.states import PLACED
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.routes._accrued import HOLDING_COLUMNS, lab_accrued
 from jpu_services.gateway.routes._commands import now
 
 router = APIRouter(prefix="/v1", tags=["labs"])
@@ -23,12 +26,16 @@ _COUNTS = """SELECT lab,
   FROM jobs WHERE state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') GROUP BY lab"""
 
 
-async def _labs(
-    pool: asyncpg.Pool, config_labs: list[str], t: float, half_life_s: float
-) -> list[dict[str, Any]]:
+_HOLDING = f"SELECT {HOLDING_COLUMNS} FROM jobs WHERE state = ANY($1::text[])"
+
+
+async def _labs(pool: asyncpg.Pool, base: Config, t: float) -> list[dict[str, Any]]:
     """Every lab known anywhere: the auth tables, the configuration, usage, jobs (F6: 0)."""
+    config_labs, half_life_s = [lab.name for lab in base.labs], base.half_life_s
     usage = {r["lab"]: r for r in await pool.fetch("SELECT lab, value, as_of FROM lab_usage")}
     counts = {r["lab"]: r for r in await pool.fetch(_COUNTS)}
+    holding = await pool.fetch(_HOLDING, [*PLACED, "RESERVING"])
+    accrued = lab_accrued(holding, {tier.name: tier for tier in base.tiers}, t)
     names = {r["name"] for r in await pool.fetch("SELECT name FROM labs")}
     names |= set(config_labs) | set(usage) | set(counts)
     out = []
@@ -41,6 +48,9 @@ async def _labs(
                 "usage": decayed(stored, t, half_life_s),
                 "raw_value": stored.value,
                 "as_of": stored.as_of if u else None,
+                # F4: what its running jobs and reservations cost so far, charged when they
+                # end; not part of `usage` (which orders the queue, D1)
+                "accrued_uncharged": accrued.get(lab, 0.0),
                 **{
                     k: int(c[k]) if c else 0
                     for k in ("running", "queued", "reserving", "personal_queue")
@@ -54,10 +64,12 @@ async def _labs(
 async def labs(
     request: Request, _: CurrentUser, pool: PoolDep, settings: SettingsDep
 ) -> dict[str, Any]:
-    """Per lab: decayed usage now (TFLOP-s), the stored (raw_value, as_of), job counts."""
+    """Per lab: decayed usage now (TFLOP-s; the charged usage that orders the queue), the stored
+    (raw_value, as_of), `accrued_uncharged` (what its running jobs and reservations have cost so
+    far, charged when they end — F4) and job counts."""
     t = now(request)
     base = settings.base
-    rows = await _labs(pool, [lab.name for lab in base.labs], t, base.half_life_s)
+    rows = await _labs(pool, base, t)
     return {"as_of": t, "half_life_s": base.half_life_s, "labs": rows}
 
 
@@ -66,7 +78,7 @@ async def lab(
     request: Request, lab: str, _: CurrentUser, pool: PoolDep, settings: SettingsDep
 ) -> dict[str, Any]:
     base = settings.base
-    for row in await _labs(pool, [x.name for x in base.labs], now(request), base.half_life_s):
+    for row in await _labs(pool, base, now(request)):
         if row["lab"] == lab:
             return {**row, "half_life_s": base.half_life_s}
     raise ApiError(404, "NOT_FOUND", f"no lab {lab!r}", {"lab": lab})

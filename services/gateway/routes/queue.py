@@ -11,13 +11,16 @@ from jpu.domain.states import STATES
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.routes import explain
+from jpu_services.gateway.routes._accrued import lab_accrued
 from jpu_services.gateway.routes._jobview import RUNNING_STATES
 from jpu_services.gateway.routes._queueview import shared_view
 
 router = APIRouter(prefix="/v1", tags=["queue"])
 
 
-def _entry(row: Any, rank: int | None, reason: str | None, usage: float) -> dict[str, Any]:
+def _entry(
+    row: Any, rank: int | None, reason: str | None, usage: float, accrued: float
+) -> dict[str, Any]:
     reservation = None
     if row["reservation_node"] is not None:
         reservation = {
@@ -37,7 +40,8 @@ def _entry(row: Any, rank: int | None, reason: str | None, usage: float) -> dict
         "min_vram_gb": row["min_vram_gb"],  # D7 MinVram: the floor it waits for (X8 raises it)
         "state": row["state"],
         "attempt": row["attempt"],
-        "lab_usage": usage,
+        "lab_usage": usage,  # D1: charged, decayed — what orders the queue
+        "lab_accrued_uncharged": accrued,  # F4: the lab's jobs in flight so far, not in the order
         "queue_entered_at": row["queue_entered_at"],
         "submitted_at": row["submitted_at"],
         "pending_reason": reason,
@@ -54,7 +58,7 @@ _RUNNING_SQL: Final = (
 JOB_STATES: Final = STATES
 
 
-def _running(row: Any, usage: float, now: float) -> dict[str, Any]:
+def _running(row: Any, usage: float, accrued: float, now: float) -> dict[str, Any]:
     started = row["started_at"]
     return {
         "rank": None,
@@ -67,6 +71,7 @@ def _running(row: Any, usage: float, now: float) -> dict[str, Any]:
         "state": row["state"],
         "attempt": row["attempt"],
         "lab_usage": usage,
+        "lab_accrued_uncharged": accrued,
         "placement": (
             None
             if row["node"] is None
@@ -135,16 +140,20 @@ async def queue(
         past["running"] = [e for e in past["running"] if _kept(e, user, lab, states)]
         return past
     view = await shared_view(request).get()
+    running_rows = await pool.fetch(_RUNNING_SQL, list(RUNNING_STATES))
+    tiers = {t.name: t for t in settings.base.tiers}
+    accrued = lab_accrued([*view.ordered, *running_rows], tiers, view.now)
+
+    def usage(lab: str) -> tuple[float, float]:
+        return view.usage.get(lab, 0.0), accrued.get(lab, 0.0)
+
     entries = [
-        _entry(r, view.rank(i), view.reasons.get(r["job_id"]), view.usage.get(r["lab"], 0.0))
+        _entry(r, view.rank(i), view.reasons.get(r["job_id"]), *usage(r["lab"]))
         for i, r in enumerate(view.ordered)
-    ] + [_entry(r, None, "ConcurrencyLimit", view.usage.get(r["lab"], 0.0)) for r in view.personal]
+    ] + [_entry(r, None, "ConcurrencyLimit", *usage(r["lab"])) for r in view.personal]
     for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise
         e.update(view.estimate_of(e["job_id"]))
-    running = [
-        _running(r, view.usage.get(r["lab"], 0.0), view.now)
-        for r in await pool.fetch(_RUNNING_SQL, list(RUNNING_STATES))
-    ]
+    running = [_running(r, *usage(r["lab"]), view.now) for r in running_rows]
 
     def keep(e: dict[str, Any]) -> bool:
         return _kept(e, user, lab, states)
