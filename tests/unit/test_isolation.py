@@ -8,16 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from jpu.backends import BackendError, make_backend
+from jpu.backends import BackendError, make_backend, process
 from jpu.backends.accounts import Account
 from jpu.backends.isolation import (
     NONE,
     RUNTIME_PATH,
     Apptainer,
+    Podman,
     container,
     job_argv,
     job_env,
     netns,
+    podman,
+    podman_argv,
     slurm_wrapper_line,
     wants,
 )
@@ -145,3 +148,57 @@ def test_X4_isolation_is_configured_in_the_config_file(tmp_path: Path) -> None:
     )
     with pytest.raises(BackendError, match="apptainer"):
         make_backend(bad, env={})
+
+
+POD = Podman(
+    "localhost/ws:1", "podman", "/srv/images", ("/datasets",), ("--device", "nvidia.com/gpu=0")
+)
+
+
+def test_X4a_container_modes_ask_for_their_runtime() -> None:
+    assert wants("container", None) == "podman"  # the default runtime
+    assert wants("container", IMAGE, "apptainer") == "apptainer"
+    assert wants("uid-netns", IMAGE) == "netns" and wants("none", None) == "none"
+    with pytest.raises(BackendError, match="container_runtime"):
+        wants("container", None, "docker")
+    with pytest.raises(BackendError, match="apptainer_image"):
+        wants("container", None, "apptainer")
+
+
+def test_X4a_podman_run_has_no_network_the_users_uid_and_only_its_dirs_writable() -> None:
+    argv = podman_argv(POD, "jpu-local-j1-2", 1001, 1002, OUT, "/home/alice/proj", ["job"], 29.5)
+    assert argv[:4] == ["podman", "--root", "/srv/images", "run"]
+    flags = argv[4 : argv.index("localhost/ws:1")]
+    for flag in ("--network=none", "--read-only", "--init", "--pid=private", "--cap-drop=all"):
+        assert flag in flags
+    assert flags[flags.index("--user") + 1] == "1001:1002"
+    assert flags[flags.index("--name") + 1] == "jpu-local-j1-2"
+    assert flags[flags.index("--stop-timeout") + 1] == "30"  # the grace, whole seconds up
+    volumes = [flags[i + 1] for i, f in enumerate(flags) if f == "--volume"]
+    assert volumes == [f"{OUT}:{OUT}:rw", "/home/alice/proj:/home/alice/proj:rw",
+                       "/datasets:/datasets:ro"]  # fmt: skip
+    assert flags[flags.index("--workdir") + 1] == "/home/alice/proj"
+    assert flags[-2:] == ["--device", "nvidia.com/gpu=0"]  # the site's CDI devices
+    assert argv[-1] == "job"
+
+
+def test_X4a_podman_launch_loads_the_env_inside_as_the_user() -> None:
+    alice = Account("jpu-alice", 999, 995, "/nonexistent")
+    root = Account("root", 0, 0, "/root")
+    argv = launch_argv(Path("/s/st"), Path(OUT), alice, root, podman(POD), container="jpu-x")
+    assert argv[1:6] == ["-p", "-c", process.WRAPPER, "jpu-job", "/s/st"]
+    assert "setpriv" not in " ".join(argv)  # podman's --user is the drop
+    inner = argv[argv.index("localhost/ws:1") + 1 :]
+    assert inner == ["/bin/bash", "-c", LOADER, "jpu-env", f"{OUT}/.jpu-env",
+                     "/bin/bash", f"{OUT}/job.sh"]  # fmt: skip
+
+
+def test_X4a_container_isolation_is_configured_in_the_config_file() -> None:
+    c = load_config(env={"JPU_ISOLATION": "container"})
+    assert (c.container_runtime, c.container_image) == ("podman", "localhost/jpu-base:bookworm")
+    with pytest.raises(ConfigError, match="container_runtime"):
+        load_config(env={"JPU_ISOLATION": "container", "JPU_CONTAINER_RUNTIME": "docker"})
+    with pytest.raises(ConfigError, match="apptainer_image"):
+        load_config(env={"JPU_ISOLATION": "container", "JPU_CONTAINER_RUNTIME": "apptainer"})
+    with pytest.raises(ConfigError, match="container_shared_paths"):
+        load_config(env={"JPU_CONTAINER_SHARED_PATHS": '["data:/x"]'})
