@@ -11,7 +11,9 @@ import pytest
 from jpu.backends import BackendError, make_backend, process
 from jpu.backends.accounts import Account
 from jpu.backends.isolation import (
+    ENTER_WORKDIR,
     NONE,
+    PODMAN,
     RUNTIME_PATH,
     Apptainer,
     Podman,
@@ -25,6 +27,7 @@ from jpu.backends.isolation import (
     wants,
 )
 from jpu.backends.process import LOADER, launch_argv
+from jpu.backends.slurm.jobs import comment_for, parse_comment
 from jpu.backends.slurm.submit import wrapper
 from jpu.config import ConfigError, load_config
 
@@ -202,3 +205,17 @@ def test_X4a_container_isolation_is_configured_in_the_config_file() -> None:
         load_config(env={"JPU_ISOLATION": "container", "JPU_CONTAINER_RUNTIME": "apptainer"})
     with pytest.raises(ConfigError, match="container_shared_paths"):
         load_config(env={"JPU_CONTAINER_SHARED_PATHS": '["data:/x"]'})
+
+
+def test_X4a_slurm_wrapper_runs_the_job_in_rootless_podman_without_network() -> None:
+    lines = wrapper(podman(POD)).decode().splitlines()
+    assert lines[2:4] == ENTER_WORKDIR.splitlines()  # entered as the user first (U5)
+    words = shlex.split(lines[-1])
+    assert words[:5] == ["exec", "podman", "--root", "/srv/images", "run"]
+    for flag in ("--network=none", "--read-only", "--init", "--userns=keep-id", "--env-host"):
+        assert flag in words
+    assert words[words.index("--user") + 1] == "$(id -u):$(id -g)"  # expanded by bash there
+    assert "/datasets:/datasets:ro" in words and "nvidia.com/gpu=0" in words
+    assert words[-4:] == ["$JPU_WORKDIR", "localhost/ws:1", "/bin/bash", "$JOB_OUTPUT_DIR/job.sh"]
+    assert comment_for(PODMAN, 90.0).startswith("jpu isolation=container:podman ")
+    assert parse_comment(comment_for(PODMAN, 90.0)) == (PODMAN, 90.0)

@@ -94,6 +94,8 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 kill_failed_after_s=config.kill_failed_after_s,
                 isolation=env.get("JPU_SLURM_ISOLATION", config.isolation),
                 apptainer=apptainer_of(config),
+                container_runtime=config.container_runtime,
+                podman=podman_of(config),
                 account_template=env.get("JPU_SLURM_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),

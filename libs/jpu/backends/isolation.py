@@ -190,6 +190,9 @@ def job_env(isolation: Isolation, env: Mapping[str, str]) -> dict[str, str]:
 def slurm_wrapper_line(isolation: Isolation) -> str:
     """The batch wrapper's lines (SPEC X3: only our own words; the operator's image and
     options are shell-quoted; the output dir is the variable Slurm's --export-file set)."""
+    if isolation.podman is not None:
+        lines = [*ENTER_WORKDIR.splitlines(), *_slurm_podman_lines(isolation.podman)]
+        return "".join(f"{line}\n" for line in lines)
     lines = []
     if isolation.container is not None:  # --cleanenv: Slurm's GPU variables go in explicitly
         lines += [
@@ -205,6 +208,28 @@ def slurm_wrapper_line(isolation: Isolation) -> str:
         words[at : at + 2] = [_EXTRA_BIND]
     lines.append("exec " + " ".join(_shell_word(w) for w in words))
     return "".join(f"{line}\n" for line in lines)
+
+
+def _slurm_podman_lines(p: Podman) -> list[str]:
+    """X4a in the allocation: the batch step runs as the user, so podman is rootless there
+    (`--userns=keep-id`: the user's own UID inside); the job's environment is the step's
+    (`--env-host`: Slurm's CUDA_VISIBLE_DEVICES and the export file's variables). The container
+    is named after the Slurm job; its processes stay in the step's cgroup, so Slurm's own
+    SIGTERM/KillWait/SIGKILL reach them."""
+    words = [
+        *podman_base(p), "run", "--rm", "--init", "--network=none", "--pid=private",
+        "--ipc=private", "--userns=keep-id", "--read-only", "--security-opt", "no-new-privileges",
+        "--cap-drop=all", "--log-driver=passthrough", "--env-host",
+        *(w for path in p.shared for w in ("--volume", f"{path}:{path}:ro")), *p.args,
+    ]  # fmt: skip
+    return [
+        'set -- --volume "$JOB_OUTPUT_DIR:$JOB_OUTPUT_DIR:rw"',
+        f'if [ "{WORK_VAR}" != "{OUT_VAR}" ]; then '
+        f'set -- "$@" --volume "{WORK_VAR}:{WORK_VAR}:rw"; fi',
+        f"exec {' '.join(shlex.quote(w) for w in words)}"
+        ' --name "jpu-slurm-$SLURM_JOB_ID" --user "$(id -u):$(id -g)" "$@"'
+        f' --workdir "{WORK_VAR}" {shlex.quote(p.image)} /bin/bash "{OUT_VAR}/job.sh"',
+    ]
 
 
 def _shell_word(word: str) -> str:
