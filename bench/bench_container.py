@@ -1,0 +1,67 @@
+"""Dispatch → RUNNING on the local backend, in a podman container vs the user's account and a
+network namespace (SPEC X4a; docs/isolation.md). Needs root and `make podman`.
+
+    python bench/bench_container.py [--jobs 30]
+
+For each isolation, --jobs one-GPU jobs one after another, each `date +%s.%N > started`:
+  submit  `LocalBackend.submit` (account, output dir, record, spawn) until it returns: the agent
+          records RUNNING (JobStarted) right after;
+  inside  from the submit call until the job's first command ran (its own clock, inside).
+median / p99 / max in ms. The base image and the accounts exist before the first timed job (one
+warm-up job per isolation, not counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+from jpu.testing.local_world import LocalWorld
+from jpu.testing.waits import wait_end
+
+
+def _p(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def measure(isolation: str, jobs: int) -> dict[str, list[float]]:
+    world = LocalWorld("jpu-bench", isolation=isolation)
+    backend = world.backend()
+    times: dict[str, list[float]] = {"submit": [], "inside": []}
+    try:
+        for i in range(jobs + 1):
+            spec = world.spec('date +%s.%N > "$JOB_OUTPUT_DIR/started"\n')
+            t0 = time.time()
+            bid = await backend.submit(spec)
+            t1 = time.time()
+            status = await wait_end(backend, bid, 60)
+            assert status.state == "COMPLETED", status
+            inside = float((Path(spec.output_dir) / "started").read_text())
+            if i:  # the first one warms up (accounts, image layers in the page cache)
+                times["submit"].append((t1 - t0) * 1000)
+                times["inside"].append((inside - t0) * 1000)
+    finally:
+        await world.aclose()
+    return times
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, default=30)
+    args = parser.parse_args()
+    print(f"{'isolation':<12} {'step':<7} {'median':>8} {'p99':>8} {'max':>8}  (ms, n={args.jobs})")
+    for isolation in ("uid-netns", "container"):
+        times = await measure(isolation, args.jobs)
+        for step, values in times.items():
+            print(
+                f"{isolation:<12} {step:<7} {statistics.median(values):8.1f} "
+                f"{_p(values, 0.99):8.1f} {max(values):8.1f}"
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
