@@ -93,7 +93,7 @@ async def test_X6_dispatched_job_starts_runs_and_ends_with_its_cost(world: World
     events = await wait_events(world.bus, job, ended)
     (started,) = of(events, JobStarted)
     (end,) = of(events, JobEnded)
-    assert started.attempt == 1 and started.isolation in ("netns", "none")
+    assert started.attempt == 1 and started.isolation in ("uid+netns", "none")
     assert end.state == "COMPLETED" and end.exit_code == 0 and end.attempt == 1
     assert (end.node, end.tier, end.gpus) == (NODE, TIER, [0, 1])
     assert 2 * 1.2 <= end.gpu_seconds_run < 2 * 3.0  # num_gpus × run seconds

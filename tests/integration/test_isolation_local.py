@@ -73,7 +73,7 @@ async def test_X4_apptainer_job_runs_contained_as_the_user_without_network(
     out = Path(spec.output_dir)
     stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
     assert status.state == "COMPLETED", (stdout, stderr)
-    assert status.isolation == "apptainer"  # what JobStarted records
+    assert status.isolation == "container:apptainer"  # what JobStarted records
     assert f"att=2 cvd=0,1 out={out} id={spec.job_id}" in stdout  # X2 env through --cleanenv
     assert f"mine=hello world evil=$(touch {marker}) pwd={out}" in stdout
     assert not marker.exists()  # X3: never evaluated on the way in
@@ -90,7 +90,7 @@ async def test_X4_apptainer_job_runs_contained_as_the_user_without_network(
     # a restarted agent reads the same isolation from the record
     await backend.close()
     assert (await world.backend(apptainer=backend.settings.apptainer).poll(bid)).isolation == (
-        "apptainer"
+        "container:apptainer"
     )
 
 
@@ -117,8 +117,8 @@ async def test_X4_without_apptainer_the_job_records_the_isolation_it_got(
     spec = world.spec(PROBE, env={"PORT": str(listener)})
     status = await wait_end(backend, await backend.submit(spec))
     out = Path(spec.output_dir)
-    assert status.state == "COMPLETED" and status.isolation in ("netns", "none")
-    if status.isolation == "netns":
+    assert status.state == "COMPLETED" and status.isolation in ("uid+netns", "none")
+    if status.isolation == "uid+netns":
         assert _ifaces(out) == ["lo"]
         assert "connect=failed" in (out / "stdout").read_text()
 
@@ -202,7 +202,7 @@ async def test_X4_real_apptainer_runs_the_job_contained(world: World, listener: 
     out = Path(spec.output_dir)
     stdout = (out / "stdout").read_text()
     assert status.state == "COMPLETED", (stdout, (out / "stderr").read_text())
-    assert status.isolation == "apptainer"
+    assert status.isolation == "container:apptainer"
     assert f"att=1 cvd=1 out={out} id={spec.job_id}" in stdout and "mine=v" in stdout
     assert _ifaces(out) == ["lo"] and "connect=failed" in stdout
     if os.getuid() == 0:

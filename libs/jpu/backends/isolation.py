@@ -84,7 +84,8 @@ class Isolation:
     """What one job gets. `netns` is an unshare prefix; `container` the Apptainer settings,
     `podman` the podman ones."""
 
-    name: str  # recorded with the job: "container:podman" | "apptainer" | "netns" | "none"
+    # recorded with the job: "container:podman" | "container:apptainer" | "uid+netns" | "none"
+    name: str
     netns: tuple[str, ...] = ()
     container: Apptainer | None = None
     podman: Podman | None = None
@@ -92,6 +93,8 @@ class Isolation:
 
 NONE = Isolation("none")
 PODMAN = "container:podman"
+APPTAINER = "container:apptainer"
+UID_NETNS = "uid+netns"
 
 
 def wants(mode: str, apptainer: Apptainer | None, runtime: str = "podman") -> str:
@@ -111,11 +114,11 @@ def wants(mode: str, apptainer: Apptainer | None, runtime: str = "podman") -> st
 
 
 def netns(prefix: Sequence[str]) -> Isolation:
-    return Isolation("netns", tuple(prefix)) if prefix else NONE
+    return Isolation(UID_NETNS, tuple(prefix)) if prefix else NONE
 
 
 def container(apptainer: Apptainer) -> Isolation:
-    return Isolation("apptainer", container=apptainer)
+    return Isolation(APPTAINER, container=apptainer)
 
 
 def podman(settings: Podman) -> Isolation:
