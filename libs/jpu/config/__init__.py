@@ -110,6 +110,8 @@ class Config(Cluster, frozen=True, kw_only=True):
     container_image: str = "localhost/jpu-base:bookworm"  # the site's base image (podman)
     container_storage: str = ""  # where podman keeps images (its --root); "": podman's default
     container_shared_paths: list[str] = []  # host paths mounted read-only into every container
+    workspace_pip_index_url: str = ""  # X4a: the site's package index for builds; "": pip's
+    workspace_pip_ca_bundle: str = ""  # a host CA file the build's pip trusts (PIP_CERT)
     apptainer_image: str = ""  # SIF file or sandbox dir; set: Apptainer is configured
     apptainer_bin: str = "apptainer"
     apptainer_args: list[str] = []  # extra `apptainer exec` options, e.g. ["--nv"]

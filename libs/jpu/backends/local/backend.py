@@ -14,6 +14,7 @@ job) and reads the exit status the launch wrapper wrote (process.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import subprocess
@@ -38,6 +39,7 @@ from jpu.backends.local.backfill import LocalBackfill
 from jpu.backends.local.records import JobRecord, RecordStore
 from jpu.backends.local.watch import Watcher, adopt_unsaved_spawn
 from jpu.backends.outputs import create_private, open_output_dir
+from jpu.backends.workspaces import PipSite, Workspaces, venv_env
 from jpu.config import Node
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,7 @@ class LocalSettings:
     apptainer: iso_.Apptainer | None = None  # set: Apptainer is configured
     container_runtime: str = "podman"  # X4a: for isolation: container
     podman: iso_.Podman = field(default_factory=lambda: iso_.Podman(iso_.BASE_IMAGE))
+    pip: PipSite = field(default_factory=PipSite)  # X4a: what a workspace build passes to pip
     account_template: str = "jpu-{user}"
     create_accounts: bool = True
     fallback_account: str = "nobody"
@@ -80,6 +83,9 @@ class LocalBackend(LocalBackfill):
         if wanted == "podman":
             iso_.check_podman(settings.podman)  # X4a: no runtime, no start (never a fallback)
             self._isolation = iso_.podman(settings.podman)
+        # X4a: workspaces of this data dir (<data_dir>/workspaces), built with podman
+        self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
+                                     settings.pip)  # fmt: skip
         self._watchers: dict[str, Watcher] = {}
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
@@ -217,6 +223,10 @@ class LocalBackend(LocalBackfill):
             raise BackendError("output_dir is required")
         if spec.chdir is not None and not spec.chdir.startswith("/"):
             raise BackendError(f"chdir must be an absolute path: {spec.chdir!r}")  # U5
+        if spec.workspace is not None:  # X4a: only READY, and only in a container
+            if self._isolation_for().podman is None:
+                raise BackendError("workspace: needs isolation: container (podman)")
+            self.workspaces.require_ready(spec.user, spec.workspace)
 
     def _isolation_for(self) -> iso_.Isolation:
         """X4: Apptainer (decided at start), else a netns when the kernel allows, else none."""
@@ -266,6 +276,9 @@ class LocalBackend(LocalBackfill):
         account = self.accounts.account_for(spec.user)
         out = Path(record.output_dir)
         isolation = self._isolation_for()
+        if spec.workspace is not None and isolation.podman is not None:  # X4a: its image
+            image = self.workspaces.require_ready(spec.user, spec.workspace)
+            isolation = iso_.podman(dataclasses.replace(isolation.podman, image=image))
         argv = proc_.launch_argv(
             self.store.status_file(record.backend_job_id),
             out,
@@ -300,6 +313,8 @@ class LocalBackend(LocalBackfill):
             user_env=spec.env,
             workdir=spec.workdir,
         )
+        if spec.workspace is not None:
+            env = venv_env(env, spec.env)
         return iso_.job_env(self._isolation_for(), env)
 
     def _watch(self, record: JobRecord, process: asyncio.subprocess.Process | None) -> None:
