@@ -22,6 +22,7 @@ import pytest_asyncio
 
 from jpu.backends import BackendError, make_backend
 from jpu.backends.isolation import BASE_IMAGE, Podman, container_name
+from jpu.backends.local.stop import terminate_all
 from jpu.config import load_config
 from jpu.testing.local_world import LocalWorld
 from jpu.testing.waits import wait_end
@@ -183,3 +184,18 @@ async def test_X4a_agent_refuses_to_start_without_the_runtime_or_its_image(world
 
 async def _sleep() -> None:
     await asyncio.sleep(0.05)
+
+
+async def test_O2_stopping_the_local_stack_ends_the_containers_of_its_jobs(world: World) -> None:
+    backend = world.backend()
+    spec = world.spec("trap '' TERM\necho started\nwhile :; do sleep 0.1; done\n")
+    bid = await backend.submit(spec)
+    deadline = time.monotonic() + 60
+    while "started" not in (Path(spec.output_dir) / "stdout").read_text():
+        assert time.monotonic() < deadline
+        await _sleep()
+    await backend.close()  # the services stopped first; then the stack ends what is left
+    world.backends.remove(backend)
+    stopped = await asyncio.to_thread(terminate_all, world.data_dir, 1.0)
+    assert stopped == [bid]
+    assert not _exists(container_name(bid))  # the SIGKILL reached only the client: removed
