@@ -9,6 +9,8 @@ For each isolation, --jobs one-GPU jobs one after another, each `date +%s.%N > s
   inside  from the submit call until the job's first command ran (its own clock, inside).
 median / p99 / max in ms. The base image and the accounts exist before the first timed job (one
 warm-up job per isolation, not counted).
+--workspace REQS also builds a workspace from that requirements text (e.g. "six") and prints
+its build time and image size against the base image's (needs the package index: --ca-bundle).
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
+from jpu.backends.isolation import BASE_IMAGE
+from jpu.backends.workspaces import PipSite
 from jpu.testing.local_world import LocalWorld
 from jpu.testing.waits import wait_end
 
@@ -49,10 +54,32 @@ async def measure(isolation: str, jobs: int) -> dict[str, list[float]]:
     return times
 
 
+def build_workspace(requirements: str, ca_bundle: str) -> None:
+    world = LocalWorld("jpu-bench", isolation="container", pip=PipSite(ca_bundle=ca_bundle))
+    spaces = world.backend().workspaces
+    t0 = time.monotonic()
+    code = spaces.start_build("bench", "bench", requirements.replace(",", "\n") + "\n").wait()
+    took = time.monotonic() - t0
+    ws = spaces.get("bench", "bench")
+    assert code == 0 and ws is not None and ws.state == "READY", spaces.log("bench", "bench")
+    base = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Size}}", BASE_IMAGE],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    print(f"workspace {requirements!r}: built in {took:.1f} s, image {ws.size / 1e6:.0f} MB "
+          f"(base {int(base.stdout) / 1e6:.0f} MB)")  # fmt: skip
+    subprocess.run(["podman", "rmi", "--force", ws.image], capture_output=True, check=False)
+    asyncio.run(world.aclose())
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=30)
+    parser.add_argument("--workspace", default="", help="requirements, comma-separated")
+    parser.add_argument("--ca-bundle", default="/etc/ssl/certs/ca-certificates.crt")
     args = parser.parse_args()
+    if args.workspace:
+        await asyncio.to_thread(build_workspace, args.workspace, args.ca_bundle)
     print(f"{'isolation':<12} {'step':<7} {'median':>8} {'p99':>8} {'max':>8}  (ms, n={args.jobs})")
     for isolation in ("uid-netns", "container"):
         times = await measure(isolation, args.jobs)
