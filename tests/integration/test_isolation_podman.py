@@ -24,7 +24,7 @@ from jpu.backends import BackendError, make_backend
 from jpu.backends.isolation import BASE_IMAGE, Podman, container_name
 from jpu.backends.local.stop import terminate_all
 from jpu.config import load_config
-from jpu.testing.local_world import LocalWorld
+from jpu.testing.local_world import LocalWorld, root_dir
 from jpu.testing.waits import wait_end
 
 PROBE = """echo "att=$JOB_ATTEMPT cvd=$CUDA_VISIBLE_DEVICES out=$JOB_OUTPUT_DIR id=$JPU_JOB_ID"
@@ -199,3 +199,25 @@ async def test_O2_stopping_the_local_stack_ends_the_containers_of_its_jobs(world
     stopped = await asyncio.to_thread(terminate_all, world.data_dir, 1.0)
     assert stopped == [bid]
     assert not _exists(container_name(bid))  # the SIGKILL reached only the client: removed
+
+
+async def test_U5_podman_job_runs_in_its_chdir_mounted_read_write(world: World) -> None:
+    project = root_dir("jpu-pod-project-")
+    alice = pwd.getpwnam("jpu-alice") if os.getuid() == 0 else None
+    (project / "hello.txt").write_text("inside\n")
+    try:
+        if alice is not None:  # the user's own project directory
+            for path in (project, project / "hello.txt"):
+                os.chown(path, alice.pw_uid, alice.pw_gid)
+        backend = world.backend()
+        spec = world.spec(
+            'cat hello.txt; echo "pwd=$(pwd)"; echo made > made.txt', chdir=str(project)
+        )
+        status = await wait_end(backend, await backend.submit(spec), 60)
+        out = Path(spec.output_dir)
+        stdout = (out / "stdout").read_text()
+        assert status.state == "COMPLETED", (stdout, (out / "stderr").read_text())
+        assert stdout == f"inside\npwd={project}\n"
+        assert (project / "made.txt").read_text() == "made\n"  # writable, as the user
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
