@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help deps install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
+.PHONY: help deps podman install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -22,13 +22,16 @@ install: $(STAMP)  ## create .venv and install the project with its dev tools
 deps: install  ## install system packages (PostgreSQL server binaries) if missing
 	bash scripts/install-deps
 
+podman:  ## podman + runc and the base image the `container` isolation runs jobs in (root)
+	bash scripts/install-podman
+
 run: deps  ## start NATS, PostgreSQL, all services and the demo; Ctrl-C stops everything
 	$(PY) -m jpu.stack run
 
 servers: deps  ## start only the embedded NATS JetStream and PostgreSQL (prints their URLs)
 	$(PY) -m jpu.stack servers
 
-test: deps  ## the whole suite against real NATS, PostgreSQL and Slurm daemons (what CI runs)
+test: deps podman  ## the whole suite against real NATS, PostgreSQL, Slurm and podman (what CI runs)
 	$(PY) -m pytest -q tests
 
 test-unit: install  ## the pure-core tests only (no servers)

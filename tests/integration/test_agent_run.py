@@ -93,7 +93,7 @@ async def test_X6_dispatched_job_starts_runs_and_ends_with_its_cost(world: World
     events = await wait_events(world.bus, job, ended)
     (started,) = of(events, JobStarted)
     (end,) = of(events, JobEnded)
-    assert started.attempt == 1 and started.isolation in ("netns", "none")
+    assert started.attempt == 1 and started.isolation in ("uid+netns", "none")
     assert end.state == "COMPLETED" and end.exit_code == 0 and end.attempt == 1
     assert (end.node, end.tier, end.gpus) == (NODE, TIER, [0, 1])
     assert 2 * 1.2 <= end.gpu_seconds_run < 2 * 3.0  # num_gpus × run seconds
@@ -304,3 +304,32 @@ async def test_O5_agent_recovers_from_the_snapshot_and_the_tail(world: World) ->
         assert [e.state for e in of(events, JobEnded)] == ["COMPLETED"]
         assert len(of(events, JobStarted)) == 1
     assert len(of(await world.bus.job_events("jold"), JobStarted)) == 0  # ended: not run again
+
+
+async def test_O5_agent_killed_mid_container_job_readopts_it_and_its_container_ends(
+    world: World, nats_url: str
+) -> None:
+    """X4a + O5: the same crash with `isolation: container` (real podman)."""
+    job = "jcontainer"
+    await world.append(*submitted(job, "sleep 3\nexit 5\n"), dispatched(job, [1]))
+    proc = await world.spawn_agent_process(nats_url, {"JPU_ISOLATION": "container"})
+    try:
+        events = await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)), timeout=60)
+    finally:
+        proc.send_signal(signal.SIGKILL)  # a crash while the container runs
+        await proc.wait()
+    assert of(events, JobStarted)[0].isolation == "container:podman"
+    await world.backend.close()
+    container = LocalSettings(
+        data_dir=world.data_dir, nodes=list(world.config.nodes), timeout_grace_s=1.0,
+        isolation="container",
+    )  # fmt: skip
+    world.backend = LocalBackend(container)
+    world.start_agent()
+    events = await wait_events(world.bus, job, ended, timeout=60)
+    assert len(of(events, JobStarted)) == 1  # re-adopted, never launched again
+    (end,) = of(events, JobEnded)
+    assert end.state == "FAILED" and end.exit_code == 5  # the container's own exit
+    name = f"jpu-local-{job}-1"  # the attempt's container (isolation.container_name)
+    gone = await asyncio.create_subprocess_exec("podman", "container", "exists", name)
+    assert await gone.wait() == 1  # --rm: nothing left of the attempt

@@ -223,13 +223,13 @@ async def test_X4_isolation_is_recorded_and_enforced(env: Env) -> None:
     spec = env.spec("cat /proc/net/dev > netdev.txt; id -u > uid.txt")
     bid = await env.backend.submit(spec)
     status = await wait_end(env.backend, bid)
-    assert status.isolation in ("netns", "none")
+    assert status.isolation in ("uid+netns", "none")
     ifaces = [
         line.split(":")[0].strip()
         for line in (Path(spec.output_dir) / "netdev.txt").read_text().splitlines()
         if ":" in line
     ]
-    if status.isolation == "netns":
+    if status.isolation == "uid+netns":
         assert ifaces == ["lo"]  # no network: only a loopback, and it is down
     if os.getuid() == 0:
         assert (Path(spec.output_dir) / "uid.txt").read_text().strip() != "0"

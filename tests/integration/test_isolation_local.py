@@ -10,22 +10,18 @@ import os
 import pwd
 import shutil
 import socket
-import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
-from jpu.backends import BackendError, LaunchSpec
+from jpu.backends import BackendError
 from jpu.backends.isolation import Apptainer
-from jpu.backends.local.backend import LocalBackend, LocalSettings
-from jpu.config import load_config
 from jpu.testing.apptainer_standin import standin_report, write_standin
+from jpu.testing.local_world import LocalWorld, root_dir
 from jpu.testing.waits import wait_end
 
-NODE, TIER = "gpu-4090x2-01", "rtx4090"
 PROBE = (
     'echo "att=$JOB_ATTEMPT cvd=$CUDA_VISIBLE_DEVICES out=$JOB_OUTPUT_DIR id=$JPU_JOB_ID"\n'
     'echo "mine=$MY_VAR evil=$EVIL pwd=$(pwd)"\n'
@@ -35,58 +31,16 @@ PROBE = (
 )
 
 
-def _root_dir(prefix: str) -> Path:
-    """Under /tmp with mode 0711: a job's account must be able to reach its output dir."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    path.chmod(0o711)
-    return path
-
-
-class World:
-    def __init__(self) -> None:
-        self.data_dir = _root_dir("jpu-iso-data-")
-        self.out_root = _root_dir("jpu-iso-out-")
-        self.tools = _root_dir("jpu-iso-tools-")
-        self.tools.chmod(0o755)
-        self.backends: list[LocalBackend] = []
-        self._n = 0
-
-    def backend(self, **kw: object) -> LocalBackend:
-        settings = LocalSettings(
-            data_dir=self.data_dir, nodes=list(load_config(env={}).nodes), timeout_grace_s=1.0,
-            **kw,  # type: ignore[arg-type]
-        )  # fmt: skip
-        backend = LocalBackend(settings)
-        self.backends.append(backend)
-        return backend
-
-    def spec(self, command: str, **kw: object) -> LaunchSpec:
-        self._n += 1
-        job_id = f"iso{os.getpid()}x{self._n}x{time.monotonic_ns()}"
-        gpus = list(kw.pop("gpus", [1]))  # type: ignore[call-overload]
-        return LaunchSpec(
-            job_id=job_id, attempt=int(kw.pop("attempt", 1)), user="alice",  # type: ignore[call-overload]
-            node=NODE, tier=TIER, gpus=gpus, num_gpus=len(gpus), command=command,
-            output_dir=str(self.out_root / job_id / "1"), **kw,  # type: ignore[arg-type]
-        )  # fmt: skip
-
-    def close(self) -> None:
-        for path in (self.data_dir, self.out_root, self.tools):
-            shutil.rmtree(path, ignore_errors=True)
+World = LocalWorld
 
 
 @pytest_asyncio.fixture
 async def world() -> AsyncIterator[World]:
-    w = World()
+    w = LocalWorld()
     try:
         yield w
     finally:
-        for b in w.backends:
-            for bid in await b.running():
-                await b.cancel(bid, 0.0)
-                await wait_end(b, bid, 10)
-            await b.close()
-        w.close()
+        await w.aclose(10)
 
 
 @pytest.fixture
@@ -119,7 +73,7 @@ async def test_X4_apptainer_job_runs_contained_as_the_user_without_network(
     out = Path(spec.output_dir)
     stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
     assert status.state == "COMPLETED", (stdout, stderr)
-    assert status.isolation == "apptainer"  # what JobStarted records
+    assert status.isolation == "container:apptainer"  # what JobStarted records
     assert f"att=2 cvd=0,1 out={out} id={spec.job_id}" in stdout  # X2 env through --cleanenv
     assert f"mine=hello world evil=$(touch {marker}) pwd={out}" in stdout
     assert not marker.exists()  # X3: never evaluated on the way in
@@ -136,7 +90,7 @@ async def test_X4_apptainer_job_runs_contained_as_the_user_without_network(
     # a restarted agent reads the same isolation from the record
     await backend.close()
     assert (await world.backend(apptainer=backend.settings.apptainer).poll(bid)).isolation == (
-        "apptainer"
+        "container:apptainer"
     )
 
 
@@ -163,8 +117,8 @@ async def test_X4_without_apptainer_the_job_records_the_isolation_it_got(
     spec = world.spec(PROBE, env={"PORT": str(listener)})
     status = await wait_end(backend, await backend.submit(spec))
     out = Path(spec.output_dir)
-    assert status.state == "COMPLETED" and status.isolation in ("netns", "none")
-    if status.isolation == "netns":
+    assert status.state == "COMPLETED" and status.isolation in ("uid+netns", "none")
+    if status.isolation == "uid+netns":
         assert _ifaces(out) == ["lo"]
         assert "connect=failed" in (out / "stdout").read_text()
 
@@ -248,7 +202,7 @@ async def test_X4_real_apptainer_runs_the_job_contained(world: World, listener: 
     out = Path(spec.output_dir)
     stdout = (out / "stdout").read_text()
     assert status.state == "COMPLETED", (stdout, (out / "stderr").read_text())
-    assert status.isolation == "apptainer"
+    assert status.isolation == "container:apptainer"
     assert f"att=1 cvd=1 out={out} id={spec.job_id}" in stdout and "mine=v" in stdout
     assert _ifaces(out) == ["lo"] and "connect=failed" in stdout
     if os.getuid() == 0:
@@ -262,7 +216,7 @@ async def test_U5_apptainer_job_starts_in_its_chdir_bound_into_the_container(
     image = world.tools / "image.sif"
     image.write_bytes(b"SIF stand-in")
     image.chmod(0o644)
-    project = _root_dir("jpu-iso-project-")
+    project = root_dir("jpu-iso-project-")
     project.chmod(0o755)
     (project / "hello.txt").write_text("inside\n")
     (project / "hello.txt").chmod(0o644)
@@ -286,7 +240,7 @@ async def test_U5_apptainer_job_starts_in_its_chdir_bound_into_the_container(
 async def test_U5_a_chdir_the_user_cannot_enter_fails_the_job_with_the_reason(
     world: World,
 ) -> None:
-    private = _root_dir("jpu-iso-private-")
+    private = root_dir("jpu-iso-private-")
     private.chmod(0o700)  # root's own
     try:
         backend = world.backend(isolation="none")

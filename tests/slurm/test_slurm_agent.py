@@ -79,7 +79,7 @@ async def test_X6_a_dispatch_runs_on_slurm_and_its_end_is_recorded(world: World)
     (started,) = of(events, JobStarted)
     (end,) = of(events, JobEnded)
     assert started.backend_job_id.isdigit()  # the Slurm job id is recorded (X6)
-    assert started.isolation in ("netns", "none")
+    assert started.isolation in ("uid+netns", "none")
     assert (
         end.state == "COMPLETED"
         and end.exit_code == 0

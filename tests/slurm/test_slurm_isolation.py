@@ -59,7 +59,7 @@ async def test_X4_slurm_job_runs_in_apptainer_as_the_user_without_network(
     out = Path(spec.output_dir)
     stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
     assert status.state == "COMPLETED", (stdout, stderr)
-    assert status.isolation == "apptainer"  # what JobStarted records
+    assert status.isolation == "container:apptainer"  # what JobStarted records
     # X2 through --cleanenv: the platform's variables, the user's, and Slurm's GPUs and job id
     assert f"att=3 cvd=0,1 out={out} id={spec.job_id}" in stdout
     assert f"mine=a,b c slurm_job={bid}" in stdout
@@ -77,7 +77,7 @@ async def test_X4_slurm_job_runs_in_apptainer_as_the_user_without_network(
     # the isolation is also in the Slurm comment: an agent that lost its records still knows it
     jobs = await backend.snapshot(0.0, full=True)
     job = jobs[int(bid)]  # ended jobs stay listed for the test cluster's MinJobAge (900 s)
-    assert parse_comment(job.comment)[0] == "apptainer"
+    assert parse_comment(job.comment)[0] == "container:apptainer"
 
 
 async def test_X4_slurm_unusable_apptainer_is_an_error_at_start(

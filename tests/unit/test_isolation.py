@@ -8,20 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from jpu.backends import BackendError, make_backend
+from jpu.backends import BackendError, make_backend, process
 from jpu.backends.accounts import Account
 from jpu.backends.isolation import (
+    ENTER_WORKDIR,
     NONE,
+    PODMAN,
     RUNTIME_PATH,
     Apptainer,
+    Podman,
     container,
     job_argv,
     job_env,
     netns,
+    podman,
+    podman_argv,
     slurm_wrapper_line,
     wants,
 )
 from jpu.backends.process import LOADER, launch_argv
+from jpu.backends.slurm.jobs import comment_for, parse_comment
 from jpu.backends.slurm.submit import wrapper
 from jpu.config import ConfigError, load_config
 
@@ -145,3 +151,71 @@ def test_X4_isolation_is_configured_in_the_config_file(tmp_path: Path) -> None:
     )
     with pytest.raises(BackendError, match="apptainer"):
         make_backend(bad, env={})
+
+
+POD = Podman(
+    "localhost/ws:1", "podman", "/srv/images", ("/datasets",), ("--device", "nvidia.com/gpu=0")
+)
+
+
+def test_X4a_container_modes_ask_for_their_runtime() -> None:
+    assert wants("container", None) == "podman"  # the default runtime
+    assert wants("container", IMAGE, "apptainer") == "apptainer"
+    assert wants("uid-netns", IMAGE) == "netns" and wants("none", None) == "none"
+    with pytest.raises(BackendError, match="container_runtime"):
+        wants("container", None, "docker")
+    with pytest.raises(BackendError, match="apptainer_image"):
+        wants("container", None, "apptainer")
+
+
+def test_X4a_podman_run_has_no_network_the_users_uid_and_only_its_dirs_writable() -> None:
+    argv = podman_argv(POD, "jpu-local-j1-2", 1001, 1002, OUT, "/home/alice/proj", ["job"], 29.5)
+    assert argv[:4] == ["podman", "--root", "/srv/images", "run"]
+    flags = argv[4 : argv.index("localhost/ws:1")]
+    for flag in ("--network=none", "--read-only", "--init", "--pid=private", "--cap-drop=all"):
+        assert flag in flags
+    assert flags[flags.index("--user") + 1] == "1001:1002"
+    assert flags[flags.index("--name") + 1] == "jpu-local-j1-2"
+    assert flags[flags.index("--stop-timeout") + 1] == "30"  # the grace, whole seconds up
+    volumes = [flags[i + 1] for i, f in enumerate(flags) if f == "--volume"]
+    assert volumes == [f"{OUT}:{OUT}:rw", "/home/alice/proj:/home/alice/proj:rw",
+                       "/datasets:/datasets:ro"]  # fmt: skip
+    assert flags[flags.index("--workdir") + 1] == "/home/alice/proj"
+    assert flags[-2:] == ["--device", "nvidia.com/gpu=0"]  # the site's CDI devices
+    assert argv[-1] == "job"
+
+
+def test_X4a_podman_launch_loads_the_env_inside_as_the_user() -> None:
+    alice = Account("jpu-alice", 999, 995, "/nonexistent")
+    root = Account("root", 0, 0, "/root")
+    argv = launch_argv(Path("/s/st"), Path(OUT), alice, root, podman(POD), container="jpu-x")
+    assert argv[1:6] == ["-p", "-c", process.WRAPPER, "jpu-job", "/s/st"]
+    assert "setpriv" not in " ".join(argv)  # podman's --user is the drop
+    inner = argv[argv.index("localhost/ws:1") + 1 :]
+    assert inner == ["/bin/bash", "-c", LOADER, "jpu-env", f"{OUT}/.jpu-env",
+                     "/bin/bash", f"{OUT}/job.sh"]  # fmt: skip
+
+
+def test_X4a_container_isolation_is_configured_in_the_config_file() -> None:
+    c = load_config(env={"JPU_ISOLATION": "container"})
+    assert (c.container_runtime, c.container_image) == ("podman", "localhost/jpu-base:bookworm")
+    with pytest.raises(ConfigError, match="container_runtime"):
+        load_config(env={"JPU_ISOLATION": "container", "JPU_CONTAINER_RUNTIME": "docker"})
+    with pytest.raises(ConfigError, match="apptainer_image"):
+        load_config(env={"JPU_ISOLATION": "container", "JPU_CONTAINER_RUNTIME": "apptainer"})
+    with pytest.raises(ConfigError, match="container_shared_paths"):
+        load_config(env={"JPU_CONTAINER_SHARED_PATHS": '["data:/x"]'})
+
+
+def test_X4a_slurm_wrapper_runs_the_job_in_rootless_podman_without_network() -> None:
+    lines = wrapper(podman(POD)).decode().splitlines()
+    assert lines[2:4] == ENTER_WORKDIR.splitlines()  # entered as the user first (U5)
+    words = shlex.split(lines[-1])
+    assert words[:5] == ["exec", "podman", "--root", "/srv/images", "run"]
+    for flag in ("--network=none", "--read-only", "--init", "--userns=keep-id", "--env-host"):
+        assert flag in words
+    assert words[words.index("--user") + 1] == "$(id -u):$(id -g)"  # expanded by bash there
+    assert "/datasets:/datasets:ro" in words and "nvidia.com/gpu=0" in words
+    assert words[-4:] == ["$JPU_WORKDIR", "localhost/ws:1", "/bin/bash", "$JOB_OUTPUT_DIR/job.sh"]
+    assert comment_for(PODMAN, 90.0).startswith("jpu isolation=container:podman ")
+    assert parse_comment(comment_for(PODMAN, 90.0)) == (PODMAN, 90.0)

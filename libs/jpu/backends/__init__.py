@@ -2,7 +2,8 @@
 Slurm backend (slurm/); shared plumbing (process, isolation, accounts, outputs) beside them.
 
 `make_backend(config)` picks one by `slurm_backend` (local | slurm). Isolation (X4) comes from
-the shared configuration (`isolation`, `apptainer_image`, `apptainer_bin`, `apptainer_args`;
+the shared configuration (`isolation`, `container_runtime`, `container_image`,
+`container_storage`, `container_shared_paths`, `apptainer_image`, `apptainer_bin`, `apptainer_args`;
 JPU_LOCAL_ISOLATION / JPU_SLURM_ISOLATION override `isolation` per backend). Backend settings
 not in the shared configuration are read from the environment:
   local: JPU_LOCAL_ACCOUNT_TEMPLATE (default "jpu-{user}"), JPU_LOCAL_CREATE_ACCOUNTS (1 | 0),
@@ -31,7 +32,8 @@ from jpu.backends.base import (
     NodeInventory,
     UnknownBackendJob,
 )
-from jpu.backends.isolation import Apptainer
+from jpu.backends.isolation import Apptainer, Podman
+from jpu.backends.workspaces import PipSite
 from jpu.config import Config, ConfigError
 
 __all__ = [
@@ -66,6 +68,15 @@ def account_map(config: Config, env: Mapping[str, str] | None = None) -> Account
     )
 
 
+def podman_of(config: Config) -> Podman:
+    """X4a: the podman settings of `isolation: container` (the runtime checks them at start)."""
+    return Podman(
+        config.container_image,
+        storage=config.container_storage,
+        shared=tuple(config.container_shared_paths),
+    )
+
+
 def make_backend(config: Config, env: Mapping[str, str] | None = None) -> ExecutionBackend:
     env = os.environ if env is None else env
     if config.slurm_backend == "local":
@@ -79,6 +90,9 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 kill_failed_after_s=config.kill_failed_after_s,
                 isolation=env.get("JPU_LOCAL_ISOLATION", config.isolation),
                 apptainer=apptainer_of(config),
+                container_runtime=config.container_runtime,
+                podman=podman_of(config),
+                pip=PipSite(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
                 account_template=env.get("JPU_LOCAL_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_LOCAL_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_LOCAL_FALLBACK_ACCOUNT", "nobody"),
@@ -95,6 +109,8 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 kill_failed_after_s=config.kill_failed_after_s,
                 isolation=env.get("JPU_SLURM_ISOLATION", config.isolation),
                 apptainer=apptainer_of(config),
+                container_runtime=config.container_runtime,
+                podman=podman_of(config),
                 account_template=env.get("JPU_SLURM_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),

@@ -70,6 +70,7 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     output_dir: str = ""  # JOB_OUTPUT_DIR: per job and attempt (X2)
     chdir: str | None = None  # U5: the absolute directory it runs in; None: output_dir
     partition: str | None = None  # the tier's Slurm partition (X1); the local backend ignores it
+    workspace: str | None = None  # X4a: the user's READY workspace it runs in; None: the base
 
     @property
     def workdir(self) -> str:

@@ -1,10 +1,21 @@
 """SPEC X4: which isolation a job gets, and the argv/env that give it. Shared by both backends.
 
 Modes (`isolation` in the configuration):
-  auto       Apptainer when `apptainer_image` is set, else a network namespace when the kernel
-             allows one (`unshare --net`), else none.
-  apptainer  Apptainer, or a clear BackendError at start (never a silent weaker fallback).
+  container  an OCI container (`container_runtime`: podman, or apptainer as below), or a clear
+             BackendError at start when the runtime or its image is missing (X4a: never a
+             silent weaker fallback).
+  uid-netns  the user's own Unix account and a network namespace when the kernel allows one.
+  auto       Apptainer when `apptainer_image` is set, else as uid-netns (the older default).
+  apptainer  Apptainer, or a clear BackendError at start.
   none       nothing beyond the user's own Unix account.
+
+Under podman (rootful, so `--user` is the host's own UID) the script runs as
+    podman [--root STORE] run --rm --name jpu-BACKEND_ID --init --network=none --pid=private
+        --user UID:GID --read-only --log-driver=passthrough --stop-timeout GRACE
+        --volume OUT:OUT:rw [--volume WORKDIR:WORKDIR:rw] [--volume SHARED:SHARED:ro …]
+        IMAGE INNER…
+where INNER is the local backend's loader (process.py), run inside as the user. `--init` puts
+a small init as PID 1 that passes SIGTERM on to the job (a shell as PID 1 would ignore it).
 
 Under Apptainer the script runs as
     apptainer exec --containall --net --network none --no-eval --bind OUT [--bind WORKDIR]
@@ -13,20 +24,25 @@ Under Apptainer the script runs as
 setpriv/runuser drop stays outside). `--containall` implies `--cleanenv`, so the job's
 variables travel as APPTAINERENV_<NAME> in apptainer's environment (no shell line, no file the
 runtime would source), and `--no-eval` makes the runtime quote them instead of evaluating
-`$(…)` in them (SPEC X3). Everything here is pure except `check_apptainer`.
+`$(…)` in them (SPEC X3). Everything here is pure except the `check_*` functions.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jpu.backends.base import BackendError
 
-MODES = ("auto", "apptainer", "none")
+MODES = ("container", "uid-netns", "none", "auto", "apptainer")
+RUNTIMES = ("podman", "apptainer")
+BASE_IMAGE = "localhost/jpu-base:bookworm"  # what scripts/install-podman builds
+CONTAINER_PREFIX = "jpu-"  # podman containers are named after the attempt: jpu-<backend id>
 ENV_PREFIX = "APPTAINERENV_"
 # apptainer's own environment: what it needs to run, and JOB_OUTPUT_DIR for the Slurm wrapper;
 # its PATH is ours, never the user's (the user's PATH goes in as APPTAINERENV_PATH)
@@ -55,34 +71,98 @@ class Apptainer:
 
 
 @dataclass(frozen=True)
-class Isolation:
-    """What one job gets. `netns` is an unshare prefix; `container` the Apptainer settings."""
+class Podman:
+    image: str  # the base image (or a workspace image), present in the store beforehand
+    bin: str = "podman"
+    storage: str = ""  # podman's --root; "": its default store
+    shared: tuple[str, ...] = ()  # admin-declared host paths, mounted read-only
+    args: tuple[str, ...] = ()  # extra `run` options, e.g. ("--device", "nvidia.com/gpu=0")
 
-    name: str  # recorded with the job: "apptainer" | "netns" | "none"
+
+@dataclass(frozen=True)
+class Isolation:
+    """What one job gets. `netns` is an unshare prefix; `container` the Apptainer settings,
+    `podman` the podman ones."""
+
+    # recorded with the job: "container:podman" | "container:apptainer" | "uid+netns" | "none"
+    name: str
     netns: tuple[str, ...] = ()
     container: Apptainer | None = None
+    podman: Podman | None = None
 
 
 NONE = Isolation("none")
+PODMAN = "container:podman"
+APPTAINER = "container:apptainer"
+UID_NETNS = "uid+netns"
 
 
-def wants(mode: str, apptainer: Apptainer | None) -> str:
-    """The isolation a mode asks for: "apptainer", "netns" (if the kernel allows) or "none"."""
+def wants(mode: str, apptainer: Apptainer | None, runtime: str = "podman") -> str:
+    """The isolation a mode asks for: "podman", "apptainer", "netns" (if the kernel allows) or
+    "none"."""
     if mode not in MODES:
         raise BackendError(f"isolation: {mode!r} is not one of {' | '.join(MODES)}")
-    if mode == "apptainer" and apptainer is None:
+    if mode == "container" and runtime not in RUNTIMES:
+        raise BackendError(f"container_runtime: {runtime!r} is not one of {' | '.join(RUNTIMES)}")
+    if mode == "container" and runtime == "podman":
+        return "podman"
+    if mode in ("apptainer", "container") and apptainer is None:
         raise BackendError("isolation: apptainer needs apptainer_image (a SIF file or sandbox)")
-    if mode == "none":
-        return "none"
+    if mode in ("none", "uid-netns"):
+        return mode.replace("uid-", "")
     return "apptainer" if apptainer is not None else "netns"
 
 
 def netns(prefix: Sequence[str]) -> Isolation:
-    return Isolation("netns", tuple(prefix)) if prefix else NONE
+    return Isolation(UID_NETNS, tuple(prefix)) if prefix else NONE
 
 
 def container(apptainer: Apptainer) -> Isolation:
-    return Isolation("apptainer", container=apptainer)
+    return Isolation(APPTAINER, container=apptainer)
+
+
+def podman(settings: Podman) -> Isolation:
+    return Isolation(PODMAN, podman=settings)
+
+
+def container_name(backend_job_id: str) -> str:
+    """The podman container of an attempt: found again by this name after an agent restart."""
+    return CONTAINER_PREFIX + backend_job_id
+
+
+def podman_base(p: Podman) -> list[str]:
+    """`podman [--root STORE]`: every podman command of the platform uses the same store."""
+    return [p.bin, *(["--root", p.storage] if p.storage else [])]
+
+
+def podman_argv(
+    p: Podman,
+    name: str,
+    uid: int,
+    gid: int,
+    output_dir: str,
+    workdir: str | None,
+    inner: Sequence[str],
+    stop_timeout_s: float,
+    labels: Mapping[str, str] | None = None,
+) -> list[str]:
+    """`podman run` of one attempt (X4a): no network, the user's UID/GID, a read-only root,
+    only OUT and the working directory writable, admin-declared paths read-only, and the host's
+    processes out of sight (a private PID namespace)."""
+    wd = workdir or output_dir
+    volumes = ["--volume", f"{output_dir}:{output_dir}:rw"]
+    if wd != output_dir:
+        volumes += ["--volume", f"{wd}:{wd}:rw"]
+    for path in p.shared:
+        volumes += ["--volume", f"{path}:{path}:ro"]
+    return [
+        *podman_base(p), "run", "--rm", "--name", name, "--init", "--network=none",
+        "--pid=private", "--ipc=private", "--user", f"{uid}:{gid}", "--read-only",
+        "--security-opt", "no-new-privileges", "--cap-drop=all",
+        "--log-driver=passthrough", "--stop-timeout", str(max(1, math.ceil(stop_timeout_s))),
+        *(w for k, v in (labels or {}).items() for w in ("--label", f"{k}={v}")),
+        *volumes, "--workdir", wd, *p.args, p.image, *inner,
+    ]  # fmt: skip
 
 
 def job_argv(isolation: Isolation, output_dir: str, workdir: str | None = None) -> list[str]:
@@ -113,6 +193,9 @@ def job_env(isolation: Isolation, env: Mapping[str, str]) -> dict[str, str]:
 def slurm_wrapper_line(isolation: Isolation) -> str:
     """The batch wrapper's lines (SPEC X3: only our own words; the operator's image and
     options are shell-quoted; the output dir is the variable Slurm's --export-file set)."""
+    if isolation.podman is not None:
+        lines = [*ENTER_WORKDIR.splitlines(), *_slurm_podman_lines(isolation.podman)]
+        return "".join(f"{line}\n" for line in lines)
     lines = []
     if isolation.container is not None:  # --cleanenv: Slurm's GPU variables go in explicitly
         lines += [
@@ -130,12 +213,54 @@ def slurm_wrapper_line(isolation: Isolation) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
+def _slurm_podman_lines(p: Podman) -> list[str]:
+    """X4a in the allocation: the batch step runs as the user, so podman is rootless there
+    (`--userns=keep-id`: the user's own UID inside); the job's environment is the step's
+    (`--env-host`: Slurm's CUDA_VISIBLE_DEVICES and the export file's variables). The container
+    is named after the Slurm job; its processes stay in the step's cgroup, so Slurm's own
+    SIGTERM/KillWait/SIGKILL reach them."""
+    words = [
+        *podman_base(p), "run", "--rm", "--init", "--network=none", "--pid=private",
+        "--ipc=private", "--userns=keep-id", "--read-only", "--security-opt", "no-new-privileges",
+        "--cap-drop=all", "--log-driver=passthrough", "--env-host",
+        *(w for path in p.shared for w in ("--volume", f"{path}:{path}:ro")), *p.args,
+    ]  # fmt: skip
+    return [
+        'set -- --volume "$JOB_OUTPUT_DIR:$JOB_OUTPUT_DIR:rw"',
+        f'if [ "{WORK_VAR}" != "{OUT_VAR}" ]; then '
+        f'set -- "$@" --volume "{WORK_VAR}:{WORK_VAR}:rw"; fi',
+        f"exec {' '.join(shlex.quote(w) for w in words)}"
+        ' --name "jpu-slurm-$SLURM_JOB_ID" --user "$(id -u):$(id -g)" "$@"'
+        f' --workdir "{WORK_VAR}" {shlex.quote(p.image)} /bin/bash "{OUT_VAR}/job.sh"',
+    ]
+
+
 def _shell_word(word: str) -> str:
     if word == _EXTRA_BIND:
         return word
     if word in (OUT_VAR, f"{OUT_VAR}/job.sh", WORK_VAR):
         return f'"{word}"'  # our own $JOB_OUTPUT_DIR[/job.sh] / $JPU_WORKDIR, expanded there
     return shlex.quote(word)
+
+
+def check_podman(p: Podman) -> None:
+    """X4a: the runtime and the image are there at start, or the agent refuses to start."""
+    if shutil.which(p.bin) is None:
+        raise BackendError(
+            f"isolation: container needs {p.bin!r} (container_runtime: podman), which is not an "
+            "executable on PATH: run scripts/install-podman, or set isolation: uid-netns"
+        )
+    try:
+        done = subprocess.run(
+            [*podman_base(p), "image", "exists", p.image], capture_output=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BackendError(f"isolation: container: podman does not answer: {e}") from e
+    if done.returncode != 0:
+        raise BackendError(
+            f"isolation: container_image {p.image!r} is not in podman's image store "
+            "(scripts/install-podman builds the base image)"
+        )
 
 
 def check_apptainer(apptainer: Apptainer) -> None:

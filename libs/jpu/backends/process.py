@@ -5,6 +5,13 @@ Launch chain (every program execs the next; nothing of the user's is ever interp
     [unshare --net --]  bash -p -c WRAPPER jpu-job STATUS_FILE  [setpriv --reuid … --]
         bash -c LOADER jpu-env ENV_FILE  JOB          (LOADER: env, then `cd $JPU_WORKDIR`)
 where JOB is `/bin/bash SCRIPT`, or `apptainer exec … IMAGE /bin/bash SCRIPT` (isolation.py, X4).
+Under podman (X4a) the chain is
+    bash -p -c WRAPPER jpu-job STATUS_FILE  podman run --user UID:GID … IMAGE
+        /bin/bash -c LOADER jpu-env ENV_FILE  /bin/bash SCRIPT
+(the runtime, not setpriv, gives the user's UID; the loader runs inside, from the mounted OUT).
+A SIGTERM to the group reaches the podman client, which passes it into the container, where its
+init passes it on to the job; a SIGKILL ends only the client, so whoever ends an attempt
+removes its container by name too (containers.py).
 The wrapper stays root (when the agent is root) in the job's process group: it waits for the
 job and writes its exit status to a root-owned file, so a restarted agent that is no longer the
 parent still learns the exit code. It traps SIGTERM with a no-op (not an ignore, which the job
@@ -18,6 +25,7 @@ which the loader reads and removes only after the drop to the user's account.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -89,7 +97,23 @@ def launch_argv(
     agent: Account,
     isolation: iso_.Isolation,
     workdir: str | None = None,
+    *,
+    container: str = "",
+    stop_timeout_s: float = 30.0,
+    labels: Mapping[str, str] | None = None,
 ) -> list[str]:
+    wrapper = [system_path("bash"), "-p", "-c", WRAPPER, "jpu-job", str(status_file)]
+    if isolation.podman is not None:
+        inner = ["/bin/bash", "-c", LOADER, "jpu-env", str(output_dir / ENV_FILE)]
+        inner += iso_.job_argv(isolation, str(output_dir), workdir)
+        p = isolation.podman
+        if not agent.is_root:  # rootless podman: the user's own UID inside and out
+            p = dataclasses.replace(p, args=("--userns=keep-id", *p.args))
+        run = iso_.podman_argv(
+            p, container, account.uid, account.gid, str(output_dir), workdir, inner,
+            stop_timeout_s, labels,
+        )  # fmt: skip
+        return [*wrapper, *run]
     drop = []
     if agent.is_root:
         drop = [
@@ -102,12 +126,7 @@ def launch_argv(
         ]
     return [
         *isolation.netns,
-        system_path("bash"),
-        "-p",
-        "-c",
-        WRAPPER,
-        "jpu-job",
-        str(status_file),
+        *wrapper,
         *drop,
         system_path("bash"),
         "-c",

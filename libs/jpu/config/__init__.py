@@ -105,7 +105,13 @@ class Config(Cluster, frozen=True, kw_only=True):
     output_root: str = ""  # X2: <output_root>/<job_id>/<attempt>; "": <data_dir>/outputs
     submit_rate_per_s: float = 2.0  # per-user token bucket at the gateway (429 RATE_LIMITED)
     submit_burst: int = 20
-    isolation: str = "auto"  # X4: auto | apptainer | none (jpu.backends.isolation)
+    isolation: str = "auto"  # X4: container | uid-netns | none (also auto, apptainer; isolation.py)
+    container_runtime: str = "podman"  # X4a: podman | apptainer, for isolation: container
+    container_image: str = "localhost/jpu-base:bookworm"  # the site's base image (podman)
+    container_storage: str = ""  # where podman keeps images (its --root); "": podman's default
+    container_shared_paths: list[str] = []  # host paths mounted read-only into every container
+    workspace_pip_index_url: str = ""  # X4a: the site's package index for builds; "": pip's
+    workspace_pip_ca_bundle: str = ""  # a host CA file the build's pip trusts (PIP_CERT)
     apptainer_image: str = ""  # SIF file or sandbox dir; set: Apptainer is configured
     apptainer_bin: str = "apptainer"
     apptainer_args: list[str] = []  # extra `apptainer exec` options, e.g. ["--nv"]
@@ -161,10 +167,23 @@ def _validate_snapshots(config: Config) -> None:
 
 
 def _validate_isolation(config: Config) -> None:
-    if config.isolation not in ("auto", "apptainer", "none"):
-        raise ConfigError(f"isolation: {config.isolation!r} is not auto | apptainer | none")
-    if config.isolation == "apptainer" and not config.apptainer_image:
+    modes = ("container", "uid-netns", "none", "auto", "apptainer")
+    if config.isolation not in modes:
+        raise ConfigError(f"isolation: {config.isolation!r} is not {' | '.join(modes)}")
+    if config.container_runtime not in ("podman", "apptainer"):
+        raise ConfigError(
+            f"container_runtime: {config.container_runtime!r} is not podman | apptainer"
+        )
+    apptainer = config.isolation == "apptainer" or (
+        config.isolation == "container" and config.container_runtime == "apptainer"
+    )
+    if apptainer and not config.apptainer_image:
         raise ConfigError("isolation: apptainer needs apptainer_image (a SIF file or sandbox)")
+    if config.isolation == "container" and not config.container_image:
+        raise ConfigError("container_image: required for isolation: container")
+    for path in config.container_shared_paths:
+        if not path.startswith("/") or "," in path or ":" in path:
+            raise ConfigError(f"container_shared_paths: {path!r} is not an absolute path")
 
 
 def _env_overrides(raw: dict[str, Any], env: Mapping[str, str], fields: set[str]) -> None:

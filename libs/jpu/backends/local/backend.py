@@ -1,5 +1,10 @@
 """The local backend (SPEC X9): each attempt is a local process on a configured fake GPU inventory.
 
+Under `isolation: container` (podman, SPEC X4a) each attempt's process is the launch wrapper
+around `podman run`; its container is named after the attempt and labelled with this record
+store, ended by name when the attempt ends (a SIGKILL reaches only the podman client), and a
+restarted backend removes those of its containers no unfinished attempt owns (containers.py).
+
 Jobs run in their own session, so they survive an agent restart (like Slurm jobs survive a
 slurm-agent restart): the backend persists one record per attempt (records.py) and a restarted
 backend re-adopts the live pids (pid + start time, so a recycled pid is never mistaken for a
@@ -9,14 +14,16 @@ job) and reads the exit status the launch wrapper wrote (process.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import subprocess
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from jpu.backends import containers
 from jpu.backends import isolation as iso_
 from jpu.backends import process as proc_
 from jpu.backends.accounts import Account, AccountMap, current_account
@@ -32,6 +39,7 @@ from jpu.backends.local.backfill import LocalBackfill
 from jpu.backends.local.records import JobRecord, RecordStore
 from jpu.backends.local.watch import Watcher, adopt_unsaved_spawn
 from jpu.backends.outputs import create_private, open_output_dir
+from jpu.backends.workspaces import PipSite, Workspaces, venv_env
 from jpu.config import Node
 
 log = logging.getLogger(__name__)
@@ -43,8 +51,11 @@ class LocalSettings:
     nodes: list[Node]
     timeout_grace_s: float = 30.0  # SIGTERM → SIGKILL when a time limit is hit (like KillWait)
     kill_failed_after_s: float = 300.0  # X5
-    isolation: str = "auto"  # X4: auto | apptainer | none (isolation.py)
+    isolation: str = "auto"  # X4: container | uid-netns | none | auto | apptainer (isolation.py)
     apptainer: iso_.Apptainer | None = None  # set: Apptainer is configured
+    container_runtime: str = "podman"  # X4a: for isolation: container
+    podman: iso_.Podman = field(default_factory=lambda: iso_.Podman(iso_.BASE_IMAGE))
+    pip: PipSite = field(default_factory=PipSite)  # X4a: what a workspace build passes to pip
     account_template: str = "jpu-{user}"
     create_accounts: bool = True
     fallback_account: str = "nobody"
@@ -62,11 +73,19 @@ class LocalBackend(LocalBackfill):
             settings.account_template, settings.create_accounts, settings.fallback_account
         )
         self._agent = current_account()
+        self._owner = str(self.store.root.resolve())  # the label of our containers
         self._isolation: iso_.Isolation | None = None
-        if iso_.wants(settings.isolation, settings.apptainer) == "apptainer":
+        wanted = iso_.wants(settings.isolation, settings.apptainer, settings.container_runtime)
+        if wanted == "apptainer":
             assert settings.apptainer is not None
             iso_.check_apptainer(settings.apptainer)  # X4: unusable is an error at start
             self._isolation = iso_.container(settings.apptainer)
+        if wanted == "podman":
+            iso_.check_podman(settings.podman)  # X4a: no runtime, no start (never a fallback)
+            self._isolation = iso_.podman(settings.podman)
+        # X4a: workspaces of this data dir (<data_dir>/workspaces), built with podman
+        self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
+                                     settings.pip)  # fmt: skip
         self._watchers: dict[str, Watcher] = {}
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
@@ -174,6 +193,21 @@ class LocalBackend(LocalBackfill):
             self._records[record.backend_job_id] = record
             if record.final is None:
                 self._watch(record, None)
+        self._end_stray_containers()
+
+    def _end_stray_containers(self) -> None:
+        """O5: a container of ours that no unfinished attempt owns (its attempt ended while no
+        agent watched, or its record is gone) is ended; the others are adopted with their
+        wrapper (the watcher ends them with their attempt)."""
+        isolation = self._isolation
+        if isolation is None or isolation.podman is None:
+            return
+        base = iso_.podman_base(isolation.podman)
+        names = containers.owned(base, self._owner) or []
+        keep = {r.container for r in self._records.values() if r.final is None}
+        for name in set(names) - keep:
+            log.warning("ending container %s: no unfinished attempt owns it", name)
+            containers.remove(base, name)
 
     def _validate(self, spec: LaunchSpec) -> None:
         if not SAFE_ID.match(spec.job_id) or spec.attempt < 1:
@@ -189,6 +223,10 @@ class LocalBackend(LocalBackfill):
             raise BackendError("output_dir is required")
         if spec.chdir is not None and not spec.chdir.startswith("/"):
             raise BackendError(f"chdir must be an absolute path: {spec.chdir!r}")  # U5
+        if spec.workspace is not None:  # X4a: only READY, and only in a container
+            if self._isolation_for().podman is None:
+                raise BackendError("workspace: needs isolation: container (podman)")
+            self.workspaces.require_ready(spec.user, spec.workspace)
 
     def _isolation_for(self) -> iso_.Isolation:
         """X4: Apptainer (decided at start), else a netns when the kernel allows, else none."""
@@ -226,6 +264,10 @@ class LocalBackend(LocalBackfill):
             isolation=self._isolation_for().name,
             time_limit_s=spec.time_limit_s,
         )
+        podman = self._isolation_for().podman
+        if podman is not None:
+            record.container = iso_.container_name(bid)
+            record.podman = iso_.podman_base(podman)
         return record, (stdout, stderr)
 
     async def _spawn(
@@ -234,6 +276,9 @@ class LocalBackend(LocalBackfill):
         account = self.accounts.account_for(spec.user)
         out = Path(record.output_dir)
         isolation = self._isolation_for()
+        if spec.workspace is not None and isolation.podman is not None:  # X4a: its image
+            image = self.workspaces.require_ready(spec.user, spec.workspace)
+            isolation = iso_.podman(dataclasses.replace(isolation.podman, image=image))
         argv = proc_.launch_argv(
             self.store.status_file(record.backend_job_id),
             out,
@@ -241,6 +286,9 @@ class LocalBackend(LocalBackfill):
             self._agent,
             isolation,
             spec.workdir,  # U5: entered as the user, after the drop (process.LOADER)
+            container=record.container,
+            stop_timeout_s=self.settings.timeout_grace_s,
+            labels={containers.LABEL: self._owner},
         )
         try:
             return await asyncio.create_subprocess_exec(
@@ -265,6 +313,8 @@ class LocalBackend(LocalBackfill):
             user_env=spec.env,
             workdir=spec.workdir,
         )
+        if spec.workspace is not None:
+            env = venv_env(env, spec.env)
         return iso_.job_env(self._isolation_for(), env)
 
     def _watch(self, record: JobRecord, process: asyncio.subprocess.Process | None) -> None:

@@ -30,6 +30,8 @@ class JobRecord(msgspec.Struct, kw_only=True):
     gpus: list[int]
     output_dir: str
     isolation: str
+    container: str = ""  # X4a: the attempt's podman container (its name), when it has one
+    podman: list[str] = []  # ... and the podman command that manages it (`podman [--root D]`)
     time_limit_s: float | None = None
     pid: int = 0
     ticks: int = 0  # process start time in clock ticks: pid + ticks identify the process

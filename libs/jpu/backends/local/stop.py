@@ -18,6 +18,7 @@ import signal
 import time
 from pathlib import Path
 
+from jpu.backends import containers
 from jpu.backends import process as proc_
 from jpu.backends.base import BackendStatus
 from jpu.backends.local.records import JobRecord, RecordStore
@@ -64,6 +65,8 @@ def terminate_all(data_dir: Path, grace_s: float = 5.0) -> list[str]:
         if not _wait_gone(left, _KILL_WAIT_S):
             log.error("local jobs survived SIGKILL", extra={"groups": sorted(left)})
     for store, record in victims:
+        if record.container:  # X4a: a SIGKILL ends only the podman client, not the container
+            containers.remove(record.podman, record.container)
         _finish(store, record)
     stopped = [r.backend_job_id for _, r in victims]
     log.info("stopped local jobs and backfill", extra={"stopped": stopped})

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from jpu.backends import containers
 from jpu.backends import process as proc_
 from jpu.backends.base import BackendState, BackendStatus
 from jpu.backends.local.records import Intent, JobRecord, RecordStore
@@ -78,14 +79,23 @@ class Watcher:
             # adopt_unsaved_spawn) the attempt ran unwatched: its status files say how it ended
             status = self.store.status_file(r.backend_job_id)
             ran = status.exists() or proc_.start_file(status).exists()
+            await asyncio.to_thread(self._end_container)
             self._finish(reason=None if ran else "never started")
             return
         while r.final is None:
             now = time.time()
             self._escalate(now)
             if r.final is None and await self._exited(self._timeout(now)):
+                await asyncio.to_thread(self._end_container)
                 self._finish(save=False)
                 await asyncio.to_thread(self.store.save, r)  # the fsync off the event loop
+
+    def _end_container(self) -> None:
+        """X4a: the attempt ends with its container. Usually podman has removed it already
+        (`--rm`); after a SIGKILL, which reaches only the podman client, or a wrapper that
+        vanished, this is what ends the job inside (X5)."""
+        if self.record.container:
+            containers.remove(self.record.podman, self.record.container)
 
     def _escalate(self, now: float) -> None:
         r, s = self.record, self.settings

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -65,6 +65,8 @@ class SlurmSettings:
     kill_failed_after_s: float = 300.0  # X5
     isolation: str = "auto"  # X4: auto | apptainer | none (isolation.py)
     apptainer: iso_.Apptainer | None = None  # set: Apptainer is configured
+    container_runtime: str = "podman"  # X4a: for isolation: container
+    podman: iso_.Podman = field(default_factory=lambda: iso_.Podman(iso_.BASE_IMAGE))
     account_template: str = "jpu-{user}"
     create_accounts: bool = True
     fallback_account: str = "nobody"
@@ -90,9 +92,13 @@ class SlurmBackend(SlurmBackfill):
         )
         self._agent = current_account()
         self._isolation: dict[str, iso_.Isolation] = {}  # by account
-        self._wanted = iso_.wants(settings.isolation, settings.apptainer)
+        self._wanted = iso_.wants(
+            settings.isolation, settings.apptainer, settings.container_runtime
+        )
         if settings.apptainer is not None and self._wanted == "apptainer":
             iso_.check_apptainer(settings.apptainer)  # X4: unusable is an error at start
+        if self._wanted == "podman":  # X4a: checked where the agent runs (the nodes: docs)
+            iso_.check_podman(settings.podman)
         self._records: dict[str, SlurmRecord] = {}  # by Slurm job name
         self._by_id: dict[int, str] = {}
         self._loaded = False
@@ -330,6 +336,8 @@ class SlurmBackend(SlurmBackfill):
         none — and the job's record says which."""
         if self._wanted == "apptainer" and self.settings.apptainer is not None:
             return iso_.container(self.settings.apptainer)
+        if self._wanted == "podman":
+            return iso_.podman(self.settings.podman)
         if self._wanted == "none":
             return iso_.NONE
         if account.name not in self._isolation:

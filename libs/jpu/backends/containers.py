@@ -1,0 +1,48 @@
+"""The podman containers of local attempts, by name (SPEC X4a, X5, O5): ending one and finding
+the ones a store started. Each attempt's container is named after it (isolation.container_name)
+and labelled with the record store that started it, so a restarted agent finds its own
+containers (never another agent's on the same machine) and ends those no unfinished attempt
+owns. A SIGKILL reaches only the podman client of an attempt: ending the container is `rm -f`.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Sequence
+
+log = logging.getLogger(__name__)
+
+LABEL = "jpu.records"  # the record store (a directory) that started the container
+_TIMEOUT_S = 60.0
+
+
+def remove(podman: Sequence[str], name: str) -> bool:
+    """Kill and remove the container (no grace: the grace was the job's, before this). True when
+    it is gone (or never existed)."""
+    argv = [*podman, "rm", "--force", "--ignore", "--time", "0", name]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.error("cannot remove container %s: %s", name, e)
+        return False
+    if done.returncode != 0:
+        log.error("cannot remove container %s: %s", name, done.stderr.strip())
+    return done.returncode == 0
+
+
+def owned(podman: Sequence[str], records: str) -> list[str] | None:
+    """Names of the containers (running or not) a record store started; None when podman does
+    not answer."""
+    argv = [*podman, "ps", "--all", "--filter", f"label={LABEL}={records}"]
+    try:
+        done = subprocess.run(
+            [*argv, "--format", "{{.Names}}"], capture_output=True, text=True, timeout=_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.error("cannot list containers: %s", e)
+        return None
+    if done.returncode != 0:
+        log.error("cannot list containers: %s", done.stderr.strip())
+        return None
+    return done.stdout.split()
