@@ -10,10 +10,8 @@ from typing import Any
 
 import asyncpg
 import httpx
-from test_api_logs import assert_error, ended, logs_stack, wait_job
+from test_api_logs import add_lab_admins, assert_error, ended, logs_stack, wait_job
 from test_backfill_support import Stack, bearer
-
-from jpu import auth
 
 NUMBERS = "".join(f"{i}\n" for i in range(1, 20001)).encode()  # 108,894 bytes: several chunks
 WRITER = """mkdir -p "$JOB_OUTPUT_DIR/results/deep"
@@ -183,9 +181,7 @@ async def test_files_visible_to_owner_lab_admin_and_admin_only_also_in_maintenan
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str
 ) -> None:
     async with logs_stack(nats_url, pool, pg_dsn) as s:
-        for name, lab in (("bcg-lead", "BCG"), ("kdg-lead", "KDG")):
-            await auth.add_user(pool, name, lab, "lab_admin")
-            await auth.install_token(pool, name, f"demo-{name}")
+        await add_lab_admins(pool)
         job = await s.submit("bcg-alice", 'echo secret-data > "$JOB_OUTPUT_DIR/data.txt"')
         await wait_job(s, "bcg-alice", job, ended)
         assert (await s.maintenance("start", "storage swap")).status_code == 200
