@@ -13,20 +13,13 @@ from pathlib import Path
 import asyncpg
 from test_api_files import NUMBERS
 from test_api_logs import ended, logs_stack, wait_job
-from test_cli_logs import Run, jpu, ok
+from test_cli_logs import failed, jpu, ok
 
 WRITER = """mkdir -p "$JOB_OUTPUT_DIR/results"
 seq 1 20000 > "$JOB_OUTPUT_DIR/results/numbers.txt"
 printf 'step,loss\\n1,0.5\\n' > "$JOB_OUTPUT_DIR/metrics.csv"
 ln -s /etc/shadow "$JOB_OUTPUT_DIR/shadow"
 """
-
-
-def refused(run: Run, command: str, code: str) -> str:
-    rc, out, err = run
-    assert rc == 1 and out == b"", (rc, out, err)
-    assert err.count("\n") == 1 and f"jpu {command}: error: {code}: " in err, err
-    return err
 
 
 async def test_files_jpu_files_lists_and_jpu_get_downloads_and_resumes(
@@ -77,21 +70,15 @@ async def test_files_jpu_files_lists_and_jpu_get_downloads_and_resumes(
 
             # refusals: one line naming the field, nothing written
             before = sorted(os.listdir(here))
-            err = refused(
-                await jpu(url, "bcg-alice", "get", job, "../x", cwd=here), "get", "VALIDATION_ERROR"
-            )
-            assert "path" in err and "'..'" in err
-            err = refused(
-                await jpu(url, "bcg-alice", "get", job, "shadow", cwd=here),
-                "get",
-                "VALIDATION_ERROR",
-            )
-            assert "symbolic link" in err
-            refused(
-                await jpu(url, "kdg-carol", "get", job, "metrics.csv", cwd=here), "get", "FORBIDDEN"
-            )
-            refused(await jpu(url, "kdg-carol", "files", job), "files", "FORBIDDEN")
-            refused(await jpu(url, "bcg-alice", "files", job, "nope"), "files", "NOT_FOUND")
+            get = ("get", job)
+            run = await jpu(url, "bcg-alice", *get, "../x", cwd=here)
+            assert "path" in (err := failed(run, "VALIDATION_ERROR", "get")) and "'..'" in err
+            run = await jpu(url, "bcg-alice", *get, "shadow", cwd=here)
+            assert "symbolic link" in failed(run, "VALIDATION_ERROR", "get")
+            run = await jpu(url, "kdg-carol", *get, "metrics.csv", cwd=here)
+            failed(run, "FORBIDDEN", "get")
+            failed(await jpu(url, "kdg-carol", "files", job), "FORBIDDEN", "files")
+            failed(await jpu(url, "bcg-alice", "files", job, "nope"), "NOT_FOUND", "files")
             assert sorted(os.listdir(here)) == before
             for command in ("files", "get"):
                 rc, out, _ = await jpu(url, "bcg-alice", command, "--help")

@@ -28,38 +28,38 @@ USER_ERRORS: tuple[type[Exception], ...] = rest.USER_ERRORS
 def register(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     rest.add_target_options(common, defaults=False)
-    ls = sub.add_parser(
-        "files",
-        parents=[common],
-        help="list the files a job wrote (its JOB_OUTPUT_DIR)",
-        description="List a directory of a job attempt's JOB_OUTPUT_DIR: name, type, size, "
-        "modification time. Download a file with `jpu get ID PATH`.",
-    )
-    ls.add_argument("job_id", metavar="ID")
-    ls.add_argument("path", metavar="PATH", nargs="?", default="", help="a directory in it")
-    ls.add_argument("--attempt", type=int, metavar="N", help="attempt N (default: the latest)")
-    ls.set_defaults(func=cmd_files)
-    get = sub.add_parser(
-        "get",
-        parents=[common],
-        help="download a file a job wrote",
-        description="Download one file of a job attempt's JOB_OUTPUT_DIR (`jpu files ID` lists "
-        "them) into the current directory, or -o FILE.",
-    )
-    get.add_argument("job_id", metavar="ID")
-    get.add_argument("path", metavar="PATH", help="the file, relative to JOB_OUTPUT_DIR")
-    get.add_argument(
+    for name, helptext, description, path_help in (
+        (
+            "files",
+            "list the files a job wrote (its JOB_OUTPUT_DIR)",
+            "List a directory of a job attempt's JOB_OUTPUT_DIR: name, type, size, modification "
+            "time. Download a file with `jpu get ID PATH`.",
+            "a directory in it (default: JOB_OUTPUT_DIR itself)",
+        ),
+        (
+            "get",
+            "download a file a job wrote",
+            "Download one file of a job attempt's JOB_OUTPUT_DIR (`jpu files ID` lists them) "
+            "into the current directory, or -o FILE.",
+            "the file, relative to JOB_OUTPUT_DIR",
+        ),
+    ):
+        p = sub.add_parser(name, parents=[common], help=helptext, description=description)
+        p.add_argument("job_id", metavar="ID")
+        nargs: dict[str, Any] = {"nargs": "?", "default": ""} if name == "files" else {}
+        p.add_argument("path", metavar="PATH", help=path_help, **nargs)
+        p.add_argument("--attempt", type=int, metavar="N", help="attempt N (default: the latest)")
+        p.set_defaults(func=cmd_files if name == "files" else cmd_get)
+    p.add_argument(  # `jpu get` only, the last one
         "-o", "--output", metavar="FILE", help="where to write it (default: its name; - stdout)"
     )
-    get.add_argument("--attempt", type=int, metavar="N", help="attempt N (default: the latest)")
-    get.add_argument(
+    p.add_argument(
         "-c",
         "--continue",
         dest="resume",
         action="store_true",
         help="resume a partial FILE from where it ends (an HTTP Range request)",
     )
-    get.set_defaults(func=cmd_get)
 
 
 def _url(job_id: str, path: str | None = None) -> str:
