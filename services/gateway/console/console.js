@@ -272,6 +272,7 @@ const state = {
   labs: [],        // lab names (sorted): the index gives the lab's colour
   labsAt: 0,
   log: null,       // the log pane of the job page (see refreshLog)
+  files: null,     // the files pane of the job page (files.js)
 };
 const $ = (id) => document.getElementById(id);
 const t = (key) => (STRINGS[state.lang] || STRINGS.en)[key] ?? STRINGS.en[key] ?? key;
@@ -838,6 +839,8 @@ function clearJob(id) {
   clearRows($("job-events"));
   $("job-cancel").onclick = null;
   resetLog(id);
+  state.files = null;  // the files pane (files.js) starts again
+  clearRows($("job-files-rows"));
 }
 
 async function loadJob(id) {
@@ -870,6 +873,7 @@ async function loadJob(id) {
     setRows($("job-events"), events.map((e) => e.seq).join(","), () => timeline(events));
     drawWhy(job.id);  // why.js (U4)
     refreshLog(job);
+    refreshFiles(job);  // files.js (SPEC §8 files)
   };
 }
 
