@@ -166,3 +166,13 @@ def test_files_a_name_that_is_not_utf8_is_listed_escaped(tmp_path: Path) -> None
     (d / os.fsdecode(b"bad\xff.txt")).write_text("x")
     listed = jobfiles.list_dir(tmp_path, "j1", 1, "", after=None, limit=100)[0]
     assert "bad\\xff.txt" in [e.name for e in listed]
+
+
+def test_files_an_attempt_directory_swapped_for_a_link_is_refused(tmp_path: Path) -> None:
+    other = _attempt(tmp_path, "j2")  # the job's account owns <job_id>/: it could do this
+    (tmp_path / "j1").mkdir()
+    (tmp_path / "j1" / "1").symlink_to(other)
+    with pytest.raises(joblogs.OutputError, match="not a plain directory"):
+        jobfiles.list_dir(tmp_path, "j1", 1, "", after=None, limit=10)
+    with pytest.raises(joblogs.OutputError, match="not a plain directory"):
+        jobfiles.open_file(tmp_path, "j1", 1, "stdout")
