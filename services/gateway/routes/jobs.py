@@ -320,12 +320,13 @@ async def files(
     path: Annotated[str, Query(description=_PATH_DOC)] = "",
     limit: Annotated[int, Query(ge=1, le=_files.MAX_LIMIT)] = 1000,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
-) -> dict[str, Any]:
+) -> JSONResponse:
     """A directory of the attempt's JOB_OUTPUT_DIR: its entries."""
     row = await load_visible(pool, user, job_id)
-    return await _files.listing(
+    body = await _files.listing(
         settings.output_root, row, attempt=attempt, path=path, cursor=cursor, limit=limit
     )
+    return JSONResponse(body)  # plain JSON already: 10,000 entries skip a costly re-encoding
 
 
 _FILE_DOC: Final = (
