@@ -79,9 +79,9 @@ class OpenOutput:
     def stat(self) -> os.stat_result:
         return os.fstat(self.fd)
 
-    def read(self, start: int, end: int) -> bytes:
-        """Up to CHUNK bytes from `start`, never past `end` (b"" at the end of the file)."""
-        n = min(CHUNK, end - start)
+    def read(self, start: int, end: int, chunk: int = CHUNK) -> bytes:
+        """Up to `chunk` bytes from `start`, never past `end` (b"" at the end of the file)."""
+        n = min(chunk, end - start)
         return os.pread(self.fd, n, start) if n > 0 else b""
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from jpu_services.gateway.routes import _logs
 from jpu_services.gateway.routes._commands import shape_error
 
 MAX_LIMIT: Final = 10_000  # entries in one page of a listing
+READ_CHUNK: Final = 1024 * 1024  # a download reads this much per thread hop (checkpoints: GBs)
 HEADERS_DOC: Final[dict[str, Any]] = {
     "Content-Range": {
         "description": "206: `bytes start-last/size`",
@@ -149,7 +150,7 @@ async def download(
         status = 206
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
     return StreamingResponse(
-        _logs.read_range(out, start, end),
+        _logs.read_range(out, start, end, READ_CHUNK),
         status_code=status,
         media_type="application/octet-stream",
         headers=headers,

@@ -156,11 +156,14 @@ async def serve(
     return StreamingResponse(read_range(out, start, end), media_type=MEDIA_TYPE, headers=headers)
 
 
-async def read_range(out: joblogs.OpenOutput, start: int, end: int) -> AsyncIterator[bytes]:
+async def read_range(
+    out: joblogs.OpenOutput, start: int, end: int, size: int = joblogs.CHUNK
+) -> AsyncIterator[bytes]:
+    """Bytes [start, end) of `out`, `size` at a time, each read off the event loop; closes it."""
     try:
         pos = start
         while pos < end:
-            chunk = await asyncio.to_thread(out.read, pos, end)
+            chunk = await asyncio.to_thread(out.read, pos, end, size)
             if not chunk:
                 return  # the file shrank under us
             pos += len(chunk)
