@@ -49,11 +49,10 @@ HEADERS_DOC: Final[dict[str, Any]] = {
 }
 
 
-def _checked(path: str, details: dict[str, Any]) -> str:
+def _checked(path: str, details: dict[str, Any]) -> None:
     problem = jobfiles.path_problem(path)
     if problem is not None:
         raise shape_error("path", problem, path=path[:200], **details)
-    return path
 
 
 def _refused(e: Exception, path: str, details: dict[str, Any]) -> ApiError:
