@@ -67,7 +67,8 @@ def byte_range(size: int, offset: int, limit: int | None) -> tuple[int, int]:
 
 @dataclass
 class OpenOutput:
-    """One open stdout/stderr file of an attempt; close it (or use `with`)."""
+    """One open file of an attempt (stdout, stderr, or any, jpu.jobfiles); close it (or use
+    `with`)."""
 
     fd: int
     path: Path
@@ -75,9 +76,12 @@ class OpenOutput:
     def size(self) -> int:
         return os.fstat(self.fd).st_size
 
-    def read(self, start: int, end: int) -> bytes:
-        """Up to CHUNK bytes from `start`, never past `end` (b"" at the end of the file)."""
-        n = min(CHUNK, end - start)
+    def stat(self) -> os.stat_result:
+        return os.fstat(self.fd)
+
+    def read(self, start: int, end: int, chunk: int = CHUNK) -> bytes:
+        """Up to `chunk` bytes from `start`, never past `end` (b"" at the end of the file)."""
+        n = min(chunk, end - start)
         return os.pread(self.fd, n, start) if n > 0 else b""
 
     def close(self) -> None:
@@ -96,29 +100,52 @@ class OpenOutput:
         self.close()
 
 
-def open_output(root: Path, job_id: str, attempt: int, stream: Stream) -> OpenOutput | None:
-    """The attempt's `stream` file, or None when there is none (yet): the attempt never started,
-    or its directory was never made. Raises OutputError when it cannot be served."""
-    if not SAFE_ID.match(job_id) or attempt < 1 or stream not in STREAMS:
+def open_attempt(root: Path, job_id: str, attempt: int) -> tuple[int, int] | None:
+    """The attempt's directory as an open fd and the uid that owns it (the job's account), or
+    None when it does not exist (yet). `<job_id>/<attempt>` are opened with O_NOFOLLOW (below the
+    root everything is the job's). Raises OutputError; the caller closes the fd."""
+    if not SAFE_ID.match(job_id) or attempt < 1:
         return None
-    path = attempt_dir(root, job_id, attempt) / stream
     fds: list[int] = []
     try:
         fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY))  # the operator's: may be a link
-        owner: int | None = None
         for name in (job_id, str(attempt)):
             fds.append(os.open(name, _DIR, dir_fd=fds[-1]))
-            owner = os.fstat(fds[-1]).st_uid
-        fd = os.open(stream, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fds[-1])
+        dir_fd = fds.pop()  # kept open: the caller's
+    except FileNotFoundError:
+        return None
+    except PermissionError as e:
+        path = attempt_dir(root, job_id, attempt)
+        raise OutputError(f"the gateway cannot read {path}: {e.strerror}", unreadable=True) from e
+    except OSError as e:  # ELOOP / ENOTDIR: a symlink or a file where a directory belongs
+        path = attempt_dir(root, job_id, attempt)
+        raise OutputError(f"{path} is not a plain directory of the job: {e.strerror}") from e
+    finally:
+        for d in fds:
+            os.close(d)
+    return dir_fd, os.fstat(dir_fd).st_uid
+
+
+def open_output(root: Path, job_id: str, attempt: int, stream: Stream) -> OpenOutput | None:
+    """The attempt's `stream` file, or None when there is none (yet): the attempt never started,
+    or its directory was never made. Raises OutputError when it cannot be served."""
+    if stream not in STREAMS:
+        return None
+    opened = open_attempt(root, job_id, attempt)
+    if opened is None:
+        return None
+    dir_fd, owner = opened
+    path = attempt_dir(root, job_id, attempt) / stream
+    try:
+        fd = os.open(stream, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except FileNotFoundError:
         return None
     except PermissionError as e:
         raise OutputError(f"the gateway cannot read {path}: {e.strerror}", unreadable=True) from e
-    except OSError as e:  # ELOOP / ENOTDIR: a symlink or a file where a directory belongs
+    except OSError as e:  # ELOOP: a symlink
         raise OutputError(f"{path} is not a plain file of the job: {e.strerror}") from e
     finally:
-        for d in fds:
-            os.close(d)
+        os.close(dir_fd)
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != owner:
         os.close(fd)

@@ -1,9 +1,10 @@
 """SPEC U2, M5: the web console in a real browser (headless Chromium driven by Playwright) against
 the running stack: token, queue with ranks and pending reasons, the GPU pool (lab colours, who uses
 what), lab usage chart (its window), a job page with its event timeline (sentences, the raw event
-behind a toggle), a forbidden job never shown above another job's details, live updates without a
-reload (stopped while the page is hidden), the submit form, Korean/English, and the maintenance
-banner. Screenshots go to $JPU_TEST_ARTIFACTS when it is set (CI keeps them).
+behind a toggle) and its files pane (SPEC §8 files: a file the job wrote, downloaded), a
+forbidden job never shown above another job's details, live updates without a reload (stopped
+while the page is hidden), the submit form, Korean/English, and the maintenance banner.
+Screenshots go to $JPU_TEST_ARTIFACTS when it is set (CI keeps them).
 
 Chromium is a Debian package (`scripts/install-browser`; CI installs it). Elsewhere the module is
 skipped with the reason, unless JPU_TEST_BROWSER_REQUIRED=1 makes that a failure.
@@ -17,6 +18,7 @@ import os
 import re
 import shutil
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -360,6 +362,66 @@ async def test_U5_log_pane_says_when_an_attempt_has_no_output_yet(
     await _go(page, stack, f"job/{waiting}")
     await expect(page.locator("#job-log-status")).to_contain_text("No output yet")
     await expect(page.locator("#job-log")).to_be_empty()
+
+
+FILES_WRITER = """mkdir -p "$JOB_OUTPUT_DIR/results"
+printf 'step,loss\\n1,0.5\\n2,0.25\\n' > "$JOB_OUTPUT_DIR/results/metrics.csv"
+echo 'first report' > "$JOB_OUTPUT_DIR/report.txt"
+ln -s /etc/shadow "$JOB_OUTPUT_DIR/shadow"
+"""
+
+
+async def test_files_job_page_lists_the_files_the_job_wrote_and_downloads_one(
+    stack: Stack, browser_page: Page
+) -> None:
+    """SPEC §8 files: the pane lists what a running job wrote into its JOB_OUTPUT_DIR (and what
+    it writes later), opens a directory, and a click downloads a file with the user's token; a
+    link the job planted is shown, never followed."""
+    page = browser_page
+    erin = stack.api("osl-erin")
+    later = 'echo "written later" > "$JOB_OUTPUT_DIR/later.txt"'
+    job = erin.submit(FILES_WRITER + stack.hold("files-pane", later), name="files-pane")
+    erin.wait(job["id"], ["RUNNING"], timeout=30)
+    await _login(page, stack, "osl-erin")
+    await _english(page)
+    await _go(page, stack, f"job/{job['id']}")
+
+    rows = page.locator("#job-files-rows")
+    await expect(page.locator("#view-job h3[data-i18n='job.files']")).to_have_text("Files")
+    await expect(rows.locator("a[data-file='report.txt']")).to_have_text("report.txt")
+    await expect(rows.locator("a[data-dir='results']")).to_have_text("results/")
+    shadow = rows.locator("tr", has_text="shadow")
+    await expect(shadow).to_contain_text("symbolic link, never followed")
+    assert await shadow.locator("a").count() == 0  # no download link to follow it
+    report = rows.locator("tr", has_text="report.txt")
+    await expect(report.locator("td.num")).to_have_text("13")  # its size in bytes
+
+    # a file the running job writes later appears on a poll, without a reload
+    stack.release("files-pane")
+    await expect(rows.locator("a[data-file='later.txt']")).to_be_visible()
+    erin.wait(job["id"], ["COMPLETED"], timeout=30)
+
+    # a click downloads it with the user's token (a plain link could not send it)
+    async with page.expect_download() as info:
+        await rows.locator("a[data-file='report.txt']").click()
+    download = await info.value
+    assert download.suggested_filename == "report.txt"
+    assert Path(await download.path()).read_bytes() == b"first report\n"
+
+    # into a directory and back up
+    await rows.locator("a[data-dir='results']").click()
+    await expect(page.locator("#job-files-path")).to_have_text("/results")
+    async with page.expect_download() as info:
+        await rows.locator("a[data-file='results/metrics.csv']").click()
+    data = Path(await (await info.value).path()).read_bytes()
+    assert data == b"step,loss\n1,0.5\n2,0.25\n"
+    await page.click("#job-files-up")
+    await expect(page.locator("#job-files-path")).to_have_text("/")
+    await expect(rows.locator("a[data-file='later.txt']")).to_be_visible()
+    await page.click("#lang-toggle")  # Korean labels like the rest of the console
+    await expect(page.locator("#view-job h3[data-i18n='job.files']")).to_have_text("파일")
+    await page.click("#lang-toggle")
+    await _shot(page, "console-files-pane.png")
 
 
 async def test_U2_a_forbidden_job_shows_only_the_403_never_the_previous_jobs_details(

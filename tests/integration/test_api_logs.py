@@ -58,6 +58,13 @@ async def wait_job(s: Stack, user: str, job_id: str, done: Any, timeout: float =
         await asyncio.sleep(0.1)
 
 
+async def add_lab_admins(pool: asyncpg.Pool) -> None:
+    """bcg-lead and kdg-lead: a lab_admin of BCG and one of KDG, with `demo-<name>` tokens."""
+    for name, lab in (("bcg-lead", "BCG"), ("kdg-lead", "KDG")):
+        await auth.add_user(pool, name, lab, "lab_admin")
+        await auth.install_token(pool, name, f"demo-{name}")
+
+
 def ended(job: dict) -> bool:
     return bool(job["terminal"])
 
@@ -168,9 +175,7 @@ async def test_U5_logs_are_visible_to_owner_lab_admin_and_admin_only(
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str
 ) -> None:
     async with logs_stack(nats_url, pool, pg_dsn) as s:
-        for name, lab in (("bcg-lead", "BCG"), ("kdg-lead", "KDG")):
-            await auth.add_user(pool, name, lab, "lab_admin")
-            await auth.install_token(pool, name, f"demo-{name}")
+        await add_lab_admins(pool)
         job = await s.submit("bcg-alice", "echo secret-output")
         await wait_job(s, "bcg-alice", job, ended)
         for who in ("bcg-alice", "bcg-lead", "admin"):

@@ -51,10 +51,11 @@ def ok(run: Run) -> bytes:
     return out
 
 
-def failed(run: Run, code: str) -> str:
+def failed(run: Run, code: str, command: str = "logs") -> str:
+    """`jpu COMMAND` refused: one line with the API's code, nothing on stdout, exit 1."""
     rc, out, err = run
     assert rc == 1 and out == b"", (rc, out, err)
-    assert err.count("\n") == 1 and f"jpu logs: error: {code}: " in err, err
+    assert err.count("\n") == 1 and f"jpu {command}: error: {code}: " in err, err
     return err
 
 

@@ -75,7 +75,7 @@ def test_U5_planted_symlinks_and_fifos_are_refused(tmp_path: Path) -> None:
     (other / "stdout").write_text("someone else's")
     (tmp_path / "j2").mkdir()
     (tmp_path / "j2" / "1").symlink_to(other)  # a directory link, one level up
-    with pytest.raises(joblogs.OutputError, match="not a plain file"):
+    with pytest.raises(joblogs.OutputError, match="not a plain directory"):
         joblogs.open_output(tmp_path, "j2", 1, "stdout")
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from jpu.cli import rest, simulate, why
+from jpu.cli import files, rest, simulate, why
 from jpu.cli.parsing import JpuArgumentParser
 
 
@@ -20,7 +20,7 @@ class CliError(Exception):
     """A failure to report as one line, exit code 1."""
 
 
-SUBCOMMAND_MODULES: list[ModuleType] = [simulate, rest, why]
+SUBCOMMAND_MODULES: list[ModuleType] = [simulate, rest, why, files]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -98,12 +98,17 @@ class RestClient:
 
     @contextlib.contextmanager
     def stream(
-        self, path: str, params: Mapping[str, Any] | None = None, *, follow: bool = False
+        self,
+        path: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        follow: bool = False,
+        headers: Mapping[str, str] | None = None,
     ) -> Iterator[httpx.Response]:
         """GET with the body read as it arrives (`iter_bytes`); an error answer raises ApiError
         before anything is yielded. `follow`: no read timeout (output may pause for hours)."""
         timeout = httpx.Timeout(self._http.timeout.connect or 30, read=None) if follow else None
-        kw: dict[str, Any] = {"params": params}
+        kw: dict[str, Any] = {"params": params, "headers": headers}
         if timeout is not None:
             kw["timeout"] = timeout
         try:

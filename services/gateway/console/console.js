@@ -292,6 +292,7 @@ const state = {
   labsAt: 0,
   log: null,       // the log pane of the job page (see refreshLog)
   me: null,        // GET /v1/me: the caller's lab (their charges) and role
+  files: null,     // the files pane of the job page (files.js)
 };
 const $ = (id) => document.getElementById(id);
 const t = (key) => (STRINGS[state.lang] || STRINGS.en)[key] ?? STRINGS.en[key] ?? key;
@@ -903,6 +904,8 @@ function clearJob(id) {
   clearRows($("job-events"));
   $("job-cancel").onclick = null;
   resetLog(id);
+  state.files = null;  // the files pane (files.js) starts again
+  clearRows($("job-files-rows"));
 }
 
 async function loadJob(id) {
@@ -935,6 +938,7 @@ async function loadJob(id) {
     setRows($("job-events"), events.map((e) => e.seq).join(","), () => timeline(events));
     drawWhy(job.id);  // why.js (U4)
     refreshLog(job);
+    refreshFiles(job);  // files.js (SPEC §8 files)
   };
 }
 

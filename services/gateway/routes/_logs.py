@@ -62,6 +62,20 @@ def attempt_over(state: str, latest: int, attempt: int) -> bool:
     return attempt < latest or state in TERMINAL
 
 
+def pick_attempt(row: Any, attempt: int | None) -> int:
+    """The attempt asked for (default: the job's latest); 404 for one the job does not have."""
+    latest = int(row["attempt"])
+    n = latest if attempt is None else attempt
+    if n > latest:
+        raise ApiError(
+            404,
+            "NOT_FOUND",
+            f"job {row['job_id']} has no attempt {n} (its latest attempt is {latest})",
+            {"job_id": row["job_id"], "attempt": n, "latest_attempt": latest},
+        )
+    return n
+
+
 def _no_output(row: Any, attempt: int, stream: str) -> ApiError:
     hint = ""
     if attempt > 1:
@@ -85,11 +99,16 @@ async def _open(root: Path, job_id: str, attempt: int, stream: joblogs.Stream) -
     try:
         return await asyncio.to_thread(joblogs.open_output, root, job_id, attempt, stream)
     except joblogs.OutputError as e:
-        if e.unreadable:
-            raise ApiError(
-                503, "OUTPUT_UNREADABLE", str(e), {"job_id": job_id, "attempt": attempt}
-            ) from e
-        raise ApiError(404, "NOT_FOUND", str(e), {"job_id": job_id, "attempt": attempt}) from e
+        raise output_error(e, job_id, attempt) from e
+
+
+def output_error(e: joblogs.OutputError, job_id: str, attempt: int) -> ApiError:
+    """503 OUTPUT_UNREADABLE: the gateway may not read it (a deployment problem); else 404: what
+    is there is not the job's plain output."""
+    details = {"job_id": job_id, "attempt": attempt}
+    if e.unreadable:
+        return ApiError(503, "OUTPUT_UNREADABLE", str(e), details)
+    return ApiError(404, "NOT_FOUND", str(e), details)
 
 
 async def serve(
@@ -105,14 +124,7 @@ async def serve(
 ) -> StreamingResponse:
     """The answer for a job row the caller may see (visibility is checked before)."""
     job_id, latest = str(row["job_id"]), int(row["attempt"])
-    n = latest if attempt is None else attempt
-    if n > latest:
-        raise ApiError(
-            404,
-            "NOT_FOUND",
-            f"job {job_id} has no attempt {n} (its latest attempt is {latest})",
-            {"job_id": job_id, "attempt": n, "latest_attempt": latest},
-        )
+    n = pick_attempt(row, attempt)
     over = attempt_over(row["state"], latest, n)
     out = await _open(root, job_id, n, stream)
     if out is None and (over or not follow):
@@ -141,14 +153,17 @@ async def serve(
         "Jpu-Log-Size": str(size),
         "Jpu-Log-Ended": "true" if over else "false",
     }
-    return StreamingResponse(_range(out, start, end), media_type=MEDIA_TYPE, headers=headers)
+    return StreamingResponse(read_range(out, start, end), media_type=MEDIA_TYPE, headers=headers)
 
 
-async def _range(out: joblogs.OpenOutput, start: int, end: int) -> AsyncIterator[bytes]:
+async def read_range(
+    out: joblogs.OpenOutput, start: int, end: int, size: int = joblogs.CHUNK
+) -> AsyncIterator[bytes]:
+    """Bytes [start, end) of `out`, `size` at a time, each read off the event loop; closes it."""
     try:
         pos = start
         while pos < end:
-            chunk = await asyncio.to_thread(out.read, pos, end)
+            chunk = await asyncio.to_thread(out.read, pos, end, size)
             if not chunk:
                 return  # the file shrank under us
             pos += len(chunk)

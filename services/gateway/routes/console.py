@@ -19,6 +19,7 @@ _ASSETS: Final = {
     "index.html": "text/html; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "why.js": "text/javascript; charset=utf-8",
+    "files.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
 }
 

@@ -1,4 +1,5 @@
-"""Jobs (SPEC §8): submit, list, show, events (the audit trail), logs (the output), cancel.
+"""Jobs (SPEC §8): submit, list, show, events (the audit trail), logs (the output), files (the
+attempt's JOB_OUTPUT_DIR), cancel.
 
 Submit and cancel are commands: the gateway checks who is asking and the request's shape, then
 intake decides and appends the event (SPEC E4); the verdicts (422 / 503 / 409) are intake's.
@@ -11,7 +12,7 @@ import json
 from typing import Annotated, Any, Final
 
 import msgspec
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from jpu import commands, joblogs, limits
@@ -20,7 +21,7 @@ from jpu.policy.workdir import chdir_problem
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
-from jpu_services.gateway.routes import _attempts, _logs
+from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._jobview import job_out, list_jobs, load_visible
 from jpu_services.gateway.routes._queueview import shared_view
@@ -311,6 +312,107 @@ async def logs(
         offset=offset,
         limit=limit,
         follow=follow,
+    )
+
+
+_FILES_DOC: Final = (
+    "The files of an attempt's JOB_OUTPUT_DIR (SPEC §8, X2): one directory's entries, sorted by "
+    "name — `name`, `type` (file, dir, symlink, other), `size` (bytes, files only), `mtime` "
+    "(epoch seconds).\n\n"
+    "* `attempt`: default the job's latest; `path`: a directory below JOB_OUTPUT_DIR (default: "
+    "JOB_OUTPUT_DIR itself); `limit` entries a page, then `cursor` = `next_cursor`.\n"
+    "* Download a file with `GET /v1/jobs/{id}/files/{path}`.\n\n"
+    "Visible to the owner, a lab_admin of the job's lab and admins (403 FORBIDDEN otherwise), "
+    "also during maintenance. 422 VALIDATION_ERROR naming `path`: `..`, an absolute path, NUL, a "
+    "symbolic link on the way (never followed), or not a directory of the job. 404 NOT_FOUND: no "
+    "such job, attempt or directory. 503 OUTPUT_UNREADABLE: the gateway may not read the output."
+)
+_PATH_DOC: Final = "relative to JOB_OUTPUT_DIR; no `..`, no symbolic links"
+
+
+@router.get(
+    "/{job_id}/files",
+    description=_FILES_DOC,
+    responses=responses(401, 403, 404, 503, s503="OUTPUT_UNREADABLE (the gateway may not read it)"),
+)
+async def files(
+    job_id: str,
+    user: CurrentUser,
+    pool: PoolDep,
+    settings: SettingsDep,
+    attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
+    path: Annotated[str, Query(description=_PATH_DOC)] = "",
+    limit: Annotated[int, Query(ge=1, le=_files.MAX_LIMIT)] = 1000,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+) -> JSONResponse:
+    """A directory of the attempt's JOB_OUTPUT_DIR: its entries."""
+    row = await load_visible(pool, user, job_id)
+    body = await _files.listing(
+        settings.output_root, row, attempt=attempt, path=path, cursor=cursor, limit=limit
+    )
+    return JSONResponse(body)  # plain JSON already: 10,000 entries skip a costly re-encoding
+
+
+_FILE_DOC: Final = (
+    "One file of an attempt's JOB_OUTPUT_DIR (SPEC §8, X2), as `application/octet-stream` "
+    "(an attachment). 200 with the whole file, or 206 Partial Content for one `Range: "
+    "bytes=start-[last]` or `bytes=-suffix` (`Content-Range`); 416 RANGE_NOT_SATISFIABLE when no "
+    "byte of the range exists (`Content-Range: bytes */size`). Several ranges or a malformed one: "
+    "the whole file. `If-Range` with the `ETag` or `Last-Modified` it sent: the range only if "
+    "the file is unchanged. `Jpu-File-Size` / `Jpu-File-Mtime` say what the file is.\n\n"
+    "Visible as the listing (`GET /v1/jobs/{id}/files`); the same 422 naming `path` for `..`, "
+    "absolute paths, NUL, symbolic links, and anything not a plain file of the job's account."
+)
+
+
+@router.get(
+    "/{job_id}/files/{path:path}",
+    description=_FILE_DOC,
+    response_class=StreamingResponse,  # the 200/206 are the file's bytes, errors the §8 JSON
+    responses={
+        200: {
+            "description": "the whole file",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+            "headers": _files.HEADERS_DOC,
+        },
+        206: {
+            "description": "the byte range asked for (Content-Range)",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+            "headers": _files.HEADERS_DOC,
+        },
+        **responses(
+            401,
+            403,
+            404,
+            416,
+            503,
+            s416="RANGE_NOT_SATISFIABLE (Content-Range: bytes */size)",
+            s503="OUTPUT_UNREADABLE (the gateway may not read it)",
+        ),
+    },
+)
+async def file(
+    job_id: str,
+    user: CurrentUser,
+    pool: PoolDep,
+    settings: SettingsDep,
+    path: Annotated[str, Path(description=_PATH_DOC)],
+    attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
+    range_: Annotated[
+        str | None, Header(alias="Range", description="`bytes=start-[last]` or `bytes=-suffix`")
+    ] = None,
+    if_range: Annotated[
+        str | None, Header(alias="If-Range", description="the ETag or Last-Modified sent")
+    ] = None,
+) -> StreamingResponse:
+    """Download one file of the attempt's JOB_OUTPUT_DIR (HTTP Range requests)."""
+    row = await load_visible(pool, user, job_id)
+    return await _files.download(
+        settings.output_root, row, attempt=attempt, path=path, range_=range_, if_range=if_range
     )
 
 
