@@ -12,7 +12,6 @@ The GPU pool starts from the configured nodes; `NodeInventoryObserved` replaces 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from jpu.config import Cluster
 from jpu.domain.runs import RecentRuns, observe
@@ -20,6 +19,7 @@ from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, 
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
+    Delivered,
     JobCancelRequested,
     JobDispatched,
     JobEnded,
@@ -39,10 +39,6 @@ from jpu.events import (
 from jpu.policy.charging import Charge, charge_for
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
-
-if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
-    from jpu.bus.model import Delivered
-
 
 BUSY = PLACED - {"CANCELLING"}  # a user job holds GPUs (M2 also counts CANCELLING)
 

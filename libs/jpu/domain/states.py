@@ -18,9 +18,9 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from jpu.events import (
+    Delivered,
     JobCancelRequested,
     JobDispatched,
     JobEnded,
@@ -35,9 +35,6 @@ from jpu.events import (
     ReservationStarted,
 )
 from jpu.policy.model import QueuedJob, Reservation
-
-if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
-    from jpu.bus.model import Delivered
 
 GpuKey = tuple[str, str, int]  # (node, tier, index)
 # SPEC §1.4 in lifecycle order; every set of job states is written here, once.

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from jpu.bus import Delivered
 from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import TRIGGERS, cancellations, escalations, snapshot
@@ -28,6 +27,7 @@ from jpu.domain.states import JobView
 from jpu.events import (
     AnyEvent,
     BackfillEnded,
+    Delivered,
     Event,
     JobDispatched,
     JobEnded,
