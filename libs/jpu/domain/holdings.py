@@ -4,8 +4,8 @@ the core groups these rows by (node, tier)."""
 
 from __future__ import annotations
 
-from jpu.backends.base import NodeInventory
 from jpu.domain.cluster import ClusterState, GpuKey
+from jpu.domain.observed import NodeInventory
 from jpu.domain.states import PLACED, JobView
 from jpu.policy.model import Gpu, RunningJob
 
