@@ -19,12 +19,23 @@ import sys
 from pathlib import Path
 
 import asyncpg
+import msgspec
 import pytest
 
 from jpu.bus import Delivered
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import snapshot
-from jpu.events import JobSubmitted, decode, subject_for
+from jpu.domain.holdings import gpus
+from jpu.domain.states import GpuKey
+from jpu.events import (
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobSubmitted,
+    NodeInventoryObserved,
+    decode,
+    subject_for,
+)
 from jpu.policy.cycle import cycle
 from jpu.policy.model import CycleResult, QueuedJob, Snapshot
 from jpu.sim.engine import services_config
@@ -32,7 +43,7 @@ from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
 from jpu.sim.workload import WorkloadJob
 from jpu.store import apply_batch
-from jpu.store.projections import jobs, lab_usage
+from jpu.store.projections import gpu_resources, jobs, lab_usage
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "sim"))
 from test_sim_properties import CLUSTER
@@ -138,3 +149,61 @@ def test_D1_D7_simulator_cycles_rank_and_reasons_as_the_dispatcher_would(seed: i
         assert dict(result.pending.items()) == dict(sim_result.pending.items()), (seed, seq)
         reasons += len(result.pending)
     assert reasons, "some job waited with a pending reason"
+
+
+def _logged(events: list) -> list[Delivered]:
+    return [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
+
+
+async def _pool_rows(pool: asyncpg.Pool) -> dict[GpuKey, str]:
+    rows = await pool.fetch("SELECT node, tier, index, state FROM gpu_resources")
+    return {(r["node"], r["tier"], r["index"]): r["state"] for r in rows}
+
+
+def _fold_rows(state: ClusterState) -> dict[GpuKey, str]:
+    return {(g.node, g.tier, g.index): g.state for g in gpus(state)}
+
+
+async def test_P1_drained_node_gpus_are_down_at_once_in_fold_and_projection(
+    pool: asyncpg.Pool,
+) -> None:
+    """A node drained under a running job: the dispatcher's fold marks its GPUs down at once
+    (no new work there, SPEC §1.2, P2); GET /v1/placements (the gpu_resources rows) must show
+    the same pool at every step, not `job:<id>` until the job releases them."""
+    node = NodeInventoryObserved(event_id="i1", ts=0.0, node="mixed", gpus={"rtx4090": 2})
+    job = JobSubmitted(
+        event_id="s", ts=1.0, job_id="j", lab="A", user="u", name="n", command="c", num_gpus=2
+    )
+    steps = [
+        node,
+        job,
+        JobPromoted(event_id="p", ts=2.0, job_id="j", queue_entered_at=2.0),
+        JobDispatched(
+            event_id="d", ts=3.0, job_id="j", attempt=1, node="mixed", tier="rtx4090", gpus=[0, 1]
+        ),
+        msgspec.structs.replace(node, event_id="i2", ts=4.0, state="drain"),
+        JobEnded(
+            event_id="e",
+            ts=5.0,
+            job_id="j",
+            attempt=1,
+            state="COMPLETED",
+            node="mixed",
+            tier="rtx4090",
+            gpus=[0, 1],
+        ),
+        msgspec.structs.replace(node, event_id="i3", ts=6.0),
+    ]
+    log = _logged(steps)
+    state = ClusterState.new(CLUSTER)
+    seen = []
+    for d in log:
+        evolve(state, d)
+        await apply_batch(pool, gpu_resources.projection, [d])
+        rows = await _pool_rows(pool)
+        fold = _fold_rows(state)
+        assert {k: rows[k] for k in fold if k[0] == "mixed"} == {
+            k: v for k, v in fold.items() if k[0] == "mixed"
+        }, (d.seq, type(d.event).__name__)
+        seen.append(rows[("mixed", "rtx4090", 0)])
+    assert seen[3:] == ["job:j", "down", "down", "free"]

@@ -137,6 +137,11 @@ class JobView:
         return self.state in TERMINAL
 
     @property
+    def final(self) -> bool:
+        """Terminal, and no OOM retry can still come (S2, X8): nothing moves it again."""
+        return self.state in TERMINAL and not self.oom_pending
+
+    @property
     def cancel_requested(self) -> bool:
         return self.cancel_from is not None
 
