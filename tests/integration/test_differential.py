@@ -9,6 +9,11 @@ lab's usage (to 1e-6 relative). And at every cycle the simulator ran, the dispat
 the log folded so far (`jpu.domain.dispatch.snapshot` + `cycle`, what it publishes as the queue
 view, D1/D7) gives the rank order and pending reasons the simulator's cycle had, on the same GPU
 rows and running jobs.
+
+The projections the gateway serves the GPU pool from (gpu_resources, backfill, maintenance) are
+compared with the same fold after every batch, on those logs plus what operators and agents add
+(drained, failed and down nodes, maintenance changes): `GET /v1/placements` shows the pool the
+dispatcher decides on (P1).
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ from jpu.domain.dispatch import snapshot
 from jpu.domain.holdings import gpus
 from jpu.domain.states import GpuKey
 from jpu.events import (
+    BackfillStarted,
     JobDispatched,
     JobEnded,
     JobPromoted,
     JobSubmitted,
+    MaintenanceChanged,
     NodeInventoryObserved,
     decode,
     subject_for,
@@ -43,7 +50,9 @@ from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
 from jpu.sim.workload import WorkloadJob
 from jpu.store import apply_batch
-from jpu.store.projections import gpu_resources, jobs, lab_usage
+from jpu.store.projections import backfill, gpu_resources, jobs, lab_usage, maintenance
+from jpu.store.projections.backfill import live_instances
+from jpu.store.projections.maintenance import read_maintenance
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "sim"))
 from test_sim_properties import CLUSTER
@@ -207,3 +216,81 @@ async def test_P1_drained_node_gpus_are_down_at_once_in_fold_and_projection(
         }, (d.seq, type(d.event).__name__)
         seen.append(rows[("mixed", "rtx4090", 0)])
     assert seen[3:] == ["job:j", "down", "down", "free"]
+
+
+def _operated(log: list[Delivered], seed: int) -> list[Delivered]:
+    """The simulator's log with what operators and agents add: each node's inventory first (as
+    the stack publishes it), then drains, undrains, failed GPUs, a node down, and maintenance
+    changes at random points (SPEC §1.2, P2, §7)."""
+    rng = random.Random(seed)
+    events = [d.event for d in log]
+    nodes = {n.name: dict(n.gpus) for n in CLUSTER.nodes}
+    for _ in range(rng.randint(4, 10)):
+        at = rng.randrange(len(events) + 1)
+        ts = events[at - 1].ts if at else 0.0
+        name = rng.choice(sorted(nodes))
+        gpus_ = nodes[name]
+        kind = rng.choice(["drain", "up", "down", "failed", "maintenance"])
+        if kind == "maintenance":
+            state = rng.choice(["DRAINING", "BACKFILL_RECOVERY", "ACTIVE", "NORMAL"])
+            m = MaintenanceChanged(event_id=f"m{at}", ts=ts, state=state, by="admin", message=name)
+            events.insert(at, m)
+            continue
+        tier = rng.choice(sorted(gpus_))
+        down = {tier: [rng.randrange(gpus_[tier])]} if kind == "failed" else {}
+        state = "up" if kind == "failed" else kind
+        events.insert(
+            at,
+            NodeInventoryObserved(
+                event_id=f"i{at}", ts=ts, node=name, gpus=gpus_, down=down, state=state
+            ),
+        )
+    first = [
+        NodeInventoryObserved(event_id=f"i-{n}", ts=0.0, node=n, gpus=g) for n, g in nodes.items()
+    ]
+    return _logged([*first, *events])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_P1_B1_M5_gpu_pool_backfill_and_maintenance_projections_are_the_fold(
+    seed: int, pool: asyncpg.Pool
+) -> None:
+    """Every projection the gateway serves the pool from is the dispatcher's fold: after each
+    batch (of random size, as a live projector or a rebuild cuts them) the gpu_resources rows
+    are its GPU rows, the live backfill instances its backfill map, the maintenance row its
+    maintenance state — drained and failed nodes, backfill and maintenance included."""
+    log = _operated(_run(seed)[0], seed)
+    rng = random.Random(seed)
+    state = ClusterState.new(CLUSTER, keep_ended=False)  # as the dispatcher folds
+    i = 0
+    while i < len(log):
+        batch = log[i : i + rng.randint(1, 64)]
+        i += len(batch)
+        for d in batch:
+            evolve(state, d)
+        for projection in (gpu_resources, backfill, maintenance):
+            await apply_batch(pool, projection.projection, batch)
+        rows, fold = await _pool_rows(pool), _fold_rows(state)
+        assert {k: rows[k] for k in fold} == fold, (seed, batch[-1].seq)
+        assert {v for k, v in rows.items() if k not in fold} <= {"down"}
+        live = {
+            (b["node"], b["tier"], b["gpu"]): b["backfill_id"] for b in await live_instances(pool)
+        }
+        assert live == state.backfill, (seed, batch[-1].seq)
+        m = state.maintenance
+        shown = {"state": m.state, "since": m.since, "message": m.message, "by": m.by}
+        assert await read_maintenance(pool) == shown, (seed, batch[-1].seq)
+
+
+def test_operated_logs_drain_fail_backfill_and_change_maintenance() -> None:
+    """The logs above do cover what they are for: drained, failed and down nodes while jobs
+    hold GPUs, backfill instances, maintenance changes."""
+    kinds: set[str] = set()
+    for seed in SEEDS:
+        for d in _operated(_run(seed)[0], seed):
+            e = d.event
+            if isinstance(e, NodeInventoryObserved):
+                kinds.add("failed" if e.down else e.state)
+            elif isinstance(e, BackfillStarted | MaintenanceChanged):
+                kinds.add(type(e).__name__)
+    assert kinds >= {"up", "drain", "down", "failed", "BackfillStarted", "MaintenanceChanged"}
