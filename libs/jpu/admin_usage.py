@@ -134,7 +134,7 @@ async def _book(args: argparse.Namespace, config: Config) -> Ledger:
         finally:
             await pool.close()
     from jpu.bus import EventBus
-    from jpu.explain.read import read_ledger
+    from jpu.bus.history import read_ledger
 
     bus = await EventBus.connect(
         args.nats or config.nats_url,

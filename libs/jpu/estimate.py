@@ -31,6 +31,7 @@ import statistics
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus
+from jpu.domain.promotion import configured_limits
 from jpu.domain.runs import RecentRuns
 from jpu.domain.states import PLACED, QUEUED, JobView, queued_job
 from jpu.policy.charging import with_owed
@@ -172,12 +173,7 @@ def present(
         holder = g.state.split(":", 1)[1] if g.state.startswith(("job:", "reserved:")) else None
         rows.append(Gpu(g.node, g.tier, g.index, "free") if holder and holder not in keep else g)
     maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
-    limits = {
-        u.name: u.max_active_jobs
-        for lab in config.labs
-        for u in lab.users
-        if u.max_active_jobs is not None
-    }
+    limits = configured_limits(config)
     return Present(
         now=now,
         tiers={t.name: t for t in config.tiers},

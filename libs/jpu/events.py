@@ -248,6 +248,17 @@ _encoder: Final = msgspec.json.Encoder()
 _decoder: Final = msgspec.json.Decoder(AnyEvent)
 
 
+class Delivered(msgspec.Struct, frozen=True):
+    """One event as read from the log: its stream sequence (the global order), subject, headers.
+    Defined with the events, so the pure folds (domain, policy, sim, explain) read logged events
+    without importing the bus that delivers them."""
+
+    seq: int
+    subject: str
+    event: AnyEvent
+    headers: dict[str, str]
+
+
 def encode(event: Event) -> bytes:
     return _encoder.encode(event)
 

@@ -17,7 +17,7 @@ import asyncpg
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.domain.promotion import promoted, to_promote
+from jpu.domain.promotion import configured_limits, promoted, to_promote
 from jpu.events import new_event_id
 
 log = logging.getLogger(__name__)
@@ -26,12 +26,7 @@ log = logging.getLogger(__name__)
 class Limits:
     def __init__(self, config: Config, pool: asyncpg.Pool | None, refresh_s: float = 5.0) -> None:
         self.default = config.max_active_jobs
-        self.configured = {
-            u.name: u.max_active_jobs
-            for lab in config.labs
-            for u in lab.users
-            if u.max_active_jobs is not None
-        }
+        self.configured = configured_limits(config)
         self.pool, self.refresh_s = pool, refresh_s
         self.table: dict[str, int] = {}
         self._loaded_at = float("-inf")

@@ -24,12 +24,12 @@ from test_api_support import Api, api_fixture, assert_error, bearer  # noqa: F40
 from test_cli_gateway import jpu, ok, server  # noqa: F401
 
 from jpu import auth
+from jpu.bus import history
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.codec import pack
 from jpu.events import UsageCharged
-from jpu.explain import read
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
 from jpu.store.projection import wait_applied
@@ -146,11 +146,11 @@ async def test_U4_R3_wait_names_Ys_charge_that_demoted_X_and_its_phases(api: Api
             break
         evolve(state, d)
     await SnapshotStore(api.bus.js, api.bus.stream).put(pack(state, api.bus.stream, 0.0), state.seq)
-    start = await read.start_state(api.bus, api.config, ex.x_submit_seq - 1)
+    start = await history.start_state(api.bus, api.config, ex.x_submit_seq - 1)
     assert start.seq == state.seq > 0
-    from_snapshot = await read.read_wait(api.bus, api.config, ex.x, api.clock.now())
+    from_snapshot = await history.read_wait(api.bus, api.config, ex.x, api.clock.now())
     no_snapshots = msgspec.structs.replace(api.config, snapshots=False)
-    from_seq_1 = await read.read_wait(api.bus, no_snapshots, ex.x, api.clock.now())
+    from_seq_1 = await history.read_wait(api.bus, no_snapshots, ex.x, api.clock.now())
     assert msgspec.to_builtins(from_snapshot) == msgspec.to_builtins(from_seq_1) == wait
 
     # same access as the job (SPEC §8): another lab's user, a lab member who is not the owner
@@ -312,11 +312,15 @@ async def test_D1_D7_queue_at_a_past_moment_for_admins_only(api: Api) -> None:
     async for d in api.bus.replay():
         evolve(later, d)
     await store.put(pack(later, api.bus.stream, 0.0), later.seq)  # after `at`: not usable
-    assert await read._event_ts(api.bus, state.seq) <= at < await read._event_ts(api.bus, later.seq)
-    from_snapshot = await read.read_queue_at(api.bus, api.config, at)
+    assert (
+        await history._event_ts(api.bus, state.seq)
+        <= at
+        < await history._event_ts(api.bus, later.seq)
+    )
+    from_snapshot = await history.read_queue_at(api.bus, api.config, at)
     no_snapshots = msgspec.structs.replace(api.config, snapshots=False)
     assert msgspec.to_builtins(from_snapshot) == q
-    assert msgspec.to_builtins(await read.read_queue_at(api.bus, no_snapshots, at)) == q
+    assert msgspec.to_builtins(await history.read_queue_at(api.bus, no_snapshots, at)) == q
 
 
 async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(

@@ -9,6 +9,11 @@ lab's usage (to 1e-6 relative). And at every cycle the simulator ran, the dispat
 the log folded so far (`jpu.domain.dispatch.snapshot` + `cycle`, what it publishes as the queue
 view, D1/D7) gives the rank order and pending reasons the simulator's cycle had, on the same GPU
 rows and running jobs.
+
+The projections the gateway serves the GPU pool from (gpu_resources, backfill, maintenance) are
+compared with the same fold after every batch, on those logs plus what operators and agents add
+(drained, failed and down nodes, maintenance changes): `GET /v1/placements` shows the pool the
+dispatcher decides on (P1).
 """
 
 from __future__ import annotations
@@ -19,12 +24,25 @@ import sys
 from pathlib import Path
 
 import asyncpg
+import msgspec
 import pytest
 
 from jpu.bus import Delivered
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import snapshot
-from jpu.events import JobSubmitted, decode, subject_for
+from jpu.domain.holdings import gpus
+from jpu.domain.states import GpuKey
+from jpu.events import (
+    BackfillStarted,
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobSubmitted,
+    MaintenanceChanged,
+    NodeInventoryObserved,
+    decode,
+    subject_for,
+)
 from jpu.policy.cycle import cycle
 from jpu.policy.model import CycleResult, QueuedJob, Snapshot
 from jpu.sim.engine import services_config
@@ -32,7 +50,9 @@ from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
 from jpu.sim.workload import WorkloadJob
 from jpu.store import apply_batch
-from jpu.store.projections import jobs, lab_usage
+from jpu.store.projections import backfill, gpu_resources, jobs, lab_usage, maintenance
+from jpu.store.projections.backfill import live_instances
+from jpu.store.projections.maintenance import read_maintenance
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "sim"))
 from test_sim_properties import CLUSTER
@@ -138,3 +158,139 @@ def test_D1_D7_simulator_cycles_rank_and_reasons_as_the_dispatcher_would(seed: i
         assert dict(result.pending.items()) == dict(sim_result.pending.items()), (seed, seq)
         reasons += len(result.pending)
     assert reasons, "some job waited with a pending reason"
+
+
+def _logged(events: list) -> list[Delivered]:
+    return [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
+
+
+async def _pool_rows(pool: asyncpg.Pool) -> dict[GpuKey, str]:
+    rows = await pool.fetch("SELECT node, tier, index, state FROM gpu_resources")
+    return {(r["node"], r["tier"], r["index"]): r["state"] for r in rows}
+
+
+def _fold_rows(state: ClusterState) -> dict[GpuKey, str]:
+    return {(g.node, g.tier, g.index): g.state for g in gpus(state)}
+
+
+async def test_P1_drained_node_gpus_are_down_at_once_in_fold_and_projection(
+    pool: asyncpg.Pool,
+) -> None:
+    """A node drained under a running job: the dispatcher's fold marks its GPUs down at once
+    (no new work there, SPEC §1.2, P2); GET /v1/placements (the gpu_resources rows) must show
+    the same pool at every step, not `job:<id>` until the job releases them."""
+    node = NodeInventoryObserved(event_id="i1", ts=0.0, node="mixed", gpus={"rtx4090": 2})
+    job = JobSubmitted(
+        event_id="s", ts=1.0, job_id="j", lab="A", user="u", name="n", command="c", num_gpus=2
+    )
+    steps = [
+        node,
+        job,
+        JobPromoted(event_id="p", ts=2.0, job_id="j", queue_entered_at=2.0),
+        JobDispatched(
+            event_id="d", ts=3.0, job_id="j", attempt=1, node="mixed", tier="rtx4090", gpus=[0, 1]
+        ),
+        msgspec.structs.replace(node, event_id="i2", ts=4.0, state="drain"),
+        JobEnded(
+            event_id="e",
+            ts=5.0,
+            job_id="j",
+            attempt=1,
+            state="COMPLETED",
+            node="mixed",
+            tier="rtx4090",
+            gpus=[0, 1],
+        ),
+        msgspec.structs.replace(node, event_id="i3", ts=6.0),
+    ]
+    log = _logged(steps)
+    state = ClusterState.new(CLUSTER)
+    seen = []
+    for d in log:
+        evolve(state, d)
+        await apply_batch(pool, gpu_resources.projection, [d])
+        rows = await _pool_rows(pool)
+        fold = _fold_rows(state)
+        assert {k: rows[k] for k in fold if k[0] == "mixed"} == {
+            k: v for k, v in fold.items() if k[0] == "mixed"
+        }, (d.seq, type(d.event).__name__)
+        seen.append(rows[("mixed", "rtx4090", 0)])
+    assert seen[3:] == ["job:j", "down", "down", "free"]
+
+
+def _operated(log: list[Delivered], seed: int) -> list[Delivered]:
+    """The simulator's log with what operators and agents add: each node's inventory first (as
+    the stack publishes it), then drains, undrains, failed GPUs, a node down, and maintenance
+    changes at random points (SPEC §1.2, P2, §7)."""
+    rng = random.Random(seed)
+    events = [d.event for d in log]
+    nodes = {n.name: dict(n.gpus) for n in CLUSTER.nodes}
+    for _ in range(rng.randint(4, 10)):
+        at = rng.randrange(len(events) + 1)
+        ts = events[at - 1].ts if at else 0.0
+        name = rng.choice(sorted(nodes))
+        gpus_ = nodes[name]
+        kind = rng.choice(["drain", "up", "down", "failed", "maintenance"])
+        if kind == "maintenance":
+            state = rng.choice(["DRAINING", "BACKFILL_RECOVERY", "ACTIVE", "NORMAL"])
+            m = MaintenanceChanged(event_id=f"m{at}", ts=ts, state=state, by="admin", message=name)
+            events.insert(at, m)
+            continue
+        tier = rng.choice(sorted(gpus_))
+        down = {tier: [rng.randrange(gpus_[tier])]} if kind == "failed" else {}
+        state = "up" if kind == "failed" else kind
+        events.insert(
+            at,
+            NodeInventoryObserved(
+                event_id=f"i{at}", ts=ts, node=name, gpus=gpus_, down=down, state=state
+            ),
+        )
+    first = [
+        NodeInventoryObserved(event_id=f"i-{n}", ts=0.0, node=n, gpus=g) for n, g in nodes.items()
+    ]
+    return _logged([*first, *events])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_P1_B1_M5_gpu_pool_backfill_and_maintenance_projections_are_the_fold(
+    seed: int, pool: asyncpg.Pool
+) -> None:
+    """Every projection the gateway serves the pool from is the dispatcher's fold: after each
+    batch (of random size, as a live projector or a rebuild cuts them) the gpu_resources rows
+    are its GPU rows, the live backfill instances its backfill map, the maintenance row its
+    maintenance state — drained and failed nodes, backfill and maintenance included."""
+    log = _operated(_run(seed)[0], seed)
+    rng = random.Random(seed)
+    state = ClusterState.new(CLUSTER, keep_ended=False)  # as the dispatcher folds
+    i = 0
+    while i < len(log):
+        batch = log[i : i + rng.randint(1, 64)]
+        i += len(batch)
+        for d in batch:
+            evolve(state, d)
+        for projection in (gpu_resources, backfill, maintenance):
+            await apply_batch(pool, projection.projection, batch)
+        rows, fold = await _pool_rows(pool), _fold_rows(state)
+        assert {k: rows[k] for k in fold} == fold, (seed, batch[-1].seq)
+        assert {v for k, v in rows.items() if k not in fold} <= {"down"}
+        live = {
+            (b["node"], b["tier"], b["gpu"]): b["backfill_id"] for b in await live_instances(pool)
+        }
+        assert live == state.backfill, (seed, batch[-1].seq)
+        m = state.maintenance
+        shown = {"state": m.state, "since": m.since, "message": m.message, "by": m.by}
+        assert await read_maintenance(pool) == shown, (seed, batch[-1].seq)
+
+
+def test_operated_logs_drain_fail_backfill_and_change_maintenance() -> None:
+    """The logs above do cover what they are for: drained, failed and down nodes while jobs
+    hold GPUs, backfill instances, maintenance changes."""
+    kinds: set[str] = set()
+    for seed in SEEDS:
+        for d in _operated(_run(seed)[0], seed):
+            e = d.event
+            if isinstance(e, NodeInventoryObserved):
+                kinds.add("failed" if e.down else e.state)
+            elif isinstance(e, BackfillStarted | MaintenanceChanged):
+                kinds.add(type(e).__name__)
+    assert kinds >= {"up", "drain", "down", "failed", "BackfillStarted", "MaintenanceChanged"}

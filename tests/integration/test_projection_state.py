@@ -1,4 +1,7 @@
-"""Lab usage (F3), maintenance (§7) and the GPU pool (§1.2) projections on a real PostgreSQL."""
+"""Lab usage (F3), maintenance (§7) and the GPU pool (§1.2) projections on a real PostgreSQL.
+
+Every GPU pool step is also folded by the dispatcher's fold (jpu.domain.cluster): the rows must
+be its answer (P1), so a job's events come after its submission and promotion, as in any log."""
 
 from __future__ import annotations
 
@@ -8,12 +11,16 @@ import asyncpg
 import pytest
 
 from jpu.bus.model import Delivered
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.holdings import gpus as fold_rows
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
     Event,
     JobDispatched,
     JobEnded,
+    JobPromoted,
+    JobSubmitted,
     MaintenanceChanged,
     NodeInventoryObserved,
     ReservationGrown,
@@ -31,9 +38,10 @@ from jpu.store.projections.maintenance import read_maintenance
 _seq = itertools.count(1)
 
 
-async def feed(pool: asyncpg.Pool, projection: Projection, *events: Event) -> None:
+async def feed(pool: asyncpg.Pool, projection: Projection, *events: Event) -> list[Delivered]:
     batch = [Delivered(next(_seq), subject_for(e), e, {}) for e in events]
     await apply_batch(pool, projection, batch)
+    return batch
 
 
 def kw(ts: float = 1.0) -> dict:
@@ -116,11 +124,26 @@ async def states(pool: asyncpg.Pool, node: str = "n1") -> list[str]:
     return [r["state"] for r in rows]
 
 
+def queued(job_id: str) -> list[Event]:
+    """A job's submission and promotion: the dispatcher's fold moves no job it never saw."""
+    submitted = JobSubmitted(
+        **kw(), job_id=job_id, lab="L", user="u", name="n", command="c", num_gpus=1
+    )
+    return [submitted, JobPromoted(**kw(), job_id=job_id, queue_entered_at=1.0)]
+
+
 @pytest.fixture
 async def gpus(pool: asyncpg.Pool):
+    fold = ClusterState(keep_ended=False)  # as the dispatcher folds
+
     async def go(*events: Event) -> list[str]:
-        await feed(pool, gpu_resources.projection, *events)
-        return await states(pool)
+        for d in await feed(pool, gpu_resources.projection, *events):
+            evolve(fold, d)
+        shown = await states(pool)
+        answer = [g.state for g in fold_rows(fold) if g.node == "n1"]
+        assert shown[: len(answer)] == answer  # the dispatcher's pool, row for row
+        assert set(shown[len(answer) :]) <= {"down"}  # GPUs no longer reported stay down
+        return shown
 
     return go
 
@@ -150,7 +173,7 @@ async def test_reservation_dispatch_and_end_move_gpu_states(gpus) -> None:
     def res(cls, gpus_, **extra):
         return cls(**kw(), job_id="x", node="n1", tier="rtx4090", gpus=gpus_, **extra)
 
-    await gpus(inventory(n=2))
+    await gpus(inventory(n=2), *queued("x"))
     assert await gpus(res(ReservationStarted, [0])) == ["reserved:x", "free"]
     assert await gpus(res(ReservationGrown, [0, 1])) == ["reserved:x", "reserved:x"]
     # dispatch first, then the release (reason dispatched) finds nothing of its own to free
@@ -165,7 +188,7 @@ async def test_reservation_dispatch_and_end_move_gpu_states(gpus) -> None:
 
 
 async def test_R3_demotion_frees_reserved_gpus(gpus) -> None:
-    await gpus(inventory(n=2))
+    await gpus(inventory(n=2), *queued("x"))
     await gpus(ReservationStarted(**kw(), job_id="x", node="n1", tier="rtx4090", gpus=[0, 1]))
     assert await gpus(
         ReservationReleased(
@@ -184,20 +207,19 @@ async def test_R3_demotion_frees_reserved_gpus(gpus) -> None:
 async def test_B2_dispatch_preempts_backfill_and_its_late_end_changes_nothing(gpus) -> None:
     await gpus(inventory(n=2))
     bf = {"backfill_id": "b1", "node": "n1", "tier": "rtx4090", "gpu": 1}
-    assert await gpus(BackfillStarted(**kw(), **bf)) == ["free", "backfill:b1"]
-    assert await gpus(
-        BackfillStarted(**kw(), backfill_id="b2", node="n1", tier="rtx4090", gpu=1)
-    ) == ["free", "backfill:b1"]  # only on free GPUs
+    assert await gpus(BackfillStarted(**kw(), **bf), *queued("y")) == ["free", "backfill:b1"]
     assert await gpus(
         JobDispatched(**kw(), job_id="y", attempt=1, node="n1", tier="rtx4090", gpus=[1])
     ) == ["free", "job:y"]
     assert await gpus(BackfillEnded(**kw(), **bf)) == ["free", "job:y"]
 
 
-async def test_gpu_of_a_drained_node_goes_down_when_its_job_ends(gpus) -> None:
-    await gpus(inventory(n=2))
+async def test_P2_gpus_of_a_drained_node_are_down_at_once(gpus) -> None:
+    """A drained node takes no new work: its GPUs are down at once for the dispatcher, so here
+    too, while its job still runs (not when the job releases them)."""
+    await gpus(inventory(n=2), *queued("y"))
     await gpus(JobDispatched(**kw(), job_id="y", attempt=1, node="n1", tier="rtx4090", gpus=[0]))
-    assert await gpus(inventory(n=2, state="drain")) == ["job:y", "down"]
+    assert await gpus(inventory(n=2, state="drain")) == ["down", "down"]
     assert await gpus(JobEnded(**kw(), job_id="y", attempt=1, state="COMPLETED")) == [
         "down",
         "down",
@@ -206,7 +228,7 @@ async def test_gpu_of_a_drained_node_goes_down_when_its_job_ends(gpus) -> None:
 
 
 async def test_node_down_loses_everything_on_it(gpus) -> None:
-    await gpus(inventory(n=2))
+    await gpus(inventory(n=2), *queued("y"))
     await gpus(JobDispatched(**kw(), job_id="y", attempt=1, node="n1", tier="rtx4090", gpus=[0]))
     assert await gpus(inventory(n=2, state="down")) == ["down", "down"]
     assert await gpus(

@@ -5,7 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from jpu.domain.attempts import Attempt, attempts, explain, from_row, gpu_seconds
+from jpu.events import (
+    Delivered,
+    JobCancelRequested,
+    JobDispatched,
+    JobEnded,
+    JobPromoted,
+    JobSubmitted,
+    subject_for,
+)
+from jpu_services.gateway.routes._attempts import story
 
 VRAM = {"rtx4090": 24, "rtx3080ti": 12}
 
@@ -27,7 +39,7 @@ RETRY = ev("JobRetryScheduled", 13.5, attempt=2, min_vram_gb=13)
 
 
 def test_X8_a_scheduled_retry_waiting_says_what_gpu_it_needs() -> None:
-    items = attempts([*OOM_1, RETRY])
+    items = attempts([*OOM_1, RETRY], oom_pending=False)
     assert [(a.attempt, a.state) for a in items] == [(1, "FAILED"), (2, "WAITING")]
     first = items[0]
     assert (first.tier, first.node, first.exit_code, first.reason) == (
@@ -41,8 +53,8 @@ def test_X8_a_scheduled_retry_waiting_says_what_gpu_it_needs() -> None:
 
 
 def test_X8_the_order_of_the_retry_and_the_end_does_not_matter() -> None:
-    a = attempts([*OOM_1, RETRY])
-    b = attempts([*OOM_1[:-1], RETRY, OOM_1[-1]])  # the retry appended before the JobEnded
+    a = attempts([*OOM_1, RETRY], oom_pending=False)
+    b = attempts([*OOM_1[:-1], RETRY, OOM_1[-1]], oom_pending=False)  # the retry first
     assert a == b
 
 
@@ -53,7 +65,7 @@ def test_X8_after_the_retry_ran_the_sentence_says_where() -> None:
         ev("JobEnded", 31.0, attempt=2, state="COMPLETED", exit_code=0, gpu_seconds_run=10.0,
            gpu_seconds_startup=1.0, node="gpu-4090x2-01", tier="rtx4090", gpus=[1]),
     ]  # fmt: skip
-    items = attempts([*OOM_1, RETRY, *second])
+    items = attempts([*OOM_1, RETRY, *second], oom_pending=False)
     assert [a.state for a in items] == ["FAILED", "COMPLETED"]
     assert explain(items, VRAM) == [
         "attempt 1 ran out of GPU memory on rtx3080ti (12 GB); retried as attempt 2 on rtx4090 "
@@ -70,37 +82,37 @@ def test_X8_declined_retries_say_why_the_job_failed() -> None:
            tier="rtx4090", node="n", gpus=[0]),
     ]  # fmt: skip
     no_fit = ev("JobRetryDeclined", 9.5, attempt=1, reason="no_fit", needed_vram_gb=25)
-    assert explain(attempts([*on_4090, no_fit]), VRAM) == [
+    assert explain(attempts([*on_4090, no_fit], oom_pending=False), VRAM) == [
         "attempt 1 ran out of GPU memory on rtx4090 (24 GB); no GPU with more than 24 GB exists "
         "here, so the job failed"
     ]
     last = ev("JobRetryDeclined", 9.5, attempt=1, reason="max_attempts", needed_vram_gb=25)
-    assert explain(attempts([*on_4090, last]), VRAM, 1) == [
+    assert explain(attempts([*on_4090, last], oom_pending=False), VRAM, 1) == [
         "attempt 1 ran out of GPU memory on rtx4090 (24 GB); it was the last of 1 attempt "
         "allowed (max_attempts), so the job failed"
     ]
     # a tier no longer configured: its VRAM is what the decision says it lacked (X8: v + 1)
-    assert explain(attempts([*on_4090, no_fit]), {})[0].startswith(
+    assert explain(attempts([*on_4090, no_fit], oom_pending=False), {})[0].startswith(
         "attempt 1 ran out of GPU memory on rtx4090 (24 GB)"
     )
 
 
 def test_X8_an_undecided_or_cancelled_retry_and_a_host_oom() -> None:
-    assert explain(attempts(OOM_1), VRAM)[0].endswith(
+    assert explain(attempts(OOM_1, oom_pending=True), VRAM)[0].endswith(
         "; deciding whether to retry it on a GPU with more than 12 GB"
     )
     cancel = ev("JobCancelRequested", 14.0, by="alice")
-    assert explain(attempts([*OOM_1, cancel]), VRAM)[0].endswith(
+    assert explain(attempts([*OOM_1, cancel], oom_pending=False), VRAM)[0].endswith(
         "; it was not retried: the job was cancelled"
     )
     host = [
         SUBMITTED,
         ev("JobEnded", 9.0, attempt=1, state="FAILED", exit_code=137, host_oom=True, node="n1"),
     ]
-    (sentence,) = explain(attempts(host), VRAM)
+    (sentence,) = explain(attempts(host, oom_pending=False), VRAM)
     assert sentence.startswith("attempt 1 ran out of host memory (RAM) on n1; only GPU")
     ok = [SUBMITTED, ev("JobEnded", 9.0, attempt=1, state="COMPLETED", exit_code=0)]
-    assert explain(attempts(ok), VRAM) == []
+    assert explain(attempts(ok, oom_pending=False), VRAM) == []
 
 
 def test_X6_the_row_gives_the_same_single_attempt() -> None:
@@ -115,3 +127,29 @@ def test_X6_the_row_gives_the_same_single_attempt() -> None:
     ended = from_row({**row, "state": "COMPLETED", "ended_at": 130.0, "exit_code": 0})
     assert ended.gpu_seconds == 60.0 and ended.state == "COMPLETED"
     assert from_row({**row, "state": "GLOBAL_QUEUE_WAIT", "node": None}).state == "WAITING"
+
+
+def test_X8_pending_or_called_off_is_the_job_folds_answer() -> None:
+    """An OOM end with no recorded decision: open while the job fold (JobView.oom_pending) says
+    so, called off by a cancel after the end; the page tells what the dispatcher will act on."""
+    kw = {"job_id": "j1"}
+    run = [
+        JobSubmitted(event_id="s", ts=0.0, **kw, lab="L", user="u", name="n", command="c",
+                     num_gpus=1),
+        JobPromoted(event_id="p", ts=1.0, **kw, queue_entered_at=1.0),
+        JobDispatched(event_id="d", ts=2.0, **kw, attempt=1, node="n1", tier="rtx3080ti",
+                      gpus=[0]),
+    ]  # fmt: skip
+    end = JobEnded(event_id="e", ts=9.0, **kw, attempt=1, state="FAILED", oom=True,
+                   node="n1", tier="rtx3080ti", gpus=[0])  # fmt: skip
+    cancel = JobCancelRequested(event_id="c", ts=10.0, **kw, by="u")
+
+    def decision(events: list) -> str | None:
+        logged = [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
+        retry = story(logged)[0].retry
+        return None if retry is None else retry.decision
+
+    assert decision([*run, end]) == "pending"
+    assert decision([*run, end, cancel]) == "cancelled"
+    # a cancel before the end leaves the decision to the dispatcher (X8): still open
+    assert decision([*run, msgspec.structs.replace(cancel, ts=5.0), end]) == "pending"

@@ -19,25 +19,15 @@ Contract, beyond the signatures:
 from __future__ import annotations
 
 import re
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 import msgspec
 
-BackendState = Literal[
-    "PENDING",
-    "RUNNING",
-    "COMPLETED",
-    "FAILED",
-    "TIMEOUT",
-    "CANCELLED",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "OUT_OF_MEMORY",
-]
-TERMINAL_STATES: frozenset[str] = frozenset(
-    {"COMPLETED", "FAILED", "TIMEOUT", "CANCELLED", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
-)
-
+# What a backend reports is a plain value the pure domain decides from; the contract re-exports it.
+from jpu.domain.observed import TERMINAL_STATES as TERMINAL_STATES
+from jpu.domain.observed import BackendState as BackendState
+from jpu.domain.observed import BackendStatus as BackendStatus
+from jpu.domain.observed import NodeInventory as NodeInventory
 
 # job, attempt and backfill ids as a backend may put them in a file name, a Slurm job name or an
 # argv: every backend checks them against this one pattern before it uses them
@@ -77,34 +67,6 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
         """Where the job starts (U5, like sbatch's submit directory): its `chdir`, else
         JOB_OUTPUT_DIR. The job sees it as JPU_WORKDIR; the backend enters it as the user."""
         return self.chdir or self.output_dir
-
-
-class BackendStatus(msgspec.Struct, frozen=True, kw_only=True):
-    state: BackendState
-    exit_code: int | None = None  # None while running, or when killed by a signal
-    started_at: float | None = None  # wall-clock seconds
-    ended_at: float | None = None
-    signal: int | None = None  # the signal that ended the job, when one did
-    kill_failed: bool = False  # X5: still alive after SIGKILL + kill_failed_after_s
-    cancelled_by_us: bool = False  # CANCELLED because `cancel` was called
-    node: str | None = None
-    output_tail: str = ""  # last bytes of stdout + stderr, for the OOM verdict (X7)
-    isolation: str = "none"  # X4: what the job actually got ("netns", "none", "apptainer")
-    reason: str | None = None  # backend-specific detail (e.g. Slurm's Reason)
-
-    @property
-    def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-
-class NodeInventory(msgspec.Struct, frozen=True, kw_only=True):
-    """What the backend sees of one node (becomes NodeInventoryObserved)."""
-
-    node: str
-    gpus: dict[str, int]  # tier -> GPU count
-    down: dict[str, list[int]] = msgspec.field(default_factory=dict)
-    state: str = "up"  # up | drain | down
-    reason: str | None = None
 
 
 @runtime_checkable

@@ -6,7 +6,7 @@ from typing import Final
 
 import msgspec
 
-from jpu.events import AnyEvent
+from jpu.events import Delivered as Delivered  # the bus hands logged events out as these
 
 # Headers on parked (DLQ) messages.
 H_PARK_REASON: Final = "Jpu-Park-Reason"
@@ -15,15 +15,6 @@ H_PARK_SUBJECT: Final = "Jpu-Original-Subject"
 H_PARK_DURABLE: Final = "Jpu-Durable"
 H_MSG_ID: Final = "Nats-Msg-Id"
 H_EXPECTED_LAST_SUBJECT_SEQ: Final = "Nats-Expected-Last-Subject-Sequence"
-
-
-class Delivered(msgspec.Struct, frozen=True):
-    """One event as read from the log: its stream sequence (the global order), subject, headers."""
-
-    seq: int
-    subject: str
-    event: AnyEvent
-    headers: dict[str, str]
 
 
 class ParkedMessage(msgspec.Struct, frozen=True):

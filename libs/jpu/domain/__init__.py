@@ -12,6 +12,7 @@ the services consume the log, call these functions with `now` and append what th
     D  dispatch (D1–D8), R3–R5, M2–M3      dispatch.py   the cycle's Snapshot, duties, events
     X  execution (X1–X8)                   execution.py  the agent's fold of a job, its next action
                                            ending.py     backend status → JobEnded (X6, X7, F5)
+                                           observed.py   what a backend reports (X9, P2)
                                            attempts.py   a job's attempts told from its events
     F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
     U  estimates (U4)                      runs.py       recent run times per user and lab

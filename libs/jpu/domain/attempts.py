@@ -7,8 +7,9 @@ gateway (from the log) and any client (from that endpoint) tell the same story:
   `JobDispatched` / `JobStarted` / `JobEnded` carry the attempt they belong to (E1);
 * after a GPU OOM (X7) the dispatcher records the decision once (X8): `JobRetryScheduled`
   (retry needing more than the tier's VRAM) or `JobRetryDeclined` (reason `max_attempts` or
-  `no_fit`, and the VRAM a retry would have needed). Until one of them is in the log the
-  decision is pending; a cancel in between calls the retry off.
+  `no_fit`, and the VRAM a retry would have needed). Until one of them is in the log, whether
+  the retry is still open (pending) or was called off by a cancel (cancelled) is the job fold's
+  answer, `JobView.oom_pending` (jpu.domain.states), passed in: it is not decided twice.
 
 The order of those events does not matter: every fact is keyed by its attempt number.
 """
@@ -57,12 +58,12 @@ class Attempt:
         return asdict(self)
 
 
-def attempts(events: Iterable[Mapping[str, Any]]) -> list[Attempt]:
-    """The job's attempts, first first, from its events (any order)."""
+def attempts(events: Iterable[Mapping[str, Any]], *, oom_pending: bool) -> list[Attempt]:
+    """The job's attempts, first first, from its events (any order); `oom_pending`: the job
+    fold's X8 answer for an OOM end with no recorded decision (`JobView.oom_pending`)."""
     by_number: dict[int, Attempt] = {}
     scheduled: dict[int, int] = {}  # failed attempt -> min_vram_gb of its retry
     declined: dict[int, Mapping[str, Any]] = {}
-    cancelled_at: float | None = None
 
     def get(n: int) -> Attempt:
         return by_number.setdefault(n, Attempt(n))
@@ -76,13 +77,11 @@ def attempts(events: Iterable[Mapping[str, Any]]) -> list[Attempt]:
             scheduled[n - 1] = int(e["min_vram_gb"])
         elif kind == "JobRetryDeclined" and isinstance(n, int):
             declined[n] = e
-        elif kind == "JobCancelRequested":
-            cancelled_at = float(e["ts"]) if cancelled_at is None else cancelled_at
         elif kind in ("JobDispatched", "JobStarted", "JobEnded") and isinstance(n, int):
             _attempt_event(get(n), e)
     for a in by_number.values():
         if a.oom and a.state == "FAILED":
-            a.retry = _decision(a, scheduled, declined, cancelled_at)
+            a.retry = _decision(a, scheduled, declined, oom_pending)
     return [by_number[n] for n in sorted(by_number)]
 
 
@@ -115,16 +114,14 @@ def _decision(
     a: Attempt,
     scheduled: Mapping[int, int],
     declined: Mapping[int, Mapping[str, Any]],
-    cancelled_at: float | None,
+    oom_pending: bool,
 ) -> Retry:
     if a.attempt in scheduled:
         return Retry("scheduled", min_vram_gb=scheduled[a.attempt])
     if a.attempt in declined:
         d = declined[a.attempt]
         return Retry("declined", reason=d.get("reason"), needed_vram_gb=d.get("needed_vram_gb"))
-    if cancelled_at is not None:
-        return Retry("cancelled")
-    return Retry("pending")
+    return Retry("pending" if oom_pending else "cancelled")  # S2/X8: only a cancel closes it
 
 
 def from_row(row: Mapping[str, Any]) -> Attempt:

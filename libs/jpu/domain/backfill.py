@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from jpu.backends import BackendStatus
 from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus
 from jpu.domain.idle import GpuKey, Idle, Tracker
+from jpu.domain.observed import BackendStatus
 from jpu.events import BackfillEnded, BackfillStarted
 from jpu.policy.backfill import BackfillPlan, plan_backfill
 from jpu.policy.maintenance import backfill_allowed

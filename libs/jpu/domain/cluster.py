@@ -12,7 +12,6 @@ The GPU pool starts from the configured nodes; `NodeInventoryObserved` replaces 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from jpu.config import Cluster
 from jpu.domain.runs import RecentRuns, observe
@@ -20,6 +19,7 @@ from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, 
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
+    Delivered,
     JobCancelRequested,
     JobDispatched,
     JobEnded,
@@ -39,10 +39,6 @@ from jpu.events import (
 from jpu.policy.charging import Charge, charge_for
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
-
-if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
-    from jpu.bus.model import Delivered
-
 
 BUSY = PLACED - {"CANCELLING"}  # a user job holds GPUs (M2 also counts CANCELLING)
 
@@ -131,12 +127,8 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
         state.maintenance = m
     elif isinstance(event, NodeInventoryObserved):
         _inventory(state, event)
-    elif isinstance(event, BackfillStarted):
-        state.backfill[(event.node, event.tier, event.gpu)] = event.backfill_id
-    elif isinstance(event, BackfillEnded):
-        key = (event.node, event.tier, event.gpu)
-        if state.backfill.get(key) == event.backfill_id:
-            del state.backfill[key]
+    elif isinstance(event, BackfillStarted | BackfillEnded):
+        backfilled(state.backfill, event)
     elif isinstance(event, JobSubmitted):
         _submitted(state, event, delivered.seq)
     else:
@@ -173,16 +165,43 @@ def _owe(state: ClusterState, event: JobEnded | ReservationReleased) -> None:
         state.owed[c.charge_id] = c
 
 
+def observed(event: NodeInventoryObserved) -> tuple[dict[tuple[str, str], int], set[GpuKey]]:
+    """A node as an observation reports it (P2): its GPU count per (node, tier), and the GPUs
+    that take no work — every GPU of a drained or down node at once, and the failed ones."""
+    all_down = event.state != "up"  # a drained or down node takes no new work
+    down = {
+        (event.node, tier, i)
+        for tier, count in event.gpus.items()
+        for i in range(count)
+        if all_down or i in event.down.get(tier, [])
+    }
+    return {(event.node, tier): count for tier, count in event.gpus.items()}, down
+
+
 def _inventory(state: ClusterState, event: NodeInventoryObserved) -> None:
     for key in [k for k in state.inventory if k[0] == event.node]:
         del state.inventory[key]
-    state.down = {g for g in state.down if g[0] != event.node}
-    for tier, count in event.gpus.items():
-        state.inventory[(event.node, tier)] = count
-        all_down = event.state != "up"  # a drained or down node takes no new work
-        for i in range(count):
-            if all_down or i in event.down.get(tier, []):
-                state.down.add((event.node, tier, i))
+    inventory, down = observed(event)
+    state.inventory.update(inventory)
+    state.down = {g for g in state.down if g[0] != event.node} | down
+
+
+def backfilled(backfill: dict[GpuKey, str], event: BackfillStarted | BackfillEnded) -> None:
+    """B1–B3: which backfill instance runs on each GPU (an end only ends its own instance)."""
+    key = (event.node, event.tier, event.gpu)
+    if isinstance(event, BackfillStarted):
+        backfill[key] = event.backfill_id
+    elif backfill.get(key) == event.backfill_id:
+        del backfill[key]
+
+
+def hold(holders: dict[GpuKey, str], before: dict[GpuKey, str], after: dict[GpuKey, str]) -> None:
+    """A job's holdings (its JobView's, P1) moved from `before` to `after`: a GPU it left is
+    released only if it is still its own (another job may hold it since); the rest are its."""
+    for gpu, tag in before.items():
+        if holders.get(gpu) == tag:
+            del holders[gpu]
+    holders.update(after)
 
 
 def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
@@ -218,14 +237,11 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
     was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
     before = job.gpu_holdings()
     apply_job_event(job, delivered)
+    hold(state.holders, before, job.gpu_holdings())
     if job.state in QUEUED:
         state.queue.put(queued_job(job))  # entered, or its record (reservation, attempt) changed
     else:
         state.queue.discard(job.job_id)
-    for gpu, tag in before.items():
-        if state.holders.get(gpu) == tag:
-            del state.holders[gpu]
-    state.holders.update(job.gpu_holdings())
     if was_slot != job.holds_slot:
         slots = state.slots_of(job.user) + (1 if job.holds_slot else -1)
         if slots:
@@ -238,6 +254,6 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
             queue.remove(job.job_id)
         if not queue:
             state.personal.pop(job.user, None)
-    if job.terminal and not job.oom_pending and not state.keep_ended:
+    if job.final and not state.keep_ended:
         # S2: nothing can move it again; its GPUs are released above
         state.just_ended = forget(state, job.job_id)

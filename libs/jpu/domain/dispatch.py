@@ -36,9 +36,9 @@ from jpu.policy.charging import with_owed
 from jpu.policy.fairshare import held_gpu_seconds
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import CycleResult, Gpu, MaintenanceState, RunningJob, Snapshot
+from jpu.policy.release import CHARGED_AT_RELEASE  # R3, M1, R5: charged at release (F4)
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
-CHARGED_AT_RELEASE = frozenset({"demoted", "maintenance", "capacity"})  # R3, M1, R5
 # D8: events after which a cycle may decide differently (plus cancellations for the duties).
 TRIGGERS = (
     JobPromoted,

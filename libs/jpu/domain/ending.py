@@ -9,9 +9,9 @@ were charged when they happened and are excluded.
 
 from __future__ import annotations
 
-from jpu.backends import BackendStatus
 from jpu.config import Tier
 from jpu.domain.execution import AgentJob
+from jpu.domain.observed import BackendStatus
 from jpu.events import JobEnded, JobEndState
 from jpu.policy.oom import is_gpu_oom
 

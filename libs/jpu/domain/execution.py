@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from jpu.config import Tier
 from jpu.domain.states import JobView, apply_job_event
 from jpu.events import (
+    Delivered,
     JobDispatched,
     JobStarted,
     JobSubmitted,
 )
-
-if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
-    from jpu.bus.model import Delivered
 
 Action = Literal["submit", "watch", "cancel", "cancel_unstarted"]
 

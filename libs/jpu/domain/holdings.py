@@ -4,8 +4,8 @@ the core groups these rows by (node, tier)."""
 
 from __future__ import annotations
 
-from jpu.backends.base import NodeInventory
 from jpu.domain.cluster import ClusterState, GpuKey
+from jpu.domain.observed import NodeInventory
 from jpu.domain.states import PLACED, JobView
 from jpu.policy.model import Gpu, RunningJob
 
@@ -20,17 +20,21 @@ def gpus(state: ClusterState) -> list[Gpu]:
 
 
 def gpu_row(state: ClusterState, key: GpuKey) -> Gpu:
-    """One GPU's row: `down` > `job:` > `reserved:` > `backfill:` > `free`."""
+    """One GPU's row (`gpu_state`); a reserved GPU keeps naming its backfill (R2, B4)."""
     node, tier, i = key
     bf = state.backfill.get(key)
-    if key in state.down:
-        return Gpu(node, tier, i, "down")
-    held = state.holders.get(key)
-    if held is not None:
-        return Gpu(node, tier, i, held, bf if held.startswith("reserved:") else None)
-    if bf is not None:
-        return Gpu(node, tier, i, f"backfill:{bf}")
-    return Gpu(node, tier, i, "free")
+    shown = gpu_state(key in state.down, state.holders.get(key), bf)
+    return Gpu(node, tier, i, shown, bf if shown.startswith("reserved:") else None)
+
+
+def gpu_state(down: bool, holder: str | None, backfill: str | None) -> str:
+    """One GPU's state (SPEC §1.2), the dispatcher's and GET /v1/placements' alike: `down` >
+    its holder (`job:<id>` | `reserved:<id>`) > `backfill:<id>` > `free`."""
+    if down:
+        return "down"
+    if holder is not None:
+        return holder
+    return "free" if backfill is None else f"backfill:{backfill}"
 
 
 def running(state: ClusterState) -> list[RunningJob]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus
@@ -19,6 +18,7 @@ from jpu.domain.states import GpuKey
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
+    Delivered,
     JobDispatched,
     JobEnded,
     JobRetryScheduled,
@@ -29,10 +29,6 @@ from jpu.events import (
     ReservationShrunk,
     ReservationStarted,
 )
-
-if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
-    from jpu.bus.model import Delivered
-
 
 # Events after which a GPU may have changed state (free ⇄ held).
 GPU_EVENTS = (

@@ -9,9 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState
 from jpu.events import JobPromoted
 from jpu.policy.queue import promotions
+
+
+def configured_limits(cluster: Cluster) -> dict[str, int]:
+    """user → max_active_jobs, for the users the configuration gives one (`labs[].users[]`);
+    the others get the global default (Q5)."""
+    return {
+        u.name: u.max_active_jobs
+        for lab in cluster.labs
+        for u in lab.users
+        if u.max_active_jobs is not None
+    }
 
 
 def to_promote(

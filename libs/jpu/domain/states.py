@@ -18,9 +18,9 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from jpu.events import (
+    Delivered,
     JobCancelRequested,
     JobDispatched,
     JobEnded,
@@ -35,9 +35,6 @@ from jpu.events import (
     ReservationStarted,
 )
 from jpu.policy.model import QueuedJob, Reservation
-
-if TYPE_CHECKING:  # a logged event as the bus hands it; the domain does not import the bus
-    from jpu.bus.model import Delivered
 
 GpuKey = tuple[str, str, int]  # (node, tier, index)
 # SPEC §1.4 in lifecycle order; every set of job states is written here, once.
@@ -138,6 +135,11 @@ class JobView:
     @property
     def terminal(self) -> bool:
         return self.state in TERMINAL
+
+    @property
+    def final(self) -> bool:
+        """Terminal, and no OOM retry can still come (S2, X8): nothing moves it again."""
+        return self.state in TERMINAL and not self.oom_pending
 
     @property
     def cancel_requested(self) -> bool:

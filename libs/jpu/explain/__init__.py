@@ -5,5 +5,6 @@ The modules `wait`, `usage` and `queue_at` are pure (events in, answers out): th
 with the services' own fold (`jpu.domain.cluster`) and run the policy core (`jpu.policy.cycle`)
 on the snapshot the dispatcher builds (`jpu.domain.dispatch.snapshot`), so an auditor replaying
 the same log gets the same answer. `words` turns the answers into sentences (English, Korean);
-`read` reads the log from NATS for them (snapshots, bounded ranges).
+`jpu.bus.history` reads the log from NATS for them (snapshots, bounded ranges): this package
+imports no I/O.
 """

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 
 import msgspec
 
-from jpu.bus import Delivered
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
 from jpu.domain.states import PLACED, JobView
+from jpu.events import Delivered
 from jpu.policy.cycle import cycle
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 

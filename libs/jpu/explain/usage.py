@@ -17,8 +17,8 @@ from typing import Final
 
 import msgspec
 
-from jpu.bus import Delivered
 from jpu.events import (
+    Delivered,
     JobEnded,
     JobSubmitted,
     ReservationReleased,

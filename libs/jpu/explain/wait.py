@@ -29,13 +29,13 @@ from typing import Final, Literal
 
 import msgspec
 
-from jpu.bus import Delivered
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
 from jpu.domain.states import QUEUED, JobView
 from jpu.events import (
     BackfillEnded,
+    Delivered,
     Event,
     JobCancelRequested,
     JobDispatched,

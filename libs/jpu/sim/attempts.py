@@ -17,11 +17,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from jpu.backends import BackendStatus
-from jpu.backends.base import BackendState
 from jpu.domain.ending import job_ended
 from jpu.domain.execution import AgentJob
 from jpu.domain.holdings import gpus
+from jpu.domain.observed import BackendState, BackendStatus
 from jpu.domain.states import JobView
 from jpu.events import (
     JobCancelRequested,

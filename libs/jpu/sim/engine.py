@@ -20,14 +20,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from jpu.bus import Delivered
 from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import TRIGGERS, cancellations, escalations, snapshot
+from jpu.domain.promotion import configured_limits
 from jpu.domain.states import JobView
 from jpu.events import (
     AnyEvent,
     BackfillEnded,
+    Delivered,
     Event,
     JobDispatched,
     JobEnded,
@@ -109,12 +110,7 @@ class Simulator:
         self.submitted: dict[str, JobSubmitted] = {}
         self.running: dict[str, JobDispatched] = {}  # job id -> the attempt it runs
         self.initial_usage = {lab.name: lab.usage for lab in cluster.labs if lab.usage}
-        self.limits = {
-            u.name: u.max_active_jobs
-            for lab in cluster.labs
-            for u in lab.users
-            if u.max_active_jobs is not None
-        }
+        self.limits = configured_limits(cluster)
         self.fit_cache: dict[tuple[int, frozenset[str] | None, int | None], bool] = {}
         self.policy_s = 0.0  # wall seconds inside the policy's cycle (for the bench)
         self.totals = Totals()

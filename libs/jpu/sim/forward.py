@@ -36,12 +36,12 @@ from typing import Any, Literal, cast
 
 import msgspec
 
-from jpu.bus import Delivered
 from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
 from jpu.domain.cluster import evolve
 from jpu.domain.states import PLACED
 from jpu.events import (
     AnyEvent,
+    Delivered,
     Event,
     JobDispatched,
     JobEnded,

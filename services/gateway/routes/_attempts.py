@@ -24,7 +24,9 @@ import nats.errors
 
 from jpu import joblogs
 from jpu.domain import attempts
+from jpu.domain.states import job_view
 from jpu.edges import Edges
+from jpu.events import Delivered, JobSubmitted
 from jpu_services.gateway.config import GatewayConfig
 
 _LOG_ERRORS: Final = (nats.errors.Error, TimeoutError, OSError)
@@ -36,14 +38,21 @@ def needs_events(row: Mapping[str, Any]) -> bool:
     return bool(row["attempt"] > 1 or row["oom"])
 
 
-async def job_events(edges: Edges, job_id: str) -> list[dict[str, Any]] | None:
-    """The job's events as GET /v1/jobs/{id}/events shows them; None if the log is unreachable
-    (the page still shows what the projection holds)."""
+async def job_events(edges: Edges, job_id: str) -> list[Delivered] | None:
+    """The job's events from the log; None if the log is unreachable (the page still shows
+    what the projection holds)."""
     try:
-        delivered = await edges.bus.job_events(job_id)
+        return await edges.bus.job_events(job_id)
     except _LOG_ERRORS:
         return None
-    return [{"seq": d.seq, **msgspec.to_builtins(d.event)} for d in delivered]
+
+
+def story(delivered: list[Delivered]) -> list[attempts.Attempt]:
+    """The attempts the job's events tell (as GET /v1/jobs/{id}/events shows them); whether an
+    undecided OOM retry is still open is the job fold's answer (X8, `JobView.oom_pending`)."""
+    view = job_view(delivered)
+    shown = [{"seq": d.seq, **msgspec.to_builtins(d.event)} for d in delivered]
+    return attempts.attempts(shown, oom_pending=view is not None and view.oom_pending)
 
 
 def elapsed_s(out: Mapping[str, Any], now: float) -> float | None:
@@ -58,10 +67,10 @@ async def job_page(
 ) -> dict[str, Any]:
     """`out` (the job body) with its attempts and their story."""
     events = await job_events(edges, row["job_id"]) if needs_events(row) else None
-    items = attempts.attempts(events) if events else [attempts.from_row(row)]
+    items = story(events) if events else [attempts.from_row(row)]
     requested = row["min_vram_gb"] if row["attempt"] == 1 else None
-    if events and events[0].get("type") == "JobSubmitted":
-        requested = events[0].get("min_vram_gb")
+    if events and isinstance(events[0].event, JobSubmitted):
+        requested = events[0].event.min_vram_gb
     vram = {t.name: t.vram_gb for t in settings.base.tiers}
     max_attempts = settings.base.max_attempts
     return {
@@ -97,7 +106,7 @@ async def history_rows(
         if row["attempt"] > 1:  # the row lost the earlier attempts
             async with gate:
                 events = await job_events(edges, row["job_id"])
-        items = attempts.attempts(events) if events else [attempts.from_row(row)]
+        items = story(events) if events else [attempts.from_row(row)]
         return {
             **out,
             "elapsed_s": elapsed_s(out, now),

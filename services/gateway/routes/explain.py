@@ -22,9 +22,9 @@ from typing import Annotated, Any, Final
 import msgspec
 from fastapi import APIRouter, Query, Request
 
+from jpu.bus import history
 from jpu.config import Config
 from jpu.edges import Edges
-from jpu.explain import read
 from jpu.explain.queue_at import PastQueue
 from jpu.explain.usage import UsageExplanation, UsageStatement, explain_usage
 from jpu.explain.usage import usage_statement as statement
@@ -80,7 +80,7 @@ async def wait(
         cache.move_to_end(job_id)
         return hit
     try:
-        timeline = await read.read_wait(edges.bus, settings.base, job_id, now(request))
+        timeline = await history.read_wait(edges.bus, settings.base, job_id, now(request))
     except JobNotInLog as e:
         raise ApiError(
             404, "NOT_FOUND", f"job {job_id!r} is not in the log", {"job_id": job_id}
@@ -218,5 +218,5 @@ async def past_queue(
         raise ApiError(
             422, "VALIDATION_ERROR", "at: must not be in the future", {"field": "at", "at": at}
         )
-    past = await read.read_queue_at(edges.bus, config, at)
+    past = await history.read_queue_at(edges.bus, config, at)
     return msgspec.to_builtins(past)

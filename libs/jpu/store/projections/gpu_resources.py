@@ -1,199 +1,177 @@
 """The GPU pool (SPEC §1.2): one row per physical GPU, state ∈ free | job:<id> | reserved:<id> |
 backfill:<id> | down. Placements are `GROUP BY (node, tier)` of these rows (P1).
 
-Every release is conditional on the holder (`WHERE state = 'job:<id>'`), so events that arrive
-after a GPU changed hands (a backfill ended after a dispatch preempted it, a swap's release after
-the dispatch) change nothing. A GPU released while unavailable (node down/drained, GPU missing)
-becomes `down`, not `free`.
+There is no second pool here: every row is the domain's answer, the one the dispatcher decides
+on (jpu.domain.cluster, jpu.domain.holdings). A row keeps that answer's facts — `available`
+(present, up and not drained: `observed`), `holder` (`hold`, moved by the holding job's JobView)
+and `backfill_id` (`backfilled`) — and `state` is `gpu_state` of them. A node drained under a
+running job is therefore `down` at once, as the dispatcher sees it, not when the job releases.
+
+Who holds a GPU follows from the holding job's JobView (its reservation, its placement), folded
+by the services' own `apply_job_event`: `gpu_resources_jobs` keeps the views of jobs not final
+yet (S2, X8), and drops a job's view once nothing can move it again. A GPU no inventory reports
+any more keeps its row, `down` (the dispatcher no longer counts it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import Final, NamedTuple
 
 import asyncpg
+import msgspec
 
 from jpu.bus.model import Delivered
+from jpu.domain.cluster import backfilled, hold, observed
+from jpu.domain.holdings import gpu_state
+from jpu.domain.states import GpuKey, JobView, apply_job_event
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
-    JobDispatched,
-    JobEnded,
+    JobEvent,
+    JobSubmitted,
     NodeInventoryObserved,
-    ReservationGrown,
-    ReservationReleased,
-    ReservationShrunk,
-    ReservationStarted,
 )
 
 _LOAD: Final = (
-    "SELECT node, tier, index, state, available, updated_seq FROM gpu_resources "
-    "WHERE node = ANY($1::text[]) OR state = ANY($2::text[])"
+    "SELECT node, tier, index, state, available, holder, backfill_id, updated_seq "
+    "FROM gpu_resources WHERE node = ANY($1::text[])"
 )
 _UPSERT: Final = (
-    "INSERT INTO gpu_resources (node, tier, index, state, available, updated_seq) "
-    "SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bool[], "
-    "$6::bigint[]) ON CONFLICT (node, tier, index) DO UPDATE SET state = EXCLUDED.state, "
-    "available = EXCLUDED.available, updated_seq = EXCLUDED.updated_seq"
+    "INSERT INTO gpu_resources (node, tier, index, state, available, holder, backfill_id, "
+    "updated_seq) SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], "
+    "$5::bool[], $6::text[], $7::text[], $8::bigint[]) ON CONFLICT (node, tier, index) DO UPDATE "
+    "SET state = EXCLUDED.state, available = EXCLUDED.available, holder = EXCLUDED.holder, "
+    "backfill_id = EXCLUDED.backfill_id, updated_seq = EXCLUDED.updated_seq"
 )
+_VIEWS: Final = "SELECT job_id, view::text AS view FROM gpu_resources_jobs WHERE job_id = ANY($1)"
+_PUT_VIEWS: Final = (
+    "INSERT INTO gpu_resources_jobs (job_id, view) SELECT j, v::jsonb FROM "
+    "unnest($1::text[], $2::text[]) AS t(j, v) ON CONFLICT (job_id) DO UPDATE SET view = "
+    "EXCLUDED.view"
+)
+_DROP_VIEWS: Final = "DELETE FROM gpu_resources_jobs WHERE job_id = ANY($1::text[])"
+_view_json: Final = msgspec.json.Encoder(order="deterministic")
+_view_decoder: Final = msgspec.json.Decoder(JobView)
 
-GpuKey = tuple[str, str, int]
 
-
-class Gpu(NamedTuple):
+class Row(NamedTuple):
     state: str
     available: bool
+    holder: str | None
+    backfill_id: str | None
     updated_seq: int
 
 
-def observed_state(state: str, *, ok: bool, lost: bool) -> str:
-    """A GPU's state after an inventory observation: `ok` = present, up and undrained;
-    `lost` = its node is down or the GPU itself failed (whatever ran there is gone)."""
-    if ok:
-        return "free" if state == "down" else state
-    if lost or state == "free":
-        return "down"
-    return state  # drained or removed while held: becomes down when released
-
-
-def _freed(gpu: Gpu, seq: int) -> Gpu:
-    return Gpu("free" if gpu.available else "down", gpu.available, seq)
-
-
 class _Pool:
-    """The GPU rows a batch can touch, folded in memory; `changed` is written once at the end.
+    """The GPUs of the nodes a batch touches, as the domain's facts, and the views of its jobs.
 
-    Complete for the batch: a row an event addresses by node is loaded with its node, one it
-    addresses by holder (`state`) either holds it at the batch's start (loaded by state) or
-    came to hold it through an earlier event of the batch (loaded by that event's node)."""
+    Complete for the batch: a job event moves GPUs of the node it names or of the nodes its
+    view holds (reservation, placement); both are loaded before the batch is folded."""
 
-    def __init__(self, rows: dict[GpuKey, Gpu]) -> None:
+    def __init__(self, rows: dict[GpuKey, Row], views: dict[str, JobView]) -> None:
         self.rows = rows
+        self.views = views
+        self.exists = set(rows)  # the GPUs an inventory ever reported: the ones with a row
+        self.unavailable = {k for k, r in rows.items() if not r.available}
+        self.holders = {k: r.holder for k, r in rows.items() if r.holder is not None}
+        self.backfill = {k: r.backfill_id for k, r in rows.items() if r.backfill_id is not None}
+        self.changed_views: set[str] = set()
         self.changed: set[GpuKey] = set()
 
-    def _set(self, key: GpuKey, gpu: Gpu) -> None:
-        self.rows[key] = gpu
-        self.changed.add(key)
+    def apply(self, d: Delivered) -> None:
+        e = d.event
+        if isinstance(e, NodeInventoryObserved):
+            inventory, down = observed(e)
+            present = {(n, t, i) for (n, t), count in inventory.items() for i in range(count)}
+            node = {k for k in self.exists if k[0] == e.node} | present
+            self.exists |= present
+            self.unavailable -= node
+            self.unavailable |= down | (node - present)  # a GPU no longer reported: down
+            self._show(node, d.seq)
+        elif isinstance(e, BackfillStarted | BackfillEnded):
+            backfilled(self.backfill, e)
+            self._show([(e.node, e.tier, e.gpu)], d.seq)
+        elif isinstance(e, JobSubmitted):
+            if e.job_id not in self.views:  # a second submit never wins (E2)
+                self.views[e.job_id] = JobView.submitted(e, d.seq)
+                self.changed_views.add(e.job_id)
+        elif isinstance(e, JobEvent) and (job := self.views.get(e.job_id)) is not None:
+            before = job.gpu_holdings()
+            apply_job_event(job, d)  # the services' own fold (jpu.domain.states)
+            after = job.gpu_holdings()
+            hold(self.holders, before, after)
+            self.changed_views.add(e.job_id)
+            self._show([*before, *after], d.seq)
 
-    def take(
-        self, node: str, tier: str, gpus: list[int], tag: str, seq: int, ok: Callable[[str], bool]
-    ) -> None:
-        for i in gpus:
-            gpu = self.rows.get((node, tier, i))
-            if gpu is not None and ok(gpu.state):
-                self._set((node, tier, i), Gpu(tag, gpu.available, seq))
-
-    def release(
-        self, tag: str, seq: int, where: tuple[str, str | None, list[int]] | None = None
-    ) -> None:
-        """Every GPU held by `tag` (only those of `where` = (node, tier, indexes), if given)
-        becomes free, or down when unavailable."""
-        if where is not None:
-            node, tier, idx = where
-            keys = [] if tier is None else [(node, tier, i) for i in idx]
-        else:
-            keys = [k for k, g in self.rows.items() if g.state == tag]
+    def _show(self, keys: Iterable[GpuKey], seq: int) -> None:
+        """The rows of `keys` as the domain now answers; `updated_seq` is the event that last
+        changed one (whatever the batches: a live run and a rebuild write the same rows)."""
         for key in keys:
-            gpu = self.rows.get(key)
-            if gpu is not None and gpu.state == tag:
-                self._set(key, _freed(gpu, seq))
-
-    def inventory(self, e: NodeInventoryObserved, seq: int) -> None:
-        """P1: create rows for new GPUs; mark missing, failed or drained ones unavailable."""
-        present = {(tier, i) for tier, n in e.gpus.items() for i in range(n)}
-        failed = {(tier, i) for tier, idx in e.down.items() for i in idx}
-        known = {(k[1], k[2]): g for k, g in self.rows.items() if k[0] == e.node}
-        for tier, i in sorted(present | set(known)):
-            ok = e.state == "up" and (tier, i) in present and (tier, i) not in failed
-            old = known.get((tier, i))
-            old_state, old_ok = (old.state, old.available) if old is not None else ("down", False)
-            lost = e.state == "down" or (tier, i) in failed
-            state = observed_state(old_state, ok=ok, lost=lost)
-            if old is None or (state, ok) != (old_state, old_ok):
-                self._set((e.node, tier, i), Gpu(state, ok, seq))
+            if key not in self.exists:
+                continue  # a GPU no inventory ever reported has no row (the domain has none)
+            down = key in self.unavailable
+            holder, bf = self.holders.get(key), self.backfill.get(key)
+            new = Row(gpu_state(down, holder, bf), not down, holder, bf, seq)
+            old = self.rows.get(key)
+            if old is None or new[:4] != old[:4]:
+                self.rows[key] = new
+                self.changed.add(key)
 
 
-def _apply(pool: _Pool, e: object, seq: int) -> None:
-    match e:
-        case NodeInventoryObserved():
-            pool.inventory(e, seq)
-        case ReservationStarted() | ReservationGrown():  # R2: may cover a backfill (B4)
-            tag = f"reserved:{e.job_id}"
-            pool.take(e.node, e.tier, list(e.gpus), tag, seq,
-                      lambda s: s == "free" or s.startswith("backfill:") or s == tag)  # fmt: skip
-        case ReservationReleased():
-            pool.release(f"reserved:{e.job_id}", seq)
-        case ReservationShrunk():  # R5: only the lost GPUs, if still shown as reserved
-            pool.release(f"reserved:{e.job_id}", seq, (e.node, e.tier, list(e.removed)))
-        case JobDispatched():  # preempts backfill (B2); its own reserved GPUs become the job's
-            pool.take(e.node, e.tier, list(e.gpus), f"job:{e.job_id}", seq, lambda s: s != "down")
-        case JobEnded():
-            # Free the ended attempt's GPUs (only those it names, when it names them: after an
-            # OOM retry the next attempt may already hold other GPUs) and any reservation left.
-            pool.release(f"reserved:{e.job_id}", seq)
-            if e.node is not None and e.gpus:
-                pool.release(f"job:{e.job_id}", seq, (e.node, e.tier, list(e.gpus)))
-            else:
-                pool.release(f"job:{e.job_id}", seq)
-        case BackfillStarted():  # backfill only ever takes a free GPU (B1)
-            pool.take(e.node, e.tier, [e.gpu], f"backfill:{e.backfill_id}", seq,
-                      lambda s: s == "free")  # fmt: skip
-        case BackfillEnded():
-            pool.release(f"backfill:{e.backfill_id}", seq)
-
-
-def _touches(e: object) -> tuple[str | None, list[str]]:
-    """The node an event addresses GPUs of, and the holders whose GPUs it may release."""
-    match e:
-        case NodeInventoryObserved():
-            return e.node, []
-        case ReservationStarted() | ReservationGrown() | JobDispatched() | BackfillStarted():
-            return e.node, []
-        case ReservationReleased() | ReservationShrunk():
-            return None, [f"reserved:{e.job_id}"]
-        case JobEnded():
-            return None, [f"reserved:{e.job_id}", f"job:{e.job_id}"]
-        case BackfillEnded():
-            return None, [f"backfill:{e.backfill_id}"]
-    return None, []
+def _nodes(batch: list[Delivered], views: dict[str, JobView]) -> set[str]:
+    """The nodes whose GPUs the batch can move: the ones its events name, and the ones its
+    jobs' views hold GPUs of."""
+    nodes = {n for d in batch if isinstance(n := getattr(d.event, "node", None), str)}
+    nodes.update(g[0] for v in views.values() for g in v.gpu_holdings())
+    return nodes
 
 
 class GpuResourcesProjection:
     name = "gpu_resources"
-    tables: tuple[str, ...] = ("gpu_resources",)
+    tables: tuple[str, ...] = ("gpu_resources", "gpu_resources_jobs")
 
     async def apply(self, conn: asyncpg.Connection, d: Delivered) -> None:
         await self.apply_many(conn, [d])
 
     async def apply_many(self, conn: asyncpg.Connection, batch: list[Delivered]) -> None:
-        """Load the rows the batch can touch, fold the batch in memory, write each changed row
-        once (one round trip each way, however many events)."""
-        nodes: set[str] = set()
-        holders: set[str] = set()
-        for d in batch:
-            node, tags = _touches(d.event)
-            if node is not None:
-                nodes.add(node)
-            holders.update(tags)
-        if not nodes and not holders:
+        """Load the batch's job views and GPU rows, fold the batch in memory with the domain's
+        functions, write each changed row and view once."""
+        ids = sorted({d.event.job_id for d in batch if isinstance(d.event, JobEvent)})
+        found = await conn.fetch(_VIEWS, ids) if ids else []
+        views = {r["job_id"]: _view_decoder.decode(r["view"]) for r in found}
+        nodes = _nodes(batch, views)
+        if not nodes and not ids:
             return
-        rows = await conn.fetch(_LOAD, sorted(nodes), sorted(holders))
+        rows = await conn.fetch(_LOAD, sorted(nodes))
         pool = _Pool(
-            {(r["node"], r["tier"], r["index"]): Gpu(r["state"], r["available"], r["updated_seq"])
-             for r in rows}
+            {(r["node"], r["tier"], r["index"]): Row(r["state"], r["available"], r["holder"],
+                                                     r["backfill_id"], r["updated_seq"])
+             for r in rows},
+            views,
         )  # fmt: skip
         for d in batch:
-            _apply(pool, d.event, d.seq)
-        if pool.changed:
-            keys = sorted(pool.changed)
-            gpus = [pool.rows[k] for k in keys]
-            await conn.execute(
-                _UPSERT,
-                [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
-                [g.state for g in gpus], [g.available for g in gpus],
-                [g.updated_seq for g in gpus],
-            )  # fmt: skip
+            pool.apply(d)
+        await _write(conn, pool)
+
+
+async def _write(conn: asyncpg.Connection, pool: _Pool) -> None:
+    if pool.changed:
+        keys = sorted(pool.changed)
+        new = [pool.rows[k] for k in keys]
+        await conn.execute(
+            _UPSERT,
+            [k[0] for k in keys], [k[1] for k in keys], [k[2] for k in keys],
+            [r.state for r in new], [r.available for r in new], [r.holder for r in new],
+            [r.backfill_id for r in new], [r.updated_seq for r in new],
+        )  # fmt: skip
+    final = sorted(j for j in pool.changed_views if pool.views[j].final)
+    kept = sorted(j for j in pool.changed_views if not pool.views[j].final)
+    if kept:
+        encoded = [_view_json.encode(pool.views[j]).decode() for j in kept]
+        await conn.execute(_PUT_VIEWS, kept, encoded)
+    if final:  # S2: nothing moves it again, so it can hold nothing more
+        await conn.execute(_DROP_VIEWS, final)
 
 
 projection = GpuResourcesProjection()

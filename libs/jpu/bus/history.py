@@ -1,4 +1,5 @@
-"""Read the log from NATS for the explanations (jpu.explain.wait, usage, queue_at).
+"""Read the log from NATS for the explanations (jpu.explain.wait, usage, queue_at): the I/O
+beside the pure explain package, on the bus side.
 
 Bounded reads: a job's wait folds from the newest snapshot taken before its submission (issue
 11's object store; else from seq 1) to its last event when it ended, or to the log's end while
@@ -17,7 +18,8 @@ from collections.abc import AsyncIterator, Callable
 import msgspec
 import nats.errors
 
-from jpu.bus import Delivered, EventBus
+from jpu.bus.client import EventBus
+from jpu.bus.model import Delivered
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState, evolve
