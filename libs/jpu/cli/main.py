@@ -41,7 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         *(e for m in SUBCOMMAND_MODULES for e in getattr(m, "USER_ERRORS", ())),
     )
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()  # here, so a reader gone away (`| head`) is caught below
+        return rc
+    except BrokenPipeError:  # `jpu jobs | head`: the reader went away; end quietly, like cat
+        rest.silence_stdout()
+        return 0
     except user_errors as e:
         print(f"jpu {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -15,10 +15,6 @@ _EVENT_META = {"type", "event_id", "ts", "schema_version", "job_id", "seq"}
 _TIME_KEYS = {"since", "as_of"}
 
 
-def cancelled(job: dict[str, Any]) -> str:
-    return f"Cancel requested for job {job['id']} ({job.get('state', '?')})"
-
-
 def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str, Any]:
     """`jpu logs --json`: the bytes read (as UTF-8 text) and where they are in the file."""
 

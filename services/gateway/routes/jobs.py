@@ -219,7 +219,7 @@ async def show(
 @router.get("/{job_id}/events", responses=_ERRORS)
 async def events(job_id: str, user: CurrentUser, edges: EdgesDep) -> dict[str, Any]:
     """The job's events from the log, in stream order (the audit trail, SPEC E2)."""
-    await load_visible(edges.pool, user, job_id)
+    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the full id
     delivered = await edges.bus.job_events(job_id)
     return {
         "job_id": job_id,
@@ -294,9 +294,11 @@ async def logs(
 async def cancel(
     request: Request, job_id: str, user: CurrentUser, edges: EdgesDep, settings: SettingsDep
 ) -> JSONResponse:
-    """Cancel (SPEC X5): 202 and the job; again → 202 (idempotent); ended → 409 ALREADY_TERMINAL.
-    Allowed in every maintenance state (M1)."""
-    await load_visible(edges.pool, user, job_id)  # 404 / 403 before bothering intake
+    """Cancel (SPEC X5): 202 and the job, with `cancel_grace_s` (a running job gets SIGTERM at
+    once and SIGKILL that many seconds later); again → 202 (idempotent); ended → 409
+    ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too."""
+    # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
+    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
     reply = await cmd.send(
         edges,
         commands.cancel_subject(settings.base.subject_prefix),
@@ -305,7 +307,9 @@ async def cancel(
     row = await cmd.read_back(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
     )
+    grace = {"cancel_grace_s": settings.base.cancel_grace_s}  # X5: SIGTERM, then SIGKILL after
     if row is None:  # the cancel is in the log; the database does not answer right now
-        out = {"id": job_id, "state": reply.state, "projection_lag": True}
+        out = {"id": job_id, "state": reply.state, "projection_lag": True, **grace}
         return JSONResponse(out, status_code=202)
-    return JSONResponse(await _job_body(request, edges.pool, settings, row), status_code=202)
+    body = await _job_body(request, edges.pool, settings, row)
+    return JSONResponse({**body, **grace}, status_code=202)
