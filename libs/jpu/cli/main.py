@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from jpu.cli import rest, simulate, why
-from jpu.cli.parsing import JpuArgumentParser
+from jpu.cli.parsing import JpuArgumentParser, describe_subcommands
 
 
 class CliError(Exception):
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMAND_MODULES:
         module.register(sub)
+    describe_subcommands(parser)
     return parser
 
 

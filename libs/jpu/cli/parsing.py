@@ -68,3 +68,17 @@ class JpuArgumentParser(argparse.ArgumentParser):
             if close:
                 message = f"{message}; did you mean {close[0]!r}?"
         super().error(message)
+
+
+def describe_subcommands(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)command's `--help` says what it does: one registered with a `help` line and
+    no description gets that line as its description, at every level (`jpu admin
+    maintenance`)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for listed in action._choices_actions:
+            sub = action.choices[listed.dest]
+            if sub.description is None and listed.help:
+                sub.description = listed.help
+            describe_subcommands(sub)
