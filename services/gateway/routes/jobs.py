@@ -28,7 +28,8 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 MAX_IDEMPOTENCY_KEY: Final = limits.MAX_IDEMPOTENCY_KEY
 # What the routes of a job answer besides 2xx (the OpenAPI document; 422 and 503 are added to
 # every operation by jpu_services.gateway.openapi, and the submit body is jpu.limits').
-_ERRORS: Final = responses(401, 403, 404)
+_PREFIX: Final = "VALIDATION_ERROR: the id given is the start of several jobs (`candidates`)"
+_ERRORS: Final = responses(401, 403, 404, 422, s422=_PREFIX)
 _SUBMIT_ERRORS: Final = {
     200: {"description": "an Idempotency-Key replay: the job submitted first (Q6)"},
     **responses(
@@ -42,7 +43,7 @@ _SUBMIT_ERRORS: Final = {
         s503="SERVICE_MAINTENANCE (Q3) / INTAKE_UNAVAILABLE / SERVICE_UNAVAILABLE",
     ),
 }
-_CANCEL_ERRORS: Final = responses(401, 403, 404, 409, s409="ALREADY_TERMINAL")
+_CANCEL_ERRORS: Final = responses(401, 403, 404, 409, 422, s409="ALREADY_TERMINAL", s422=_PREFIX)
 
 
 def _limiter(request: Request) -> RateLimiter:
