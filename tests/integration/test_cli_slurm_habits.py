@@ -114,6 +114,10 @@ async def test_X5_cancel_several_ids_and_scancel_filters_say_how_many(
     assert d1 not in out  # alice's job of the same name is not bob's
     ok_alice = await api.client.get(f"/v1/jobs/{d1}", headers=bearer("alice"))
     assert ok_alice.json()["state"] == "PERSONAL_QUEUE_WAIT"
+    # filters select the caller's own jobs unless -u names another: an admin empties no queue
+    assert ok(await jpu(server, "admin", "cancel", "-n", "sweep")).startswith("No job to cancel")
+    out = ok(await jpu(server, "admin", "cancel", "-u", "bcg-alice", "-n", "sweep"))
+    assert out.startswith(f"Cancel requested for job {d1} (")
 
     # several ids: one not his is refused on its own line, the other is cancelled
     rc, out, err = await jpu(server, "bob", "cancel", d1, b1[:10])

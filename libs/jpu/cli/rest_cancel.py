@@ -1,6 +1,8 @@
 """`jpu cancel` (like scancel; SPEC U1, X5): several ids (each any unique prefix, as the API
 takes), or scancel's filters `-u USER`, `--me`, `-n NAME`, `-t STATE[,STATE]` over the jobs not
-yet ended (`GET /v1/jobs`), or both (the ids among the filtered jobs). Each job is one
+yet ended (`GET /v1/jobs`), or both (the ids among the filtered jobs). Filters select the
+caller's own jobs unless `-u USER` names another user: an admin's `jpu cancel -t PD` must not
+empty every lab's queue. Each job is one
 `POST /v1/jobs/{id}/cancel`; the answer says how many were cancelled and, for those already
 running, the grace period the API reports (`SIGTERM now, SIGKILL after 30 s`).
 """
@@ -22,16 +24,16 @@ NOT_ENDED = [s for s in STATES if s not in TERMINAL]
 
 def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     text = (
-        "cancel jobs (like scancel): by id (any unique prefix), or every job of yours not yet "
-        "ended that matches the filters; a running job gets SIGTERM at once and SIGKILL after "
-        "the grace period (to checkpoint, SPEC X5)"
+        "cancel jobs (like scancel): by id (any unique prefix), or every job not yet ended "
+        "that matches the filters (yours, unless -u USER); a running job gets SIGTERM at once "
+        "and SIGKILL after the grace period (to checkpoint, SPEC X5)"
     )
     p = sub.add_parser(
         "cancel", parents=common, help="cancel jobs (like scancel)", description=text
     )
     p.add_argument("job_ids", nargs="*", metavar="ID", help="job ids or unique prefixes")
-    p.add_argument("-u", "--user", help="only this user's jobs")
-    p.add_argument("--me", action="store_true", help="only my jobs")
+    p.add_argument("-u", "--user", help="this user's jobs (default with filters: yours)")
+    p.add_argument("--me", action="store_true", help="only my jobs (the default)")
     p.add_argument("-n", "--name", help="only jobs with this name")
     p.add_argument("-t", "--state", metavar="S[,S]", help="only jobs in these states (PD, R, …)")
     p.set_defaults(func=cmd_cancel)
@@ -40,10 +42,8 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
 def _filtered(c: RestClient, args: argparse.Namespace) -> list[str]:
     """The ids of the visible jobs not yet ended that every given filter matches."""
     states = [s for s in parse_states(args.state) or NOT_ENDED if s not in TERMINAL]
-    user = c.get("/v1/me")["user"] if args.me else args.user
-    params: dict[str, Any] = {"state": ",".join(states), "limit": PAGE_MAX}
-    if user:
-        params["user"] = user
+    user = args.user if args.user and not args.me else c.get("/v1/me")["user"]
+    params: dict[str, Any] = {"state": ",".join(states), "limit": PAGE_MAX, "user": user}
     ids: list[str] = []
     cursor: str | None = None
     while True:
