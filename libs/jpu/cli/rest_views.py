@@ -23,7 +23,7 @@ def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str,
         return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
     return {
-        "job_id": job_id,
+        "job_id": headers.get("Jpu-Log-Job", job_id),  # the full id when a prefix was given
         "attempt": number("Jpu-Log-Attempt"),
         "stream": headers.get("Jpu-Log-Stream"),
         "offset": number("Jpu-Log-Start"),
