@@ -68,9 +68,10 @@ def cancelled(jobs: list[dict[str, Any]]) -> str:
 
 
 def _has_process(job: dict[str, Any]) -> bool:
-    """Dispatched and not ended: its process is the one that gets SIGTERM (a queued job is
-    CANCELLING for a moment too, but has nothing to stop)."""
-    return job.get("dispatched_at") is not None and job.get("state") not in TERMINAL
+    """Dispatched: its process is the one that gets SIGTERM (a queued job is CANCELLING for a
+    moment too, but has nothing to stop). An answer is only ever about a job this cancel hit:
+    one that had ended before is a 409."""
+    return job.get("dispatched_at") is not None
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
