@@ -1,7 +1,8 @@
 """jpu-admin: labs, users and API tokens in the database (`python -m jpu.admin --help`).
 
-The database is the one from the configuration (JPU_DATABASE_URL or the config file), or
-`--database-url`. Migrations are applied first, so the command works on an empty database.
+The database is `--database-url`, the one the configuration names (JPU_DATABASE_URL or the
+JPU_CONFIG file), else the running stack's on this checkout (jpu.stack.discover); with none, one
+sentence says what to do. Migrations are applied first, so the command works on an empty database.
 Tokens are printed once, on stdout, and stored only as hashes (SPEC §8 Auth).
 """
 
@@ -10,14 +11,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 
 from jpu import admin_usage, auth
 from jpu.config import Config, load_config
+from jpu.stack import discover
 
 # Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
 DEMO_LABS: dict[str, tuple[str, ...]] = {
@@ -141,7 +145,10 @@ def _print_users(users: list[tuple[auth.Principal, int]], *, as_json: bool) -> N
 async def _main(args: argparse.Namespace) -> None:
     from jpu.store.db import create_pool, migrate
 
-    dsn = args.database_url or load_config().database_url
+    config = load_config()
+    dsn = args.database_url or discover.server_url(
+        "database_url", config.database_url, Path(config.data_dir), os.environ
+    )
     pool = await create_pool(dsn)
     try:
         await migrate(pool)
@@ -156,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return admin_usage.main(args)
     try:
         asyncio.run(_main(args))
-    except auth.AuthError as e:
+    except (auth.AuthError, discover.NoServer) as e:
         print(f"jpu-admin: {e}", file=sys.stderr)
         return 2
     except (OSError, asyncpg.PostgresError) as e:

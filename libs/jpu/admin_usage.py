@@ -1,13 +1,16 @@
 """`jpu-admin explain-usage LAB` and `jpu-admin usage-statement` (issue 14 item 4, SPEC F5).
 
 For auditors: every charge that makes up a lab's usage, and a statement per lab and period like
-Slurm's `sreport`. Both read the log from NATS (the configuration's `nats_url`, or `--nats`) and
-answer with jpu.explain.usage — the same answer `GET /v1/admin/labs/{lab}/usage-explain` and
-`GET /v1/admin/usage-statement` give. The log is read whole (a lab's usage is every charge ever);
-`--db` reads the same lines from the `usage_ledger` projection instead (PostgreSQL: the
-configuration's `database_url` or `--database-url`), by index, for a long log — the projection
-is a fold of the log that `python -m jpu.replay` audits. Times (`--since`, `--until`, `--at`)
-are epoch seconds or ISO 8601 (`2026-12-01`, `2026-12-01T09:00`, with an offset or local time).
+Slurm's `sreport`. Both read the log from NATS (`--nats`, the configuration's `nats_url`, else
+the running stack's on this checkout: jpu.stack.discover) and answer with jpu.explain.usage —
+the same answer `GET /v1/admin/labs/{lab}/usage-explain` and `GET /v1/admin/usage-statement`
+give. The log is read whole (a lab's usage is every charge ever); `--db` reads the same lines
+from the `usage_ledger` projection instead (PostgreSQL, found the same way, or
+`--database-url`), by index, for a long log — the projection is a fold of the log that
+`python -m jpu.replay` audits. A server that cannot be found, reached, or that holds no event
+stream is one sentence on stderr and exit 1, never a traceback. Times (`--since`, `--until`,
+`--at`) are epoch seconds or ISO 8601 (`2026-12-01`, `2026-12-01T09:00`, with an offset or
+local time).
 """
 
 from __future__ import annotations
@@ -15,12 +18,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+import asyncpg
 import msgspec
+import nats
+import nats.errors
+import nats.js.errors
 
 from jpu.explain.usage import ChargeLine, Ledger, UsageExplanation, UsageStatement, explain_usage
 from jpu.explain.usage import usage_statement as statement
@@ -119,12 +128,33 @@ def render_statement(s: UsageStatement) -> str:
     return "\n".join(lines)
 
 
+class Unreachable(Exception):
+    """The log or the database cannot be read: one sentence for the admin."""
+
+
+def _url(args: argparse.Namespace, config: Config, key: str) -> str:
+    from jpu.stack import discover
+
+    given = args.nats if key == "nats_url" else args.database_url
+    if given:
+        return str(given)
+    data_dir = Path(config.data_dir)
+    try:
+        return discover.server_url(key, getattr(config, key), data_dir, os.environ)
+    except discover.NoServer as e:
+        raise Unreachable(str(e)) from e
+
+
 async def _book(args: argparse.Namespace, config: Config) -> Ledger:
     if args.db:
         from jpu.store.db import create_pool, migrate
         from jpu.store.projections.usage_ledger import read_ledger as from_db
 
-        pool = await create_pool(args.database_url or config.database_url)
+        dsn = _url(args, config, "database_url")
+        try:
+            pool = await create_pool(dsn)
+        except (OSError, asyncpg.PostgresError) as e:
+            raise Unreachable(f"cannot reach PostgreSQL at {dsn}: {e}") from e
         try:
             await migrate(pool)
             lab = args.lab if args.what == "explain-usage" else None  # its every charge (F5)
@@ -136,16 +166,43 @@ async def _book(args: argparse.Namespace, config: Config) -> Ledger:
     from jpu.bus import EventBus
     from jpu.bus.history import read_ledger
 
+    url = _url(args, config, "nats_url")
+    await _probe(url, config.stream_name)
     bus = await EventBus.connect(
-        args.nats or config.nats_url,
-        stream=config.stream_name,
-        prefix=config.subject_prefix,
-        name="jpu-admin",
+        url, stream=config.stream_name, prefix=config.subject_prefix, name="jpu-admin"
     )
     try:
         return await read_ledger(bus)
     finally:
         await bus.close()
+
+
+async def _probe(url: str, stream: str) -> None:
+    """One short try before the bus's reconnect-forever connection: is the server there, and
+    is it this platform's (it holds the event stream)? Unreachable says which is not so."""
+
+    async def quiet(_: Exception) -> None:
+        return None
+
+    servers = [u.strip() for u in url.split(",") if u.strip()]
+    try:
+        nc = await nats.connect(
+            servers, allow_reconnect=False, max_reconnect_attempts=1,
+            reconnect_time_wait=0.1, connect_timeout=2, error_cb=quiet,
+        )  # fmt: skip
+    except (OSError, nats.errors.Error, TimeoutError) as e:
+        raise Unreachable(f"cannot reach NATS at {url} ({e})") from e
+    try:
+        await nc.jetstream().stream_info(stream)
+    except nats.js.errors.NotFoundError as e:
+        raise Unreachable(
+            f"NATS at {url} has no stream {stream!r}: it is not this platform's server "
+            "(give --nats URL, or JPU_STREAM_NAME if its stream is named otherwise)"
+        ) from e
+    except nats.errors.Error as e:
+        raise Unreachable(f"NATS at {url} does not answer for stream {stream!r} ({e})") from e
+    finally:
+        await nc.close()
 
 
 async def _answer(args: argparse.Namespace) -> Any:
@@ -165,7 +222,11 @@ def main(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.until <= args.since:
         print("jpu-admin: --until must be after --since", file=sys.stderr)
         return 2
-    answer = asyncio.run(_answer(args))
+    try:
+        answer = asyncio.run(_answer(args))
+    except Unreachable as e:
+        print(f"jpu-admin {args.what}: {e}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(msgspec.to_builtins(answer), indent=2, sort_keys=True))
     elif isinstance(answer, UsageExplanation):

@@ -102,6 +102,17 @@ async def test_U2_console_needs_a_token_then_shows_who_is_signed_in(
     await expect(page.locator("#whoami")).to_have_text("osl-erin (OSL, user)")
 
 
+async def _submit_form(page: Page, fields: dict[str, str]) -> str:
+    """Fill these fields of the submit form, submit, and return the new job's id."""
+    for name, value in fields.items():
+        tag = "textarea" if name in ("command", "env") else "input"
+        await page.fill(f"{tag}[name={name}]", value)
+    await page.click("#submit-form button[type=submit]")
+    link = page.locator("#submit-result a")
+    await expect(link).to_be_visible()
+    return (await link.text_content() or "").strip()
+
+
 async def test_U2_submit_form_then_job_page_with_event_timeline(
     stack: Stack, browser_page: Page
 ) -> None:
@@ -116,11 +127,8 @@ async def test_U2_submit_form_then_job_page_with_event_timeline(
     await page.fill("input[name=time_limit]", "1:30:00")  # sbatch --time, like `jpu submit`
     await expect(page.locator("#time-hint")).to_have_text("= 1 h 30 min (01:30:00)")
     await page.fill("textarea[name=command]", 'echo "attempt $JOB_ATTEMPT" # ' + "y" * 400)
-    await page.fill("textarea[name=env]", "SEED=7")
-    await page.click("#submit-form button[type=submit]")
+    job_id = await _submit_form(page, {"env": "SEED=7"})
     link = page.locator("#submit-result a")
-    await expect(link).to_be_visible()
-    job_id = (await link.text_content() or "").strip()
     job = stack.api("osl-erin").wait(job_id, ["COMPLETED"], timeout=30)
     assert job["name"] == long_name and job["tiers"] == ["rtx4090"]
     assert job["time_limit_s"] == 5400  # 1:30:00 = 1 h 30 min
@@ -175,7 +183,7 @@ async def test_U2_queue_shows_rank_and_pending_reason_and_pool_shows_running_job
     busy.append(stack.api("kdg-dave").submit(stack.hold("busy3"), 2)["id"])
     for job_id in busy:
         stack.api("admin").wait(job_id, ["RUNNING"], timeout=30)
-    waiting = stack.api("kdg-dave").submit(stack.hold("late"), 2)["id"]
+    waiting = stack.api("kdg-dave").submit(stack.hold("late"), 2, name="late-sweep")["id"]
     stack.api("kdg-dave").wait(waiting, lambda j: j.get("rank") == 1, timeout=20)
 
     await _login(page, stack, "kdg-dave")
@@ -184,10 +192,12 @@ async def test_U2_queue_shows_rank_and_pending_reason_and_pool_shows_running_job
     await expect(row).to_contain_text("GLOBAL_QUEUE_WAIT")
     cells: list[Any] = await row.locator("td").all_text_contents()
     assert cells[0].strip() == "1" and cells[-1].strip() in ("Resources", "Reservation"), cells
+    assert cells[2].strip() == "late-sweep", cells  # the job's name, as squeue's NAME
 
     running = page.locator("#running-rows")  # who holds GPUs now, like squeue
     for job_id in busy:
         await expect(running.locator("tr", has_text=job_id)).to_contain_text("RUNNING")
+    await expect(running.locator("tr", has_text=busy[-1])).to_contain_text("e2e")  # its name
 
     await _go(page, stack, "pool")
     cards = page.locator("#pool-cards")
@@ -234,7 +244,7 @@ async def _chart_window(page: Page) -> tuple[int, float, list[str]]:
     return hours, span, await svg.locator("text.tick").all_text_contents()
 
 
-async def test_U2_usage_chart_window_24h_7d_30d_and_its_axis(
+async def test_U2_usage_chart_window_1h_24h_7d_30d_and_its_axis(
     stack: Stack, browser_page: Page
 ) -> None:
     page = browser_page
@@ -245,8 +255,8 @@ async def test_U2_usage_chart_window_24h_7d_30d_and_its_axis(
     await _go(page, stack, "labs")
     await _english(page)
     buttons = page.locator("#chart-window button")
-    await expect(buttons).to_have_text(["24 h", "7 d", "30 d"])
-    await expect(buttons.nth(0)).to_have_attribute("aria-pressed", "true")  # the default: a day
+    await expect(buttons).to_have_text(["1 h", "24 h", "7 d", "30 d"])
+    await expect(buttons.nth(1)).to_have_attribute("aria-pressed", "true")  # the default: a day
     svg = page.locator("#usage-chart svg")
     await expect(svg).to_have_attribute("data-hours", "24")
     hours, span, ticks = await _chart_window(page)
@@ -256,22 +266,31 @@ async def test_U2_usage_chart_window_24h_7d_30d_and_its_axis(
     await expect(svg.locator("polyline[data-lab=OSL]")).to_be_visible()
 
     async with page.expect_request(lambda r: "/v1/usage/history?hours=168" in r.url):
-        await buttons.nth(1).click()
+        await buttons.nth(2).click()
     await expect(svg).to_have_attribute("data-hours", "168")
-    await expect(buttons.nth(1)).to_have_attribute("aria-pressed", "true")
+    await expect(buttons.nth(2)).to_have_attribute("aria-pressed", "true")
     _, span, ticks = await _chart_window(page)
     assert abs(span - 7 * 86400) < 5, span
     assert 6 <= len(ticks) <= 8 and not any(":" in x for x in ticks), ticks  # one date a day
     await _shot(page, "console-usage-7d.png")
 
-    await buttons.nth(2).click()
+    await buttons.nth(3).click()
     await expect(svg).to_have_attribute("data-hours", "720")
     _, span, ticks = await _chart_window(page)
     assert abs(span - 30 * 86400) < 5, span
     assert 5 <= len(ticks) <= 7 and not any(":" in x for x in ticks), ticks  # every 5 days
     await page.wait_for_timeout(3500)  # the live refresh keeps the chosen window
     await expect(svg).to_have_attribute("data-hours", "720")
-    await buttons.nth(0).click()
+    # the last hour: what a job that just ended charged, a tick every 10 minutes (HH:MM)
+    async with page.expect_request(lambda r: "/v1/usage/history?hours=1&" in r.url):
+        await buttons.nth(0).click()
+    await expect(svg).to_have_attribute("data-hours", "1")
+    await expect(buttons.nth(0)).to_have_attribute("aria-pressed", "true")
+    _, span, ticks = await _chart_window(page)
+    assert abs(span - 3600) < 5, span
+    assert 5 <= len(ticks) <= 7 and all(re.fullmatch(r"\d{2}:\d0", x) for x in ticks), ticks
+    await expect(svg.locator("polyline[data-lab=OSL]")).to_be_visible()
+    await buttons.nth(1).click()
     await expect(svg).to_have_attribute("data-hours", "24")
 
 
@@ -636,3 +655,31 @@ async def test_F5_U2_a_lab_member_sees_why_the_lab_was_charged_admins_every_lab(
     await _go(page, stack, "charges/OSL")
     await expect(page.locator("#charge-rows tr", has_text=job)).to_be_visible()
     await expect(page.locator("#charges-labs a", has_text="KDG")).to_be_visible()
+
+
+async def test_U2_one_date_format_the_clis_and_the_submit_forms_working_directory(
+    stack: Stack, browser_page: Page
+) -> None:
+    """Dates as `jpu show` prints them (YYYY-MM-DD HH:MM:SS, local), in English and Korean; the
+    form's working directory is the job's `chdir`, as `jpu submit -D` (SPEC U5)."""
+    page = browser_page
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, "submit")
+    await _english(page)
+    form = {"name": "in-tmp", "tiers": "", "time_limit": "", "chdir": "/tmp", "command": "pwd"}
+    job_id = await _submit_form(page, {**form, "env": ""})
+    job = stack.api("osl-erin").wait(job_id, ["COMPLETED"], timeout=30)
+    assert job["chdir"] == "/tmp" and job["workdir"] == "/tmp"
+    cli_format = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+    for lang in ("en", "ko"):
+        await page.evaluate(f"localStorage.setItem('jpu.lang', '{lang}')")
+        await page.goto(f"{stack.url}/#/job/{job_id}")
+        await page.reload()
+        await expect(page.locator("html")).to_have_attribute("lang", lang)
+        for field in ("submitted_at", "queue_entered_at", "ended_at"):
+            text = await page.locator(f"#job-fields dd[data-field={field}]").text_content()
+            assert cli_format.fullmatch((text or "").strip()), (lang, field, text)
+        await _go(page, stack, "labs")
+        as_of = page.locator("#lab-rows tr", has_text="OSL").locator("td").nth(3)
+        await expect(as_of).to_have_text(cli_format)
+    await page.evaluate("localStorage.setItem('jpu.lang', 'en')")

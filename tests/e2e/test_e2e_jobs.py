@@ -229,9 +229,13 @@ while true; do sleep 0.05; done
     out = stack.output_dir(job["id"])
     wait_until(lambda: (out / "ready").exists(), 10, f"{out}/ready (the trap is set)")
 
-    r = erin.cancel(job["id"])
-    assert r.status_code == 202, r.text
-    assert r.json()["state"] in ("CANCELLING", "CANCELLED"), r.json()
+    cli = jpu_cli(stack, "osl-erin", "cancel", job["id"][:8])  # a unique prefix will do
+    assert cli.returncode == 0, cli
+    assert cli.stdout.strip() in (
+        f"Cancel requested for job {job['id']} ({state}); SIGTERM now, SIGKILL after 2 s "
+        "(time to checkpoint)"  # the grace the configuration gives (JPU_CANCEL_GRACE_S, conftest)
+        for state in ("CANCELLING", "CANCELLED")
+    ), cli.stdout
     again = erin.cancel(job["id"])  # idempotent while cancelling; 409 once it has ended
     if again.status_code == 409:
         assert_error(again, 409, "ALREADY_TERMINAL")

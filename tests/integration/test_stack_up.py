@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ import httpx
 import pytest
 
 from jpu.bus import EventBus
+from jpu.stack import discover
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.stack_process import StackProcess, alive, descendants, world_searchable_tmpdir
 
@@ -129,6 +132,26 @@ def job_completes(stack: Stack) -> None:
     assert out.read_text().strip() == "attempt=1"
 
 
+def admin(stack: Stack, *argv: str) -> str:
+    """`jpu-admin` with no server configured, run in the checkout (as after `make run`)."""
+    unset = ("JPU_NATS_URL", "JPU_DATABASE_URL", "JPU_CONFIG")
+    env = {k: v for k, v in stack.env.items() if k not in unset}
+    run = subprocess.run(
+        [sys.executable, "-m", "jpu.admin", *argv], env=env, cwd=stack.data_dir.parent,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0 and run.stderr == "", run
+    return run.stdout
+
+
+def admin_finds_the_stack(stack: Stack) -> None:
+    """It uses the running stack's own NATS and PostgreSQL (on the free ports it recorded in
+    its data dir), never the built-in default URLs (SPEC O2)."""
+    assert json.loads(admin(stack, "explain-usage", "BCG", "--json"))["lab"] == "BCG"
+    users = json.loads(admin(stack, "user", "list", "--json"))
+    assert "bcg-alice" in {u["name"] for u in users}
+
+
 def test_O2_stack_starts_its_own_nats_and_postgres(data_dir: Path) -> None:
     """No URLs given: embedded NATS + PostgreSQL under the data dir, reused on the next run."""
     env: dict[str, str | None] = {"JPU_NATS_URL": None, "JPU_DATABASE_URL": None}
@@ -142,7 +165,9 @@ def test_O2_stack_starts_its_own_nats_and_postgres(data_dir: Path) -> None:
             check_gateway(stack)
             if run == 1:
                 job_completes(stack)
+                admin_finds_the_stack(stack)
         finally:
             stop_and_check_nothing_left(stack, started)
+        assert not (data_dir / discover.FILE).exists()  # forgotten when the stack stopped
         assert (data_dir / "pg" / "pgdata" / "PG_VERSION").exists(), run
         assert (data_dir / "nats").is_dir()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from jpu.cli import files, rest, simulate, why
-from jpu.cli.parsing import JpuArgumentParser
+from jpu.cli.parsing import JpuArgumentParser, describe_subcommands
 
 
 class CliError(Exception):
@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in SUBCOMMAND_MODULES:
         module.register(sub)
+    describe_subcommands(parser)
     return parser
 
 
@@ -41,7 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         *(e for m in SUBCOMMAND_MODULES for e in getattr(m, "USER_ERRORS", ())),
     )
     try:
-        return int(args.func(args))
+        rc = int(args.func(args))
+        sys.stdout.flush()  # here, so a reader gone away (`| head`) is caught below
+        return rc
+    except BrokenPipeError:  # `jpu jobs | head`: the reader went away; end quietly, like cat
+        rest.silence_stdout()
+        return 0
     except user_errors as e:
         print(f"jpu {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
 _CHOICE = re.compile(r"invalid choice: '(?P<word>[^']*)' \(choose from (?P<choices>.*)\)")
@@ -36,17 +36,26 @@ def unknown_message(words: Sequence[str], known: Iterable[str]) -> str:
 
 
 class JpuArgumentParser(argparse.ArgumentParser):
-    """argparse with no abbreviations and did-you-mean hints; subcommands inherit it."""
+    """argparse with no abbreviations and did-you-mean hints; subcommands inherit it.
+    `refused`: why an unknown option is deliberately not supported (`jpu submit --array`
+    answers as its `#SBATCH` line does), or None for a plain unknown one."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, refused: Callable[[str], str | None] | None = None, **kwargs: Any
+    ) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        self.refused = refused
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         ns, extras = super().parse_known_args(args, namespace)
         if any(e.startswith("-") and e != "-" for e in extras):
+            why = [(e, self.refused(e)) for e in extras if e.startswith("-") and self.refused]
+            for word, reason in why:
+                if reason:
+                    self.error(f"{word}: {reason}")
             # refused here, by the (sub)command that knows its options, not by `jpu` above
             self.error(unknown_message(extras, self._option_string_actions))
         return ns, extras
@@ -59,3 +68,17 @@ class JpuArgumentParser(argparse.ArgumentParser):
             if close:
                 message = f"{message}; did you mean {close[0]!r}?"
         super().error(message)
+
+
+def describe_subcommands(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)command's `--help` says what it does: one registered with a `help` line and
+    no description gets that line as its description, at every level (`jpu admin
+    maintenance`)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for listed in action._choices_actions:
+            sub = action.choices[listed.dest]
+            if sub.description is None and listed.help:
+                sub.description = listed.help
+            describe_subcommands(sub)

@@ -1,5 +1,6 @@
-"""`jpu submit|queue|jobs|history|show|events|logs|cancel|usage|pool|admin` over the REST API
-(SPEC U1, U5).
+"""`jpu submit|queue|jobs|history|show|events|logs|cancel|usage|pool|whoami|tiers|sinfo|admin`
+over the REST API (SPEC U1, U5). Wherever an id is taken, any unique prefix of it will do (the
+API resolves it, as git does).
 
 In the habits of Slurm users: `submit` reads a script file (or `--wrap`) and its `#SBATCH` lines
 like sbatch and, like sbatch, the job runs in the directory it was submitted from
@@ -23,7 +24,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 import jpu.cli.rest_views as views
-from jpu.cli import rest_lists, rest_submit
+from jpu.cli import rest_cancel, rest_info, rest_lists, rest_submit
 from jpu.cli.rest_client import ApiError, RestClient, RestError, StreamBroken, resolve_target
 from jpu.cli.rest_submit import parse_env as parse_env  # re-exported (tests, older callers)
 from jpu.cli.rest_submit import submit_body as submit_body
@@ -50,6 +51,8 @@ def register(sub: Any) -> None:
     common = [_common()]
     rest_submit.add_parser(sub, common)
     rest_lists.add_parsers(sub, common)
+    rest_info.add_parsers(sub, common)
+    rest_cancel.add_parser(sub, common)
     for name, helptext, func in (
         ("usage", "fair-share usage per lab", cmd_usage),
         ("pool", "the GPU pool by placement", cmd_pool),
@@ -69,13 +72,12 @@ def register(sub: Any) -> None:
     for name, helptext, func in (
         ("show", "one job", cmd_show),
         ("events", "a job's events (its audit trail)", cmd_events),
-        ("cancel", "cancel a job", cmd_cancel),
     ):
-        p = sub.add_parser(name, parents=common, help=helptext)
-        p.add_argument("job_id", metavar="ID")
+        p = sub.add_parser(name, parents=common, help=helptext, description=helptext)
+        p.add_argument("job_id", metavar="ID", help="the job id, or any unique prefix of it")
         p.set_defaults(func=func)
     lg = sub.add_parser("logs", parents=common, help="a job's output (stdout, or --stderr)")
-    lg.add_argument("job_id", metavar="ID")
+    lg.add_argument("job_id", metavar="ID", help="the job id, or any unique prefix of it")
     lg.add_argument("--attempt", type=int, metavar="N", help="attempt N (default: the latest)")
     lg.add_argument(
         "--follow", "-f", action="store_true", help="keep printing until the attempt ends"
@@ -161,16 +163,16 @@ def _write(out: IO[bytes], chunk: bytes) -> bool:
         out.write(chunk)
         out.flush()
     except BrokenPipeError:
-        with contextlib.suppress(OSError, ValueError):  # no second error at interpreter exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        silence_stdout()
         return False
     return True
 
 
-def cmd_cancel(args: argparse.Namespace) -> int:
-    with _client(args) as c:
-        path = f"/v1/jobs/{quote(args.job_id, safe='')}/cancel"
-        return _emit(args, c.post(path, {}), views.cancelled)
+def silence_stdout() -> None:
+    """The reader of stdout went away: what is left in the buffer goes to /dev/null, so Python
+    does not report a second BrokenPipeError when it flushes stdout at exit."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def cmd_usage(args: argparse.Namespace) -> int:

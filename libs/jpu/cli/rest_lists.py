@@ -96,6 +96,9 @@ def cmd_queue(args: argparse.Namespace) -> int:
         user = c.get("/v1/me")["user"] if args.me else args.user
         params = {"user": user, "lab": args.lab, "state": ",".join(states) if states else None}
         data = c.get("/v1/queue", {k: v for k, v in params.items() if v})
+        status = None if args.json else c.get("/v1/maintenance/status")
+    if status and status.get("state", "NORMAL") != "NORMAL":  # M1: the admin's words, first
+        print(views.maintenance(status))
     _print(args, data, lambda d: views.queue(d, start=args.start))
     return 0
 

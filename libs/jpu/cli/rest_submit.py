@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import quote
 
 from jpu.cli import directives, messages
+from jpu.cli.directives.sbatch import refusal
 from jpu.cli.rest_client import RestClient, RestError, resolve_target
 from jpu.cli.rest_render import parse_time_limit
 
@@ -33,7 +34,9 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         parents=common,
         help="submit a job (like sbatch)",
         description="Submit a script (like sbatch). Its leading #SBATCH / #JPU lines are read "
-        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p); flags given here win over them.",
+        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p); flags given here win over them. "
+        "Prints the job id (--parsable: the id alone, for scripts).",
+        refused=refusal,  # --array here is refused as `#SBATCH --array` is (U5)
     )
     s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
     s.add_argument("--wrap", help="run this command line instead of a script file")
@@ -43,6 +46,7 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     s.add_argument("--name", "-J", "--job-name", help="job name (default: the script's name)")
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="job env variable")
     s.add_argument("--min-vram", type=int, metavar="GB", help="minimum GPU memory in GB")
+    s.add_argument("--parsable", action="store_true", help="print the job id alone (sbatch's)")
     s.add_argument("--idempotency-key", help="resubmitting with the same key returns the job")
     s.add_argument(
         "--chdir",
@@ -150,6 +154,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
             print(f"jpu submit: warning: {w['message']}", file=sys.stderr)
         if args.json:
             print(json.dumps(job, indent=2, sort_keys=True))
+            return 0
+        if args.parsable:  # like sbatch --parsable: `ID=$(jpu submit --parsable run.sh)`
+            print(job["id"])
             return 0
         print(messages.submitted(*_held_check(c, job)))
     return 0

@@ -15,10 +15,6 @@ _EVENT_META = {"type", "event_id", "ts", "schema_version", "job_id", "seq"}
 _TIME_KEYS = {"since", "as_of"}
 
 
-def cancelled(job: dict[str, Any]) -> str:
-    return f"Cancel requested for job {job['id']} ({job.get('state', '?')})"
-
-
 def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str, Any]:
     """`jpu logs --json`: the bytes read (as UTF-8 text) and where they are in the file."""
 
@@ -27,7 +23,7 @@ def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str,
         return int(value) if value is not None and value.lstrip("-").isdigit() else None
 
     return {
-        "job_id": job_id,
+        "job_id": headers.get("Jpu-Log-Job", job_id),  # the full id when a prefix was given
         "attempt": number("Jpu-Log-Attempt"),
         "stream": headers.get("Jpu-Log-Stream"),
         "offset": number("Jpu-Log-Start"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jpu.config import load_config
 from jpu.service import setup_logging
-from jpu.stack import run
+from jpu.stack import discover, run
 from jpu.stack.servers import start_servers
 
 
@@ -18,6 +18,7 @@ def servers_only() -> int:
     """Start NATS + PostgreSQL, print shell-ready URLs, stop on Ctrl-C / SIGTERM."""
     data_dir = Path(load_config().data_dir).absolute()
     servers = start_servers(data_dir, os.environ)
+    discover.record(data_dir, run.urls(servers))  # for jpu-admin on this checkout
     try:
         # Block only now: the servers must not inherit a mask that ignores SIGTERM.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -25,6 +26,7 @@ def servers_only() -> int:
         print(f"JPU_DATABASE_URL={servers.database_url}", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
+        discover.forget(data_dir)
         servers.stop()
     return 0
 

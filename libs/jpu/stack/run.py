@@ -19,6 +19,7 @@ from jpu.admin import DemoUser
 from jpu.backends.local.stop import terminate_all
 from jpu.config import ConfigError, load_config
 from jpu.service import install_stop_signals
+from jpu.stack import discover
 from jpu.stack.prepare import prepare
 from jpu.stack.servers import Servers, start_servers
 from jpu.stack.supervisor import Supervisor
@@ -107,6 +108,11 @@ def _check_port_free(host: str, port: int) -> None:
             ) from e
 
 
+def urls(servers: Servers, gateway: str | None = None) -> dict[str, str]:
+    urls = {"nats_url": servers.nats_url, "database_url": servers.database_url}
+    return {**urls, "gateway": gateway} if gateway else urls
+
+
 def _interrupt(signum: int, _: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
@@ -123,6 +129,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
         _check_port_free(config.gateway_host, config.gateway_port)
         data_dir = Path(config.data_dir).absolute()
         servers = start_servers(data_dir, env)
+        gateway = f"http://{config.gateway_host}:{config.gateway_port}"
+        discover.record(data_dir, urls(servers, gateway))  # for jpu-admin on this checkout
         return asyncio.run(run(env, servers, data_dir, timeout))
     except KeyboardInterrupt:
         return 130
@@ -137,5 +145,6 @@ def main(env: Mapping[str, str] | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not abort cleanup
             signal.signal(sig, signal.SIG_IGN)
         if servers is not None:
+            discover.forget(data_dir)
             servers.stop()
         log.info("stack stopped")

@@ -23,6 +23,8 @@ const STRINGS = {
     "submit.title": "Submit a job", "submit.name": "Name", "submit.gpus": "GPUs",
     "submit.tiers": "Tiers (comma separated, empty = any)", "submit.time": "Time limit (as sbatch --time)",
     "submit.command": "Command (shell script)", "submit.env": "Environment (KEY=VALUE per line)",
+    "submit.chdir": "Working directory (as sbatch --chdir)",
+    "submit.chdir_placeholder": "an absolute path, e.g. /home/you/project; empty = the default",
     "submit.go": "Submit", "submit.ok": "Submitted job",
     "col.rank": "Rank", "col.job": "Job", "col.lab": "Lab", "col.user": "User", "col.gpus": "GPUs",
     "col.state": "State", "col.lab_usage": "Lab usage, charged (TFLOP-s)", "col.reason": "Pending reason",
@@ -39,7 +41,7 @@ const STRINGS = {
     "maint.BACKFILL_RECOVERY": "Maintenance: reclaiming LLM backfill GPUs.",
     "maint.ACTIVE": "Maintenance in progress. Submissions are refused until it ends.",
     "maint.since": "since",
-    "chart.empty": "No usage recorded yet.", "chart.24h": "24 h", "chart.7d": "7 d", "chart.30d": "30 d",
+    "chart.empty": "No usage recorded yet.", "chart.1h": "1 h", "chart.24h": "24 h", "chart.7d": "7 d", "chart.30d": "30 d",
     "chart.window": "Window",
     "f.state": "State", "f.attempt": "Attempt", "f.user": "User", "f.lab": "Lab",
     "f.num_gpus": "GPUs", "f.rank": "Rank", "f.pending_reason": "Pending reason",
@@ -156,6 +158,8 @@ const STRINGS = {
     "submit.title": "작업 제출", "submit.name": "이름", "submit.gpus": "GPU 수",
     "submit.tiers": "티어 (쉼표로 구분, 비우면 전체)", "submit.time": "시간 제한 (sbatch --time 형식)",
     "submit.command": "명령 (셸 스크립트)", "submit.env": "환경 변수 (한 줄에 KEY=VALUE)",
+    "submit.chdir": "작업 디렉터리 (sbatch --chdir 형식)",
+    "submit.chdir_placeholder": "절대 경로, 예: /home/you/project; 비우면 기본값",
     "submit.go": "제출", "submit.ok": "제출된 작업",
     "col.rank": "순위", "col.job": "작업", "col.lab": "연구실", "col.user": "사용자",
     "col.gpus": "GPU", "col.state": "상태", "col.lab_usage": "연구실 사용량, 부과됨 (TFLOP-s)",
@@ -171,7 +175,7 @@ const STRINGS = {
     "maint.BACKFILL_RECOVERY": "점검 모드: LLM backfill GPU를 회수하고 있습니다.",
     "maint.ACTIVE": "점검 진행 중입니다. 점검이 끝날 때까지 작업 제출이 차단됩니다.",
     "maint.since": "시작",
-    "chart.empty": "아직 기록된 사용량이 없습니다.", "chart.24h": "24시간", "chart.7d": "7일", "chart.30d": "30일",
+    "chart.empty": "아직 기록된 사용량이 없습니다.", "chart.1h": "1시간", "chart.24h": "24시간", "chart.7d": "7일", "chart.30d": "30일",
     "chart.window": "기간",
     "f.state": "상태", "f.attempt": "시도", "f.user": "사용자", "f.lab": "연구실",
     "f.num_gpus": "GPU 수", "f.rank": "순위", "f.pending_reason": "대기 사유",
@@ -277,7 +281,7 @@ const STRINGS = {
 };
 
 const POLL_MS = 3000, LOG_POLL_MS = 2000;  // live updates while the page is visible
-const CHART_WINDOWS = [24, 168, 720];  // hours: 24 h / 7 d / 30 d
+const CHART_WINDOWS = [1, 24, 168, 720];  // hours: 1 h / 24 h / 7 d / 30 d
 
 const state = {
   lang: localStorage.getItem("jpu.lang") || ((navigator.language || "").startsWith("ko") ? "ko" : "en"),
@@ -325,15 +329,19 @@ function clearRows(el) { delete el.dataset.sig; el.replaceChildren(); }
 
 const locale = () => (state.lang === "ko" ? "ko-KR" : undefined);
 const fmtNum = (x) => (x === null || x === undefined ? "" : Number(x).toLocaleString(locale(), { maximumFractionDigits: 1 }));
-const fmtTime = (s) => (s ? new Date(s * 1000).toLocaleString(locale()) : "");
 const pad = (n) => String(n).padStart(2, "0");
+// One date format everywhere, the CLI's (jpu.cli.rest_render.fmt_ts): "2026-12-01 09:03:10", local.
+function fmtTime(s) {
+  if (!s) return "";
+  const d = new Date(s * 1000);
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} `
+    + `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
 
-// Local wall-clock time of an epoch: "12:03:10", with the date when it is not today.
+// Local wall-clock time of an epoch: "12:03:10", with the date (fmtTime) when it is not today.
 function fmtClock(s) {
-  const d = new Date(s * 1000), now = new Date();
-  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
-  if (d.toDateString() === now.toDateString()) return clock;
-  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}`;
+  const full = fmtTime(s);
+  return new Date(s * 1000).toDateString() === new Date().toDateString() ? full.slice(11) : full;
 }
 
 // A duration for people: "4 s", "2 min 5 s", "1 h 3 min", "2 d 3 h" (KO: "4초", "2분 5초", …).
@@ -523,21 +531,21 @@ async function loadQueue() {
     setRows($("queue-rows"), JSON.stringify([eta, queue]), () => {
       const rows = queue.map((j) => h("tr", {},
         h("td", { class: "num" }, j.rank ?? "–"), h("td", {}, jobLink(j.job_id)),
-        h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
+        h("td", { class: "name" }, j.name), h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
         h("td", {}, codeSpan("state", j.state)), h("td", { class: "num" }, fmtNum(j.lab_usage)),
         h("td", { class: "num" }, fmtNum(j.lab_accrued_uncharged)),  // F4: not in the order
         eta ? h("td", { title: estimateTitle(j) }, estimateText(j)) : null,
         h("td", {}, codeSpan("reason", reasonCode(j)))));
-      return rows.length ? rows : [h("tr", {}, h("td", { colspan: eta ? 10 : 9 }, t("queue.empty")))];
+      return rows.length ? rows : [h("tr", {}, h("td", { colspan: eta ? 11 : 10 }, t("queue.empty")))];
     });
     setRows($("running-rows"), JSON.stringify(running.map((j) => [j, Math.floor((j.elapsed_s || 0) / 60)])), () => {
       const rows = running.map((j) => h("tr", {},
-        h("td", {}, jobLink(j.job_id)), h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user),
-        h("td", { class: "num" }, j.num_gpus),
+        h("td", {}, jobLink(j.job_id)), h("td", { class: "name" }, j.name),
+        h("td", {}, swatch(j.lab), j.lab), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
         h("td", {}, j.placement ? `${j.placement.node} · ${j.placement.tier} [${j.placement.gpus.join(",")}]` : ""),
         h("td", {}, codeSpan("state", j.state)), h("td", { class: "num" }, fmtSlurm(j.elapsed_s)),
         h("td", { class: "num" }, j.time_limit_s ? fmtSlurm(j.time_limit_s) : "–")));
-      return rows.length ? rows : [h("tr", {}, h("td", { colspan: 8 }, t("running.empty")))];
+      return rows.length ? rows : [h("tr", {}, h("td", { colspan: 9 }, t("running.empty")))];
     });
   };
 }
@@ -580,12 +588,18 @@ async function loadPool() {
   };
 }
 
-// SPEC U2 "lab usage over time": the window is 24 h (default), 7 d or 30 d; the x axis follows it: every 3 h (clock times) for 24 h, every day for 7 d, every
-// 5 days for 30 d (dates), at local midnight / on the hour.
+// SPEC U2 "lab usage over time": the window is 1 h, 24 h (default), 7 d or 30 d; the x axis follows it: every 10 min for 1 h, every 3 h (clock times) for
+// 24 h, every day for 7 d, every 5 days for 30 d (dates, MM-DD as in fmtTime), at local midnight / on the hour.
 function chartTicks(x0, x1, hours) {
   const out = [];
   const d = new Date(x0 * 1000);
-  if (hours <= 48) {
+  if (hours <= 2) {
+    d.setSeconds(0, 0);
+    while (d.getMinutes() % 10) d.setMinutes(d.getMinutes() + 1);
+    for (; d.getTime() / 1000 <= x1; d.setMinutes(d.getMinutes() + 10)) {
+      if (d.getTime() / 1000 >= x0) out.push([d.getTime() / 1000, `${pad(d.getHours())}:${pad(d.getMinutes())}`]);
+    }
+  } else if (hours <= 48) {
     d.setMinutes(0, 0, 0);
     const step = hours <= 24 ? 3 : 6;
     while (d.getHours() % step) d.setHours(d.getHours() + 1);
@@ -597,7 +611,7 @@ function chartTicks(x0, x1, hours) {
     const step = hours <= 24 * 8 ? 1 : 5;
     for (; d.getTime() / 1000 <= x1; d.setDate(d.getDate() + step)) {
       if (d.getTime() / 1000 >= x0) {
-        out.push([d.getTime() / 1000, d.toLocaleDateString(locale(), { month: "numeric", day: "numeric" })]);
+        out.push([d.getTime() / 1000, `${pad(d.getMonth() + 1)}-${pad(d.getDate())}`]);
       }
     }
   }
@@ -964,6 +978,8 @@ async function submitJob(ev) {
   const body = { name: f.get("name"), command: f.get("command"), num_gpus: Number(f.get("num_gpus")) };
   const tiers = String(f.get("tiers") || "").split(",").map((s) => s.trim()).filter(Boolean);
   if (tiers.length) body.tiers = tiers;
+  const chdir = String(f.get("chdir") || "").trim();  // U5: as `jpu submit -D`; the API checks it
+  if (chdir) body.chdir = chdir;
   const out = $("submit-result");
   const refuse = (err) => { out.textContent = ""; showError(err); };
   const limit = String(f.get("time_limit") || "").trim();

@@ -39,11 +39,19 @@ def can_see(user: auth.Principal, row: Any) -> bool:
     )
 
 
+PREFIX_CANDIDATES: Final = 10  # an ambiguous prefix lists at most this many of its jobs
+
+
 async def load_visible(pool: asyncpg.Pool, user: auth.Principal, job_id: str) -> asyncpg.Record:
-    """The job row if the caller may see it; 404 / 403 otherwise."""
+    """The job row if the caller may see it; 404 / 403 otherwise. `job_id` may be any unique
+    prefix of the id, like git's (among the jobs the caller may see): the row's `job_id` is
+    the full id, which the route uses from then on. An ambiguous prefix is a 422 naming the
+    candidates, so a script never acts on a job it did not mean."""
     row = await pool.fetchrow(
         f"SELECT {_LIST_COLUMNS}, command, env FROM jobs WHERE job_id = $1", job_id
     )
+    if row is None:
+        row = await _by_prefix(pool, user, job_id)
     if row is None:
         raise ApiError(404, "NOT_FOUND", f"no job {job_id!r}", {"job_id": job_id})
     if not can_see(user, row):
@@ -54,6 +62,37 @@ async def load_visible(pool: asyncpg.Pool, user: auth.Principal, job_id: str) ->
             {"job_id": job_id},
         )
     return row
+
+
+async def _by_prefix(
+    pool: asyncpg.Pool, user: auth.Principal, prefix: str
+) -> asyncpg.Record | None:
+    """The one visible job whose id starts with `prefix`; None if none; 422 if several."""
+    if not prefix:
+        return None
+    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = await pool.fetch(
+        f"SELECT {_LIST_COLUMNS}, command, env FROM jobs WHERE job_id LIKE $1"
+        ' AND ($2 OR "user" = $3 OR ($4 AND lab = $5))'
+        " ORDER BY submitted_at DESC, job_id LIMIT $6",
+        pattern,
+        user.role == "admin",
+        user.name,
+        user.role == "lab_admin",
+        user.lab,
+        PREFIX_CANDIDATES + 1,
+    )
+    if len(rows) <= 1:
+        return rows[0] if rows else None
+    shown = [r["job_id"] for r in rows[:PREFIX_CANDIDATES]]
+    more = " and more" if len(rows) > PREFIX_CANDIDATES else ""
+    raise ApiError(
+        422,
+        "VALIDATION_ERROR",
+        f"job_id: {prefix!r} is the start of several jobs ({', '.join(shown)}{more}); "
+        "give more of the id",
+        {"field": "job_id", "job_id": prefix, "candidates": shown},
+    )
 
 
 def _placement(row: Any) -> dict[str, Any] | None:

@@ -53,6 +53,10 @@ HEADERS_DOC: Final[dict[str, Any]] = {
         "schema": {"type": "boolean"},
     },
     "Jpu-Log-Attempt": {"description": "the attempt read", "schema": {"type": "integer"}},
+    "Jpu-Log-Job": {
+        "description": "the job's full id (the path may give a unique prefix of it)",
+        "schema": {"type": "string"},
+    },
     "Jpu-Log-Stream": {"description": "stdout or stderr", "schema": {"type": "string"}},
 }
 
@@ -131,6 +135,7 @@ async def serve(
         raise _no_output(row, n, stream)
     headers = {
         "Jpu-Log-Attempt": str(n),
+        "Jpu-Log-Job": job_id,
         "Jpu-Log-Stream": stream,
         "Cache-Control": "no-store",
         "X-Content-Type-Options": "nosniff",

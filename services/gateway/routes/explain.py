@@ -73,7 +73,7 @@ async def wait(
     event that caused it and the labs ahead (decayed usage, F3); its reservations and why each
     ended (R3: the charge that reordered the queue, and who ranked first then); seconds per
     phase (personal queue, global queue, reserving, starting, running)."""
-    await load_visible(edges.pool, user, job_id)  # 404 / 403 exactly as for the job
+    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # 404 / 403, a prefix
     cache = _cache(request)
     hit = cache.get(job_id)
     if hit is not None:

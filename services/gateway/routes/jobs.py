@@ -32,7 +32,8 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 MAX_IDEMPOTENCY_KEY: Final = limits.MAX_IDEMPOTENCY_KEY
 # What the routes of a job answer besides 2xx (the OpenAPI document; 422 and 503 are added to
 # every operation by jpu_services.gateway.openapi, and the submit body is jpu.limits').
-_ERRORS: Final = responses(401, 403, 404)
+_PREFIX: Final = "VALIDATION_ERROR: the id given is the start of several jobs (`candidates`)"
+_ERRORS: Final = responses(401, 403, 404, 422, s422=_PREFIX)
 _SUBMIT_ERRORS: Final = {
     200: {"description": "an Idempotency-Key replay: the job submitted first (Q6)"},
     **responses(
@@ -46,7 +47,7 @@ _SUBMIT_ERRORS: Final = {
         s503="SERVICE_MAINTENANCE (Q3) / INTAKE_UNAVAILABLE / SERVICE_UNAVAILABLE",
     ),
 }
-_CANCEL_ERRORS: Final = responses(401, 403, 404, 409, s409="ALREADY_TERMINAL")
+_CANCEL_ERRORS: Final = responses(401, 403, 404, 409, 422, s409="ALREADY_TERMINAL", s422=_PREFIX)
 
 
 def _limiter(request: Request) -> RateLimiter:
@@ -244,7 +245,7 @@ async def show(
 @router.get("/{job_id}/events", responses=_ERRORS)
 async def events(job_id: str, user: CurrentUser, edges: EdgesDep) -> dict[str, Any]:
     """The job's events from the log, in stream order (the audit trail, SPEC E2)."""
-    await load_visible(edges.pool, user, job_id)
+    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the full id
     delivered = await edges.bus.job_events(job_id)
     return {
         "job_id": job_id,
@@ -420,9 +421,11 @@ async def file(
 async def cancel(
     request: Request, job_id: str, user: CurrentUser, edges: EdgesDep, settings: SettingsDep
 ) -> JSONResponse:
-    """Cancel (SPEC X5): 202 and the job; again → 202 (idempotent); ended → 409 ALREADY_TERMINAL.
-    Allowed in every maintenance state (M1)."""
-    await load_visible(edges.pool, user, job_id)  # 404 / 403 before bothering intake
+    """Cancel (SPEC X5): 202 and the job, with `cancel_grace_s` (a running job gets SIGTERM at
+    once and SIGKILL that many seconds later); again → 202 (idempotent); ended → 409
+    ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too."""
+    # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
+    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
     reply = await cmd.send(
         edges,
         commands.cancel_subject(settings.base.subject_prefix),
@@ -431,7 +434,9 @@ async def cancel(
     row = await cmd.read_back(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
     )
+    grace = {"cancel_grace_s": settings.base.cancel_grace_s}  # X5: SIGTERM, then SIGKILL after
     if row is None:  # the cancel is in the log; the database does not answer right now
-        out = {"id": job_id, "state": reply.state, "projection_lag": True}
+        out = {"id": job_id, "state": reply.state, "projection_lag": True, **grace}
         return JSONResponse(out, status_code=202)
-    return JSONResponse(await _job_body(request, edges.pool, settings, row), status_code=202)
+    body = await _job_body(request, edges.pool, settings, row)
+    return JSONResponse({**body, **grace}, status_code=202)

@@ -88,6 +88,14 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
     return problems
 
 
+def refusal(word: str) -> str | None:
+    """Why the sbatch option `word` (`--array=0-9`, `-a`) cannot be honoured, as its `#SBATCH`
+    line says, when it is given to `jpu submit` on the command line (SPEC U5); None if it is
+    not one of the refused sbatch options."""
+    reason = _REFUSED.get(word.partition("=")[0])
+    return None if reason is None else reason.removesuffix(_KEEP).rstrip("; ")
+
+
 def _unknown_sbatch(opt: str) -> str:
     known = [o for o in _SBATCH_OPTS if o.startswith("--")]
     close = difflib.get_close_matches(opt, [*known, *_REFUSED], n=1, cutoff=0.75)
