@@ -680,6 +680,6 @@ async def test_U2_one_date_format_the_clis_and_the_submit_forms_working_director
             text = await page.locator(f"#job-fields dd[data-field={field}]").text_content()
             assert cli_format.fullmatch((text or "").strip()), (lang, field, text)
         await _go(page, stack, "labs")
-        as_of = page.locator("#lab-rows tr", has_text="OSL").locator("td").nth(3)
+        as_of = page.locator("#lab-rows tr", has_text="OSL").locator("td").nth(4)  # As of
         await expect(as_of).to_have_text(cli_format)
     await page.evaluate("localStorage.setItem('jpu.lang', 'en')")

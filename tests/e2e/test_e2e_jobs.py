@@ -286,7 +286,8 @@ def test_X8_oom_on_3080ti_escalates_to_4090_with_job_attempt_2(stack: Stack) -> 
         lambda j: j["attempt"] == 2 and j["state"] == "GLOBAL_QUEUE_WAIT" and j["pending_reason"],
         what="attempt 2 waiting for an rtx4090, with the dispatcher's reason",
     )
-    assert retry["pending_reason"] == "Resources", retry
+    # D7: an rtx3080ti is idle but below the raised VRAM floor: it waits for VRAM, not Resources
+    assert retry["pending_reason"] == "MinVram" and retry["min_vram_gb"] > 12, retry
     events = bob.events(job["id"])
     first = one(events, "JobDispatched")
     assert first["attempt"] == 1 and first["tier"] == "rtx3080ti", first
