@@ -214,3 +214,9 @@ def duration(seconds: float) -> str:
 
 def tflops_s(amount: float) -> str:
     return f"{amount:,.0f} TFLOP-s"
+
+
+def retry_delay(attempts: int, base_s: float, max_s: float) -> float:
+    """Seconds before try `attempts + 1` of a notification whose receiver refused `attempts`
+    times: exponential, bounded (Q10: retried with backoff while the receiver is down)."""
+    return float(min(base_s * 2 ** max(attempts - 1, 0), max_s))
