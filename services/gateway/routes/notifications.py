@@ -31,9 +31,14 @@ class NotificationSettingsIn(BaseModel):
     webhook_url: str | None = Field(
         None, description='an http(s) URL a Slack-compatible `{"text": ...}` is POSTed to'
     )
-    mail_type: list[str] | str = Field(
+    # checked by jpu.policy.mail (a list or a comma-separated string), so a refusal names it
+    mail_type: Any = Field(
         default_factory=list,
-        description="the kinds for jobs that name none: BEGIN, END, FAIL, REQUEUE, ALL, NONE",
+        description="the kinds for jobs that name none: BEGIN, END, FAIL, REQUEUE, ALL, NONE "
+        "(a list, or comma-separated like sbatch --mail-type)",
+        json_schema_extra={
+            "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]
+        },
     )
 
 
