@@ -9,7 +9,15 @@ import yaml
 from jpu.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("gateway", "intake", "dispatcher", "slurm_agent", "accounting", "backfill")
+SERVICES = (
+    "gateway",
+    "intake",
+    "dispatcher",
+    "slurm_agent",
+    "accounting",
+    "backfill",
+    "notifier",  # Q10: e-mail and webhook notifications
+)
 
 
 def k8s_docs() -> list[dict]:
