@@ -65,12 +65,17 @@ async def record(pool: asyncpg.Pool, owed: list[Notification], seq: int, now: fl
         )
 
 
-async def due(pool: asyncpg.Pool, now: float, limit: int = 200) -> list[Due]:
+async def due(pool: asyncpg.Pool, now: float, inflight: list[str], limit: int = 200) -> list[Due]:
+    """Pending rows due now, oldest first, except those being sent (`inflight` keys): sends
+    that hang until their timeout never hold back the rows behind them."""
     rows = await pool.fetch(
         "SELECT event_id, channel, recipient, subject, body, attempts FROM notification_sent"
-        " WHERE state = 'pending' AND next_at <= $1 ORDER BY next_at, seq LIMIT $2",
+        " WHERE state = 'pending' AND next_at <= $1"
+        " AND NOT (event_id || '/' || channel || '/' || recipient = ANY($3::text[]))"
+        " ORDER BY next_at, seq LIMIT $2",
         now,
         limit,
+        inflight,
     )
     return [Due(**dict(r)) for r in rows]
 

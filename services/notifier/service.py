@@ -53,7 +53,7 @@ class Sender:
         try:
             while not stop.is_set():
                 self.wake.clear()
-                for d in await sentlog.due(self.pool, self.clock()):
+                for d in await sentlog.due(self.pool, self.clock(), list(self._inflight)):
                     if d.key not in self._inflight:
                         self._inflight[d.key] = asyncio.create_task(self._deliver(d))
                 await wait_any(self.config.poll_s, self.wake, stop)

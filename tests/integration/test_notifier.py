@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -359,3 +360,31 @@ async def test_receiver_down_then_up_delivered_after_backoff_without_blocking_ma
         assert attempts >= 4
     finally:
         await conn.close()
+
+
+async def test_a_hanging_webhook_delays_no_other_notification_Q10(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], notifier: Notifier
+) -> None:
+    """A receiver that accepts the connection and never answers holds only its own sends (each
+    until its timeout): every job's e-mail goes out meanwhile."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)  # accepted by the kernel, never read or answered
+    try:
+        await started(notifier, pg_dsn)
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/hook"
+        events: list[Event] = [_settings(url, ["END"])]
+        for i in range(5):
+            events += [_job(f"h{i}", 4_000.0), _end(f"h{i}", 4_001.0, "COMPLETED", exit_code=0)]
+        await _append(bus, events)
+        await until(lambda: asyncio.sleep(0, len(smtp[1].items) == 5), "the five e-mails")
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            hooks = await conn.fetch(
+                "SELECT state, attempts FROM notification_sent WHERE channel = 'webhook'"
+            )
+        finally:
+            await conn.close()
+        assert [(r["state"], r["attempts"]) for r in hooks] == [("pending", 0)] * 5  # still hung
+    finally:
+        hung.close()
