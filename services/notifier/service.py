@@ -94,12 +94,18 @@ async def run_notifier(
 ) -> None:
     channels = Channels(config)
     sender = Sender(pool, channels, config)
-    sending = asyncio.create_task(sender.run(stop))
+    tasks = [
+        asyncio.create_task(_follow(bus, pool, config, sender, stop), name="follow"),
+        asyncio.create_task(sender.run(stop), name="send"),
+    ]
     try:
-        await _follow(bus, pool, config, sender, stop)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:  # a failure of either crashes the service: restarted, it resumes (O5)
+            t.result()
     finally:  # a send cut short stays pending: sent again on the next start (at-least-once)
-        sending.cancel()
-        await asyncio.gather(sending, return_exceptions=True)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         await channels.close()
 
 
