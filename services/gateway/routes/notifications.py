@@ -74,7 +74,7 @@ async def get_notifications(user: CurrentUser, edges: EdgesDep) -> NotificationS
     return _out(user.name, event, seq)
 
 
-@router.put("/notifications", responses=responses(401, 422))
+@router.put("/notifications", responses=responses(400, 401, 422))
 async def put_notifications(
     request: Request, body: NotificationSettingsIn, user: CurrentUser, edges: EdgesDep
 ) -> NotificationSettingsOut:
