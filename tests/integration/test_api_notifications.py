@@ -8,6 +8,7 @@ import pytest
 from test_api_support import Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
 
 from jpu.events import JobSubmitted, NodeInventoryObserved, NotificationSettingsChanged
+from jpu.store.projection import wait_applied
 
 
 async def _log(api: Api) -> list[object]:
@@ -60,6 +61,9 @@ async def test_me_notifications_put_then_get_is_an_event_on_the_log_Q10(api: Api
     assert isinstance(e, NotificationSettingsChanged) and e.user == "bcg-alice"
     other = (await api.client.get("/v1/me/notifications", headers=bearer("bob"))).json()
     assert other["seq"] == 0  # one user's settings are their own
+    for projection in ("jobs", "maintenance", "gpu_resources"):  # they pass over it, no fault
+        await wait_applied(api.pool, projection, put.json()["seq"], timeout=15)
+    assert (await api.client.get("/readyz")).json()["status"] == "ready"  # not "degraded"
 
 
 @pytest.mark.parametrize(
