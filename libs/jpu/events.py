@@ -34,9 +34,11 @@ class JobEvent(Event, frozen=True, kw_only=True):
 
 class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     """A job accepted by intake (SPEC Q4). v2 added `chdir`: the absolute directory the job
-    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran."""
+    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran.
+    v3 added `mail_type` / `mail_user` (Q10): the job's own notification kinds and e-mail
+    address; null: the user's defaults (NotificationSettingsChanged)."""
 
-    schema_version: int = 2
+    schema_version: int = 3
     lab: str
     user: str
     name: str
@@ -48,6 +50,8 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     idempotency_key: str | None = None
     chdir: str | None = None
+    mail_type: list[str] | None = None  # Q10: BEGIN, END, FAIL, REQUEUE; [] is NONE
+    mail_user: str | None = None  # Q10: e-mail address for this job's notifications
 
 
 class JobPromoted(JobEvent, frozen=True, kw_only=True, tag="JobPromoted"):
@@ -184,6 +188,22 @@ class UsageCharged(Event, frozen=True, kw_only=True, tag="UsageCharged"):
     attempt: int | None = None
 
 
+# --- notifications (SPEC Q10) ---------------------------------------------------------------
+
+
+class NotificationSettingsChanged(
+    Event, frozen=True, kw_only=True, tag="NotificationSettingsChanged"
+):
+    """A user's notification defaults (Q10), replacing the previous ones whole: where to send
+    (an e-mail address, a Slack-compatible webhook URL) and which kinds by default for jobs
+    that name none. The notifier folds these; the last one on the user's subject is current."""
+
+    user: str
+    email: str | None = None
+    webhook_url: str | None = None
+    mail_type: list[str] = msgspec.field(default_factory=list)  # [] is NONE
+
+
 # --- backfill (SPEC §6), maintenance (§7), inventory (§1.2) --------------------------------
 
 
@@ -240,6 +260,7 @@ AnyEvent = (
     | BackfillEnded
     | MaintenanceChanged
     | NodeInventoryObserved
+    | NotificationSettingsChanged
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__
@@ -284,4 +305,6 @@ def subject_for(event: Event, prefix: str = "jpu") -> str:
         return f"{prefix}.maintenance"
     if isinstance(event, NodeInventoryObserved):
         return f"{prefix}.inventory.{event.node}"
+    if isinstance(event, NotificationSettingsChanged):
+        return f"{prefix}.user.{event.user}"
     raise TypeError(f"no subject for {type(event).__name__}")

@@ -57,6 +57,8 @@ SUBMIT_FIELDS: Final = (
     "time_limit_s",
     "env",
     "chdir",  # U5: where the job runs (jpu.policy.workdir)
+    "mail_type",  # Q10: notification kinds (jpu.policy.mail)
+    "mail_user",  # Q10: e-mail address for this job's notifications
 )
 
 # --- any JSON request ------------------------------------------------------------------------
@@ -288,6 +290,22 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 "maxLength": 4096,
                 "description": "absolute directory the job runs in (like sbatch --chdir), at "
                 "most 4096 bytes of UTF-8; omit it for the attempt's JOB_OUTPUT_DIR",
+            },
+            "mail_type": {  # Q10 (jpu.policy.mail)
+                "anyOf": [
+                    {"type": "array", "items": {"type": "string"}},
+                    {"type": "string"},
+                    {"type": "null"},
+                ],
+                "description": "notify on BEGIN, END, FAIL, REQUEUE (an OOM retry), ALL or "
+                "NONE, as a list or comma-separated like sbatch --mail-type; omit it for your "
+                "defaults (PUT /v1/me/notifications)",
+            },
+            "mail_user": {  # Q10
+                "type": ["string", "null"],
+                "maxLength": 254,
+                "description": "e-mail address for this job's notifications (like sbatch "
+                "--mail-user); omit it for your registered address",
             },
         },
         "description": "A job (SPEC Q1); null is the same as an absent field. A request no "

@@ -1,6 +1,6 @@
 """The running platform as real processes, driven through HTTP (tests/e2e).
 
-`Stack` is one `python -m jpu.stack run` (all six services as child processes) on the session's
+`Stack` is one `python -m jpu.stack run` (all its services as child processes) on the session's
 NATS JetStream and PostgreSQL, with its own stream, database, data dir and gateway port.
 `Api` is one demo user's HTTP client (token `demo-<user>`). Jobs that must stay busy until the test
 says so wait on a *gate*: a file the test creates in a world-readable directory

@@ -46,6 +46,9 @@ include-name = "POST /v1/jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "409", "422", "429"]
 
 [[operations]]
+include-name = "PUT /v1/me/notifications"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "422"]
+[[operations]]
 include-name = "GET /v1/jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "422"]
 """

@@ -7,9 +7,9 @@ from pathlib import Path
 import yaml
 
 from jpu.config import load_config
+from jpu.stack.supervisor import SERVICES  # every supervised service is deployed too
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("gateway", "intake", "dispatcher", "slurm_agent", "accounting", "backfill")
 
 
 def k8s_docs() -> list[dict]:

@@ -95,7 +95,8 @@ def test_U5_only_directives_at_the_start_of_a_line_count() -> None:
         ("--gres=gpu:2,shard:1", "one GPU request per job"),
         ("--gres=mps:100", "only GPUs can be requested"),
         ("--gpus=rtx4090:1,rtx3080ti:1", "one GPU type per job"),
-        ("--mail-user=a@b", "not supported by JPU-Share"),
+        ("--mail-user=a@b", "must be one e-mail address"),  # Q10: honoured, when an address
+        ("--mail-type=SOMETIMES", "unknown kind 'SOMETIMES'"),
         ("--time=soon", "time limit 'soon'"),
         ("--job-name", "needs a value"),
     ],
@@ -152,6 +153,24 @@ def test_U5_command_line_flags_win_over_the_script_like_sbatch(
         "mine", 1, ["rtx3080ti"], 300,
     )  # fmt: skip
     assert body["env"] == {"A": "1", "B": "3"} and body["chdir"] == "/abs"
+
+
+def test_mail_directives_are_honoured_and_the_flags_win_Q10(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --mail-type=END,FAIL\n#SBATCH --mail-user=me@lab.example\nrun\n"
+    )
+    d = parse(script.read_text())
+    assert (d.mail_type, d.mail_user) == (["END", "FAIL"], "me@lab.example")
+    body = submit_body(_args(str(script)))
+    assert (body["mail_type"], body["mail_user"]) == (["END", "FAIL"], "me@lab.example")
+    body = submit_body(_args(str(script), "--mail-type", "ALL", "--mail-user", "x@lab.example"))
+    assert (body["mail_type"], body["mail_user"]) == ("ALL", "x@lab.example")
+    assert parse("#JPU --mail-type NONE\n#SBATCH --mail-type=ALL\n").mail_type == []
+    assert "mail_type" not in submit_body(_args("--wrap", "true"))  # the user's defaults
 
 
 def test_U5_wrap_has_no_directives_and_a_partition_needs_the_tiers(tmp_path: Path) -> None:

@@ -96,6 +96,9 @@ class RestClient:
     def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
         return self._send("POST", path, json=body, headers=headers)
 
+    def put(self, path: str, body: Any) -> Any:
+        return self._send("PUT", path, json=body)
+
     @contextlib.contextmanager
     def stream(
         self,

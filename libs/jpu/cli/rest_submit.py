@@ -34,8 +34,8 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         parents=common,
         help="submit a job (like sbatch)",
         description="Submit a script (like sbatch). Its leading #SBATCH / #JPU lines are read "
-        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p); flags given here win over them. "
-        "Prints the job id (--parsable: the id alone, for scripts).",
+        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p, --mail-type, --mail-user); flags "
+        "given here win over them. Prints the job id (--parsable: the id alone, for scripts).",
         refused=refusal,  # --array here is refused as `#SBATCH --array` is (U5)
     )
     s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
@@ -54,6 +54,13 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help="directory the job runs in (default: the current one, like sbatch)",
     )
+    s.add_argument(
+        "--mail-type",
+        metavar="KINDS",
+        help="notify on BEGIN,END,FAIL,REQUEUE (an OOM retry), ALL or NONE, like sbatch "
+        "(default: your `jpu notify` settings)",
+    )
+    s.add_argument("--mail-user", metavar="ADDRESS", help="e-mail address for this job")
     s.set_defaults(func=cmd_submit)
 
 
@@ -114,6 +121,11 @@ def request(
     if env:
         body["env"] = env
     body["chdir"] = os.path.abspath(args.chdir or d.chdir or os.getcwd())  # U5: the submit dir
+    mail_type = args.mail_type if args.mail_type is not None else d.mail_type  # Q10
+    if mail_type is not None:
+        body["mail_type"] = mail_type  # the server checks a flag's value (422 names the field)
+    if (mail_user := args.mail_user or d.mail_user) is not None:
+        body["mail_user"] = mail_user
     return body, d
 
 

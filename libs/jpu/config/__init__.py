@@ -115,6 +115,17 @@ class Config(Cluster, frozen=True, kw_only=True):
     apptainer_image: str = ""  # SIF file or sandbox dir; set: Apptainer is configured
     apptainer_bin: str = "apptainer"
     apptainer_args: list[str] = []  # extra `apptainer exec` options, e.g. ["--nv"]
+    # Q10 notifications (services/notifier, docs/notifications.md)
+    console_url: str = ""  # the job links; "": http://<gateway_host>:<gateway_port>
+    smtp_host: str = ""  # "": no e-mail is sent (each is recorded abandoned, with why)
+    smtp_port: int = 25
+    smtp_from: str = "jpu-share@localhost"
+    smtp_user: str = ""  # with smtp_password: AUTH LOGIN after STARTTLS
+    smtp_password: str = ""
+    smtp_starttls: bool = False
+    notify_retry_base_s: float = 1.0  # backoff while a receiver is down: base × 2^n ...
+    notify_retry_max_s: float = 300.0  # ... at most this long between tries
+    notify_max_attempts: int = 12  # then the notification is abandoned (logged, kept)
 
 
 def _validate(cluster: Cluster) -> None:

@@ -80,6 +80,9 @@ def request_digest(event: JobSubmitted) -> str:
     }
     if event.chdir is not None:  # U5; absent from the digest otherwise (v1 digests unchanged)
         body["chdir"] = event.chdir
+    for key in ("mail_type", "mail_user"):  # Q10; likewise absent when not asked for
+        if getattr(event, key) is not None:
+            body[key] = getattr(event, key)
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 

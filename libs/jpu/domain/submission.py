@@ -21,7 +21,7 @@ from jpu.domain.cluster import ClusterState
 from jpu.domain.holdings import gpus
 from jpu.domain.states import JobView, request_digest
 from jpu.events import JobCancelRequested, JobSubmitted
-from jpu.policy import maintenance
+from jpu.policy import mail, maintenance
 from jpu.policy.placements import ever_fits
 from jpu.policy.queue import largest_placement, validate_submit
 
@@ -66,6 +66,9 @@ def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> Job
         env=dict(b.get("env") or {}),
         idempotency_key=cmd.idempotency_key,
         chdir=b.get("chdir"),  # U5: validated (jpu.policy.workdir); None: JOB_OUTPUT_DIR
+        # Q10: validated (jpu.policy.mail); None: the user's notification defaults
+        mail_type=mail.parse_kinds(b["mail_type"])[0] if b.get("mail_type") is not None else None,
+        mail_user=b.get("mail_user"),
     )
 
 

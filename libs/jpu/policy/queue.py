@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from jpu import limits as bounds
 from jpu.config import Tier
+from jpu.policy import mail
 from jpu.policy.model import Gpu
 from jpu.policy.placements import Request, scan, tier_admits
 from jpu.policy.workdir import chdir_problem
@@ -136,6 +137,10 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
         errors.extend(_check_env(body["env"]))
     if body.get("chdir") is not None and (why := chdir_problem(body["chdir"])):  # U5
         errors.append(FieldError("chdir", why))
+    if body.get("mail_type") is not None and (why := mail.parse_kinds(body["mail_type"])[1]):
+        errors.append(FieldError("mail_type", why))  # Q10
+    if body.get("mail_user") is not None and (why := mail.email_problem(body["mail_user"])):
+        errors.append(FieldError("mail_user", why))  # Q10
     return errors + _check_unknown(body)
 
 

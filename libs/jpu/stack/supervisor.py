@@ -1,4 +1,4 @@
-"""Run the six services as child processes; restart a crashed one with backoff (SPEC O5).
+"""Run the seven services as child processes; restart a crashed one with backoff (SPEC O5).
 
 Each child gets its own process group (session), so a stop reaches everything it started and
 nothing is left behind: SIGTERM to the group, up to `grace_s` to drain, then SIGKILL.
@@ -19,7 +19,15 @@ from pathlib import Path
 
 log = logging.getLogger("jpu.stack")
 
-SERVICES = ("gateway", "intake", "dispatcher", "slurm_agent", "accounting", "backfill")
+SERVICES = (
+    "gateway",
+    "intake",
+    "dispatcher",
+    "slurm_agent",
+    "accounting",
+    "backfill",
+    "notifier",  # Q10: e-mail and webhook notifications
+)
 _BACKOFF_MIN_S, _BACKOFF_MAX_S = 1.0, 30.0
 _HEALTHY_AFTER_S = 30.0  # a child that ran this long resets its backoff
 DEFAULT_GATEWAY_WORKERS = 2  # JPU_GATEWAY_WORKERS; see _children

@@ -13,12 +13,15 @@ _JPU_OPTS: Final[Mapping[str, str]] = {
     "-G": "gpus", "--gpus": "gpus", "--tier": "tier", "-t": "time", "--time": "time",
     "-J": "name", "--name": "name", "--job-name": "name", "--env": "env",
     "--min-vram": "min_vram", "-D": "chdir", "--chdir": "chdir",
+    "--mail-type": "mail_type", "--mail-user": "mail_user",
 }  # fmt: skip
 _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "name": model.name,
     "time": model.time,
     "chdir": model.chdir,
     "min_vram": model.min_vram,
+    "mail_type": model.mail_type,  # Q10
+    "mail_user": model.mail_user,
 }
 
 

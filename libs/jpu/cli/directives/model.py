@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jpu.cli.rest_render import parse_time_limit
+from jpu.policy import mail
 
 
 class DirectiveError(ValueError):
@@ -30,6 +31,8 @@ class Directives:
     chdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     min_vram_gb: int | None = None
+    mail_type: list[str] | None = None  # Q10: --mail-type, parsed (jpu.policy.mail)
+    mail_user: str | None = None  # Q10: --mail-user
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
 
 
@@ -45,6 +48,8 @@ class Kind:
     tiers: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    mail_type: list[str] | None = None
+    mail_user: str | None = None
 
 
 Reader = Callable[[str, str, Kind], str | None]  # (value, option, kind) -> why not, or None
@@ -95,6 +100,19 @@ def time(value: str, opt: str, kind: Kind) -> str | None:
     except ValueError as e:
         return str(e)
     return None
+
+
+def mail_type(value: str, opt: str, kind: Kind) -> str | None:
+    """Q10: `--mail-type=END,FAIL` (BEGIN, END, FAIL, REQUEUE, ALL, NONE)."""
+    kinds, why = mail.parse_kinds(value)
+    kind.mail_type = kinds
+    return why
+
+
+def mail_user(value: str, opt: str, kind: Kind) -> str | None:
+    """Q10: `--mail-user=ADDRESS`."""
+    kind.mail_user = value
+    return mail.email_problem(value)
 
 
 def min_vram(value: str, opt: str, kind: Kind) -> str | None:

@@ -64,7 +64,7 @@ _SBATCH_OPTS: Final[Mapping[str, str]] = {
     "--gpus-per-node": "gpus", "--gres": "gres", "-t": "time", "--time": "time",
     "-D": "chdir", "--chdir": "chdir", "-p": "partition", "--partition": "partition",
     "-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--ntasks": "ntasks",
-    "--ntasks-per-node": "ntasks",
+    "--ntasks-per-node": "ntasks", "--mail-type": "mail_type", "--mail-user": "mail_user",
 }  # fmt: skip
 _GRES_GPU = re.compile(r"^gpu(?::(?P<type>[A-Za-z][A-Za-z0-9._-]*))?(?::(?P<count>\d+))?$")
 _GPUS = re.compile(r"^(?:(?P<type>[A-Za-z][A-Za-z0-9._-]*):)?(?P<count>\d+)$")
@@ -103,7 +103,7 @@ def _unknown_sbatch(opt: str) -> str:
     return (
         f"not supported by JPU-Share{hint}; it understands -J/--job-name, -G/--gpus, "
         f"--gres=gpu[:TIER]:N, -t/--time, -D/--chdir, -p/--partition, -N/--nodes=1, "
-        f"-n/--ntasks=1; {_KEEP}"
+        f"-n/--ntasks=1, --mail-type, --mail-user; {_KEEP}"
     )
 
 
@@ -157,4 +157,6 @@ _SBATCH_VALUE: Final[Mapping[str, Reader]] = {
     "partition": _partition,
     "nodes": _only_one("node"),
     "ntasks": _only_one("task"),
+    "mail_type": model.mail_type,  # Q10: sent by the notifier (e-mail, webhook)
+    "mail_user": model.mail_user,
 }

@@ -1,0 +1,62 @@
+"""SPEC Q10: what a notification request may say — the kinds (`mail_type`), an e-mail address,
+a webhook URL. Pure: the intake (per job), the gateway (per user) and the CLI's `#SBATCH`
+directives all check through here, so a refusal names the same field the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+KINDS: Final = ("BEGIN", "END", "FAIL", "REQUEUE")  # REQUEUE: an OOM retry (X8)
+ALIASES: Final = {"ALL": KINDS, "NONE": ()}
+MAX_ADDRESS: Final = 254  # RFC 5321's longest forward path
+MAX_URL: Final = 2048
+# One address, no display name: what SMTP's RCPT TO takes (no spaces, one '@', a dotted domain).
+_EMAIL_RE: Final = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+_PROBLEM_KINDS: Final = f"each of {', '.join(KINDS)}, ALL or NONE"
+
+
+def parse_kinds(value: Any) -> tuple[list[str] | None, str | None]:
+    """`value` (a list of names or one comma-separated string, like `--mail-type=END,FAIL`)
+    → (the kinds in KINDS order, None) or (None, why it is refused). NONE alone is []."""
+    if isinstance(value, str):
+        names = [n.strip() for n in value.split(",")]
+    elif isinstance(value, list) and all(isinstance(n, str) for n in value):
+        names = [n.strip() for n in value]
+    else:
+        return None, f"must be a list or a comma-separated string, {_PROBLEM_KINDS}"
+    chosen: set[str] = set()
+    for name in names:
+        upper = name.upper()
+        if upper in ALIASES:
+            chosen.update(ALIASES[upper])
+        elif upper in KINDS:
+            chosen.add(upper)
+        else:
+            return None, f"unknown kind {name[:40]!r}: {_PROBLEM_KINDS}"
+    if "NONE" in (n.upper() for n in names) and len(names) > 1:
+        return None, "NONE cannot be combined with other kinds"
+    return [k for k in KINDS if k in chosen], None
+
+
+def email_problem(value: Any) -> str | None:
+    """Why `value` is not one e-mail address we can send to, or None."""
+    if not isinstance(value, str) or len(value) > MAX_ADDRESS or not _EMAIL_RE.match(value):
+        return "must be one e-mail address (name@domain)"
+    return None
+
+
+def webhook_problem(value: Any) -> str | None:
+    """Why `value` is not an http(s) URL to POST a Slack-compatible message to, or None."""
+    if not isinstance(value, str) or len(value) > MAX_URL or any(c.isspace() for c in value):
+        return f"must be an http:// or https:// URL of at most {MAX_URL} characters"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return "must be an http:// or https:// URL with a valid host and port"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http:// or https:// URL with a host"
+    return None

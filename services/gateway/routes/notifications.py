@@ -1,0 +1,107 @@
+"""A user's notification defaults (SPEC Q10): `GET/PUT /v1/me/notifications`.
+
+The settings are an event on the log, `NotificationSettingsChanged` on the user's own subject
+(`<prefix>.user.<name>`): the log is the record (E1), the notifier folds it like any event, and
+the current settings are the subject's last message — no table to keep in step. A PUT replaces
+them whole; refusals are 422 naming the field (jpu.policy.mail) and append nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from nats.js.errors import NotFoundError
+from pydantic import BaseModel, ConfigDict, Field
+
+from jpu import limits
+from jpu.bus import EventBus
+from jpu.events import NotificationSettingsChanged, decode, new_event_id
+from jpu.policy import mail
+from jpu_services.gateway.deps import CurrentUser, EdgesDep
+from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.routes._commands import now
+
+router = APIRouter(prefix="/v1/me", tags=["users"])
+
+
+class NotificationSettingsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    email: str | None = Field(None, description="where e-mail notifications go")
+    webhook_url: str | None = Field(
+        None, description='an http(s) URL a Slack-compatible `{"text": ...}` is POSTed to'
+    )
+    # checked by jpu.policy.mail (a list or a comma-separated string), so a refusal names it
+    mail_type: Any = Field(
+        default_factory=list,
+        description="the kinds for jobs that name none: BEGIN, END, FAIL, REQUEUE, ALL, NONE "
+        "(a list, or comma-separated like sbatch --mail-type)",
+        json_schema_extra={
+            "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]
+        },
+    )
+
+
+class NotificationSettingsOut(BaseModel):
+    user: str
+    email: str | None
+    webhook_url: str | None
+    mail_type: list[str]
+    seq: int  # the settings event's stream seq; 0: never set
+
+
+def _out(user: str, e: NotificationSettingsChanged | None, seq: int) -> NotificationSettingsOut:
+    if e is None:
+        return NotificationSettingsOut(user=user, email=None, webhook_url=None, mail_type=[], seq=0)
+    return NotificationSettingsOut(
+        user=user, email=e.email, webhook_url=e.webhook_url, mail_type=e.mail_type, seq=seq
+    )
+
+
+async def _current(bus: EventBus, user: str) -> tuple[NotificationSettingsChanged | None, int]:
+    try:
+        msg = await bus.js.get_last_msg(bus.stream, f"{bus.prefix}.user.{user}")
+    except NotFoundError:
+        return None, 0
+    event = decode(msg.data or b"")
+    return (event if isinstance(event, NotificationSettingsChanged) else None), int(msg.seq or 0)
+
+
+@router.get("/notifications", responses=responses(401))
+async def get_notifications(user: CurrentUser, edges: EdgesDep) -> NotificationSettingsOut:
+    """Your notification defaults (SPEC Q10); empty until you set them."""
+    event, seq = await _current(edges.bus, user.name)
+    return _out(user.name, event, seq)
+
+
+@router.put("/notifications", responses=responses(400, 401, 422))
+async def put_notifications(
+    request: Request, body: NotificationSettingsIn, user: CurrentUser, edges: EdgesDep
+) -> NotificationSettingsOut:
+    """Replace your notification defaults (SPEC Q10): an e-mail address and/or a webhook URL,
+    and the kinds sent for jobs that do not name their own `mail_type`."""
+    problems = _problems(body)
+    if problems:
+        raise ApiError(422, "VALIDATION_ERROR", *limits.error_details(problems))
+    kinds, _ = mail.parse_kinds(body.mail_type)
+    event = NotificationSettingsChanged(
+        event_id=new_event_id(), ts=now(request), user=user.name, email=body.email or None,
+        webhook_url=body.webhook_url or None, mail_type=kinds or [],
+    )  # fmt: skip
+    seq = await edges.bus.append(event)
+    return _out(user.name, event, seq)
+
+
+def _problems(body: NotificationSettingsIn) -> list[limits.FieldError]:
+    problems: list[limits.FieldError] = []
+    raw: dict[str, Any] = body.model_dump()
+    problems += limits.json_problems(raw)
+    if problems:
+        return problems
+    if body.email and (why := mail.email_problem(body.email)):
+        problems.append(limits.FieldError("email", why))
+    if body.webhook_url and (why := mail.webhook_problem(body.webhook_url)):
+        problems.append(limits.FieldError("webhook_url", why))
+    if why := mail.parse_kinds(body.mail_type)[1]:
+        problems.append(limits.FieldError("mail_type", why))
+    return problems

@@ -1,0 +1,49 @@
+"""`jpu notify` and `jpu submit --mail-type/--mail-user` as a user runs them (real processes)
+against the real gateway and intake (SPEC Q10)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_api_support import Api, api_fixture  # noqa: F401
+from test_cli_gateway import failed, jpu, ok, server  # noqa: F401
+
+from jpu.events import JobSubmitted
+
+
+async def test_jpu_notify_changes_only_what_it_names_Q10(
+    server: str,  # noqa: F811 (the fixture imported above)
+    api: Api,
+) -> None:
+    assert "Notify on:   NONE" in ok(await jpu(server, "alice", "notify"))
+    ok(await jpu(server, "alice", "notify", "--email", "a@lab.example", "--mail-type", "END"))
+    ok(await jpu(server, "alice", "notify", "--webhook", "https://hooks.example/T/x"))
+    got = json.loads(ok(await jpu(server, "alice", "notify", "--json")))
+    assert (got["email"], got["webhook_url"], got["mail_type"]) == (
+        "a@lab.example", "https://hooks.example/T/x", ["END"],
+    )  # fmt: skip
+    assert "Notify on:   NONE" in ok(await jpu(server, "alice", "notify", "--off"))
+    err = failed(await jpu(server, "alice", "notify", "--webhook", "ftp://x"), "VALIDATION_ERROR")
+    assert "webhook_url" in err
+
+
+async def test_jpu_submit_sbatch_mail_lines_reach_the_log_Q10(
+    server: str,  # noqa: F811 (the fixture imported above)
+    api: Api,
+    tmp_path: Path,
+) -> None:
+    api.require_intake()
+    script = tmp_path / "train.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --mail-type=END,FAIL\n#SBATCH --mail-user=me@lab.example\ntrue\n"
+    )
+    ok(await jpu(server, "alice", "submit", str(script)))
+    ok(await jpu(server, "alice", "submit", "--wrap", "true", "--mail-type", "BEGIN"))
+    bad = await jpu(server, "alice", "submit", "--wrap", "x", "--mail-type", "SOMETIMES")
+    err = failed(bad, "VALIDATION_ERROR")
+    assert "mail_type" in err
+    subs = [d.event async for d in api.bus.replay() if isinstance(d.event, JobSubmitted)]
+    assert [(s.mail_type, s.mail_user) for s in subs] == [
+        (["END", "FAIL"], "me@lab.example"), (["BEGIN"], None),
+    ]  # fmt: skip

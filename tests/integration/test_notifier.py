@@ -1,0 +1,390 @@
+"""The notifier service (SPEC Q10) as a real process on real NATS and PostgreSQL, delivering to a
+real SMTP receiver (aiosmtpd) and a real HTTP receiver (the webhook), in this test's threads.
+
+Guarantee under test: at-least-once. The sent-log row is recorded `pending` when decided and
+marked `sent` after the receiver accepted it; a notifier SIGKILLed between the two sends that
+one notification again after its restart (at most one duplicate per kill) and loses none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from email import message_from_bytes
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from aiosmtpd.controller import Controller
+
+from jpu.bus import EventBus
+from jpu.embedded.base import free_port
+from jpu.events import (
+    Event,
+    JobEnded,
+    JobRetryScheduled,
+    JobStarted,
+    JobSubmitted,
+    NotificationSettingsChanged,
+    new_event_id,
+)
+
+CONSOLE = "http://console.example:8080"
+
+
+class Received:
+    """What a receiver got, with an optional hook run on each arrival before it answers."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.on_arrival: Callable[[dict[str, Any]], None] | None = None
+
+    def add(self, item: dict[str, Any]) -> None:
+        with self.lock:
+            self.items.append(item)
+        if self.on_arrival is not None:
+            self.on_arrival(item)
+
+    def texts(self) -> list[str]:
+        with self.lock:
+            return [i["text"] for i in self.items]
+
+
+class _SmtpHandler:
+    def __init__(self, got: Received) -> None:
+        self.got = got
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        msg = message_from_bytes(envelope.content)
+        body = msg.get_payload(decode=True).decode().strip()
+        self.got.add({"to": envelope.rcpt_tos, "subject": msg["Subject"], "text": body,
+                      "key": msg["X-JPU-Notification"]})  # fmt: skip
+        return "250 OK"
+
+
+class Webhook:
+    """A Slack-style receiver on a fixed port that can go down and come back."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.got = Received()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def start(self) -> None:
+        got = self.got
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                got.add({"text": data["text"], "path": self.path})
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[int, Received]]:
+    got = Received()
+    port = free_port()
+    controller = Controller(_SmtpHandler(got), hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield port, got
+    finally:
+        controller.stop()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    try:
+        yield hook
+    finally:
+        hook.stop()
+
+
+class Notifier:
+    """`python -m jpu_services.notifier` against this test's stream and database."""
+
+    def __init__(self, nats_url: str, bus: EventBus, dsn: str, smtp_port: int, log: Path) -> None:
+        self.env = {
+            **os.environ,
+            "JPU_NATS_URL": nats_url,
+            "JPU_DATABASE_URL": dsn,
+            "JPU_STREAM_NAME": bus.stream,
+            "JPU_SUBJECT_PREFIX": bus.prefix,
+            "JPU_SMTP_HOST": "127.0.0.1",
+            "JPU_SMTP_PORT": str(smtp_port),
+            "JPU_CONSOLE_URL": CONSOLE,
+            "JPU_NOTIFY_RETRY_BASE_S": "0.2",
+            "JPU_NOTIFY_RETRY_MAX_S": "1.0",
+            "JPU_NOTIFY_POLL_S": "0.1",
+        }
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "jpu_services.notifier"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log, "ab"),  # noqa: SIM115
+        )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest_asyncio.fixture
+async def notifier(
+    nats_url: str, bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], tmp_path: Path
+) -> AsyncIterator[Notifier]:
+    n = Notifier(nats_url, bus, pg_dsn, smtp[0], tmp_path / "notifier.log")
+    try:
+        yield n
+    finally:
+        n.stop()
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def started(n: Notifier, pg_dsn: str) -> None:
+    """The notifier is up once it recorded where it starts (its first position)."""
+    n.start()
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+
+        async def ready() -> bool:
+            assert n.alive(), n.log.read_text()[-3000:]
+            with contextlib.suppress(asyncpg.UndefinedTableError):
+                return await conn.fetchval("SELECT count(*) FROM notifier_position") == 1
+            return False
+
+        await until(ready, "the notifier to start", 60)
+    finally:
+        await conn.close()
+
+
+def _job(job: str, t: float, **kw: Any) -> JobSubmitted:
+    return JobSubmitted(
+        event_id=new_event_id(), ts=t, job_id=job, lab="BCG", user="alice", name=f"n-{job}",
+        command="true", num_gpus=1, **kw,
+    )  # fmt: skip
+
+
+def _start(job: str, t: float, attempt: int = 1) -> JobStarted:
+    return JobStarted(
+        event_id=new_event_id(), ts=t, job_id=job, attempt=attempt, backend_job_id="b"
+    )
+
+
+def _end(job: str, t: float, state: str, **kw: Any) -> JobEnded:
+    return JobEnded(
+        event_id=new_event_id(), ts=t, job_id=job, attempt=kw.pop("attempt", 1),
+        state=state, **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _settings(webhook_url: str, kinds: list[str]) -> NotificationSettingsChanged:
+    return NotificationSettingsChanged(
+        event_id=new_event_id(), ts=0.0, user="alice", email="alice@lab.example",
+        webhook_url=webhook_url, mail_type=kinds,
+    )  # fmt: skip
+
+
+async def _append(bus: EventBus, events: list[Event]) -> None:
+    for e in events:
+        await bus.append(e)
+
+
+async def _all_sent(pg_dsn: str, n: int) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            rows = await conn.fetch("SELECT state FROM notification_sent")
+        finally:
+            await conn.close()
+        return len(rows) == n and all(r["state"] == "sent" for r in rows)
+
+    return check
+
+
+async def test_end_fail_requeue_delivered_once_with_the_sentence_Q10(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], webhook: Webhook, notifier: Notifier
+) -> None:
+    webhook.start()
+    await started(notifier, pg_dsn)
+    t = 1_000.0
+    await _append(bus, [
+        _settings(webhook.url, ["END", "FAIL", "REQUEUE"]),  # defaults: e-mail and webhook
+        _job("ok", t, mail_type=["END"], mail_user="bob@lab.example"),  # its own address
+        _start("ok", t + 1), _end("ok", t + 3724, "COMPLETED", exit_code=0, usage=297_360.0),
+        _job("bad", t), _start("bad", t + 1),
+        _end("bad", t + 11, "FAILED", exit_code=2, reason="NonZeroExitCode", usage=826.0),
+        _job("oom", t), _start("oom", t + 1),
+        _end("oom", t + 61, "FAILED", oom=True, reason="OOM", usage=100.0),
+        JobRetryScheduled(event_id=new_event_id(), ts=t + 62, job_id="oom", attempt=2,
+                          min_vram_gb=24),
+    ])  # fmt: skip
+    # each: one e-mail (ok's to its own mail_user) and one POST to alice's webhook
+    await until(await _all_sent(pg_dsn, 6), "six notifications sent")
+    mails, hooks = smtp[1].items, webhook.got.items
+    assert sorted((m["to"][0], m["subject"]) for m in mails) == [
+        ("alice@lab.example", "[JPU-Share] n-bad (bad) FAIL"),
+        ("alice@lab.example", "[JPU-Share] n-oom (oom) REQUEUE"),
+        ("bob@lab.example", "[JPU-Share] n-ok (ok) END"),
+    ]
+    texts = Counter(smtp[1].texts() + webhook.got.texts())
+    assert texts == {
+        "Job ok (n-ok) ended COMPLETED with exit code 0 after 1h 02m 03s on attempt 1, charged "
+        f"297,360 TFLOP-s: {CONSOLE}/#/job/ok": 2,
+        "Job bad (n-bad) ended FAILED with exit code 2 (NonZeroExitCode) after 10s on attempt 1, "
+        f"charged 826 TFLOP-s: {CONSOLE}/#/job/bad": 2,
+        "Job oom (n-oom) ran out of GPU memory on attempt 1 and was requeued as attempt 2 "
+        f"needing at least 24 GB of VRAM (X8), charged 100 TFLOP-s so far: {CONSOLE}/#/job/oom": 2,
+    }
+    assert [h["path"] for h in hooks] == ["/hook"] * 3
+
+
+async def test_killed_between_sending_and_recording_resends_at_most_once_loses_none_Q10(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], webhook: Webhook, notifier: Notifier
+) -> None:
+    """SIGKILL arrives while the webhook receiver holds the first POST: the receiver has it, the
+    sent-log does not. After the restart it comes once more; every other one arrives."""
+    webhook.start()
+    await started(notifier, pg_dsn)
+    killed = threading.Event()
+
+    def kill_first(_: dict[str, Any]) -> None:
+        if not killed.is_set():
+            killed.set()
+            assert notifier.proc is not None
+            os.kill(notifier.proc.pid, signal.SIGKILL)  # before answering: nothing recorded
+            notifier.proc.wait()
+
+    webhook.got.on_arrival = kill_first
+    t = 2_000.0
+    events: list[Event] = [_settings(webhook.url, ["END"])]
+    for i in range(6):
+        events += [
+            _job(f"j{i}", t),
+            _start(f"j{i}", t + 1),
+            _end(f"j{i}", t + 5, "COMPLETED", exit_code=0, usage=1.0),
+        ]
+    await _append(bus, events[:4])  # the first job: its POST kills the notifier
+    await until(lambda: asyncio.sleep(0, killed.is_set()), "the first webhook POST")
+    await _append(bus, events[4:])  # five more jobs end while the notifier is dead
+    assert not notifier.alive()
+    await started(notifier, pg_dsn)
+    await until(await _all_sent(pg_dsn, 12), "twelve notifications sent after the restart")
+    for got in (webhook.got, smtp[1]):
+        counts = Counter(got.texts())
+        assert len(counts) == 6  # none lost: every job's end, on each channel
+        assert set(counts.values()) <= {1, 2}  # at most one duplicate each
+    assert Counter(webhook.got.texts())[webhook.got.items[0]["text"]] == 2  # the killed one
+    assert sum(Counter(webhook.got.texts() + smtp[1].texts()).values()) <= 12 + 2
+
+
+async def test_receiver_down_then_up_delivered_after_backoff_without_blocking_mail_Q10(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], webhook: Webhook, notifier: Notifier
+) -> None:
+    await started(notifier, pg_dsn)  # the webhook receiver is not listening yet
+    await _append(bus, [
+        _settings(webhook.url, ["END"]),
+        _job("slow", 3_000.0), _end("slow", 3_010.0, "CANCELLED", reason="cancelled"),
+    ])  # fmt: skip
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+
+        async def retried() -> bool:
+            row = await conn.fetchrow(
+                "SELECT attempts, state FROM notification_sent WHERE channel = 'webhook'"
+            )
+            return row is not None and row["attempts"] >= 3 and row["state"] == "pending"
+
+        await until(retried, "three refused tries of the webhook")
+        assert len(smtp[1].items) == 1  # the e-mail of the same event went out meanwhile
+        assert "ended CANCELLED (cancelled) without running" in smtp[1].items[0]["text"]
+        webhook.start()
+        await until(await _all_sent(pg_dsn, 2), "the webhook delivered once it is up")
+        assert len(webhook.got.items) == 1
+        attempts = await conn.fetchval(
+            "SELECT attempts FROM notification_sent WHERE channel = 'webhook'"
+        )
+        assert attempts >= 4
+    finally:
+        await conn.close()
+
+
+async def test_a_hanging_webhook_delays_no_other_notification_Q10(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], notifier: Notifier
+) -> None:
+    """A receiver that accepts the connection and never answers holds only its own sends (each
+    until its timeout): every job's e-mail goes out meanwhile."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)  # accepted by the kernel, never read or answered
+    try:
+        await started(notifier, pg_dsn)
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/hook"
+        events: list[Event] = [_settings(url, ["END"])]
+        for i in range(5):
+            events += [_job(f"h{i}", 4_000.0), _end(f"h{i}", 4_001.0, "COMPLETED", exit_code=0)]
+        await _append(bus, events)
+        await until(lambda: asyncio.sleep(0, len(smtp[1].items) == 5), "the five e-mails")
+        conn = await asyncpg.connect(pg_dsn)
+        try:
+            hooks = await conn.fetch(
+                "SELECT state, attempts FROM notification_sent WHERE channel = 'webhook'"
+            )
+        finally:
+            await conn.close()
+        assert [(r["state"], r["attempts"]) for r in hooks] == [("pending", 0)] * 5  # still hung
+    finally:
+        hung.close()
