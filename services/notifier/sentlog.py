@@ -1,4 +1,4 @@
-"""The notifier's sent-log in PostgreSQL (SPEC Q10; migration 0047_notifications.sql).
+"""The notifier's sent-log in PostgreSQL (SPEC Q10; migration 0120_notifications.sql).
 
 A notification is recorded `pending` when decided, in one transaction with the notifier's
 position, and marked `sent` only after the receiver accepted it: at-least-once. A notifier
