@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,6 +29,18 @@ from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
 TERMINAL = states.in_order(states.TERMINAL)
 ACTIVE = states.in_order(states.PENDING | states.PLACED)
 T = TypeVar("T")
+
+
+def chromium_or_skip() -> str:
+    """The browser tests' documented skip: no Chromium on PATH (`scripts/install-browser`
+    installs it). With JPU_TEST_BROWSER_REQUIRED=1 (CI) a missing browser is a failure."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is not None:
+        return chromium
+    why = "no chromium on PATH (run scripts/install-browser)"
+    if os.environ.get("JPU_TEST_BROWSER_REQUIRED") == "1":
+        pytest.fail(f"JPU_TEST_BROWSER_REQUIRED=1 but {why}", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
 
 
 def wait_until(fn: Callable[[], T | None], timeout: float, what: Callable[[], str] | str) -> T:

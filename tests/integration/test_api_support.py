@@ -1,6 +1,7 @@
 """Fixtures for the REST API tests (tests/integration/test_api_*.py): the real gateway app over
 ASGI, with its lifespan (bus + pool + jobs/maintenance/gpu_resources projections), the lab_usage
-projection, the real intake service when it has workers, on real NATS JetStream + PostgreSQL.
+projection and the real intake service, on real NATS JetStream + PostgreSQL. When intake does
+not answer, the fixture fails naming it (never a skip).
 
 Import the fixture into a test module: `from test_api_support import api_fixture  # noqa: F401`
 (it registers as `api`).
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +35,7 @@ from jpu.testing.nats_fixtures import unique_names
 from jpu_services.accounting.service import READ_MODELS
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
+from jpu_services.intake import bootstrap
 
 T0 = 1_700_000_000.0  # the FakeClock's start: event times in tests are near it
 TOKENS = {
@@ -74,7 +75,6 @@ class Api:
     pool: asyncpg.Pool
     config: Config
     clock: FakeClock
-    intake_ready: bool
 
     async def append(self, *events: Event, projection: str = "jobs") -> int:
         seq = 0
@@ -104,10 +104,6 @@ class Api:
     def kw(self, dt: float = 0.0) -> dict[str, Any]:
         return {"event_id": new_event_id(), "ts": self.clock.now() + dt}
 
-    def require_intake(self) -> None:
-        if not self.intake_ready:
-            pytest.skip("pending on helper G: jpu_services.intake has no workers yet")
-
     async def submit(
         self, who: str, body: dict[str, Any], key: str | None = None
     ) -> httpx.Response:
@@ -115,42 +111,29 @@ class Api:
         return await self.client.post("/v1/jobs", json=body, headers=headers)
 
 
-def _intake_workers(config: Config, edges: Edges) -> dict[str, Any]:
-    """G's intake workers, whatever the exact signature of `bootstrap.workers` ends up being."""
-    try:
-        from jpu_services.intake import bootstrap
-        from jpu_services.intake import config as intake_config
-    except ImportError:
-        return {}
-    params = inspect.signature(bootstrap.workers).parameters
-    if len(params) == 1:
-        return dict(bootstrap.workers(edges))
-    return dict(bootstrap.workers(intake_config.IntakeConfig.from_config(config), edges))
-
-
-async def _wait_for_intake(bus: EventBus, prefix: str, timeout_s: float = 10.0) -> bool:
-    """Probe with a cancel of a job that does not exist until intake answers at all."""
+async def _wait_for_intake(bus: EventBus, prefix: str, timeout_s: float = 30.0) -> None:
+    """Probe with a cancel of a job that does not exist until intake answers at all; a service
+    that never answers fails the test that needs it (a skip would hide it)."""
     probe = commands.encode(commands.CancelCommand(job_id="probe-none", by="probe"))
     deadline = asyncio.get_running_loop().time() + timeout_s
     while asyncio.get_running_loop().time() < deadline:
         try:
             await bus.nc.request(commands.cancel_subject(prefix), probe, timeout=1.0)
-            return True
+            return
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
             await asyncio.sleep(0.05)
-    return False
+    pytest.fail(f"intake did not answer on {commands.cancel_subject(prefix)} in {timeout_s:.0f} s")
 
 
 @contextlib.asynccontextmanager
 async def _background(stop: asyncio.Event, workers: dict[str, Any]) -> AsyncIterator[None]:
-    task = asyncio.create_task(run_workers(stop, workers, grace_s=5.0)) if workers else None
+    task = asyncio.create_task(run_workers(stop, workers, grace_s=5.0))
     try:
         yield
     finally:
         stop.set()
-        if task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(task, 10)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(task, 10)
 
 
 async def _inventory(bus: EventBus, pool: asyncpg.Pool, clock: FakeClock) -> None:
@@ -190,8 +173,7 @@ async def api_fixture(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIt
     try:
         async with app.router.lifespan_context(app):
             edges: Edges = app.state.edges
-            workers: dict[str, Any] = _intake_workers(config, edges)
-            has_intake = bool(workers)
+            workers: dict[str, Any] = dict(bootstrap.workers(edges))
 
             async def usage_projection(s: asyncio.Event) -> None:  # accounting's read model
                 await run_projections(edges.bus, edges.pool, READ_MODELS, stop=s)
@@ -199,10 +181,10 @@ async def api_fixture(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIt
             workers["projection.lab_usage"] = usage_projection
             async with _background(stop, workers):
                 await _inventory(bus, pool, clock)
-                ready = has_intake and await _wait_for_intake(bus, prefix)
+                await _wait_for_intake(bus, prefix)
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
-                    yield Api(c, app, bus, pool, config, clock, ready)
+                    yield Api(c, app, bus, pool, config, clock)
     finally:
         await bus.delete_stream()
         await bus.close()

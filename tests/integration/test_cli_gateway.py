@@ -60,7 +60,6 @@ def failed(run: Run, code: str) -> str:
 
 
 async def test_U1_submit_show_events_cancel(server: str, api: Api, tmp_path: Path) -> None:
-    api.require_intake()
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\necho 'training' \"$(hostname)\"\n")
     out = ok(await jpu(server, "alice", "submit", str(script), "--gpus", "1", "--tier",
@@ -82,7 +81,6 @@ async def test_U1_submit_show_events_cancel(server: str, api: Api, tmp_path: Pat
 
 
 async def test_U1_submit_wrap_prints_the_job_like_sbatch(server: str, api: Api) -> None:
-    api.require_intake()
     out = ok(await jpu(server, "bob", "submit", "--wrap", "python eval.py", "-G", "1"))
     assert out.startswith("Submitted job ") and out.rstrip().endswith(")")
     queue = ok(await jpu(server, "bob", "queue"))
@@ -95,7 +93,6 @@ async def test_U1_submit_wrap_prints_the_job_like_sbatch(server: str, api: Api) 
 
 
 async def test_U1_errors_are_one_line_with_code(server: str, api: Api) -> None:
-    api.require_intake()
     failed(await jpu(server, "alice", "submit", "--wrap", "x", "--gpus", "4"), "NO_FIT_PLACEMENT")
     failed(await jpu(server, "alice", "submit", "--wrap", "x", "--tier", "h100"),
            "VALIDATION_ERROR")  # fmt: skip
@@ -112,8 +109,7 @@ async def test_U1_usage_pool_and_maintenance(server: str, api: Api, tmp_path: Pa
     failed(await jpu(server, "alice", "admin", "maintenance", "start"), "FORBIDDEN")
     started = ok(await jpu(server, "admin", "admin", "maintenance", "start", "-m", "NFS swap"))
     assert started.startswith("Maintenance: DRAINING") and "NFS swap" in started
-    if api.intake_ready:
-        failed(await jpu(server, "alice", "submit", "--wrap", "x"), "SERVICE_MAINTENANCE")
+    failed(await jpu(server, "alice", "submit", "--wrap", "x"), "SERVICE_MAINTENANCE")
     status = json.loads(ok(await jpu(server, "bob", "admin", "maintenance", "status", "--json")))
     assert status["state"] == "DRAINING" and status["message"] == "NFS swap"
     ended = ok(await jpu(server, "admin", "admin", "maintenance", "end"))

@@ -189,7 +189,6 @@ async def test_Q1_A_hostile_submit_table_is_422_naming_the_field_and_appends_not
     api: Api, http: httpx.AsyncClient
 ) -> None:
     """One fixture for the whole table (each case is named in the failure report)."""
-    api.require_intake()
     before = await api.bus.last_seq()
     wrong = []
     for case, raw, field in HOSTILE_SUBMITS:
@@ -331,7 +330,6 @@ EDGE_VALID = [
 async def test_E6_replay_audits_a_log_the_API_accepted_edge_values_included(
     api: Api, http: httpx.AsyncClient, pg_dsn: str, nats_url: str
 ) -> None:
-    api.require_intake()
     for body in EDGE_VALID:
         r = await _submit_raw(http, _raw(body))
         assert r.status_code == 201, r.text
