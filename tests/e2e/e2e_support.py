@@ -30,6 +30,18 @@ TERMINAL = states.in_order(states.TERMINAL)
 ACTIVE = states.in_order(states.PENDING | states.PLACED)
 T = TypeVar("T")
 
+# SPEC R3's worked example on a running stack (scaled to seconds): test_e2e_demotion.py and the
+# console's "why it waited" page (test_e2e_console_why.py) run it.
+R3_STACK_ENV = {"JPU_CYCLE_S": "5"}  # the demotion must follow the charge at once (D8)
+BCG_START, KDG_START = 240.0, 280.0
+R3_STACK_CONFIG = {
+    "nodes": [
+        {"name": "gpu-4090x2-01", "gpus": {"rtx4090": 2}},
+        {"name": "gpu-4090x1-01", "gpus": {"rtx4090": 1}},
+    ],
+    "labs": [{"name": "BCG", "usage": BCG_START}, {"name": "KDG", "usage": KDG_START}],
+}
+
 
 def chromium_or_skip() -> str:
     """The browser tests' documented skip: no Chromium on PATH (`scripts/install-browser`

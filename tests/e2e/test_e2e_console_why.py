@@ -10,10 +10,17 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from e2e_support import Stack, chromium_or_skip, wait_until
+from e2e_support import (
+    KDG_START,
+    R3_STACK_CONFIG,
+    R3_STACK_ENV,
+    Stack,
+    chromium_or_skip,
+    wait_until,
+)
 from playwright.async_api import Page, async_playwright, expect
-from test_e2e_demotion import BCG_START, KDG_START, STACK_CONFIG, STACK_ENV  # noqa: F401
 
+STACK_ENV, STACK_CONFIG = R3_STACK_ENV, R3_STACK_CONFIG  # read by conftest's `stack`
 CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import
 
 

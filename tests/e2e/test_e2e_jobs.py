@@ -16,6 +16,8 @@ import httpx
 import pytest
 from e2e_support import ACTIVE, TERMINAL, Stack, by_type, one, wait_until
 
+from jpu.testing.api import assert_error
+
 STACK_ENV = {"JPU_CYCLE_S": "5"}
 RTX4090_TFLOPS = 82.6
 HALF_LIFE_S = 7 * 24 * 3600.0
@@ -26,15 +28,6 @@ if [ "$JOB_ATTEMPT" = 1 ]; then
 fi
 echo "trained on attempt $JOB_ATTEMPT"
 """
-
-
-def assert_error(r: httpx.Response, status: int, code: str) -> dict:
-    """SPEC §8: errors are `{"error": {"code", "message", "details"}}`."""
-    assert r.status_code == status, f"{r.status_code} {r.text}"
-    body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}, body
-    assert body["error"]["code"] == code, body
-    return dict(body["error"])
 
 
 def job_count(stack: Stack, user: str) -> int:

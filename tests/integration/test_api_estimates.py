@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-from test_api_support import Api, api_fixture, bearer  # noqa: F401
 
 from jpu.bus.views import ViewStore
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.estimate import estimate
 from jpu.events import JobPromoted, JobSubmitted
 from jpu.store.projection import wait_applied
+from jpu.testing.api import Api, bearer
 from jpu.testing.fold import Watcher
 from jpu_services.dispatcher.service import run_dispatcher
 

@@ -20,8 +20,6 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
-from test_api_support import Api, api_fixture, assert_error, bearer  # noqa: F401
-from test_cli_gateway import jpu, ok, server  # noqa: F401
 
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
@@ -32,6 +30,8 @@ from jpu.explain import read
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
 from jpu.store.projection import wait_applied
+from jpu.testing.api import Api, assert_error, bearer
+from jpu.testing.cli import jpu, ok
 from jpu.testing.fold import Watcher, end_job, start_job, submit_global
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import run_dispatcher
@@ -264,7 +264,7 @@ async def test_D1_D7_queue_at_a_past_moment_for_admins_only(api: Api) -> None:
 
 async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     api: Api,
-    server: str,  # noqa: F811 (the fixture imported above)
+    server: str,
 ) -> None:
     """The CLIs as people run them (real processes): `jpu why` over HTTP names Y's end and its
     charge as what demoted X; `jpu-admin explain-usage` reads the log from NATS and sums to the

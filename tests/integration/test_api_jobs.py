@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from test_api_support import Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
 
 from jpu.events import (
     JobDispatched,
@@ -17,6 +16,7 @@ from jpu.events import (
     JobSubmitted,
     ReservationStarted,
 )
+from jpu.testing.api import Api, assert_error, bearer, job_body
 from jpu_services.gateway.ratelimit import RateLimiter
 from jpu_services.gateway.routes import jobs as jobs_routes
 

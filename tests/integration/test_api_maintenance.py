@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from test_api_support import Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
-
 from jpu.events import JobPromoted, JobSubmitted
+from jpu.testing.api import Api, assert_error, bearer, job_body
 
 
 async def _maintenance(api: Api, who: str, action: str, message: str = ""):

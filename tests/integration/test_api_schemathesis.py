@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import uvicorn
-from test_api_support import TOKENS, Api, api_fixture  # noqa: F401
 
+from jpu.testing.api import TOKENS, Api
 from jpu_services.gateway import server
 from jpu_services.gateway.ratelimit import RateLimiter
 

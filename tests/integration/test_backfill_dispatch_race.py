@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from test_backfill_support import NODE, TIER, _config
-
 from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
@@ -34,6 +32,7 @@ from jpu.events import (
     JobPromoted,
     JobSubmitted,
 )
+from jpu.testing.stack import NODE, TIER, _config
 from jpu_services.backfill.service import BackfillOptions, BackfillService
 
 JOB = "race-job"

@@ -8,11 +8,11 @@ from collections import Counter
 from pathlib import Path
 
 import asyncpg
-from test_backfill_support import NODE, TIER, another_backfill, start_stack
 
 from jpu.backends.backfill import BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.events import BackfillEnded, BackfillStarted
+from jpu.testing.stack import NODE, TIER, another_backfill, start_stack
 
 
 def stub_processes(data_dir: Path) -> set[int]:

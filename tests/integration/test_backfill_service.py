@@ -10,7 +10,6 @@ import time
 
 import asyncpg
 import httpx
-from test_backfill_support import NODE, TIER, Stack, start_stack
 
 from jpu.events import (
     BackfillEnded,
@@ -22,6 +21,7 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
+from jpu.testing.stack import NODE, TIER, Stack, start_stack
 
 
 def running(s: Stack, job: str) -> bool:

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
-from test_api_support import Api, api_fixture  # noqa: F401
-from test_cli_gateway import failed, jpu, ok
 
+from jpu.testing.api import Api
+from jpu.testing.cli import failed, jpu, ok
 from jpu.testing.inprocess import serve_http
 
 

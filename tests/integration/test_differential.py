@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import io
 import random
-import sys
-from pathlib import Path
 
 import asyncpg
 import pytest
@@ -33,9 +31,7 @@ from jpu.sim.run import simulate
 from jpu.sim.workload import WorkloadJob
 from jpu.store import apply_batch
 from jpu.store.projections import jobs, lab_usage
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "sim"))
-from test_sim_properties import CLUSTER
+from jpu.testing.workloads import CLUSTER
 
 
 def _workload(seed: int) -> list[WorkloadJob]:

@@ -20,9 +20,9 @@ import httpx
 import pytest
 import pytest_asyncio
 import uvicorn
-from test_api_support import TOKENS, Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
 
 from jpu import limits
+from jpu.testing.api import TOKENS, Api, assert_error, bearer, job_body
 from jpu_services.gateway import server
 from jpu_services.gateway.ratelimit import RateLimiter
 

@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 
 import asyncpg
-from test_backfill_support import NODE, TIER, Stack, bearer, start_stack
 
 from jpu.events import (
     BackfillEnded,
@@ -20,6 +19,8 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
+from jpu.testing.api import bearer
+from jpu.testing.stack import NODE, TIER, Stack, start_stack
 
 
 async def status(s: Stack) -> dict:

@@ -32,6 +32,7 @@ from jpu.config import Config, load_config
 from jpu.domain.cluster import ClusterState
 from jpu.edges import Edges
 from jpu.events import Event, NodeInventoryObserved
+from jpu.testing.api import bearer
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
@@ -47,10 +48,6 @@ N4090 = [(n, "rtx4090", g) for n in ("gpu-4090x2-01", "gpu-4090x2-02") for g in 
 # Slurm job states that still hold resources (squeue also lists recently ended jobs).
 SKIP = {"event_id", "ts", "schema_version", "command", "env", "idempotency_key"}  # timeline
 ACTIVE_SLURM = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"}
-
-
-def bearer(user: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer demo-{user}"}
 
 
 CAROL = bearer("kdg-carol")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from stack_support import N4090, SlurmStack, active_slurm_jobs, bearer, slurm_stack
+from stack_support import N4090, SlurmStack, active_slurm_jobs, slurm_stack
 
 from jpu.events import (
     BackfillEnded,
@@ -31,6 +31,7 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
+from jpu.testing.api import bearer
 from jpu.testing.slurm_fixtures import SlurmCluster
 
 RTX4090 = ["rtx4090"]

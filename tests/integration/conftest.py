@@ -1,114 +1,38 @@
-"""Fixtures for the REST API tests (tests/integration/test_api_*.py): the real gateway app over
-ASGI, with its lifespan (bus + pool + jobs/maintenance/gpu_resources projections), the lab_usage
-projection and the real intake service, on real NATS JetStream + PostgreSQL. When intake does
-not answer, the fixture fails naming it (never a skip).
-
-Import the fixture into a test module: `from test_api_support import api_fixture  # noqa: F401`
-(it registers as `api`).
-"""
+"""Fixtures for the integration tests that drive the gateway: `api` (the real gateway app over
+ASGI, with its lifespan — bus + pool + jobs/maintenance/gpu_resources projections —, the lab_usage
+projection and the real intake service, on real NATS JetStream + PostgreSQL) and `server` (that
+app under uvicorn on a free port, for the CLI as a separate process). When intake does not answer,
+the fixture fails naming it (never a skip)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import httpx
-import msgspec
 import nats.errors
 import pytest
 import pytest_asyncio
+import uvicorn
 
 from jpu import auth, commands
 from jpu.admin import seed_demo
 from jpu.bus import EventBus
 from jpu.clock import FakeClock
-from jpu.config import Config, load_config
+from jpu.config import load_config
 from jpu.edges import Edges
-from jpu.events import Event, NodeInventoryObserved, new_event_id
+from jpu.events import NodeInventoryObserved, new_event_id
 from jpu.service import run_workers
 from jpu.store.projection import run_projections, wait_applied
+from jpu.testing.api import DEFAULT_NODES, T0, TOKENS, Api
 from jpu.testing.nats_fixtures import unique_names
 from jpu_services.accounting.service import READ_MODELS
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.intake import bootstrap
-
-T0 = 1_700_000_000.0  # the FakeClock's start: event times in tests are near it
-TOKENS = {
-    "alice": "demo-bcg-alice",
-    "bob": "demo-bcg-bob",  # lab BCG, role user
-    "carol": "demo-kdg-carol",  # lab KDG, role user
-    "admin": "demo-admin",  # lab BCG, role admin
-    "zoe": "demo-bcg-zoe",  # lab BCG, max_active_jobs 0: her jobs stay in the personal queue
-}
-DEFAULT_NODES = {
-    "gpu-4090x2-01": "rtx4090",
-    "gpu-4090x2-02": "rtx4090",
-    "gpu-3080tix2-01": "rtx3080ti",
-    "gpu-3080tix2-02": "rtx3080ti",
-}
-
-
-def bearer(who: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {TOKENS.get(who, who)}"}
-
-
-def assert_error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    """SPEC §8: every error is `{"error": {"code", "message", "details"}}`."""
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
-    assert body["error"]["code"] == code, body
-    assert body["error"]["message"]
-    return dict(body["error"])
-
-
-@dataclass
-class Api:
-    client: httpx.AsyncClient
-    app: Any
-    bus: EventBus  # the test's own connection, to append facts other services would
-    pool: asyncpg.Pool
-    config: Config
-    clock: FakeClock
-
-    async def append(self, *events: Event, projection: str = "jobs") -> int:
-        seq = 0
-        for e in events:
-            seq = await self.bus.append(e)
-        await wait_applied(self.pool, projection, seq, timeout=15)
-        return seq
-
-    async def decide(self) -> None:
-        """What the leading dispatcher publishes after a cycle on the log as it is now: the
-        policy's order and pending reasons (D1, D7), through its own ViewPublisher. The gateway
-        shows ranks and reasons from there only (issue 10 finding 6); these tests run no
-        dispatcher, so that its appends do not move the jobs they arrange."""
-        from jpu.domain.cluster import ClusterState, evolve
-        from jpu.domain.dispatch import snapshot
-        from jpu.policy.cycle import cycle
-        from jpu_services.dispatcher.view import ViewPublisher
-
-        state = ClusterState.new(self.config)
-        async for d in self.bus.replay():
-            evolve(state, d)
-        now = self.clock.now()
-        result = cycle(snapshot(state, self.config), now)
-        publisher = ViewPublisher(self.bus)
-        await publisher.publish(now, state.seq, result.order, dict(result.pending.items()))
-
-    def kw(self, dt: float = 0.0) -> dict[str, Any]:
-        return {"event_id": new_event_id(), "ts": self.clock.now() + dt}
-
-    async def submit(
-        self, who: str, body: dict[str, Any], key: str | None = None
-    ) -> httpx.Response:
-        headers = bearer(who) | ({"Idempotency-Key": key} if key else {})
-        return await self.client.post("/v1/jobs", json=body, headers=headers)
 
 
 async def _wait_for_intake(bus: EventBus, prefix: str, timeout_s: float = 30.0) -> None:
@@ -148,8 +72,8 @@ async def _inventory(bus: EventBus, pool: asyncpg.Pool, clock: FakeClock) -> Non
     await wait_applied(pool, "gpu_resources", seq, timeout=15)
 
 
-@pytest_asyncio.fixture(name="api")
-async def api_fixture(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[Api]:
+@pytest_asyncio.fixture
+async def api(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[Api]:
     stream, prefix = unique_names()
     env = {
         "JPU_NATS_URL": nats_url,
@@ -190,9 +114,18 @@ async def api_fixture(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIt
         await bus.close()
 
 
-def job_body(**over: Any) -> dict[str, Any]:
-    return {"name": "train", "command": "python train.py", "num_gpus": 1, **over}
-
-
-def to_builtins(e: Event) -> dict[str, Any]:
-    return dict(msgspec.to_builtins(e))
+@pytest_asyncio.fixture
+async def server(api: Api) -> AsyncIterator[str]:
+    """The `api` app under uvicorn on a free port (lifespan already running in `api`)."""
+    config = uvicorn.Config(api.app, host="127.0.0.1", port=0, lifespan="off", log_level="error")
+    srv = uvicorn.Server(config)
+    task = asyncio.create_task(srv.serve())
+    while not srv.started:
+        assert not task.done(), task.exception()
+        await asyncio.sleep(0.02)
+    port = srv.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        srv.should_exit = True
+        await asyncio.wait_for(task, 10)
