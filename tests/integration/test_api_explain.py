@@ -87,7 +87,7 @@ async def r3_live(api: Api) -> Example:
         x_submit_seq = await submit_global(bus, clock, x, "BCG", "bcg-alice", 2, tiers=g) - 1
         await w.until(lambda s: s.jobs[x].state == "RESERVING")  # T+0: rank 1 reserves 1 of 2
         await submit_global(bus, clock, k, "KDG", "kdg-carol", 2, tiers=g)
-        await asyncio.sleep(0.3)
+        await w.ranked([k])  # a cycle decided on K (a positive signal, not a pause)
         assert w.state.jobs[k].state == "GLOBAL_QUEUE_WAIT"
         reserving_at = clock.now()
         clock.advance(300)  # T+5min: Y ends, its 8,000 TFLOP-s bring BCG to 32,000 > 28,000

@@ -22,6 +22,7 @@ import pytest_asyncio
 import uvicorn
 
 from jpu import limits
+from jpu.store.projection import wait_applied
 from jpu.testing.api import TOKENS, Api, assert_error, bearer, job_body
 from jpu_services.gateway import server
 from jpu_services.gateway.ratelimit import RateLimiter
@@ -340,7 +341,9 @@ async def test_E6_replay_audits_a_log_the_API_accepted_edge_values_included(
     assert await api.pool.fetchval("SELECT count(*) FROM jobs") == len(EDGE_VALID)
     limit = await api.pool.fetchval("SELECT max(time_limit_s) FROM jobs")
     assert limit == limits.MAX_TIME_LIMIT_S
-    await asyncio.sleep(0.5)  # the other projections (gpu_resources, lab_usage) catch up
+    seq = await api.bus.last_seq()  # every read model has applied the whole log
+    for name in ("jobs", "gpu_resources", "lab_usage"):
+        await wait_applied(api.pool, name, seq, timeout=15)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-P", "-m", "jpu.replay", "--nats", nats_url, "--db", pg_dsn,
         "--stream", api.bus.stream, "--prefix", api.bus.prefix,

@@ -137,7 +137,7 @@ async def full_cycle(s: Stack) -> None:
     assert kept in {e.backfill_id for e in reclaimed}
     await submit_refused(s)  # Q3 in every maintenance state
     starts = len(await s.events(BackfillStarted))
-    await asyncio.sleep(2 * s.config.backfill_settle_s)
+    await s.backfill_rounds(after_s=s.config.backfill_settle_s)  # idle GPUs, settled
     assert len(await s.events(BackfillStarted)) == starts  # M2: no new backfill
     assert not await s.events(JobDispatched) or all(
         e.job_id != queued for e in await s.events(JobDispatched)

@@ -14,6 +14,7 @@ from typing import Any
 
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower
+from jpu.bus.views import ViewStore
 from jpu.clock import Clock
 from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState, evolve
@@ -83,6 +84,20 @@ class Watcher:
     async def synced(self) -> ClusterState:
         await self.follower.catch_up()
         return self.state
+
+    async def ranked(self, job_ids: Iterable[str], timeout: float = 10.0) -> ClusterState:
+        """Until the dispatcher's queue view (SPEC D1) ranks every one of `job_ids` — a cycle has
+        decided on them — then the fold to the log's end, with what that cycle appended. What
+        proves that a job was *not* dispatched, not a pause."""
+        store, want = ViewStore(self.bus), set(job_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            view = await store.queue()
+            if view is not None and want <= set(view.order):
+                return await self.synced()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no queue view ranked {sorted(want)} within {timeout} s")
+            await asyncio.sleep(0.05)
 
     def job_state(self, job_id: str) -> str | None:
         job = self.state.jobs.get(job_id)

@@ -65,6 +65,14 @@ class Stack:
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
 
+    async def backfill_rounds(self, n: int = 2, after_s: float = 0.0) -> None:
+        """Until the backfill service has begun `n` more rounds (so one whole round ran on the
+        log as it is now), after letting `after_s` pass first: a settle period, the earliest a
+        new start could be planned. What proves "nothing more started", not a pause."""
+        await asyncio.sleep(after_s)
+        target = self.backfill_stats.rounds + n
+        await self.until(lambda _: self.backfill_stats.rounds >= target)
+
     async def maintenance(self, action: str, message: str = "") -> httpx.Response:
         body = {"action": action, "message": message}
         return await self.client.post("/v1/admin/maintenance", json=body, headers=bearer("admin"))
