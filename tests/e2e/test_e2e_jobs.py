@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -195,7 +194,11 @@ def test_Q5_fourth_job_waits_in_personal_queue_and_is_promoted_when_one_ends(
     )
     assert fourth["queue_entered_at"] is None
     assert dave.get("/v1/me")["slots_in_use"] == 3, dave.get("/v1/me")
-    time.sleep(1.0)  # meanwhile, triggered cycles ran for the other jobs: the limit holds
+    # intake promotes another user's later job: it has processed dave's jobs and held the
+    # fourth back (a positive signal, not a pause): the limit holds
+    erin = stack.api("osl-erin")
+    later = erin.submit("true", name="q5-later")["id"]
+    erin.wait(later, lambda j: j["state"] != "PERSONAL_QUEUE_WAIT", what="erin's job promoted")
     assert dave.job(jobs[3])["state"] == "PERSONAL_QUEUE_WAIT"
 
     stack.release("q5-0")
