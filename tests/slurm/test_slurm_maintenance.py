@@ -113,7 +113,7 @@ async def _setup(s: SlurmStack) -> Jobs:
         await s.submit(user, {"command": "sleep 1", "num_gpus": 1, "tiers": RTX4090})
         for user in ("osl-erin", "bcg-alice")
     ]
-    await asyncio.sleep(1.5)  # over a cycle: they wait behind the reservation (D5)
+    await s.watcher.ranked(waiting)  # a cycle decided on them: behind the reservation (D5)
     assert all(s.state.jobs[j].state == "GLOBAL_QUEUE_WAIT" for j in waiting)
     return Jobs(running[0], running[1], queued, *waiting)
 
