@@ -33,6 +33,7 @@ from jpu.events import (
 )
 from jpu.testing.api import bearer
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.stack import backfill_rounds
 
 RTX4090 = ["rtx4090"]
 
@@ -187,7 +188,8 @@ async def _recovery_then_active(s: SlurmStack, jobs: Jobs, kept: str) -> None:
     reclaimed = {e.backfill_id for e in await s.events(BackfillEnded) if e.reason == "reclaimed"}
     assert kept in reclaimed
     await _submit_refused(s)  # Q3 in every maintenance state
-    await asyncio.sleep(2 * s.config.backfill_settle_s + 1)  # idle GPUs, settled: still nothing
+    # idle GPUs, settled, and later rounds ran: still nothing (a positive signal, not a pause)
+    await backfill_rounds(s.backfill_stats, s.watcher, after_s=s.config.backfill_settle_s)
     await _no_backfill_or_dispatch_since_recovery(s, jobs)
     assert active_slurm_jobs(s.cluster, "llm") == {}
 

@@ -42,6 +42,17 @@ NODE, TIER = "gpu-4090x2-01", "rtx4090"
 ONE_NODE = f"[{{name: {NODE}, gpus: {{{TIER}: 2}}}}]"
 
 
+async def backfill_rounds(
+    stats: BackfillStats, watcher: Watcher, n: int = 2, after_s: float = 0.0
+) -> None:
+    """Until the backfill service has begun `n` more rounds (so one whole round ran on the log as
+    it is now), after letting `after_s` pass first: a settle period, the earliest a new start
+    could be planned. What proves "nothing more started", not a pause."""
+    await asyncio.sleep(after_s)
+    target = stats.rounds + n
+    await watcher.until(lambda _: stats.rounds >= target, timeout=30.0)
+
+
 @dataclass
 class Stack:
     config: Config
@@ -66,12 +77,7 @@ class Stack:
         return str(r.json()["id"])
 
     async def backfill_rounds(self, n: int = 2, after_s: float = 0.0) -> None:
-        """Until the backfill service has begun `n` more rounds (so one whole round ran on the
-        log as it is now), after letting `after_s` pass first: a settle period, the earliest a
-        new start could be planned. What proves "nothing more started", not a pause."""
-        await asyncio.sleep(after_s)
-        target = self.backfill_stats.rounds + n
-        await self.until(lambda _: self.backfill_stats.rounds >= target)
+        await backfill_rounds(self.backfill_stats, self.watcher, n, after_s)
 
     async def maintenance(self, action: str, message: str = "") -> httpx.Response:
         body = {"action": action, "message": message}
