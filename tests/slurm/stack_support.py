@@ -38,6 +38,7 @@ from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.slurm_fixtures import SlurmCluster
 from jpu_services.backfill.service import BackfillOptions, BackfillStats
+from jpu_services.dispatcher.service import DispatcherStats
 from jpu_services.slurm_agent.options import AgentOptions
 
 NODES = (
@@ -67,7 +68,11 @@ def stack_config(nats_url: str, pg_dsn: str, data_dir: Path) -> Config:
 
 
 def stack_workers(
-    config: Config, cluster: SlurmCluster, out: Path, stats: BackfillStats
+    config: Config,
+    cluster: SlurmCluster,
+    out: Path,
+    stats: BackfillStats,
+    dispatcher_stats: DispatcherStats,
 ) -> Callable[[Edges], Any]:
     options = AgentOptions(
         cancel_grace_s=2.0, poll_min_s=0.05, poll_max_s=0.3, inventory_every_s=5.0,
@@ -81,7 +86,9 @@ def stack_workers(
         env = {"JPU_SLURM_CONF": cluster.conf}
         agent_backend, bf_backend = make_backend(config, env), make_backend(config, env)
         assert isinstance(agent_backend, SlurmBackend) and isinstance(bf_backend, SlurmBackend)
-        return service_workers(edges, config, agent_backend, bf_backend, options, bf_options, stats)
+        return service_workers(
+            edges, config, agent_backend, bf_backend, options, bf_options, stats, dispatcher_stats
+        )
 
     return workers
 
@@ -128,6 +135,7 @@ class SlurmStack:
     watcher: Watcher  # the log as a fold, what the test observes
     bus: EventBus  # the test's own connection
     backfill_stats: BackfillStats
+    dispatcher_stats: DispatcherStats
 
     @property
     def state(self) -> ClusterState:
@@ -176,12 +184,12 @@ async def slurm_stack(
     """The whole stack in-process with a gateway client; everything torn down after."""
     data_dir = root_dir("jpu-slurm-stack-")
     config = stack_config(nats_url, pg_dsn, data_dir)
-    stats = BackfillStats()
-    workers = stack_workers(config, cluster, data_dir / "outputs", stats)
+    stats, dispatcher_stats = BackfillStats(), DispatcherStats()
+    workers = stack_workers(config, cluster, data_dir / "outputs", stats, dispatcher_stats)
     try:
         async with inprocess_stack(
             config, pool, workers, lambda: leave_nothing(config, cluster)
         ) as (c, w, bus):
-            yield SlurmStack(config, cluster, data_dir, c, w, bus, stats)
+            yield SlurmStack(config, cluster, data_dir, c, w, bus, stats, dispatcher_stats)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
