@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,6 +29,30 @@ from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
 TERMINAL = states.in_order(states.TERMINAL)
 ACTIVE = states.in_order(states.PENDING | states.PLACED)
 T = TypeVar("T")
+
+# SPEC R3's worked example on a running stack (scaled to seconds): test_e2e_demotion.py and the
+# console's "why it waited" page (test_e2e_console_why.py) run it.
+R3_STACK_ENV = {"JPU_CYCLE_S": "5"}  # the demotion must follow the charge at once (D8)
+BCG_START, KDG_START = 240.0, 280.0
+R3_STACK_CONFIG = {
+    "nodes": [
+        {"name": "gpu-4090x2-01", "gpus": {"rtx4090": 2}},
+        {"name": "gpu-4090x1-01", "gpus": {"rtx4090": 1}},
+    ],
+    "labs": [{"name": "BCG", "usage": BCG_START}, {"name": "KDG", "usage": KDG_START}],
+}
+
+
+def chromium_or_skip() -> str:
+    """The browser tests' documented skip: no Chromium on PATH (`scripts/install-browser`
+    installs it). With JPU_TEST_BROWSER_REQUIRED=1 (CI) a missing browser is a failure."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is not None:
+        return chromium
+    why = "no chromium on PATH (run scripts/install-browser)"
+    if os.environ.get("JPU_TEST_BROWSER_REQUIRED") == "1":
+        pytest.fail(f"JPU_TEST_BROWSER_REQUIRED=1 but {why}", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
 
 
 def wait_until(fn: Callable[[], T | None], timeout: float, what: Callable[[], str] | str) -> T:

@@ -16,32 +16,15 @@ import asyncio
 import json
 import os
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_asyncio
-from e2e_support import Stack, wait_until
+from e2e_support import Stack, chromium_or_skip, wait_until
+from playwright.async_api import Page, async_playwright, expect
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-
-def _browser_missing() -> str | None:
-    try:
-        import playwright.async_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed (pip install -e .[dev])"
-    return None if CHROMIUM else "no chromium on PATH (run scripts/install-browser)"
-
-
-if (_why := _browser_missing()) is not None:
-    if os.environ.get("JPU_TEST_BROWSER_REQUIRED") == "1":
-        raise RuntimeError(f"JPU_TEST_BROWSER_REQUIRED=1 but {_why}")
-    pytest.skip(_why, allow_module_level=True)
-
-from playwright.async_api import Page, async_playwright, expect  # noqa: E402
+CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import
 
 
 @pytest_asyncio.fixture(scope="module")

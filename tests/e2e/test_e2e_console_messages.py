@@ -10,22 +10,13 @@ Skipped with the reason where Chromium or Playwright is missing (test_e2e_consol
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
-from e2e_support import Stack
+from e2e_support import Stack, chromium_or_skip
+from playwright.async_api import Page, async_playwright, expect
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-try:
-    from playwright.async_api import Page, async_playwright, expect
-except ImportError:  # pragma: no cover - the dev extra installs it
-    pytest.skip("playwright is not installed (pip install -e .[dev])", allow_module_level=True)
-if CHROMIUM is None:
-    if os.environ.get("JPU_TEST_BROWSER_REQUIRED") == "1":
-        raise RuntimeError("JPU_TEST_BROWSER_REQUIRED=1 but no chromium on PATH")
-    pytest.skip("no chromium on PATH (run scripts/install-browser)", allow_module_level=True)
+CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -6,28 +6,22 @@ English and Korean. The example as tests/e2e/test_e2e_demotion.py drives it (sca
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import AsyncIterator
 
-import pytest
 import pytest_asyncio
-from e2e_support import Stack, wait_until
-from test_e2e_demotion import BCG_START, KDG_START, STACK_CONFIG, STACK_ENV  # noqa: F401
+from e2e_support import (
+    KDG_START,
+    R3_STACK_CONFIG,
+    R3_STACK_ENV,
+    Stack,
+    chromium_or_skip,
+    wait_until,
+)
+from playwright.async_api import Page, async_playwright, expect
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-try:
-    import playwright.async_api  # noqa: F401
-
-    _missing = None if CHROMIUM else "no chromium on PATH (run scripts/install-browser)"
-except ImportError:
-    _missing = "playwright is not installed (pip install -e .[dev])"
-if _missing is not None:
-    if os.environ.get("JPU_TEST_BROWSER_REQUIRED") == "1":
-        raise RuntimeError(f"JPU_TEST_BROWSER_REQUIRED=1 but {_missing}")
-    pytest.skip(_missing, allow_module_level=True)
-
-from playwright.async_api import Page, async_playwright, expect  # noqa: E402
+STACK_ENV, STACK_CONFIG = R3_STACK_ENV, R3_STACK_CONFIG  # read by conftest's `stack`
+CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import
 
 
 @pytest_asyncio.fixture

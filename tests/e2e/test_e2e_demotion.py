@@ -11,18 +11,20 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_support import Stack, by_type, lab_charges, one, wait_until
+from e2e_support import (
+    BCG_START,
+    KDG_START,
+    R3_STACK_CONFIG,
+    R3_STACK_ENV,
+    Stack,
+    by_type,
+    lab_charges,
+    one,
+    wait_until,
+)
 
-STACK_ENV = {"JPU_CYCLE_S": "5"}  # the demotion must follow the charge at once (D8)
+STACK_ENV, STACK_CONFIG = R3_STACK_ENV, R3_STACK_CONFIG  # read by conftest's `stack`
 RTX4090_TFLOPS = 82.6
-BCG_START, KDG_START = 240.0, 280.0
-STACK_CONFIG = {
-    "nodes": [
-        {"name": "gpu-4090x2-01", "gpus": {"rtx4090": 2}},
-        {"name": "gpu-4090x1-01", "gpus": {"rtx4090": 1}},
-    ],
-    "labs": [{"name": "BCG", "usage": BCG_START}, {"name": "KDG", "usage": KDG_START}],
-}
 
 
 async def test_R3_demotion_end_to_end(stack: Stack) -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from e2e_support import ACTIVE, TERMINAL, Stack, by_type, one, wait_until
+
+from jpu.testing.api import assert_error
 
 STACK_ENV = {"JPU_CYCLE_S": "5"}
 RTX4090_TFLOPS = 82.6
@@ -26,15 +27,6 @@ if [ "$JOB_ATTEMPT" = 1 ]; then
 fi
 echo "trained on attempt $JOB_ATTEMPT"
 """
-
-
-def assert_error(r: httpx.Response, status: int, code: str) -> dict:
-    """SPEC §8: errors are `{"error": {"code", "message", "details"}}`."""
-    assert r.status_code == status, f"{r.status_code} {r.text}"
-    body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}, body
-    assert body["error"]["code"] == code, body
-    return dict(body["error"])
 
 
 def job_count(stack: Stack, user: str) -> int:
@@ -202,7 +194,11 @@ def test_Q5_fourth_job_waits_in_personal_queue_and_is_promoted_when_one_ends(
     )
     assert fourth["queue_entered_at"] is None
     assert dave.get("/v1/me")["slots_in_use"] == 3, dave.get("/v1/me")
-    time.sleep(1.0)  # meanwhile, triggered cycles ran for the other jobs: the limit holds
+    # intake promotes another user's later job: it has processed dave's jobs and held the
+    # fourth back (a positive signal, not a pause): the limit holds
+    erin = stack.api("osl-erin")
+    later = erin.submit("true", name="q5-later")["id"]
+    erin.wait(later, lambda j: j["state"] != "PERSONAL_QUEUE_WAIT", what="erin's job promoted")
     assert dave.job(jobs[3])["state"] == "PERSONAL_QUEUE_WAIT"
 
     stack.release("q5-0")

@@ -6,7 +6,6 @@ Its own stack (fresh usage, default cluster: 2 × 2 rtx4090 + 2 × 2 rtx3080ti).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from e2e_support import TERMINAL, Api, Stack, by_type, one, wait_until
@@ -84,7 +83,8 @@ def test_R1_two_gpu_job_reserves_then_runs_while_other_labs_single_jobs_arrive(
 
     # 4. Other labs keep submitting 1-GPU jobs; they rank below X and must not take GPU 0.
     late = [submit(frank, stack.hold("late"), name=f"late-{i}") for i in range(3)]
-    time.sleep(1.2)  # more than two dispatch cycles
+    # every late job ranked: a dispatch cycle has decided on them (a positive signal, not a pause)
+    wait_until(lambda: all(frank.job(j)["rank"] for j in late), 10, "the late jobs ranked")
     for j in late:
         job = frank.job(j)
         assert job["state"] == "GLOBAL_QUEUE_WAIT" and job["rank"] > 1, job

@@ -162,6 +162,19 @@ def _sources(rng: random.Random, n: int) -> tuple[list[JobSubmitted], list]:
     return submits, ends
 
 
+async def settled(bus: EventBus, chargers: list[Charger], timeout: float = 30.0) -> None:
+    """Proof that nothing more will be charged (not a pause): every replica has folded the log up
+    to its last event and owes nothing, and the log did not grow meanwhile."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        last = await bus.last_seq()
+        folded = all(c.state.seq >= last and not c.pending for c in chargers)
+        if folded and await bus.last_seq() == last:
+            return
+        assert asyncio.get_running_loop().time() < deadline, [c.state.seq for c in chargers]
+        await asyncio.sleep(0.05)
+
+
 def _amount(e) -> float:
     return e.usage if isinstance(e, JobEnded) else e.gpu_seconds * e.tflops
 
@@ -173,9 +186,10 @@ async def test_F5_O5_replicas_and_restart_mid_stream_never_double_charge(bus: Ev
     clock, rng = FakeClock(0.0), random.Random(5)
     submits, ends = _sources(rng, 60)
     await bus.append_many(submits)
-    out: list[Charger] = []
+    out: list[Charger] = []  # the replicas that live to the end
+    killed: list[Charger] = []
     async with Watcher(bus, config) as w:
-        a1 = service(run_accounting, bus, config, clock, pool=pool, charger_out=out)
+        a1 = service(run_accounting, bus, config, clock, pool=pool, charger_out=killed)
         a2 = service(run_accounting, bus, config, clock, charger_out=out)
         async with a2:
             async with a1 as t1:
@@ -189,7 +203,10 @@ async def test_F5_O5_replicas_and_restart_mid_stream_never_double_charge(bus: Ev
             async with service(run_accounting, bus, config, clock, pool=pool, charger_out=out):
                 want = len(ends) + 1  # + the initial usage of A
                 await w.until(lambda s: len(s.charged_ids) >= want, timeout=30)
-                await asyncio.sleep(0.5)  # anything extra would show up now
+                await settled(bus, out)  # both live replicas are past every source: no more
+                await w.synced()  # and the read model has the last charge while its replica runs
+                seq = max(w.state.lab_seq.values())
+                await wait_applied(pool, "lab_usage", seq, timeout=10)
     log = await charges(bus)
     ids = Counter(c.event_id for c in log)
     assert len(log) == len(ends) + 1 and max(ids.values()) == 1
@@ -205,8 +222,6 @@ async def test_F5_O5_replicas_and_restart_mid_stream_never_double_charge(bus: Ev
         assert abs(c.value_after - expect.value) <= 1e-9 * max(1.0, expect.value)
         last[c.lab] = LabUsage(c.value_after, c.as_of)
     # replicas did compete (conflicts / duplicates refused), yet nothing was charged twice
-    assert sum(c.appended for c in out) >= len(log)
-    seq = max(w.state.lab_seq.values())
-    await wait_applied(pool, "lab_usage", seq, timeout=10)
+    assert sum(c.appended for c in [*killed, *out]) >= len(log)
     rows = {r["lab"]: r["value"] for r in await pool.fetch("SELECT lab, value FROM lab_usage")}
     assert rows == {lab: u.value for lab, u in last.items()}

@@ -213,11 +213,21 @@ async def test_F5_O5_charge_published_as_nats_dies_lands_once_and_accounting_sta
             return len(await _charges(bus)) >= 2
 
         await _until(two, 60, "the next charge")
-        await asyncio.sleep(1.0)  # a duplicate of either would be appended by now
+        # accounting charges in log order: once a later job's charge is in, a duplicate of
+        # either earlier charge would be too (a positive signal, not a pause)
+        third = _job("job-outage-3", 3000.0)
+        for e in third:
+            await bus.append(e)
+
+        async def three() -> bool:
+            return len(await _charges(bus)) >= 3
+
+        await _until(three, 60, "the charge of a later job")
         charges = await _charges(bus)  # each exactly once (F5)
         assert [c.event_id for c in charges] == [
             f"chg-{first[1].event_id}",
             f"chg-{second[1].event_id}",
+            f"chg-{third[1].event_id}",
         ]
         assert charges[0].amount == 60 * 82.6
         assert charges[1].value_after > charges[0].value_after  # built on the first (F3)

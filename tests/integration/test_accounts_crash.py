@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="creates Unix accounts: needs root")
+pytestmark = pytest.mark.usefixtures("as_root")  # creates Unix accounts
 
 KILLER = """#!/bin/bash
 kill -KILL -- -"$JPU_TEST_AGENT_PGID" 2>/dev/null   # the supervisor: the agent's whole group

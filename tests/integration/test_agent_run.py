@@ -215,13 +215,29 @@ async def test_O5_backend_job_unknown_to_the_log_is_cancelled(world: World) -> N
     assert status.state == "CANCELLED"
 
 
+async def folded_by(bus: EventBus, durables: list[str], job: str, timeout: float = 15.0) -> None:
+    """Until every agent's durable consumer has acknowledged the job's last event and none came
+    after: each agent's fold has the job's start and end, so none records them again (a positive
+    signal, not a pause)."""
+    subject = f"{bus.prefix}.job.{job}"
+    deadline = time.monotonic() + timeout
+    while True:
+        last = await bus.last_subject_seq(subject)
+        floors = [(await bus.js.consumer_info(bus.stream, d)).ack_floor for d in durables]
+        done = all(f is not None and (f.stream_seq or 0) >= last for f in floors)
+        if done and await bus.last_subject_seq(subject) == last:
+            return
+        assert time.monotonic() < deadline, (last, floors)
+        await asyncio.sleep(0.05)
+
+
 async def test_E2_two_agents_record_one_start_and_one_end(world: World) -> None:
     job = "jtwo"
     await world.append(*submitted(job, "sleep 1"), dispatched(job, [0]))
     world.start_agent(durable="agent-a")
     world.start_agent(durable="agent-b")
-    events = await wait_events(world.bus, job, ended)
-    await asyncio.sleep(1.5)  # give a duplicate every chance to appear
+    await wait_events(world.bus, job, ended)
+    await folded_by(world.bus, ["agent-a", "agent-b"], job)
     events = await world.bus.job_events(job)
     assert len(of(events, JobStarted)) == 1
     assert len(of(events, JobEnded)) == 1

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from test_api_support import Api, api_fixture, assert_error, bearer  # noqa: F401
+
+from jpu.testing.api import Api, assert_error, bearer
 
 PROTECTED = [
     ("GET", "/v1/jobs"),
@@ -23,7 +24,7 @@ PROTECTED = [
 
 @pytest.mark.parametrize(("method", "path"), PROTECTED)
 async def test_A_401_without_token(api: Api, method: str, path: str) -> None:
-    for headers in ({}, bearer("not-a-token"), {"Authorization": "Token demo-bcg-alice"}):
+    for headers in ({}, bearer(token="not-a-token"), {"Authorization": "Token demo-bcg-alice"}):
         r = await api.client.request(method, path, headers=headers, json={})
         err = assert_error(r, 401, "UNAUTHENTICATED")
         assert "token" in err["message"]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_api_support import Api, api_fixture, bearer  # noqa: F401
-
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -15,6 +13,7 @@ from jpu.events import (
     ReservationStarted,
 )
 from jpu.store.projection import wait_applied
+from jpu.testing.api import Api, bearer
 
 NODE, TIER = "gpu-4090x2-01", "rtx4090"
 

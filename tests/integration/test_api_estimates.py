@@ -9,7 +9,6 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import msgspec
-from test_api_support import Api, api_fixture, bearer  # noqa: F401
 
 from jpu import commands
 from jpu.bus.views import ViewStore
@@ -18,6 +17,7 @@ from jpu.domain.cluster import ClusterState, evolve
 from jpu.estimate import estimate
 from jpu.events import JobEnded, JobPromoted, JobSubmitted
 from jpu.store.projection import wait_applied
+from jpu.testing.api import Api, bearer
 from jpu.testing.fold import Watcher
 from jpu_services.dispatcher.service import run_dispatcher
 

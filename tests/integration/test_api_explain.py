@@ -20,8 +20,6 @@ from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
-from test_api_support import Api, api_fixture, assert_error, bearer  # noqa: F401
-from test_cli_gateway import jpu, ok, server  # noqa: F401
 
 from jpu import auth
 from jpu.bus import history
@@ -33,6 +31,8 @@ from jpu.events import UsageCharged
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
 from jpu.store.projection import wait_applied
+from jpu.testing.api import Api, assert_error, bearer
+from jpu.testing.cli import jpu, ok
 from jpu.testing.fold import Watcher, end_job, start_job, submit_global
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import run_dispatcher
@@ -88,7 +88,7 @@ async def r3_live(api: Api) -> Example:
         x_submit_seq = await submit_global(bus, clock, x, "BCG", "bcg-alice", 2, tiers=g) - 1
         await w.until(lambda s: s.jobs[x].state == "RESERVING")  # T+0: rank 1 reserves 1 of 2
         await submit_global(bus, clock, k, "KDG", "kdg-carol", 2, tiers=g)
-        await asyncio.sleep(0.3)
+        await w.ranked([k])  # a cycle decided on K (a positive signal, not a pause)
         assert w.state.jobs[k].state == "GLOBAL_QUEUE_WAIT"
         reserving_at = clock.now()
         clock.advance(300)  # T+5min: Y ends, its 8,000 TFLOP-s bring BCG to 32,000 > 28,000
@@ -218,7 +218,7 @@ async def test_F5_explain_usage_sums_to_the_labs_usage_and_the_statement(api: Ap
 
 async def test_F5_lab_members_see_their_own_labs_charges_admins_every_labs(
     api: Api,
-    server: str,  # noqa: F811 (the fixture imported above)
+    server: str,
 ) -> None:
     """A lab member could not see why the lab was charged (admin-only, or database access):
     `GET /v1/labs/{lab}/usage/explain` is for the lab's users and lab_admins and for admins,
@@ -325,7 +325,7 @@ async def test_D1_D7_queue_at_a_past_moment_for_admins_only(api: Api) -> None:
 
 async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
     api: Api,
-    server: str,  # noqa: F811 (the fixture imported above)
+    server: str,
 ) -> None:
     """The CLIs as people run them (real processes): `jpu why` over HTTP names Y's end and its
     charge as what demoted X; `jpu-admin explain-usage` reads the log from NATS and sums to the
@@ -432,7 +432,7 @@ async def test_A_openapi_describes_the_explanations(api: Api) -> None:
 
 async def test_why_promoted_at_once_and_an_oom_retry_waits_for_MinVram_D7_S1_X8(
     api: Api,
-    server: str,  # noqa: F811 (the fixture imported above)
+    server: str,
 ) -> None:
     """Live, with the real dispatcher: OSL fills every rtx4090; M (BCG, alice, no slot in use)
     is promoted at once and runs out of memory on a 12 GB rtx3080ti; its retry (min_vram_gb 13,

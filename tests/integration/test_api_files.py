@@ -10,10 +10,10 @@ from typing import Any
 
 import asyncpg
 import httpx
-from test_api_logs import add_lab_admins, assert_error, ended, logs_stack, wait_job
-from test_backfill_support import Stack, bearer
 
-NUMBERS = "".join(f"{i}\n" for i in range(1, 20001)).encode()  # 108,894 bytes: several chunks
+from jpu.testing.api import add_lab_admins, assert_error, bearer
+from jpu.testing.stack import NUMBERS, Stack, ended, logs_stack, wait_job
+
 WRITER = """mkdir -p "$JOB_OUTPUT_DIR/results/deep"
 seq 1 20000 > "$JOB_OUTPUT_DIR/results/numbers.txt"
 printf 'a\\377\\000b' > "$JOB_OUTPUT_DIR/results/bin.dat"

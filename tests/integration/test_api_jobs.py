@@ -7,7 +7,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from test_api_support import Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
 
 from jpu.events import (
     JobDispatched,
@@ -17,6 +16,7 @@ from jpu.events import (
     JobSubmitted,
     ReservationStarted,
 )
+from jpu.testing.api import Api, assert_error, bearer, job_body
 from jpu_services.gateway.ratelimit import RateLimiter
 from jpu_services.gateway.routes import jobs as jobs_routes
 
@@ -80,7 +80,6 @@ async def _queued_job(
     ],
 )
 async def test_Q1_submit_validation_names_the_field(api: Api, body: dict, field: str) -> None:
-    api.require_intake()
     err = assert_error(await api.submit("alice", body), 422, "VALIDATION_ERROR")
     assert field in str(err["details"]) or field in err["message"], err
     assert (await api.pool.fetchval("SELECT count(*) FROM jobs")) == 0  # nothing queued
@@ -104,13 +103,11 @@ async def test_A_submit_body_shape_is_checked_by_the_gateway(api: Api) -> None:
 
 
 async def test_Q2_no_fit_placement_for_4_gpus(api: Api) -> None:
-    api.require_intake()
     assert_error(await api.submit("alice", job_body(num_gpus=4)), 422, "NO_FIT_PLACEMENT")
     assert (await api.pool.fetchval("SELECT count(*) FROM jobs")) == 0
 
 
 async def test_Q4_submit_returns_the_job_read_your_writes(api: Api) -> None:
-    api.require_intake()
     r = await api.submit("alice", job_body(num_gpus=2, tiers=["rtx4090"]))
     assert r.status_code == 201, r.text
     job = r.json()
@@ -128,7 +125,6 @@ async def test_Q4_submit_returns_the_job_read_your_writes(api: Api) -> None:
 
 
 async def test_Q6_idempotent_replay_200_and_conflict_409(api: Api) -> None:
-    api.require_intake()
     first = await api.submit("alice", job_body(), key="k-1")
     assert first.status_code == 201, first.text
     again = await api.submit("alice", job_body(), key="k-1")
@@ -185,7 +181,6 @@ async def test_A_403_cancelling_or_reading_another_labs_job(api: Api) -> None:
 
 
 async def test_A_cancel_202_idempotent_then_409_already_terminal(api: Api) -> None:
-    api.require_intake()
     job_id = await _queued_job(api, "bcg-alice", "BCG")
     r = await api.client.post(f"/v1/jobs/{job_id}/cancel", headers=bearer("alice"))
     assert r.status_code == 202, r.text

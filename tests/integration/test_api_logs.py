@@ -6,80 +6,23 @@ users' own accounts, writing JOB_OUTPUT_DIR/stdout and stderr)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import pwd
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-from test_backfill_support import Stack, bearer, start_stack
 
-from jpu import auth
+from jpu.testing.api import add_lab_admins, assert_error, bearer
+from jpu.testing.stack import OOM_ON_ATTEMPT_1, Stack, ended, logs_stack, wait_job
 from jpu.testing.stack_process import world_searchable_tmpdir
-
-# Two tiers where the smaller one is tried first (T1: sort_order DESC), so an OOM on it is
-# retried on the bigger one (X8) without having to keep the bigger one busy.
-TIERS = (
-    "[{name: small, model: S, vram_gb: 12, tflops: 10, sort_order: 20, max_gpus: 2, "
-    "partition: small}, {name: big, model: B, vram_gb: 24, tflops: 20, sort_order: 10, "
-    "max_gpus: 2, partition: big}]"
-)
-NODES = "[{name: n-small, gpus: {small: 2}}, {name: n-big, gpus: {big: 2}}]"
-OOM_ON_ATTEMPT_1 = """echo "attempt $JOB_ATTEMPT out"
-echo "attempt $JOB_ATTEMPT err" >&2
-if [ "$JOB_ATTEMPT" = 1 ]; then
-  echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2
-  exit 1
-fi
-"""
-
-
-@contextlib.asynccontextmanager
-async def logs_stack(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[Stack]:
-    async with start_stack(
-        nats_url, pool, pg_dsn, http=True, tiers=TIERS, nodes=NODES, backfill_enabled="false"
-    ) as s:
-        yield s
-
-
-async def wait_job(s: Stack, user: str, job_id: str, done: Any, timeout: float = 30) -> dict:
-    """GET /v1/jobs/{id} until `done(job)`."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        job = (await s.client.get(f"/v1/jobs/{job_id}", headers=bearer(user))).json()
-        if done(job):
-            return dict(job)
-        assert asyncio.get_running_loop().time() < deadline, job
-        await asyncio.sleep(0.1)
-
-
-async def add_lab_admins(pool: asyncpg.Pool) -> None:
-    """bcg-lead and kdg-lead: a lab_admin of BCG and one of KDG, with `demo-<name>` tokens."""
-    for name, lab in (("bcg-lead", "BCG"), ("kdg-lead", "KDG")):
-        await auth.add_user(pool, name, lab, "lab_admin")
-        await auth.install_token(pool, name, f"demo-{name}")
-
-
-def ended(job: dict) -> bool:
-    return bool(job["terminal"])
 
 
 async def logs(s: Stack, user: str, job_id: str, **params: Any) -> httpx.Response:
     return await s.client.get(f"/v1/jobs/{job_id}/logs", params=params, headers=bearer(user))
-
-
-def assert_error(r: httpx.Response, status: int, code: str) -> dict:
-    """SPEC §8: `{"error": {"code", "message", "details"}}`."""
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
-    assert body["error"]["code"] == code and body["error"]["message"], body
-    return dict(body["error"])
 
 
 async def test_U5_logs_of_attempt_1_stdout_stderr_and_byte_ranges(

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from test_api_support import Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
-
 from jpu.events import JobPromoted, JobSubmitted
+from jpu.testing.api import Api, assert_error, bearer, job_body
 
 
 async def _maintenance(api: Api, who: str, action: str, message: str = ""):
@@ -39,7 +38,6 @@ async def test_M1_M4_admin_starts_and_ends_maintenance(api: Api) -> None:
 
 
 async def test_Q3_submit_during_maintenance_is_503(api: Api) -> None:
-    api.require_intake()
     assert (await _maintenance(api, "admin", "start")).status_code == 200
     assert_error(await api.submit("alice", job_body()), 503, "SERVICE_MAINTENANCE")
     assert (await api.pool.fetchval("SELECT count(*) FROM jobs")) == 0
@@ -48,7 +46,6 @@ async def test_Q3_submit_during_maintenance_is_503(api: Api) -> None:
 
 
 async def test_M1_cancel_is_allowed_while_draining(api: Api) -> None:
-    api.require_intake()
     await api.append(
         JobSubmitted(
             **api.kw(),

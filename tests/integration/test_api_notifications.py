@@ -5,10 +5,10 @@ recorded on its JobSubmitted, a user's defaults are an event on the log, and eve
 from __future__ import annotations
 
 import pytest
-from test_api_support import Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
 
 from jpu.events import JobSubmitted, NodeInventoryObserved, NotificationSettingsChanged
 from jpu.store.projection import wait_applied
+from jpu.testing.api import Api, assert_error, bearer, job_body
 
 
 async def _log(api: Api) -> list[object]:

@@ -22,7 +22,6 @@ from pathlib import Path
 import httpx
 import pytest
 import pytest_asyncio
-from test_api_support import TOKENS, assert_error
 
 from jpu.admin import seed_demo
 from jpu.bus import EventBus
@@ -30,6 +29,7 @@ from jpu.embedded.base import free_port
 from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.events import NodeInventoryObserved, new_event_id
 from jpu.store import create_pool, migrate
+from jpu.testing.api import TOKENS, assert_error
 from jpu.testing.nats_fixtures import unique_names
 
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}

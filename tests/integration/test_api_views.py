@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from test_api_support import DEFAULT_NODES, Api, api_fixture, assert_error, bearer  # noqa: F401
 
 from jpu.events import (
     BackfillStarted,
@@ -15,6 +14,7 @@ from jpu.events import (
     UsageCharged,
 )
 from jpu.store.projection import wait_applied
+from jpu.testing.api import DEFAULT_NODES, Api, assert_error, bearer
 
 HOUR = 3600.0
 HALF_LIFE = 7 * 24 * HOUR

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from test_backfill_support import NODE, TIER, _config
-
 from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
@@ -34,6 +32,7 @@ from jpu.events import (
     JobPromoted,
     JobSubmitted,
 )
+from jpu.testing.stack import NODE, TIER, _config
 from jpu_services.backfill.service import BackfillOptions, BackfillService
 
 JOB = "race-job"
@@ -88,6 +87,16 @@ class Race:
     backend: RacingBackend
     service: BackfillService
     task: asyncio.Task[None]
+
+    async def rounds(self, n: int = 2) -> None:
+        """Until the service has begun `n` more rounds (one whole round on the log as it is now):
+        what proves "nothing more started", not a pause."""
+        target = self.service.stats.rounds + n
+
+        async def done() -> bool:
+            return self.service.stats.rounds >= target
+
+        await self.until(done)
 
     async def events(self, *types: type[Event]) -> list[Any]:
         return [d.event async for d in self.bus.replay() if isinstance(d.event, types)]
@@ -156,7 +165,7 @@ async def test_B2_dispatch_folded_during_a_launch_wins_the_gpu(nats_url: str, pg
         assert not r.service.state.backfill
         held = {(NODE, TIER, 0): f"job:{JOB}", (NODE, TIER, 1): f"job:{JOB}"}
         assert r.service.state.holders == held
-        await asyncio.sleep(0.5)  # several rounds: nothing more starts, the service lives
+        await r.rounds()  # later rounds: nothing more starts, the service lives
         assert not r.task.done() and not await r.events(BackfillStarted)
         assert len(r.backend.launched) == 1
 
@@ -179,6 +188,6 @@ async def test_B2_backfill_started_after_the_dispatch_in_log_order_is_preempted_
         assert end.backfill_id == start.backfill_id and end.reason == "preempted"
         status = await r.backend.poll_backfill(start.backend_job_id)
         assert status.terminal  # the instance is gone, not only recorded as gone
-        await asyncio.sleep(0.5)
+        await r.rounds()
         assert not r.task.done() and not r.service.state.backfill
         assert len(await r.events(BackfillStarted)) == 1  # no start on the other held GPU

@@ -78,7 +78,10 @@ async def test_M2_no_launch_once_recovery_began_mid_round_and_the_launched_one_i
         while not [e async for e in bus.replay() if isinstance(e.event, BackfillEnded)]:
             assert time.monotonic() < deadline, "the launched instance was never reclaimed"
             await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)  # later rounds: still nothing new
+        target = service.stats.rounds + 2  # later rounds (one whole): still nothing new
+        while service.stats.rounds < target:
+            assert time.monotonic() < deadline, "the service ran no later round"
+            await asyncio.sleep(0.05)
         events = [d.event async for d in bus.replay()]
         starts = [e for e in events if isinstance(e, BackfillStarted)]
         ends = [e for e in events if isinstance(e, BackfillEnded)]

@@ -8,11 +8,20 @@ from collections import Counter
 from pathlib import Path
 
 import asyncpg
-from test_backfill_support import NODE, TIER, another_backfill, start_stack
 
 from jpu.backends.backfill import BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.events import BackfillEnded, BackfillStarted
+from jpu.testing.stack import NODE, TIER, Stack, another_backfill, start_stack
+from jpu_services.backfill.options import BackfillStats
+
+
+async def both_rounds(s: Stack, other: BackfillStats, n: int = 2) -> None:
+    """Until both replicas have begun `n` more rounds: each ran one whole round on the log as
+    it is now (a positive signal, not a pause)."""
+    target = other.rounds + n
+    await s.backfill_rounds(n)
+    await s.until(lambda _: other.rounds >= target)
 
 
 def stub_processes(data_dir: Path) -> set[int]:
@@ -42,7 +51,7 @@ async def test_O5_second_replica_readopts_cancels_orphans_and_never_doubles(
         )
         orphan = (await crashed.submit_backfill(spec)).backend_job_id
         await crashed.close()
-        async with another_backfill(s):  # the restarted service, next to the live one
+        async with another_backfill(s) as other:  # the restarted service, next to the live one
             probe = LocalBackend(LocalSettings(data_dir=s.data_dir, nodes=list(s.config.nodes)))
             for _ in range(100):
                 if orphan not in await probe.running_backfill():
@@ -51,7 +60,7 @@ async def test_O5_second_replica_readopts_cancels_orphans_and_never_doubles(
             assert orphan not in await probe.running_backfill()  # the orphan is cancelled
             assert len(await probe.running_backfill()) == 2  # the recorded ones re-adopted
             await probe.close()
-            await asyncio.sleep(1.5)  # both replicas decide on the same log
+            await both_rounds(s, other)  # both replicas decided on the same log
             assert set(s.state.backfill.values()) == recorded
             # a dispatch preempts; the GPU frees; both replicas redeploy: still once each
             job = await s.submit("bcg-alice", "sleep 1")
@@ -59,7 +68,7 @@ async def test_O5_second_replica_readopts_cancels_orphans_and_never_doubles(
             await s.until(
                 lambda st: len(st.backfill) == 2 and set(st.backfill.values()) != recorded
             )
-            await asyncio.sleep(0.5)
+            await both_rounds(s, other)
             assert len(stub_processes(s.data_dir)) == 2  # one process per instance, no twins
         starts = Counter(e.backfill_id for e in await s.events(BackfillStarted))
         ends = Counter(e.backfill_id for e in await s.events(BackfillEnded))

@@ -10,7 +10,6 @@ import time
 
 import asyncpg
 import httpx
-from test_backfill_support import NODE, TIER, Stack, start_stack
 
 from jpu.events import (
     BackfillEnded,
@@ -22,6 +21,7 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
+from jpu.testing.stack import NODE, TIER, Stack, start_stack
 
 
 def running(s: Stack, job: str) -> bool:
@@ -61,7 +61,7 @@ async def test_B1_idle_gpu_gets_backfill_after_settle(
         (placement,) = r.json()["placements"]
         assert placement["idle"] == 2  # B4: backfilled GPUs are idle for dispatch
         assert len(starts) == 2 and s.backfill_stats.started == 2  # one instance per GPU
-        await asyncio.sleep(1.0)  # nothing more starts while they run
+        await s.backfill_rounds()  # nothing more starts while they run
         assert len(await s.events(BackfillStarted)) == 2
 
 
@@ -146,7 +146,7 @@ async def test_R2_reserved_gpu_keeps_backfill_but_no_new(
         (res,) = [e for e in await _until_events(s, ReservationStarted) if e.job_id == two]
         (gpu,) = res.gpus
         kept = before[gpu]
-        await asyncio.sleep(1.5)  # longer than the settle time
+        await s.backfill_rounds(after_s=s.config.backfill_settle_s)  # past the settle time
         assert s.gpu_state(gpu) == f"reserved:{two}" and s.state.backfill[(NODE, TIER, gpu)] == kept
         assert kept not in {e.backfill_id for e in await s.events(BackfillEnded)}  # R2: kept
         # the instance dies on its own: the reserved GPU gets no new one
@@ -155,7 +155,7 @@ async def test_R2_reserved_gpu_keeps_backfill_but_no_new(
         )
         os.killpg(record["pid"], signal.SIGKILL)
         await s.until(lambda st: (NODE, TIER, gpu) not in st.backfill, timeout=5)
-        await asyncio.sleep(2 * s.config.backfill_settle_s)
+        await s.backfill_rounds(after_s=s.config.backfill_settle_s)  # idle and settled
         assert s.gpu_state(gpu) == f"reserved:{two}"
         starts = [e for e in await s.events(BackfillStarted) if e.gpu == gpu]
         assert [e.backfill_id for e in starts] == [kept]  # nothing new on the reserved GPU

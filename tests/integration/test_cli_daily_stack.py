@@ -11,36 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shutil
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
-from test_api_logs import OOM_ON_ATTEMPT_1, ended, logs_stack, wait_job
-from test_backfill_support import Stack
 
+from jpu.testing.cli import jpu, ok
+from jpu.testing.stack import OOM_ON_ATTEMPT_1, Stack, ended, logs_stack, wait_job
 from jpu.testing.stack_process import world_searchable_tmpdir
-
-Run = tuple[int, str, str]
-
-
-async def jpu(url: str, who: str, *args: str, cwd: Path) -> Run:
-    """The CLI as a user runs it, from a project folder the job's account may enter (U5)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "jpu.cli.main", *args, cwd=cwd,
-        env={**os.environ, "JPU_URL": url, "JPU_TOKEN": f"demo-{who}"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return int(proc.returncode or 0), out.decode(), err.decode()
-
-
-def ok(run: Run) -> str:
-    rc, out, err = run
-    assert rc == 0, err
-    return out
 
 
 @contextlib.asynccontextmanager

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
-from test_api_support import Api, api_fixture  # noqa: F401
-from test_cli_gateway import failed, jpu, ok
 
+from jpu.testing.api import Api
+from jpu.testing.cli import failed, jpu, ok
 from jpu.testing.inprocess import serve_http
 
 
@@ -31,7 +31,6 @@ async def _count(api: Api) -> int:
 async def test_U5_sbatch_directives_are_honoured_and_flags_win(
     server: str, api: Api, tmp_path: Path
 ) -> None:
-    api.require_intake()
     script = tmp_path / "train.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --job-name=resnet\n#SBATCH --gres=gpu:rtx4090:2\n"
@@ -57,7 +56,6 @@ async def test_U5_sbatch_directives_are_honoured_and_flags_win(
 async def test_U5_directives_it_cannot_honour_are_refused_before_anything_is_submitted(
     server: str, api: Api, tmp_path: Path
 ) -> None:
-    api.require_intake()
     before = await _count(api)
     script = tmp_path / "sweep.sh"
     script.write_text("#!/bin/bash\n#SBATCH --array=0-9\n#SBATCH -N 2 --mem=64G\npython sweep.py\n")
@@ -70,7 +68,6 @@ async def test_U5_directives_it_cannot_honour_are_refused_before_anything_is_sub
 
 
 async def test_U1_refusals_say_the_limit_and_the_valid_values(server: str, api: Api) -> None:
-    api.require_intake()
     err = failed(await jpu(server, "alice", "submit", "--wrap", "x", "--gpus", "4"),
                  "NO_FIT_PLACEMENT")  # fmt: skip
     assert "the largest placement that can run it has 2 GPUs (rtx4090 on gpu-4090x2-01" in err
@@ -90,7 +87,7 @@ async def test_U1_refusals_say_the_limit_and_the_valid_values(server: str, api: 
 
 
 async def test_U1_submit_says_queued_when_the_limit_holds_the_job(server: str, api: Api) -> None:
-    api.require_intake()  # every limit is 0 here: the job waits for a slot
+    # every limit is 0 here: the job waits for a slot
     out = ok(await jpu(server, "bob", "submit", "--wrap", "true"))
     job_id = out.split()[2]
     assert out.strip() == (
@@ -102,7 +99,6 @@ async def test_U1_submit_says_queued_when_the_limit_holds_the_job(server: str, a
 async def test_U1_jobs_are_listed_page_by_page_and_history_only_ended(
     server: str, api: Api
 ) -> None:
-    api.require_intake()
     ids = [
         json.loads(ok(await jpu(server, "bob", "submit", "--wrap", "true", "-J", f"j{i}",
                                 "--json")))["id"]

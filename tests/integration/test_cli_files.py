@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 
 import asyncpg
-from test_api_files import NUMBERS
-from test_api_logs import ended, logs_stack, wait_job
-from test_cli_logs import failed, jpu, ok
+
+from jpu.testing.cli import failed, jpu, ok
+from jpu.testing.stack import NUMBERS, ended, logs_stack, wait_job
 
 WRITER = """mkdir -p "$JOB_OUTPUT_DIR/results"
 seq 1 20000 > "$JOB_OUTPUT_DIR/results/numbers.txt"

@@ -3,64 +3,14 @@ port), with intake and the projections on real NATS JetStream + PostgreSQL (SPEC
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest_asyncio
-import uvicorn
-from test_api_support import TOKENS, Api, api_fixture  # noqa: F401
-
-Run = tuple[int, str, str]
-
-
-@pytest_asyncio.fixture
-async def server(api: Api) -> AsyncIterator[str]:
-    config = uvicorn.Config(api.app, host="127.0.0.1", port=0, lifespan="off", log_level="error")
-    srv = uvicorn.Server(config)
-    task = asyncio.create_task(srv.serve())
-    while not srv.started:
-        assert not task.done(), task.exception()
-        await asyncio.sleep(0.02)
-    port = srv.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        srv.should_exit = True
-        await asyncio.wait_for(task, 10)
-
-
-async def jpu(server: str, who: str, *argv: str, home: Path | None = None) -> Run:
-    """Run the CLI as a separate process; the token goes in JPU_TOKEN as a user would set it."""
-    env = {**os.environ, "JPU_URL": server, "JPU_TOKEN": TOKENS.get(who, who)}
-    if home is not None:
-        env["HOME"] = str(home)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "jpu.cli.main", *argv, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return int(proc.returncode or 0), out.decode(), err.decode()
-
-
-def ok(run: Run) -> str:
-    rc, out, err = run
-    assert rc == 0, err
-    return out
-
-
-def failed(run: Run, code: str) -> str:
-    rc, out, err = run
-    assert rc == 1 and out == "", (rc, out, err)
-    assert err.count("\n") == 1 and f": error: {code}: " in err, err  # one line: code + message
-    return err
+from jpu.testing.api import Api
+from jpu.testing.cli import failed, jpu, ok
 
 
 async def test_U1_submit_show_events_cancel(server: str, api: Api, tmp_path: Path) -> None:
-    api.require_intake()
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\necho 'training' \"$(hostname)\"\n")
     out = ok(await jpu(server, "alice", "submit", str(script), "--gpus", "1", "--tier",
@@ -82,7 +32,6 @@ async def test_U1_submit_show_events_cancel(server: str, api: Api, tmp_path: Pat
 
 
 async def test_U1_submit_wrap_prints_the_job_like_sbatch(server: str, api: Api) -> None:
-    api.require_intake()
     out = ok(await jpu(server, "bob", "submit", "--wrap", "python eval.py", "-G", "1"))
     assert out.startswith("Submitted job ") and out.rstrip().endswith(")")
     queue = ok(await jpu(server, "bob", "queue"))
@@ -95,7 +44,6 @@ async def test_U1_submit_wrap_prints_the_job_like_sbatch(server: str, api: Api) 
 
 
 async def test_U1_errors_are_one_line_with_code(server: str, api: Api) -> None:
-    api.require_intake()
     failed(await jpu(server, "alice", "submit", "--wrap", "x", "--gpus", "4"), "NO_FIT_PLACEMENT")
     failed(await jpu(server, "alice", "submit", "--wrap", "x", "--tier", "h100"),
            "VALIDATION_ERROR")  # fmt: skip
@@ -112,8 +60,7 @@ async def test_U1_usage_pool_and_maintenance(server: str, api: Api, tmp_path: Pa
     failed(await jpu(server, "alice", "admin", "maintenance", "start"), "FORBIDDEN")
     started = ok(await jpu(server, "admin", "admin", "maintenance", "start", "-m", "NFS swap"))
     assert started.startswith("Maintenance: DRAINING") and "NFS swap" in started
-    if api.intake_ready:
-        failed(await jpu(server, "alice", "submit", "--wrap", "x"), "SERVICE_MAINTENANCE")
+    failed(await jpu(server, "alice", "submit", "--wrap", "x"), "SERVICE_MAINTENANCE")
     status = json.loads(ok(await jpu(server, "bob", "admin", "maintenance", "status", "--json")))
     assert status["state"] == "DRAINING" and status["message"] == "NFS swap"
     ended = ok(await jpu(server, "admin", "admin", "maintenance", "end"))

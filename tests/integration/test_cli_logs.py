@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import asyncpg
-from test_api_logs import ended, logs_stack, wait_job
 
+from jpu.testing.stack import ended, logs_stack, wait_job
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 Run = tuple[int, bytes, str]

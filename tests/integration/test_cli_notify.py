@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_api_support import Api, api_fixture  # noqa: F401
-from test_cli_gateway import failed, jpu, ok, server  # noqa: F401
-
 from jpu.events import JobSubmitted
+from jpu.testing.api import Api
+from jpu.testing.cli import failed, jpu, ok
 
 
 async def test_jpu_notify_changes_only_what_it_names_Q10(
-    server: str,  # noqa: F811 (the fixture imported above)
+    server: str,
     api: Api,
 ) -> None:
     assert "Notify on:   NONE" in ok(await jpu(server, "alice", "notify"))
@@ -29,7 +28,7 @@ async def test_jpu_notify_changes_only_what_it_names_Q10(
 
 
 async def test_jpu_submit_sbatch_mail_lines_reach_the_log_Q10(
-    server: str,  # noqa: F811 (the fixture imported above)
+    server: str,
     api: Api,
     tmp_path: Path,
 ) -> None:

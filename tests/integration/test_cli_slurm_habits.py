@@ -15,10 +15,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest_asyncio
-from test_api_support import TOKENS, Api, api_fixture, bearer, job_body  # noqa: F401
-from test_cli_gateway import failed, jpu, ok
 
 from jpu.cli.rest_cancel import cancelled
+from jpu.testing.api import TOKENS, Api, bearer, job_body
+from jpu.testing.cli import failed, jpu, ok
 from jpu.testing.inprocess import serve_http
 
 

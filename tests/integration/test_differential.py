@@ -18,10 +18,7 @@ dispatcher decides on (P1).
 
 from __future__ import annotations
 
-import io
 import random
-import sys
-from pathlib import Path
 
 import asyncpg
 import msgspec
@@ -40,70 +37,20 @@ from jpu.events import (
     JobSubmitted,
     MaintenanceChanged,
     NodeInventoryObserved,
-    decode,
     subject_for,
 )
 from jpu.policy.cycle import cycle
-from jpu.policy.model import CycleResult, QueuedJob, Snapshot
 from jpu.sim.engine import services_config
-from jpu.sim.params import SimParams
-from jpu.sim.run import simulate
-from jpu.sim.workload import WorkloadJob
 from jpu.store import apply_batch
 from jpu.store.projections import backfill, gpu_resources, jobs, lab_usage, maintenance
 from jpu.store.projections.backfill import live_instances
 from jpu.store.projections.maintenance import read_maintenance
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "sim"))
-from test_sim_properties import CLUSTER
-
-
-def _workload(seed: int) -> list[WorkloadJob]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(rng.randint(8, 24)):
-        out.append(
-            WorkloadJob(
-                id=f"j{i}",
-                lab=rng.choice("ABC"),
-                user=rng.choice(["u1", "u2", "u3", "u4"]),
-                submit_s=float(rng.randint(0, 600)),
-                num_gpus=rng.randint(1, 4),
-                duration_s=float(rng.randint(0, 900)),
-                peak_vram_gb=rng.choice([None, None, None, 16.0, 40.0]),  # OOM retry / no fit
-                oom_after_s=float(rng.randint(1, 120)),
-                cancel_s=rng.choice([None, None, float(rng.randint(0, 800))]),
-            )
-        )
-    return sorted(out, key=lambda j: j.submit_s)
-
-
-Cycle = tuple[int, float, Snapshot, list[QueuedJob], CycleResult]  # seq, time, ..., the queue
-
-
-def _params(seed: int) -> SimParams:
-    return SimParams(backfill=seed % 2 == 0, half_life_s=900, max_active_jobs=1 + seed % 3)
-
-
-def _run(seed: int) -> tuple[list[Delivered], dict, list[Cycle]]:
-    buf = io.BytesIO()
-    cycles: list[Cycle] = []
-
-    def seen(seq: int, now: float, snap: Snapshot, result: CycleResult) -> None:
-        cycles.append((seq, now, snap, list(snap.queue), result))  # the queue moves on
-
-    summary = simulate(CLUSTER, _workload(seed), _params(seed), buf, on_cycle=seen)
-    events = [decode(line) for line in buf.getvalue().splitlines()]
-    log = [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
-    return log, summary, cycles
-
-
-SEEDS = list(range(12))
+from jpu.testing.workloads import CLUSTER, SEEDS
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_S1_F3_X8_fold_projections_and_simulator_agree(seed: int, pool: asyncpg.Pool) -> None:
-    log, summary, _ = _run(seed)
+    log, summary, _ = seeded_run(seed)
     state = ClusterState.new(CLUSTER)
     for d in log:
         evolve(state, d)
@@ -138,9 +85,9 @@ async def test_S1_F3_X8_fold_projections_and_simulator_agree(seed: int, pool: as
 def test_D1_D7_simulator_cycles_rank_and_reasons_as_the_dispatcher_would(seed: int) -> None:
     """The dispatcher's path (its fold of the log so far, its snapshot, the cycle) at each of
     the simulator's cycles: the same queue order and pending reasons it would publish."""
-    log, _, cycles = _run(seed)
+    log, _, cycles = seeded_run(seed)
     assert cycles, "the workload queues jobs, so the simulator ran cycles"
-    config = services_config(CLUSTER, _params(seed).resolved(CLUSTER))
+    config = services_config(CLUSTER, seeded_params(seed).resolved(CLUSTER))
     state = ClusterState.new(CLUSTER, keep_ended=False)  # as the dispatcher folds (issue 11)
     events = iter(log)
     reasons = 0
@@ -259,7 +206,7 @@ async def test_P1_B1_M5_gpu_pool_backfill_and_maintenance_projections_are_the_fo
     batch (of random size, as a live projector or a rebuild cuts them) the gpu_resources rows
     are its GPU rows, the live backfill instances its backfill map, the maintenance row its
     maintenance state — drained and failed nodes, backfill and maintenance included."""
-    log = _operated(_run(seed)[0], seed)
+    log = _operated(seeded_run(seed)[0], seed)
     rng = random.Random(seed)
     state = ClusterState.new(CLUSTER, keep_ended=False)  # as the dispatcher folds
     i = 0
@@ -287,7 +234,7 @@ def test_operated_logs_drain_fail_backfill_and_change_maintenance() -> None:
     hold GPUs, backfill instances, maintenance changes."""
     kinds: set[str] = set()
     for seed in SEEDS:
-        for d in _operated(_run(seed)[0], seed):
+        for d in _operated(seeded_run(seed)[0], seed):
             e = d.event
             if isinstance(e, NodeInventoryObserved):
                 kinds.add("failed" if e.down else e.state)

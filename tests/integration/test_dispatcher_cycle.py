@@ -107,7 +107,7 @@ async def test_R1_R2_two_gpu_job_reserves_then_runs_while_others_arrive(bus: Eve
         for o in others:
             clock.advance(1)
             await submit_global(bus, clock, o, "KDG", "carol", 1, tiers=tiers_4090)
-        await asyncio.sleep(0.3)
+        await w.ranked(others)  # a cycle decided on them (a positive signal, not a pause)
         assert all(w.state.jobs[o].state == "GLOBAL_QUEUE_WAIT" for o in others)
         # the filler on X's node ends: X grows to 2 GPUs and dispatches there
         filler = next(f for f in fillers if w.state.jobs[f].placement[0] == res.node)

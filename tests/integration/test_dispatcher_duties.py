@@ -49,6 +49,14 @@ async def log_of(bus: EventBus) -> list:
     return [d.event async for d in bus.replay()]
 
 
+async def until_logged(bus: EventBus, pred, timeout: float = 10.0) -> None:
+    """Poll the log until an event satisfies `pred`; fail after `timeout` s."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not any(pred(e) for e in await log_of(bus)):
+        assert asyncio.get_running_loop().time() < deadline, "the event never came"
+        await asyncio.sleep(0.05)
+
+
 async def run_and_end(bus, w, config, clock, jid, **kw) -> None:
     await start_job(bus, w.state, clock, jid)
     await w.until(lambda s: s.jobs[jid].state == "RUNNING")
@@ -78,7 +86,9 @@ async def test_X8_gpu_oom_retries_with_more_vram_then_fails_when_nothing_bigger(
         assert w.state.jobs[j].placement[1] == "rtx4090" and w.state.jobs[j].attempt == 2
         # OOM on 24 GB: no tier has more → stays FAILED (reason OOM), no further retry
         await run_and_end(bus, w, config, clock, j, final="FAILED", oom=True)
-        await asyncio.sleep(0.5)
+        # the dispatcher's answer to that end is on the log: declined, decided once (a positive
+        # signal, not a pause; a retry would have been the other answer)
+        await until_logged(bus, lambda e: isinstance(e, JobRetryDeclined) and e.job_id == j)
         assert w.state.jobs[j].state == "FAILED"
     retries = [e for e in await log_of(bus) if isinstance(e, JobRetryScheduled)]
     assert [(r.job_id, r.attempt, r.min_vram_gb) for r in retries] == [(j, 2, 13)]
@@ -213,7 +223,11 @@ async def test_X8_no_bigger_tier_is_decided_once_and_a_returning_node_never_revi
         assert w.state.jobs[j].state == "FAILED" and not w.state.jobs[j].holds_slot
         clock.advance(86_400)  # a day later the bigger tier is back
         await bus.append_many(inventory("up"))
-        await asyncio.sleep(1.5)  # several cycles (cycle_s = 0.5)
+        # a job only an rtx4090 fits is placed: the dispatcher has folded the returning nodes
+        # and run its duties and a cycle on them (a positive signal, not a pause)
+        k = job_id()
+        await submit_global(bus, clock, k, "OTH", "olga", 1, tiers=["rtx4090"])
+        await w.until(lambda s: s.jobs.get(k) and s.jobs[k].placement)
         assert w.state.jobs[j].state == "FAILED" and w.state.jobs[j].attempt == 1
     log = await log_of(bus)
     assert not [e for e in log if isinstance(e, JobRetryScheduled)]

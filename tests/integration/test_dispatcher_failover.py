@@ -53,7 +53,10 @@ async def test_E4_only_the_leader_acts_and_the_standby_takes_over(bus: EventBus)
             for j in jobs:
                 await submit_global(bus, clock, j, "BCG", "alice", 1)
             await w.until(lambda s: all(s.jobs.get(j) and s.jobs[j].placement for j in jobs))
-            await asyncio.sleep(0.5)  # the standby saw the same events; it must not have acted
+            # the standby saw the same events; it must not have acted while the leader went on
+            # to cycle twice more on them (a positive signal, not a pause)
+            after = stats[leader].cycles
+            await w.until(lambda s: stats[leader].cycles >= after + 2)
             assert stats[standby].appended == 0 and stats[standby].cycles == 0
             assert stats[leader].appended > 0
             # the leader dies while work is pending; the standby takes over within seconds

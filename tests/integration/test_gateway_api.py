@@ -15,6 +15,7 @@ from jpu.bus import EventBus
 from jpu.config import load_config
 from jpu.events import JobPromoted, JobSubmitted, MaintenanceChanged, new_event_id
 from jpu.store.projection import wait_applied
+from jpu.testing.api import bearer
 from jpu.testing.nats_fixtures import unique_names
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
@@ -47,10 +48,6 @@ async def client(gateway_env: dict, pool: asyncpg.Pool) -> AsyncIterator[httpx.A
             yield c
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
 def assert_envelope(r: httpx.Response, status: int, code: str) -> dict:
     assert r.status_code == status, r.text
     body = r.json()
@@ -67,14 +64,14 @@ async def test_A_gateway_errors_use_envelope(client: httpx.AsyncClient) -> None:
     assert_envelope(r, 401, "UNAUTHENTICATED")
     assert r.headers["www-authenticate"] == "Bearer"
     assert_envelope(
-        await client.get("/v1/me", headers=bearer("not-a-token")), 401, "UNAUTHENTICATED"
+        await client.get("/v1/me", headers=bearer(token="not-a-token")), 401, "UNAUTHENTICATED"
     )
     assert_envelope(
         await client.get("/v1/me", headers={"Authorization": "Basic YTpi"}), 401, "UNAUTHENTICATED"
     )
     assert_envelope(await client.get("/v1/nope"), 404, "NOT_FOUND")
     err = assert_envelope(
-        await client.get("/v1/tiers?active=perhaps", headers=bearer("demo-bcg-alice")),
+        await client.get("/v1/tiers?active=perhaps", headers=bearer(token="demo-bcg-alice")),
         422,
         "VALIDATION_ERROR",
     )
@@ -87,7 +84,7 @@ async def test_A_health_ready_openapi_and_tiers(client: httpx.AsyncClient) -> No
     assert ready.status_code == 200 and ready.json()["database"] == "ok"
     paths = (await client.get("/openapi.json")).json()["paths"]
     assert {"/healthz", "/readyz", "/v1/me", "/v1/tiers", "/v1/maintenance/status"} <= set(paths)
-    tiers = (await client.get("/v1/tiers", headers=bearer("demo-kdg-carol"))).json()
+    tiers = (await client.get("/v1/tiers", headers=bearer(token="demo-kdg-carol"))).json()
     assert [t["name"] for t in tiers] == ["rtx4090", "rtx3080ti"]  # SPEC T1: best first
     assert tiers[0]["vram_gb"] == 24 and tiers[1]["partition"] == "rtx3080ti"
 
@@ -124,7 +121,7 @@ async def test_tokens_are_stored_hashed(client: httpx.AsyncClient, pool: asyncpg
     assert hashlib.sha256(token.encode()).hexdigest() in stored
     dump = str(await pool.fetch("SELECT * FROM api_tokens"))
     assert token not in dump and "demo-osl-erin" not in dump  # no usable secret in the DB
-    me = await client.get("/v1/me", headers=bearer(token))
+    me = await client.get("/v1/me", headers=bearer(token=token))
     assert me.status_code == 200 and me.json()["user"] == "osl-erin"
 
 
@@ -157,7 +154,7 @@ async def test_A_me_counts_slot_holding_jobs(
     finally:
         await bus.close()
     await wait_applied(pool, "jobs", seq, timeout=15)
-    me = (await client.get("/v1/me", headers=bearer("demo-bcg-bob"))).json()
+    me = (await client.get("/v1/me", headers=bearer(token="demo-bcg-bob"))).json()
     # j2 waits in the personal queue (no slot), j1 is GLOBAL_QUEUE_WAIT (one slot).
     assert me == {
         "user": "bcg-bob",
@@ -197,5 +194,5 @@ async def test_A_me_reports_role_and_own_limit(
     for role in auth.ROLES:
         await auth.add_user(pool, f"kdg-{role}", "KDG", role, max_active_jobs=7)
         token = await auth.create_token(pool, f"kdg-{role}")
-        me = (await client.get("/v1/me", headers=bearer(token))).json()
+        me = (await client.get("/v1/me", headers=bearer(token=token))).json()
         assert (me["role"], me["lab"], me["max_active_jobs"]) == (role, "KDG", 7)

@@ -20,9 +20,10 @@ import httpx
 import pytest
 import pytest_asyncio
 import uvicorn
-from test_api_support import TOKENS, Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
 
 from jpu import limits
+from jpu.store.projection import wait_applied
+from jpu.testing.api import TOKENS, Api, assert_error, bearer, job_body
 from jpu_services.gateway import server
 from jpu_services.gateway.ratelimit import RateLimiter
 
@@ -189,7 +190,6 @@ async def test_Q1_A_hostile_submit_table_is_422_naming_the_field_and_appends_not
     api: Api, http: httpx.AsyncClient
 ) -> None:
     """One fixture for the whole table (each case is named in the failure report)."""
-    api.require_intake()
     before = await api.bus.last_seq()
     wrong = []
     for case, raw, field in HOSTILE_SUBMITS:
@@ -331,7 +331,6 @@ EDGE_VALID = [
 async def test_E6_replay_audits_a_log_the_API_accepted_edge_values_included(
     api: Api, http: httpx.AsyncClient, pg_dsn: str, nats_url: str
 ) -> None:
-    api.require_intake()
     for body in EDGE_VALID:
         r = await _submit_raw(http, _raw(body))
         assert r.status_code == 201, r.text
@@ -342,7 +341,9 @@ async def test_E6_replay_audits_a_log_the_API_accepted_edge_values_included(
     assert await api.pool.fetchval("SELECT count(*) FROM jobs") == len(EDGE_VALID)
     limit = await api.pool.fetchval("SELECT max(time_limit_s) FROM jobs")
     assert limit == limits.MAX_TIME_LIMIT_S
-    await asyncio.sleep(0.5)  # the other projections (gpu_resources, lab_usage) catch up
+    seq = await api.bus.last_seq()  # every read model has applied the whole log
+    for name in ("jobs", "gpu_resources", "lab_usage"):
+        await wait_applied(api.pool, name, seq, timeout=15)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-P", "-m", "jpu.replay", "--nats", nats_url, "--db", pg_dsn,
         "--stream", api.bus.stream, "--prefix", api.bus.prefix,

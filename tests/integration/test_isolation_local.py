@@ -123,7 +123,7 @@ async def test_X4_without_apptainer_the_job_records_the_isolation_it_got(
         assert "connect=failed" in (out / "stdout").read_text()
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="the root side of the chain exists only as root")
+@pytest.mark.usefixtures("as_root")  # the root side of the chain exists only as root
 async def test_X4_user_env_never_steers_the_root_side_of_the_launch_chain(world: World) -> None:
     """BASH_ENV and PATH are the user's to set for the job, never for the agent's root wrapper."""
     evil = world.tools / "evil"
@@ -156,8 +156,7 @@ __attribute__((constructor)) static void hook(void) {
 """
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="the root side of the chain exists only as root")
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="no gcc to build the preload library")
+@pytest.mark.usefixtures("as_root")  # the root side of the chain exists only as root
 async def test_X4_user_LD_PRELOAD_reaches_the_job_but_never_a_root_process(world: World) -> None:
     """The root side of the chain starts with a clean env: a user's LD_PRELOAD (a real shared
     library that logs the UID of every process loading it) runs in the job only, as the user."""
@@ -167,6 +166,7 @@ async def test_X4_user_LD_PRELOAD_reaches_the_job_but_never_a_root_process(world
     src = world.tools / "hook.c"
     src.write_text(PRELOAD_C)
     lib = world.tools / "hook.so"
+    assert shutil.which("gcc"), "gcc is needed to build the preload library (apt-get install gcc)"
     cc = ["gcc", "-shared", "-fPIC", f'-DLOG="{log}"', "-o", str(lib), str(src)]
     proc = await asyncio.create_subprocess_exec(*cc)
     assert await proc.wait() == 0

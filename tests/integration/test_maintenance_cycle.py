@@ -8,7 +8,6 @@ import time
 from collections.abc import AsyncIterator
 
 import asyncpg
-from test_backfill_support import NODE, TIER, Stack, bearer, start_stack
 
 from jpu.events import (
     BackfillEnded,
@@ -20,6 +19,8 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
+from jpu.testing.api import bearer
+from jpu.testing.stack import NODE, TIER, Stack, start_stack
 
 
 async def status(s: Stack) -> dict:
@@ -136,7 +137,7 @@ async def full_cycle(s: Stack) -> None:
     assert kept in {e.backfill_id for e in reclaimed}
     await submit_refused(s)  # Q3 in every maintenance state
     starts = len(await s.events(BackfillStarted))
-    await asyncio.sleep(2 * s.config.backfill_settle_s)
+    await s.backfill_rounds(after_s=s.config.backfill_settle_s)  # idle GPUs, settled
     assert len(await s.events(BackfillStarted)) == starts  # M2: no new backfill
     assert not await s.events(JobDispatched) or all(
         e.job_id != queued for e in await s.events(JobDispatched)

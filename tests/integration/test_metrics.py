@@ -17,7 +17,6 @@ import msgspec
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from test_backfill_support import TIER, start_stack
 
 from jpu import metrics
 from jpu.bus import EventBus
@@ -30,6 +29,7 @@ from jpu.store import last_applied, run_projection, wait_applied
 from jpu.store.projections import jobs
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu.testing.pg_fixtures import sample_log
+from jpu.testing.stack import TIER, start_stack
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 

@@ -10,28 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from email import message_from_bytes
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import pytest
 import pytest_asyncio
-from aiosmtpd.controller import Controller
 
 from jpu.bus import EventBus
-from jpu.embedded.base import free_port
 from jpu.events import (
     Event,
     JobEnded,
@@ -41,96 +34,9 @@ from jpu.events import (
     NotificationSettingsChanged,
     new_event_id,
 )
+from jpu.testing.receivers import Received, Webhook, until
 
 CONSOLE = "http://console.example:8080"
-
-
-class Received:
-    """What a receiver got, with an optional hook run on each arrival before it answers."""
-
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.on_arrival: Callable[[dict[str, Any]], None] | None = None
-
-    def add(self, item: dict[str, Any]) -> None:
-        with self.lock:
-            self.items.append(item)
-        if self.on_arrival is not None:
-            self.on_arrival(item)
-
-    def texts(self) -> list[str]:
-        with self.lock:
-            return [i["text"] for i in self.items]
-
-
-class _SmtpHandler:
-    def __init__(self, got: Received) -> None:
-        self.got = got
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        msg = message_from_bytes(envelope.content)
-        body = msg.get_payload(decode=True).decode().strip()
-        self.got.add({"to": envelope.rcpt_tos, "subject": msg["Subject"], "text": body,
-                      "key": msg["X-JPU-Notification"]})  # fmt: skip
-        return "250 OK"
-
-
-class Webhook:
-    """A Slack-style receiver on a fixed port that can go down and come back."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.got = Received()
-        self._server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
-
-    def start(self) -> None:
-        got = self.got
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                got.add({"text": data["text"], "path": self.path})
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-
-@pytest.fixture
-def smtp() -> Iterator[tuple[int, Received]]:
-    got = Received()
-    port = free_port()
-    controller = Controller(_SmtpHandler(got), hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield port, got
-    finally:
-        controller.stop()
-
-
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    try:
-        yield hook
-    finally:
-        hook.stop()
 
 
 class Notifier:
@@ -184,14 +90,6 @@ async def notifier(
         yield n
     finally:
         n.stop()
-
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def started(n: Notifier, pg_dsn: str) -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from test_notifier import Received, Webhook, smtp, until, webhook  # noqa: F401
 
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.receivers import Received, Webhook, until
 from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
 
 
@@ -42,8 +42,8 @@ async def test_sbatch_mail_on_end_script_runs_unchanged_on_the_stack_Q10(
     nats_url: str,
     pg_dsn: str,
     data_dir: Path,
-    smtp: tuple[int, Received],  # noqa: F811 (the fixture imported above)
-    webhook: Webhook,  # noqa: F811
+    smtp: tuple[int, Received],
+    webhook: Webhook,
 ) -> None:
     webhook.start()
     stream, prefix = unique_names()

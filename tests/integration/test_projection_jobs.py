@@ -27,6 +27,7 @@ from jpu.events import (
 )
 from jpu.store import apply_batch
 from jpu.store.projections import jobs
+from jpu.testing.fold import as_log, fold
 
 
 class Story:
@@ -120,10 +121,11 @@ def feed(pool: asyncpg.Pool) -> Feeder:
 # --- the state machine: the domain's fold (jpu.domain.states), as the rows show it ---------------
 
 
-def _fold(events: list[Event]) -> dict | None:
+def _row(events: list[Event]) -> dict | None:
+    """The jobs projection's row after `events` (its evolve, the domain's fold underneath)."""
     row = None
-    for i, e in enumerate(events, start=1):
-        row = jobs.evolve(row, Delivered(i, subject_for(e), e, {}))
+    for d in as_log(events):
+        row = jobs.evolve(row, d)
     return row
 
 
@@ -142,7 +144,7 @@ def _to(state: str, s: Story) -> list[Event]:
     }[state]
 
 
-def test_S3_state_table_is_the_services_fold() -> None:
+def test_S3_state_table_is_the_services_row() -> None:
     s = Story()
     cases = [
         ("PERSONAL_QUEUE_WAIT", s.promoted(), "GLOBAL_QUEUE_WAIT"),
@@ -169,9 +171,9 @@ def test_S3_state_table_is_the_services_fold() -> None:
         ("CANCELLING", s.retry(2), "CANCELLING"),  # a cancelled job is not retried
     ]
     for current, event, expected in cases:
-        row = _fold([*_to(current, Story()), event])
+        row = _row([*_to(current, Story()), event])
         assert row is not None and row["state"] == expected, (current, type(event).__name__)
-    assert _fold([s.promoted()]) is None  # no job yet
+    assert _row([s.promoted()]) is None  # no job yet
 
 
 @pytest.mark.parametrize("terminal", ["COMPLETED", "FAILED", "CANCELLED"])
@@ -179,7 +181,7 @@ def test_S2_a_terminal_job_never_changes_state(terminal: str) -> None:
     s = Story()
     for e in (s.promoted(), s.reserve(), s.dispatched(), s.started(), s.ended("FAILED"),
               s.retry(), s.cancel()):  # fmt: skip
-        row = _fold([*_to(terminal, Story()), e])
+        row = _row([*_to(terminal, Story()), e])
         assert row is not None and row["state"] == terminal, type(e).__name__
 
 
@@ -187,17 +189,14 @@ def test_E3_rows_carry_the_services_job_view() -> None:
     """The row's view is exactly what the services' fold holds for the job."""
     from jpu.config import load_config
     from jpu.domain.cluster import ClusterState
-    from jpu.domain.cluster import evolve as fold_evolve
 
     s = Story()
     events = [
         *(s.submitted(), s.promoted(), s.reserve(), s.release("swap"), s.reserve([1])),
         *(s.dispatched(), s.started(), s.ended("FAILED", oom=True, reason="OOM"), s.retry(2)),
     ]
-    state = ClusterState.new(load_config(env={}))
-    for i, e in enumerate(events, start=1):
-        fold_evolve(state, Delivered(i, subject_for(e), e, {}))
-    row = _fold(events)
+    state = fold(as_log(events), ClusterState.new(load_config(env={})))
+    row = _row(events)
     assert row is not None
     assert jobs._view(row) == state.jobs["j1"]
     assert (row["state"], row["attempt"], row["min_vram_gb"]) == ("GLOBAL_QUEUE_WAIT", 2, 25)

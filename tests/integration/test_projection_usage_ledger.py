@@ -12,7 +12,6 @@ import random
 import asyncpg
 import msgspec
 import pytest
-from test_differential import SEEDS, _params, _run
 
 from jpu.bus.model import Delivered
 from jpu.events import subject_for
@@ -22,6 +21,7 @@ from jpu.store.projection import apply_to_all
 from jpu.store.projections import lab_usage, usage_ledger
 from jpu.store.projections.usage_ledger import read_ledger
 from jpu.testing.pg_fixtures import sample_log
+from jpu.testing.workloads import SEEDS, seeded_params, seeded_run
 
 SAMPLE_HALF_LIFE = 7 * 24 * 3600.0  # jpu.testing.pg_fixtures.sample_log's
 
@@ -36,7 +36,7 @@ def _lines(book) -> list[dict]:
 
 def test_the_simulated_logs_charge_reservations_both_ways() -> None:
     """What the next test covers: R3 charges at release and R4 reservation time with the run."""
-    lines = [x for seed in SEEDS for x in ledger(_run(seed)[0]).lines]
+    lines = [x for seed in SEEDS for x in ledger(seeded_run(seed)[0]).lines]
     assert any(x.kind == "reservation" and x.reason == "demoted" for x in lines)  # R3
     assert any(h.what == "reservation" for x in lines if x.kind == "run" for h in x.held)  # R4
 
@@ -50,8 +50,8 @@ CUTS = ["one_by_one", "random_batches", "whole_log"]
 async def test_F5_usage_ledger_projection_is_the_pure_ledger_of_the_log(
     pool: asyncpg.Pool, seed: int, cut: str
 ) -> None:
-    log = _run(seed)[0] if seed >= 0 else _log(40)
-    half_life = _params(seed).half_life_s if seed >= 0 else SAMPLE_HALF_LIFE  # accounting's
+    log = seeded_run(seed)[0] if seed >= 0 else _log(40)
+    half_life = seeded_params(seed).half_life_s if seed >= 0 else SAMPLE_HALF_LIFE  # accounting's
     pure = ledger(log)
     assert pure.lines
 

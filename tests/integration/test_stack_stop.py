@@ -12,10 +12,10 @@ from typing import TypeVar
 
 import httpx
 import pytest
-from test_stack_up import Stack
 
 from jpu.bus import EventBus
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.stack_process import StackProcess as Stack
 from jpu.testing.stack_process import alive, descendants, world_searchable_tmpdir
 
 WAIT_S = 60.0

@@ -32,11 +32,13 @@ from jpu.config import Config, load_config
 from jpu.domain.cluster import ClusterState
 from jpu.edges import Edges
 from jpu.events import Event, NodeInventoryObserved
+from jpu.testing.api import bearer
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.slurm_fixtures import SlurmCluster
-from jpu_services.backfill.service import BackfillOptions
+from jpu_services.backfill.service import BackfillOptions, BackfillStats
+from jpu_services.dispatcher.service import DispatcherStats
 from jpu_services.slurm_agent.options import AgentOptions
 
 NODES = (
@@ -47,10 +49,6 @@ N4090 = [(n, "rtx4090", g) for n in ("gpu-4090x2-01", "gpu-4090x2-02") for g in 
 # Slurm job states that still hold resources (squeue also lists recently ended jobs).
 SKIP = {"event_id", "ts", "schema_version", "command", "env", "idempotency_key"}  # timeline
 ACTIVE_SLURM = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"}
-
-
-def bearer(user: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer demo-{user}"}
 
 
 CAROL = bearer("kdg-carol")
@@ -69,7 +67,13 @@ def stack_config(nats_url: str, pg_dsn: str, data_dir: Path) -> Config:
     )  # fmt: skip
 
 
-def stack_workers(config: Config, cluster: SlurmCluster, out: Path) -> Callable[[Edges], Any]:
+def stack_workers(
+    config: Config,
+    cluster: SlurmCluster,
+    out: Path,
+    stats: BackfillStats,
+    dispatcher_stats: DispatcherStats,
+) -> Callable[[Edges], Any]:
     options = AgentOptions(
         cancel_grace_s=2.0, poll_min_s=0.05, poll_max_s=0.3, inventory_every_s=5.0,
         output_root=out, backfill_grace_s=2.0,
@@ -82,7 +86,9 @@ def stack_workers(config: Config, cluster: SlurmCluster, out: Path) -> Callable[
         env = {"JPU_SLURM_CONF": cluster.conf}
         agent_backend, bf_backend = make_backend(config, env), make_backend(config, env)
         assert isinstance(agent_backend, SlurmBackend) and isinstance(bf_backend, SlurmBackend)
-        return service_workers(edges, config, agent_backend, bf_backend, options, bf_options)
+        return service_workers(
+            edges, config, agent_backend, bf_backend, options, bf_options, stats, dispatcher_stats
+        )
 
     return workers
 
@@ -128,6 +134,8 @@ class SlurmStack:
     client: httpx.AsyncClient  # the gateway
     watcher: Watcher  # the log as a fold, what the test observes
     bus: EventBus  # the test's own connection
+    backfill_stats: BackfillStats
+    dispatcher_stats: DispatcherStats
 
     @property
     def state(self) -> ClusterState:
@@ -176,11 +184,12 @@ async def slurm_stack(
     """The whole stack in-process with a gateway client; everything torn down after."""
     data_dir = root_dir("jpu-slurm-stack-")
     config = stack_config(nats_url, pg_dsn, data_dir)
-    workers = stack_workers(config, cluster, data_dir / "outputs")
+    stats, dispatcher_stats = BackfillStats(), DispatcherStats()
+    workers = stack_workers(config, cluster, data_dir / "outputs", stats, dispatcher_stats)
     try:
         async with inprocess_stack(
             config, pool, workers, lambda: leave_nothing(config, cluster)
         ) as (c, w, bus):
-            yield SlurmStack(config, cluster, data_dir, c, w, bus)
+            yield SlurmStack(config, cluster, data_dir, c, w, bus, stats, dispatcher_stats)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from stack_support import N4090, SlurmStack, active_slurm_jobs, bearer, slurm_stack
+from stack_support import N4090, SlurmStack, active_slurm_jobs, slurm_stack
 
 from jpu.events import (
     BackfillEnded,
@@ -31,7 +31,9 @@ from jpu.events import (
     ReservationStarted,
     UsageCharged,
 )
+from jpu.testing.api import bearer
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.stack import backfill_rounds
 
 RTX4090 = ["rtx4090"]
 
@@ -112,7 +114,7 @@ async def _setup(s: SlurmStack) -> Jobs:
         await s.submit(user, {"command": "sleep 1", "num_gpus": 1, "tiers": RTX4090})
         for user in ("osl-erin", "bcg-alice")
     ]
-    await asyncio.sleep(1.5)  # over a cycle: they wait behind the reservation (D5)
+    await s.watcher.ranked(waiting)  # a cycle decided on them: behind the reservation (D5)
     assert all(s.state.jobs[j].state == "GLOBAL_QUEUE_WAIT" for j in waiting)
     return Jobs(running[0], running[1], queued, *waiting)
 
@@ -186,7 +188,8 @@ async def _recovery_then_active(s: SlurmStack, jobs: Jobs, kept: str) -> None:
     reclaimed = {e.backfill_id for e in await s.events(BackfillEnded) if e.reason == "reclaimed"}
     assert kept in reclaimed
     await _submit_refused(s)  # Q3 in every maintenance state
-    await asyncio.sleep(2 * s.config.backfill_settle_s + 1)  # idle GPUs, settled: still nothing
+    # idle GPUs, settled, and later rounds ran: still nothing (a positive signal, not a pause)
+    await backfill_rounds(s.backfill_stats, s.watcher, after_s=s.config.backfill_settle_s)
     await _no_backfill_or_dispatch_since_recovery(s, jobs)
     assert active_slurm_jobs(s.cluster, "llm") == {}
 

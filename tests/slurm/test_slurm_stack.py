@@ -157,7 +157,10 @@ async def test_P2_drained_node_leaves_placements_and_job_waits_for_resources(
                 lambda: _view(c, job), lambda v: v.get("pending_reason") == "Resources", 10
             )
             assert v["state"] == "GLOBAL_QUEUE_WAIT" and v["pending_reason"] == "Resources", v
-            await asyncio.sleep(2)  # several cycles: still waiting, never started
+            # the dispatcher cycled twice more on the freed, drained GPUs: still waiting, never
+            # started (a positive signal, not a pause)
+            after = s.dispatcher_stats.cycles
+            await w.until(lambda st: s.dispatcher_stats.cycles >= after + 2, timeout=20)
             v = await _view(c, job)
             assert v["state"] == "GLOBAL_QUEUE_WAIT" and v["pending_reason"] == "Resources", v
             _scontrol(slurm_cluster, "resume")

@@ -50,15 +50,9 @@ from jpu.policy import cycle
 from jpu.policy.charging import usage_charged
 from jpu.policy.fairshare import ZERO_USAGE
 from jpu.policy.model import Gpu, LabUsage
+from jpu.testing.fold import fold_events
 
 CONFIG = load_config(env={})
-
-
-def _fold(events: list[Event]) -> ClusterState:
-    state = ClusterState.new(CONFIG)
-    for i, e in enumerate(events, start=1):
-        evolve(state, Delivered(i, subject_for(e), e, {}))
-    return state
 
 
 def _submit(job_id: str, user: str, ts: float) -> JobSubmitted:
@@ -72,12 +66,12 @@ def test_Q5_the_oldest_personal_jobs_are_promoted_up_to_each_users_limit() -> No
     log: list[Event] = [_submit(j, u, t) for t, (j, u) in enumerate([
         ("a1", "ann"), ("b1", "bob"), ("a2", "ann"), ("a3", "ann"), ("b2", "bob"),
     ])]  # fmt: skip
-    state = _fold(log)
+    state = fold_events(CONFIG, log)
     assert to_promote(state, None, {"ann": 2}, 1) == ["a1", "a2", "b1"]
     assert to_promote(state, {"bob"}, {"ann": 2}, 1) == ["b1"]
     events = [promoted(j, 50.0, f"p-{j}") for j in ("a1", "a2", "b1")]
     assert all(e.queue_entered_at == 50.0 for e in events)  # Q5: the promotion time
-    state = _fold([*log, *events])
+    state = fold_events(CONFIG, [*log, *events])
     assert state.slots == {"ann": 2, "bob": 1}  # S1: global queue jobs hold slots
     assert to_promote(state, None, {"ann": 2}, 1) == []
 
@@ -88,19 +82,19 @@ def test_F4_an_ended_attempt_is_owed_until_its_charge_is_in_the_log() -> None:
         gpu_seconds_run=10.0, tflops=82.6, usage=826.0,
     )  # fmt: skip
     log: list[Event] = [_submit("a1", "ann", 0.0), end]
-    state = _fold(log)
+    state = fold_events(CONFIG, log)
     owed = owed_by(state, end.event_id)
     assert owed is not None and (owed.lab, owed.amount, owed.job_id) == ("L", 826.0, "a1")
     assert unsettled(state, [owed]) == [owed]
     charged = usage_charged(owed, ZERO_USAGE, CONFIG.half_life_s)
-    state = _fold([*log, charged])
+    state = fold_events(CONFIG, [*log, charged])
     assert owed_by(state, end.event_id) is None  # F5: charged once
     assert unsettled(state, [owed]) == []
 
 
 def test_F3_a_charge_is_added_to_the_labs_usage_decayed_to_its_time() -> None:
     end = JobEnded(event_id="e", ts=100.0, job_id="a1", attempt=1, state="FAILED", usage=10.0)
-    state = _fold([_submit("a1", "ann", 0.0), end])
+    state = fold_events(CONFIG, [_submit("a1", "ann", 0.0), end])
     state.usage["L"] = LabUsage(1000.0, 0.0)
     owed = owed_by(state, "e")
     assert owed is not None
@@ -114,7 +108,9 @@ def test_F6_only_a_lab_configured_with_usage_gets_an_initial_charge_once() -> No
     [c] = initial_charges(config, 7.0)
     assert (c.charge_id, c.lab, c.amount, c.at, c.reason) == ("init-A", "A", 5.0, 7.0, "initial")
     charged = usage_charged(c, ZERO_USAGE, config.half_life_s)
-    assert unsettled(_fold([charged]), initial_charges(config, 9.0)) == []  # once ever
+    assert (
+        unsettled(fold_events(CONFIG, [charged]), initial_charges(config, 9.0)) == []
+    )  # once ever
 
 
 def _cmd(num_gpus: int = 1) -> SubmitCommand:
@@ -126,7 +122,7 @@ def test_Q6_a_key_names_one_job_and_a_different_body_conflicts() -> None:
     jid = idempotent_job_id("ann", "k1")
     assert jid == idempotent_job_id("ann", "k1") != idempotent_job_id("bob", "k1")
     first = submitted(_cmd(), jid, 0.0, "e1")
-    state = _fold([first])
+    state = fold_events(CONFIG, [first])
     known = state.jobs[jid]
     again = replay(known.digest, submitted(_cmd(), jid, 9.0, "e2"), known.submit_seq, known.state)
     assert (again.status, again.job_id, again.replayed) == (200, jid, True)
@@ -137,12 +133,12 @@ def test_Q6_a_key_names_one_job_and_a_different_body_conflicts() -> None:
 def test_Q2_Q3_maintenance_refuses_first_then_a_job_no_placement_can_ever_run() -> None:
     tiers = {t.name: t for t in CONFIG.tiers}
     fits, never = submitted(_cmd(1), "j1", 0.0, "e1"), submitted(_cmd(64), "j2", 0.0, "e2")
-    state = _fold([])
+    state = fold_events(CONFIG, [])
     assert refused(state, fits, tiers) is None
     no_fit = refused(state, never, tiers)
     assert no_fit and no_fit.error and no_fit.error.code == "NO_FIT_PLACEMENT"
     m = MaintenanceChanged(event_id="m", ts=1.0, state="DRAINING", by="admin", message="nfs")
-    down = refused(_fold([m]), fits, tiers)
+    down = refused(fold_events(CONFIG, [m]), fits, tiers)
     assert down and down.status == 503 and down.error and down.error.code == "SERVICE_MAINTENANCE"
 
 
@@ -150,15 +146,15 @@ def test_S2_an_ended_job_is_not_cancelled_but_a_pending_OOM_retry_is() -> None:
     by_owner = CancelCommand(job_id="a1", by="ann")
     oom = JobEnded(event_id="x", ts=5.0, job_id="a1", attempt=1, state="FAILED", oom=True)
     done = JobEnded(event_id="y", ts=5.0, job_id="a1", attempt=1, state="COMPLETED")
-    pending = _fold([_submit("a1", "ann", 0.0), oom]).jobs["a1"]
+    pending = fold_events(CONFIG, [_submit("a1", "ann", 0.0), oom]).jobs["a1"]
     assert cancel_answer(by_owner, pending) is None  # X8: the retry can be called off
-    ended = _fold([_submit("a1", "ann", 0.0), done]).jobs["a1"]
+    ended = fold_events(CONFIG, [_submit("a1", "ann", 0.0), done]).jobs["a1"]
     refusal = cancel_answer(by_owner, ended)
     assert refusal and refusal.error and refusal.error.code == "ALREADY_TERMINAL"
     stranger = cancel_answer(CancelCommand(job_id="a1", by="eve"), pending)
     assert stranger and stranger.error and stranger.error.code == "FORBIDDEN"
     asked = JobCancelRequested(event_id="c", ts=1.0, job_id="a1", by="ann")
-    cancelling = _fold([_submit("a1", "ann", 0.0), asked]).jobs["a1"]
+    cancelling = fold_events(CONFIG, [_submit("a1", "ann", 0.0), asked]).jobs["a1"]
     again = cancel_answer(by_owner, cancelling)
     assert again and (again.status, again.replayed) == (202, True)
 
@@ -175,7 +171,7 @@ def test_S3_a_job_is_the_fold_of_its_own_events_from_its_submission_on() -> None
 
 
 def test_B2_M2_a_planned_backfill_start_launches_only_while_its_gpu_is_idle_and_allowed() -> None:
-    state = _fold([])
+    state = fold_events(CONFIG, [])
     tracker = Tracker(state)
     tracker.refresh(0.0, 0)
     key: GpuKey = ("gpu-4090x2-01", "rtx4090", 0)

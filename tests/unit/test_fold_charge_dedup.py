@@ -7,28 +7,20 @@ when the job leaves the hot state. The labs' initial charges stay (one per lab, 
 
 from __future__ import annotations
 
-import io
 import random
-import sys
-from pathlib import Path
 
 import msgspec
 
 from jpu.bus import Delivered
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.codec import assign, pack, unpack
-from jpu.events import UsageCharged, decode, new_event_id, subject_for
+from jpu.events import UsageCharged, new_event_id, subject_for
 from jpu.policy.charging import charge_id
 from jpu.sim.params import SimParams
-from jpu.sim.run import simulate
+from jpu.sim.workload import WorkloadJob
+from jpu.testing.fold import as_log
 from jpu.testing.pg_fixtures import sample_log
-
-sys.path.insert(0, str(Path(__file__).parent / "sim"))
-from test_sim_properties import CLUSTER, WorkloadJob
-
-
-def _delivered(events: list) -> list[Delivered]:
-    return [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
+from jpu.testing.workloads import CLUSTER, simulated_log
 
 
 def _sim_log(n_jobs: int) -> list[Delivered]:
@@ -41,9 +33,7 @@ def _sim_log(n_jobs: int) -> list[Delivered]:
                     cancel_s=float(30 * i + 200) if i % 11 == 3 else None)
         for i in range(n_jobs)
     ]  # fmt: skip
-    buf = io.BytesIO()
-    simulate(CLUSTER, jobs, SimParams(backfill=True, half_life_s=900), buf)
-    return _delivered([decode(line) for line in buf.getvalue().splitlines()])
+    return simulated_log(jobs, SimParams(backfill=True, half_life_s=900))
 
 
 def _held_by_live_jobs(state: ClusterState, log: list[Delivered]) -> bool:
@@ -83,7 +73,7 @@ def test_F5_a_redelivered_charge_source_is_not_charged_twice() -> None:
     for i, e in enumerate(events):  # as accounting writes them: the id is the source's
         if isinstance(e, UsageCharged):
             events[i] = msgspec.structs.replace(e, event_id=charge_id(events[i - 1].event_id))
-    log = _delivered(events)
+    log = as_log(events)
     state = ClusterState.new(CLUSTER, keep_ended=False)
     for d in log:
         evolve(state, d)

@@ -79,7 +79,7 @@ def test_U5_planted_symlinks_and_fifos_are_refused(tmp_path: Path) -> None:
         joblogs.open_output(tmp_path, "j2", 1, "stdout")
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to own files as another account")
+@pytest.mark.usefixtures("as_root")  # to own files as another account
 def test_U5_a_file_not_owned_by_the_attempts_account_is_refused(tmp_path: Path) -> None:
     d = _attempt(tmp_path)
     os.chown(d, 65534, 65534)  # the job's account owns its attempt directory…

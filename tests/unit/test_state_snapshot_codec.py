@@ -6,40 +6,21 @@ demotions, swaps, OOM retries, cancels, backfill, usage charges), cut at every p
 
 from __future__ import annotations
 
-import io
-import sys
-from pathlib import Path
-
 import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jpu.bus import Delivered
-from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.cluster import ClusterState
 from jpu.domain.codec import MAGIC, SCHEMA_VERSION, SnapshotInvalid, assign, pack, unpack
-from jpu.events import decode, subject_for
 from jpu.sim.params import SimParams
-from jpu.sim.run import simulate
-
-sys.path.insert(0, str(Path(__file__).parent / "sim"))
-from test_sim_properties import CLUSTER, workloads
+from jpu.testing.fold import fold
+from jpu.testing.workloads import CLUSTER, simulated_log, workloads
 
 
 def _log(jobs, backfill: bool) -> list[Delivered]:
-    buf = io.BytesIO()
-    simulate(CLUSTER, jobs, SimParams(backfill=backfill, half_life_s=900), buf)
-    events = [decode(line) for line in buf.getvalue().splitlines()]
-    return [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
-
-
-def _fold(
-    log: list[Delivered], state: ClusterState | None = None, *, keep_ended: bool = True
-) -> ClusterState:
-    state = state if state is not None else ClusterState.new(CLUSTER, keep_ended=keep_ended)
-    for d in log:
-        evolve(state, d)
-    return state
+    return simulated_log(jobs, SimParams(backfill=backfill, half_life_s=900))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -50,18 +31,20 @@ def test_E3_snapshot_plus_tail_equals_a_full_replay(
     """Also with the services' bounded state (ended jobs dropped, issue 11 item 2)."""
     log = _log(jobs, backfill)
     k = int(len(log) * cut)
-    full = _fold(log, keep_ended=not bounded)
-    header, restored = unpack(pack(_fold(log[:k], keep_ended=not bounded), "JPU", 1.0), CLUSTER)
+    full = fold(log, ClusterState.new(CLUSTER, keep_ended=not bounded))
+    header, restored = unpack(
+        pack(fold(log[:k], ClusterState.new(CLUSTER, keep_ended=not bounded)), "JPU", 1.0), CLUSTER
+    )
     assert header.seq == (log[k - 1].seq if k else 0)
     held = ClusterState.new(CLUSTER, keep_ended=not bounded)  # the service's own object
     assign(held, restored)
-    assert _fold(log[k:], held) == full
+    assert fold(log[k:], held) == full
     if bounded:  # memory follows the work in flight: every job held is still live
         assert all(not j.terminal or j.oom_pending for j in full.jobs.values())
 
 
 def test_E3_a_snapshot_at_every_cut_of_one_log_equals_the_full_replay() -> None:
-    from test_sim_properties import WorkloadJob
+    from jpu.sim.workload import WorkloadJob
 
     jobs = [
         WorkloadJob(id=f"j{i}", lab="ABC"[i % 3], user=f"u{i % 4 + 1}", submit_s=float(20 * i),
@@ -71,17 +54,17 @@ def test_E3_a_snapshot_at_every_cut_of_one_log_equals_the_full_replay() -> None:
         for i in range(14)
     ]  # fmt: skip
     log = _log(jobs, backfill=True)
-    full = _fold(log)
+    full = fold(log, ClusterState.new(CLUSTER))
     for k in range(len(log) + 1):
-        _, restored = unpack(pack(_fold(log[:k]), "JPU", 1.0), CLUSTER)
-        assert _fold(log[k:], restored) == full, k
+        _, restored = unpack(pack(fold(log[:k], ClusterState.new(CLUSTER)), "JPU", 1.0), CLUSTER)
+        assert fold(log[k:], restored) == full, k
 
 
 def test_E3_a_damaged_or_foreign_snapshot_is_refused_with_the_reason() -> None:
-    from test_sim_properties import WorkloadJob
+    from jpu.sim.workload import WorkloadJob
 
     jobs = [WorkloadJob(id="j0", lab="A", user="u1", submit_s=0.0, num_gpus=2, duration_s=60.0)]
-    good = pack(_fold(_log(jobs, backfill=False)), "JPU", 1.0)
+    good = pack(fold(_log(jobs, backfill=False), ClusterState.new(CLUSTER)), "JPU", 1.0)
     with pytest.raises(SnapshotInvalid, match="checksum"):
         unpack(good[:-5], CLUSTER)  # a writer killed mid-write
     flipped = bytearray(good)

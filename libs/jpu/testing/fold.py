@@ -1,4 +1,5 @@
-"""Test helpers over the fold: watch the log, act as intake or as the slurm-agent by hand.
+"""Test helpers over the fold: number events as the bus delivers them and fold them, watch the
+log, act as intake or as the slurm-agent by hand.
 
 Used by tests/integration/test_{dispatcher,accounting,intake}_*.py; not imported by services.
 """
@@ -8,22 +9,42 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from jpu.bus import EventBus
+from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower
+from jpu.bus.views import ViewStore
 from jpu.clock import Clock
-from jpu.config import Config
-from jpu.domain.cluster import ClusterState
+from jpu.config import Cluster, Config
+from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
+    AnyEvent,
     Event,
     JobEnded,
     JobPromoted,
     JobStarted,
     JobSubmitted,
     new_event_id,
+    subject_for,
 )
+
+
+def as_log(events: Iterable[AnyEvent]) -> list[Delivered]:
+    """`events` as the bus delivers them: numbered from 1, each on its own subject."""
+    return [Delivered(i, subject_for(e), e, {}) for i, e in enumerate(events, start=1)]
+
+
+def fold(log: Iterable[Delivered], onto: ClusterState) -> ClusterState:
+    """The domain's fold (SPEC E1) of `log`, carried on from `onto` (a new or restored state)."""
+    for d in log:
+        evolve(onto, d)
+    return onto
+
+
+def fold_events(cluster: Cluster, events: Iterable[AnyEvent]) -> ClusterState:
+    """The domain's fold of `events` (as_log) from an idle `cluster`."""
+    return fold(as_log(events), ClusterState.new(cluster))
 
 
 class Watcher:
@@ -63,6 +84,20 @@ class Watcher:
     async def synced(self) -> ClusterState:
         await self.follower.catch_up()
         return self.state
+
+    async def ranked(self, job_ids: Iterable[str], timeout: float = 10.0) -> ClusterState:
+        """Until the dispatcher's queue view (SPEC D1) ranks every one of `job_ids` — a cycle has
+        decided on them — then the fold to the log's end, with what that cycle appended. What
+        proves that a job was *not* dispatched, not a pause."""
+        store, want = ViewStore(self.bus), set(job_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            view = await store.queue()
+            if view is not None and want <= set(view.order):
+                return await self.synced()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no queue view ranked {sorted(want)} within {timeout} s")
+            await asyncio.sleep(0.05)
 
     def job_state(self, job_id: str) -> str | None:
         job = self.state.jobs.get(job_id)

@@ -25,7 +25,7 @@ from jpu.service import run_workers
 from jpu.testing.fold import Watcher
 from jpu_services.accounting import bootstrap as accounting
 from jpu_services.backfill.service import BackfillOptions, BackfillStats, run_backfill
-from jpu_services.dispatcher.service import run_dispatcher
+from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.intake import bootstrap as intake
@@ -45,13 +45,17 @@ def service_workers(
     agent_options: AgentOptions,
     backfill_options: BackfillOptions,
     stats: BackfillStats | None = None,
+    dispatcher_stats: DispatcherStats | None = None,
 ) -> dict[str, Worker]:
     """Every service but the gateway, as `run_workers` runs them; each backend is closed when
     its service stops."""
     clock = SystemClock()
 
     async def dispatcher(stop: asyncio.Event) -> None:
-        await run_dispatcher(edges.bus, config, clock, stop, lease_ttl_s=2.0, lease_renew_s=0.5)
+        await run_dispatcher(
+            edges.bus, config, clock, stop, lease_ttl_s=2.0, lease_renew_s=0.5,
+            stats=dispatcher_stats,
+        )  # fmt: skip
 
     async def agent(stop: asyncio.Event) -> None:
         try:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from builders import cluster, job, snap
+from builders import SETTINGS, cluster, job, snap, snapshots
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import ref_cycle
-from test_policy_properties import SETTINGS, snapshots
 
 from jpu.policy import cycle
 from jpu.policy.labqueues import LabQueues

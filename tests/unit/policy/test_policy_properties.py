@@ -7,8 +7,8 @@ import random
 
 import msgspec
 import pytest
-from builders import tier
-from hypothesis import HealthCheck, given, settings
+from builders import LABS, SETTINGS, snapshots, tier
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import ref_cycle
 from simdriver import Sim
@@ -18,95 +18,6 @@ from jpu.policy.demotion import beyond_margin
 from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
 from jpu.policy.ordering import lab_usage_at
 from jpu.policy.placements import tier_admits
-
-SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-LABS = ["A", "B", "C", "D"]
-
-
-@st.composite
-def snapshots(draw) -> tuple[Snapshot, float]:
-    n_tiers = draw(st.integers(1, 3))
-    ts = {}
-    for k in range(n_tiers):
-        name = f"t{k}"
-        ts[name] = tier(
-            name,
-            draw(st.sampled_from([12, 24, 48])),
-            draw(st.sampled_from([10.0, 34.1, 82.6])),
-            draw(st.integers(0, 2)),
-            max_gpus=draw(st.integers(1, 4)),
-            active=draw(st.booleans()) or draw(st.booleans()),
-        )
-    gpus: list[Gpu] = []
-    for n in range(draw(st.integers(1, 5))):
-        for t in draw(st.sets(st.sampled_from(sorted(ts)), min_size=1, max_size=2)):
-            for i in range(draw(st.integers(1, 4))):
-                s = draw(st.sampled_from(["free", "free", "free", "job:r", "backfill:b", "down"]))
-                s = f"{s}{n}{t}{i}" if s in ("job:r", "backfill:b") else s
-                gpus.append(Gpu(f"n{n}", t, i, s))
-    now = 1000.0
-    queue: list[QueuedJob] = []
-    for k in range(draw(st.integers(0, 10))):
-        tf = draw(st.none() | st.sets(st.sampled_from([*sorted(ts), "zz"]), min_size=1))
-        queue.append(
-            QueuedJob(
-                job_id=f"j{k}",
-                lab=draw(st.sampled_from(LABS)),
-                user="u",
-                num_gpus=draw(st.integers(1, 4)),
-                queue_entered_at=float(draw(st.integers(0, 5))),
-                tiers=frozenset(tf) if tf is not None else None,
-                min_vram_gb=draw(st.none() | st.sampled_from([12, 24, 40])),
-                attempt=draw(st.integers(1, 3)),
-            )
-        )
-    # reservations on free GPUs, one placement each (R2); sometimes a GPU goes down afterwards
-    for k in range(min(len(queue), draw(st.integers(0, 2)))):
-        free = [g for g in gpus if g.state == "free"]
-        if not free:
-            break
-        g0 = draw(st.sampled_from(free))
-        same = [g for g in free if (g.node, g.tier) == (g0.node, g0.tier)]
-        take = same[: draw(st.integers(1, len(same)))]
-        j = queue[k]
-        idx = tuple(g.index for g in take)
-        since = draw(st.sampled_from([0.0, 400.0, 990.0]))
-        # GPUs join the reservation over time, never after `now`
-        joined = (
-            tuple(min(since + 5 * i, now) for i in range(len(idx))) if draw(st.booleans()) else ()
-        )
-        queue[k] = QueuedJob(
-            job_id=j.job_id,
-            lab=j.lab,
-            user=j.user,
-            num_gpus=max(j.num_gpus, len(idx) + 1),
-            queue_entered_at=j.queue_entered_at,
-            tiers=None,
-            min_vram_gb=None,
-            reservation=Reservation(g0.node, g0.tier, idx, since, joined),
-        )
-        bf = draw(st.none() | st.just(f"bfres{k}"))
-        down = draw(st.booleans()) and draw(st.booleans())
-        gpus = [
-            (
-                Gpu(g.node, g.tier, g.index, "down" if down else f"reserved:{j.job_id}", bf)
-                if g in take
-                else g
-            )
-            for g in gpus
-        ]
-    usage = {
-        lab: LabUsage(
-            float(draw(st.sampled_from([0, 100, 250, 1000]))), draw(st.sampled_from([0.0, 900.0]))
-        )
-        for lab in draw(st.sets(st.sampled_from(LABS)))
-    }
-    maint = draw(st.sampled_from(["NORMAL"] * 8 + ["DRAINING", "ACTIVE"]))
-    draw(st.randoms()).shuffle(queue)
-    snap = Snapshot(
-        tiers=ts, gpus=gpus, queue=queue, usage=usage, half_life_s=3600.0, maintenance=maint
-    )
-    return snap, now
 
 
 @SETTINGS

@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from jpu.config import DEFAULT_PATH
+from jpu.bus import Delivered
+from jpu.config import DEFAULT_PATH, Config, load_config
 from jpu.events import AnyEvent
 from jpu.sim.eventlog import read_events
 from jpu.sim.params import SimParams
@@ -71,3 +72,29 @@ def make_simulate(tmp_path: Path) -> Simulate:
         return Run(d / "out", summary)
 
     return run
+
+
+HALF_LIFE = 7 * 24 * 3600.0
+ONE_4090_NODE = [{"name": "n1", "gpus": {"rtx4090": 2}}]
+
+
+def job(id: str, lab: str, user: str, submit_s: float, num_gpus: int, duration_s: float):
+    return {"id": id, "lab": lab, "user": user, "submit_s": submit_s, "num_gpus": num_gpus,
+            "duration_s": duration_s}  # fmt: skip
+
+
+def r3_example(simulate: Simulate) -> tuple[Run, Config, list[Delivered]]:
+    """SPEC R3: Y (BCG, 1 GPU) runs; X (BCG, 2 GPUs) rank 1 reserves the other rtx4090 at T+0;
+    Z (KDG, 2 GPUs) waits behind it (BCG 24,000 < KDG 28,000). Y ends 300 s after X reserved:
+    its cost lifts BCG above KDG, the next cycle demotes X (1 × 300 × 82.6 = 24,780 at once)."""
+    labs = [{"name": "BCG", "usage": 24_000}, {"name": "KDG", "usage": 28_000}]
+    jobs = [
+        job("y", "BCG", "bob", 0, 1, 301),
+        job("x", "BCG", "alice", 1, 2, 1000),
+        job("z", "KDG", "kim", 1, 2, 500),
+    ]
+    run = simulate(jobs, labs=labs, nodes=ONE_4090_NODE, half_life_s=HALF_LIFE)
+    config = load_config(Path(run.out).parent / "cluster.yaml", env={})
+    assert config.half_life_s == HALF_LIFE
+    log = [Delivered(i + 1, "sim", e, {}) for i, e in enumerate(run.events)]
+    return run, config, log

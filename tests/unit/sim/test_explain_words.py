@@ -4,8 +4,7 @@ SPEC R3's worked example as the simulator plays it, and how the language is chos
 from __future__ import annotations
 
 import msgspec
-from simkit import Simulate
-from test_explain_history import HALF_LIFE, r3_example
+from simkit import HALF_LIFE, Simulate, r3_example
 
 from jpu.admin_usage import render_explanation, render_statement, when
 from jpu.cli.why import language, render

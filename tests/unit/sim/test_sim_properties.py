@@ -33,49 +33,9 @@ from jpu.sim.audit import audit
 from jpu.sim.params import SimParams
 from jpu.sim.run import simulate
 from jpu.sim.workload import WorkloadJob
+from jpu.testing.workloads import CLUSTER, workloads
 
 TFLOPS = {"rtx4090": 82.6, "rtx3080ti": 34.1}
-CLUSTER = msgspec.convert(
-    {
-        "tiers": [
-            {"name": "rtx4090", "model": "NVIDIA RTX 4090", "vram_gb": 24, "tflops": 82.6,
-             "sort_order": 20, "max_gpus": 4, "partition": "rtx4090"},
-            {"name": "rtx3080ti", "model": "NVIDIA RTX 3080 Ti", "vram_gb": 12, "tflops": 34.1,
-             "sort_order": 10, "max_gpus": 2, "partition": "rtx3080ti"},
-        ],
-        "nodes": [
-            {"name": "big", "gpus": {"rtx4090": 4}},
-            {"name": "mixed", "gpus": {"rtx4090": 2, "rtx3080ti": 2}},  # two placements
-            {"name": "small", "gpus": {"rtx3080ti": 2}},
-        ],
-        "labs": [
-            {"name": "A", "usage": 1e5},
-            {"name": "C", "users": [{"name": "u4", "max_active_jobs": 1}]},
-        ],
-    },
-    Cluster,
-)  # fmt: skip
-
-
-@st.composite
-def workloads(draw: Any) -> list[WorkloadJob]:
-    n = draw(st.integers(1, 14))
-    jobs = []
-    for i in range(n):
-        jobs.append(
-            WorkloadJob(
-                id=f"j{i}",
-                lab=draw(st.sampled_from(["A", "B", "C"])),
-                user=draw(st.sampled_from(["u1", "u2", "u3", "u4"])),
-                submit_s=float(draw(st.integers(0, 600))),
-                num_gpus=draw(st.integers(1, 4)),
-                duration_s=float(draw(st.integers(0, 900))),
-                peak_vram_gb=draw(st.sampled_from([None, None, None, 16.0, 40.0])),
-                oom_after_s=float(draw(st.integers(1, 120))),
-                cancel_s=draw(st.one_of(st.none(), st.integers(0, 800).map(float))),
-            )
-        )
-    return sorted(jobs, key=lambda j: j.submit_s)
 
 
 def _w(id: str, lab: str, user: str, at: float, n: int, dur: float) -> WorkloadJob:

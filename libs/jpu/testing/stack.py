@@ -5,7 +5,8 @@ real intake, dispatcher, slurm-agent on the local backend (research jobs are loc
 accounting, and the backfill service running `python -m jpu.backfill_stub` on idle GPUs. Every
 service runs with the system clock, as in production; only the periods are short.
 
-Import into a test module: `from test_backfill_support import Stack, start_stack`.
+`logs_stack` is one for the job-logs tests (two tiers, an OOM on the smaller one retried on the
+bigger one).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from jpu.config import Config, load_config
 from jpu.domain.cluster import ClusterState
 from jpu.edges import Edges
 from jpu.events import BackfillEnded, BackfillStarted, Event, MaintenanceChanged
+from jpu.testing.api import bearer
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
@@ -40,8 +42,15 @@ NODE, TIER = "gpu-4090x2-01", "rtx4090"
 ONE_NODE = f"[{{name: {NODE}, gpus: {{{TIER}: 2}}}}]"
 
 
-def bearer(user: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer demo-{user}"}
+async def backfill_rounds(
+    stats: BackfillStats, watcher: Watcher, n: int = 2, after_s: float = 0.0
+) -> None:
+    """Until the backfill service has begun `n` more rounds (so one whole round ran on the log as
+    it is now), after letting `after_s` pass first: a settle period, the earliest a new start
+    could be planned. What proves "nothing more started", not a pause."""
+    await asyncio.sleep(after_s)
+    target = stats.rounds + n
+    await watcher.until(lambda _: stats.rounds >= target, timeout=30.0)
 
 
 @dataclass
@@ -66,6 +75,9 @@ class Stack:
         r = await self.client.post("/v1/jobs", json=body, headers=bearer(user))
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
+
+    async def backfill_rounds(self, n: int = 2, after_s: float = 0.0) -> None:
+        await backfill_rounds(self.backfill_stats, self.watcher, n, after_s)
 
     async def maintenance(self, action: str, message: str = "") -> httpx.Response:
         body = {"action": action, "message": message}
@@ -162,3 +174,47 @@ async def another_backfill(s: Stack) -> AsyncIterator[BackfillStats]:
         stop.set()
         await asyncio.wait_for(task, 10)
         await backend.close()
+
+
+# Two tiers where the smaller one is tried first (T1: sort_order DESC), so an OOM on it is
+# retried on the bigger one (X8) without having to keep the bigger one busy.
+TIERS = (
+    "[{name: small, model: S, vram_gb: 12, tflops: 10, sort_order: 20, max_gpus: 2, "
+    "partition: small}, {name: big, model: B, vram_gb: 24, tflops: 20, sort_order: 10, "
+    "max_gpus: 2, partition: big}]"
+)
+NODES = "[{name: n-small, gpus: {small: 2}}, {name: n-big, gpus: {big: 2}}]"
+OOM_ON_ATTEMPT_1 = """echo "attempt $JOB_ATTEMPT out"
+echo "attempt $JOB_ATTEMPT err" >&2
+if [ "$JOB_ATTEMPT" = 1 ]; then
+  echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2
+  exit 1
+fi
+"""
+
+
+@contextlib.asynccontextmanager
+async def logs_stack(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[Stack]:
+    async with start_stack(
+        nats_url, pool, pg_dsn, http=True, tiers=TIERS, nodes=NODES, backfill_enabled="false"
+    ) as s:
+        yield s
+
+
+async def wait_job(s: Stack, user: str, job_id: str, done: Any, timeout: float = 30) -> dict:
+    """GET /v1/jobs/{id} until `done(job)`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        job = (await s.client.get(f"/v1/jobs/{job_id}", headers=bearer(user))).json()
+        if done(job):
+            return dict(job)
+        assert asyncio.get_running_loop().time() < deadline, job
+        await asyncio.sleep(0.1)
+
+
+def ended(job: dict) -> bool:
+    return bool(job["terminal"])
+
+
+# the files API tests (SPEC §8): a file of several read chunks
+NUMBERS = "".join(f"{i}\n" for i in range(1, 20001)).encode()  # 108,894 bytes: several chunks
