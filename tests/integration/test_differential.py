@@ -45,7 +45,7 @@ from jpu.store import apply_batch
 from jpu.store.projections import backfill, gpu_resources, jobs, lab_usage, maintenance
 from jpu.store.projections.backfill import live_instances
 from jpu.store.projections.maintenance import read_maintenance
-from jpu.testing.workloads import CLUSTER, SEEDS
+from jpu.testing.workloads import CLUSTER, SEEDS, seeded_params, seeded_run
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -42,7 +42,9 @@ class SmtpHandler:
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         msg = message_from_bytes(envelope.content)
-        body = msg.get_payload(decode=True).decode().strip()
+        payload = msg.get_payload(decode=True)
+        assert isinstance(payload, bytes), payload
+        body = payload.decode().strip()
         self.got.add({"to": envelope.rcpt_tos, "subject": msg["Subject"], "text": body,
                       "key": msg["X-JPU-Notification"]})  # fmt: skip
         return "250 OK"
