@@ -34,9 +34,11 @@ class JobEvent(Event, frozen=True, kw_only=True):
 
 class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     """A job accepted by intake (SPEC Q4). v2 added `chdir`: the absolute directory the job
-    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran."""
+    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran. v3 added
+    `dependency` (Q8, Slurm syntax as jpu.domain.dependencies normalises it; null: none) and
+    `hold` (Q9: submitted held); absent: no dependency, not held, as every v2 job."""
 
-    schema_version: int = 2
+    schema_version: int = 3
     lab: str
     user: str
     name: str
@@ -48,6 +50,20 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     idempotency_key: str | None = None
     chdir: str | None = None
+    dependency: str | None = None
+    hold: bool = False
+
+
+class JobHeld(JobEvent, frozen=True, kw_only=True, tag="JobHeld"):
+    """A personal-queue job is held (SPEC Q9): it is not promoted until released."""
+
+    by: str
+
+
+class JobReleased(JobEvent, frozen=True, kw_only=True, tag="JobReleased"):
+    """A held job is released (SPEC Q9): promotion may pick it again (Q5)."""
+
+    by: str
 
 
 class JobPromoted(JobEvent, frozen=True, kw_only=True, tag="JobPromoted"):
@@ -235,6 +251,8 @@ AnyEvent = (
     | JobRetryScheduled
     | JobRetryDeclined
     | JobCancelRequested
+    | JobHeld
+    | JobReleased
     | UsageCharged
     | BackfillStarted
     | BackfillEnded

@@ -57,6 +57,8 @@ SUBMIT_FIELDS: Final = (
     "time_limit_s",
     "env",
     "chdir",  # U5: where the job runs (jpu.policy.workdir)
+    "dependency",  # Q8 (jpu.domain.dependencies)
+    "hold",  # Q9
 )
 
 # --- any JSON request ------------------------------------------------------------------------
@@ -288,6 +290,16 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 "maxLength": 4096,
                 "description": "absolute directory the job runs in (like sbatch --chdir), at "
                 "most 4096 bytes of UTF-8; omit it for the attempt's JOB_OUTPUT_DIR",
+            },
+            "dependency": {  # Q8 (jpu.domain.dependencies)
+                "type": ["string", "null"],
+                "maxLength": 4096,
+                "description": "Slurm syntax: afterok|afternotok|afterany|after:ID[:ID...] "
+                "joined by ',' (all must hold), and/or singleton; on jobs of your lab only",
+            },
+            "hold": {  # Q9
+                "type": ["boolean", "null"],
+                "description": "submit held: it waits in the personal queue until released",
             },
         },
         "description": "A job (SPEC Q1); null is the same as an absent field. A request no "
