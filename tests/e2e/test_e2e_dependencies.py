@@ -4,8 +4,15 @@ the cluster idle."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 from e2e_support import TERMINAL, Stack, by_type
+
+from jpu.testing.stack_process import world_searchable_tmpdir
 
 NEVER = "DEPENDENCY_NEVER_SATISFIED"
 
@@ -119,3 +126,38 @@ def test_Q9_lab_admin_holds_and_releases_a_queued_job(stack: Stack) -> None:
     assert alice.job(queued["id"])["pending_reason"] == "Held"  # its dependency is met now
     assert admin.http.post(f"/v1/jobs/{queued['id']}/release").status_code == 200
     assert alice.wait(queued["id"], TERMINAL, timeout=30)["state"] == "COMPLETED"
+
+
+def _jpu(stack: Stack, user: str, *args: str, cwd: Path) -> str:
+    jpu = Path(sys.executable).with_name("jpu")
+    run = subprocess.run(
+        [str(jpu), *args, "--url", stack.url, "--token", f"demo-{user}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_Q8_Q9_sbatch_script_with_dependency_and_hold_through_the_cli(stack: Stack) -> None:
+    tmp_path = world_searchable_tmpdir("jpu-q8-")  # the job's account runs in it (U5)
+    try:
+        alice = stack.api("bcg-alice")
+        first = alice.submit(stack.hold("q8-cli"), name="prep")
+        script = tmp_path / "train.sh"
+        script.write_text(
+            f"#!/bin/bash\n#SBATCH --dependency=afterok:{first['id']}\n#SBATCH -H\ntrue\n"
+        )
+        out = _jpu(stack, "bcg-alice", "submit", str(script), cwd=tmp_path)
+        assert "held (Q9)" in out, out
+        job_id = out.split()[2]
+        shown = _jpu(stack, "bcg-alice", "show", job_id, cwd=tmp_path)
+        assert f"afterok:{first['id']}" in shown and "Held" in shown, shown
+        _jpu(stack, "bcg-alice", "release", job_id, cwd=tmp_path)
+        assert alice.job(job_id)["pending_reason"] == "Dependency"  # released, still waits on prep
+        stack.release("q8-cli")
+        assert alice.wait(job_id, TERMINAL, timeout=30)["state"] == "COMPLETED"
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)

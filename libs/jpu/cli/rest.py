@@ -1,5 +1,5 @@
-"""`jpu submit|queue|jobs|history|show|events|logs|cancel|usage|pool|admin` over the REST API
-(SPEC U1, U5).
+"""`jpu submit|queue|jobs|history|show|events|logs|cancel|hold|release|usage|pool|admin` over
+the REST API (SPEC U1, U5; `hold`/`release`: Q9).
 
 In the habits of Slurm users: `submit` reads a script file (or `--wrap`) and its `#SBATCH` lines
 like sbatch and, like sbatch, the job runs in the directory it was submitted from
@@ -62,6 +62,8 @@ def register(sub: Any) -> None:
         ("show", "one job", cmd_show),
         ("events", "a job's events (its audit trail)", cmd_events),
         ("cancel", "cancel a job", cmd_cancel),
+        ("hold", "hold a job waiting in your queue (it is not started until released)", cmd_hold),
+        ("release", "release a held job", cmd_release),
     ):
         p = sub.add_parser(name, parents=common, help=helptext)
         p.add_argument("job_id", metavar="ID")
@@ -163,6 +165,19 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     with _client(args) as c:
         path = f"/v1/jobs/{quote(args.job_id, safe='')}/cancel"
         return _emit(args, c.post(path, {}), views.cancelled)
+
+
+def cmd_hold(args: argparse.Namespace) -> int:
+    """SPEC Q9: only while the job waits in the personal queue (else 409 NOT_IN_PERSONAL_QUEUE)."""
+    with _client(args) as c:
+        path = f"/v1/jobs/{quote(args.job_id, safe='')}/hold"
+        return _emit(args, c.post(path, {}), views.held)
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        path = f"/v1/jobs/{quote(args.job_id, safe='')}/release"
+        return _emit(args, c.post(path, {}), views.held)
 
 
 def cmd_usage(args: argparse.Namespace) -> int:

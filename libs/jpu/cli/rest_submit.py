@@ -50,6 +50,16 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help="directory the job runs in (default: the current one, like sbatch)",
     )
+    s.add_argument(
+        "--dependency",
+        "-d",
+        metavar="DEP",
+        help="start after other jobs (Slurm syntax: afterok|afternotok|afterany|after:ID"
+        "[:ID...], joined by ','; or singleton)",
+    )
+    s.add_argument(
+        "--hold", "-H", action="store_true", help="submit held: runs after `jpu release ID`"
+    )
     s.set_defaults(func=cmd_submit)
 
 
@@ -110,6 +120,11 @@ def request(
     if env:
         body["env"] = env
     body["chdir"] = os.path.abspath(args.chdir or d.chdir or os.getcwd())  # U5: the submit dir
+    dependency = getattr(args, "dependency", None) or d.dependency  # Q8
+    if dependency:
+        body["dependency"] = dependency
+    if getattr(args, "hold", False) or d.hold:  # Q9
+        body["hold"] = True
     return body, d
 
 

@@ -52,7 +52,7 @@ def parse(text: str) -> Dependency:
     if len(text) > MAX_TEXT:
         raise ValueError(f"at most {MAX_TEXT} characters")
     if "?" in text:
-        raise ValueError("'?' (any of) is not supported; ',' (all of) is")
+        raise ValueError("'?' (any of) is refused: only ',' (all of) is supported")
     conditions: list[Condition] = []
     singleton = False
     for part in text.strip().split(","):

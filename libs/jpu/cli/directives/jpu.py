@@ -13,18 +13,20 @@ _JPU_OPTS: Final[Mapping[str, str]] = {
     "-G": "gpus", "--gpus": "gpus", "--tier": "tier", "-t": "time", "--time": "time",
     "-J": "name", "--name": "name", "--job-name": "name", "--env": "env",
     "--min-vram": "min_vram", "-D": "chdir", "--chdir": "chdir",
+    "-d": "dependency", "--dependency": "dependency", "--hold": "hold",
 }  # fmt: skip
 _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "name": model.name,
     "time": model.time,
     "chdir": model.chdir,
+    "dependency": model.dependency,
     "min_vram": model.min_vram,
 }
 
 
 def read(words: list[str], kind: Kind, where: str) -> list[str]:
     problems = []
-    for opt, value, written in model.option_words(words, frozenset()):
+    for opt, value, written in model.option_words(words, frozenset({"--hold"})):
         what = _JPU_OPTS.get(opt)
         why: str | None = None
         if what is None:
@@ -32,6 +34,8 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
             hint = f"did you mean {close[0]}? " if close else ""
             flags = ", ".join(o for o in _JPU_OPTS if o.startswith("--"))
             why = f"unknown option; {hint}#JPU takes {flags}"
+        elif what == "hold":  # Q9: a flag
+            kind.hold = True
         elif value is None:
             why = "needs a value"
         elif what == "tier":
