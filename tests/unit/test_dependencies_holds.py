@@ -7,9 +7,11 @@ from __future__ import annotations
 from itertools import count
 from typing import Any
 
+import msgspec
 import pytest
 
 from jpu.bus import Delivered
+from jpu.cli.why import render
 from jpu.config import Cluster
 from jpu.domain import codec
 from jpu.domain.cluster import ClusterState, evolve
@@ -27,6 +29,7 @@ from jpu.events import (
     JobSubmitted,
     new_event_id,
 )
+from jpu.explain.wait import wait_timeline
 
 
 class Log:
@@ -206,3 +209,23 @@ def test_Q8_Q9_a_snapshot_restores_the_same_decisions() -> None:
 
 def _end(jid: str) -> JobEnded:
     return JobEnded(event_id="e", ts=1.0, job_id=jid, attempt=1, state="CANCELLED")
+
+
+def test_D7_why_explains_dependency_and_held_in_the_personal_queue() -> None:
+    cluster = Cluster(tiers=[], nodes=[])
+    log: list[Delivered] = []
+
+    def add(cls: type[Event], **kw: Any) -> None:
+        seq = len(log) + 1
+        event = cls(event_id=f"e{seq}", ts=float(seq), **kw)
+        log.append(Delivered(seq=seq, subject="s", event=event, headers={}))
+
+    job = {"lab": "L", "user": "ann", "name": "j", "command": "true", "num_gpus": 1}
+    add(JobSubmitted, job_id="a", **job)
+    add(JobSubmitted, job_id="b", dependency="afterok:a", **job)
+    add(JobHeld, job_id="b", by="ann")
+    add(JobReleased, job_id="b", by="ann")
+    wait = msgspec.to_builtins(wait_timeline(log, "b", cluster))
+    assert [s["pending_reason"] for s in wait["steps"]] == ["Dependency", "Held", "Dependency"]
+    text = render(wait, "en")
+    assert "it waits for the jobs it depends on" in text and "jpu release ID" in text, text

@@ -33,6 +33,7 @@ from jpu.bus import Delivered
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.promotion import personal_reason
 from jpu.domain.states import QUEUED, JobView
 from jpu.events import (
     BackfillEnded,
@@ -41,7 +42,9 @@ from jpu.events import (
     JobDispatched,
     JobEnded,
     JobEvent,
+    JobHeld,
     JobPromoted,
+    JobReleased,
     JobRetryScheduled,
     MaintenanceChanged,
     NodeInventoryObserved,
@@ -72,6 +75,8 @@ QUEUE_EVENTS: Final = (
     NodeInventoryObserved,
     BackfillEnded,
     JobCancelRequested,
+    JobHeld,  # Q9: Held, then ConcurrencyLimit or Dependency (D7)
+    JobReleased,
 )
 NEAR: Final = 3  # ranks from the head within which every queue event is a step
 SAMPLES: Final = 64  # far back: at most one step per 1/SAMPLES of the wait so far
@@ -194,7 +199,8 @@ def _step(
     snap = snapshot(state, cluster, hl)
     usage = snap.usage
     if job.state not in QUEUED:
-        reason = "ConcurrencyLimit" if job.state == "PERSONAL_QUEUE_WAIT" else None
+        personal = job.state == "PERSONAL_QUEUE_WAIT"
+        reason: str | None = personal_reason(state, job) if personal else None  # D7, Q8, Q9
         own = decayed(usage.get(job.lab, ZERO_USAGE), now, hl)
         return Step(
             seq=d.seq, at=now, state=job.state, rank=None, pending_reason=reason,

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from jpu.policy.labqueues import LabQueues
 
 GpuState = str  # "free" | "job:<id>" | "reserved:<id>" | "backfill:<id>" | "down"  (SPEC §1.2)
-PendingReason = Literal["Priority", "Resources", "Reservation", "Maintenance", "ConcurrencyLimit"]
+PendingReason = Literal[
+    "Priority", "Resources", "Reservation", "Maintenance", "ConcurrencyLimit", "Dependency", "Held"
+]  # D7; the last two only in the personal queue (Q8, Q9)
 MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
 ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]
 ShrinkReason = Literal["lost", "yielded"]  # R5 lost GPUs; R6 `yield` gave them to a higher job
