@@ -17,6 +17,7 @@ from jpu.domain import codec
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dependencies import NEVER_SATISFIED, parse, verdict
 from jpu.domain.promotion import never_satisfied, personal_reason, to_promote
+from jpu.domain.states import request_digest
 from jpu.events import (
     Event,
     JobDispatched,
@@ -27,6 +28,8 @@ from jpu.events import (
     JobRetryDeclined,
     JobStarted,
     JobSubmitted,
+    decode,
+    encode,
     new_event_id,
 )
 from jpu.explain.wait import wait_timeline
@@ -229,3 +232,15 @@ def test_D7_why_explains_dependency_and_held_in_the_personal_queue() -> None:
     assert [s["pending_reason"] for s in wait["steps"]] == ["Dependency", "Held", "Dependency"]
     text = render(wait, "en")
     assert "it waits for the jobs it depends on" in text and "jpu release ID" in text, text
+
+
+def test_E1_Q8_job_submitted_v3_carries_dependency_and_hold_and_v2_still_decodes() -> None:
+    kw: dict[str, Any] = {"event_id": "e", "ts": 1.0, "job_id": "j", "lab": "L", "user": "u",
+                          "name": "n", "command": "c", "num_gpus": 1, "chdir": "/p"}  # fmt: skip
+    event = JobSubmitted(**kw, dependency="afterok:a", hold=True)
+    assert event.schema_version == 3 and decode(encode(event)) == event
+    old = decode(msgspec.json.encode({"type": "JobSubmitted", "schema_version": 2, **kw}))
+    assert isinstance(old, JobSubmitted) and (old.dependency, old.hold) == (None, False)
+    # Q6: a v2 body's digest is unchanged; a dependency or a hold makes another body
+    assert request_digest(old) == request_digest(JobSubmitted(**kw))
+    assert request_digest(event) != request_digest(old)
