@@ -39,6 +39,11 @@ def test_Q8_pipeline_afterok_second_starts_only_after_the_first_completed(stack:
     assert waiting["state"] == "PERSONAL_QUEUE_WAIT", waiting
     assert waiting["pending_reason"] == "Dependency", waiting
     assert waiting["dependency"] == f"afterok:{first['id']}", waiting
+    queue = alice.get("/v1/queue", user="bcg-alice")["queue"]
+    assert {e["job_id"]: e["pending_reason"] for e in queue} == {
+        second["id"]: "Dependency",
+        third["id"]: "Dependency",
+    }, queue
     assert alice.job(third["id"])["pending_reason"] == "Dependency"
 
     stack.release("q8-first")
@@ -107,6 +112,8 @@ def test_Q9_held_job_waits_with_reason_held_until_released(stack: Stack) -> None
     assert bob.wait(after["id"], TERMINAL)["state"] == "COMPLETED"
     shown = bob.job(held["id"])
     assert (shown["state"], shown["pending_reason"]) == ("PERSONAL_QUEUE_WAIT", "Held"), shown
+    queue = bob.get("/v1/queue", user="bcg-bob")["queue"]
+    assert [(e["job_id"], e["pending_reason"]) for e in queue] == [(held["id"], "Held")], queue
     _error(carol.http.post(f"/v1/jobs/{held['id']}/release"), 403, "FORBIDDEN")
     r = bob.http.post(f"/v1/jobs/{held['id']}/release")
     assert r.status_code == 200 and r.json()["held"] is False, r.text
