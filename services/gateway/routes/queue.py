@@ -129,8 +129,9 @@ async def queue(
     ] = None,
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
-    by rank (1 first), then the personal queues (Q4: rank null; reason ConcurrencyLimit, Held or Dependency), each
-    with its `estimated_start`, `estimate_basis` and `estimated_at` (U4; see README);
+    by rank (1 first), then the personal queues (Q4: rank null; reason ConcurrencyLimit, or
+    Held / Dependency, Q8, Q9), each with its `estimated_start`, `estimate_basis` and
+    `estimated_at` (U4; see README);
     `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
     keep the ranks of the whole queue; the lengths count it whole. With `at` (admins): the
     queue, personal queues and running jobs as they stood then, folded from the log with the
