@@ -41,7 +41,6 @@ from jpu.events import (
     JobReleased,
     JobRetryDeclined,
     JobRetryScheduled,
-    JobStarted,
     JobSubmitted,
 )
 from jpu_services.intake.promote import Limits, Promoter
@@ -54,7 +53,7 @@ log = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 256
 
 # Events that may free a slot; an OOM end keeps it until the retry is decided (X8); or make a
-# job eligible (Q9 release; Q8: a parent started or ended, its children's users are woken).
+# job eligible (Q9 release; Q8's parents wake their children's users through the fold).
 _SLOT_EVENTS = (
     JobSubmitted,
     JobEnded,
@@ -62,7 +61,6 @@ _SLOT_EVENTS = (
     JobRetryScheduled,
     JobRetryDeclined,
     JobReleased,
-    JobStarted,
 )
 
 

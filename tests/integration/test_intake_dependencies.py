@@ -10,7 +10,7 @@ from jpu.bus import EventBus
 from jpu.clock import FakeClock
 from jpu.domain.dependencies import NEVER_SATISFIED
 from jpu.events import JobEnded, JobSubmitted, new_event_id
-from jpu.testing.fold import Watcher, job_id
+from jpu.testing.fold import Watcher, job_id, start_job, submit_global
 from jpu_services.intake.service import run_intake
 
 
@@ -62,3 +62,20 @@ async def test_Q8_never_satisfied_is_replayed_and_appended_once_by_racing_and_re
     assert [e.reason for e in await _ends(bus, late)] == [NEVER_SATISFIED]
     for jid in (b, c):  # the restart replayed them as ended: nothing appended again
         assert len(await _ends(bus, jid)) == 1
+
+
+async def test_Q8_after_is_promoted_as_soon_as_the_parent_starts_for_another_user_of_the_lab(
+    bus: EventBus,
+) -> None:
+    config, clock = config_with_limits(), FakeClock(20.0)
+    parent = job_id()
+    await submit_global(bus, clock, parent, "BCG", "alice", 1)
+    async with Watcher(bus, config) as w, running(run_intake, bus, config, clock):
+        await wait_subscribed(bus)
+        body = {"name": "after", "command": "true", "num_gpus": 1, "dependency": f"after:{parent}"}
+        reply = await submit(bus, body, user="bob")
+        assert reply.status == 201 and reply.state == "PERSONAL_QUEUE_WAIT", reply
+        child = str(reply.job_id)
+        await w.until(lambda s: s.jobs[child].waiting == [("after", parent)])
+        await start_job(bus, w.state, clock, parent)  # no dispatch needed: JobStarted is the fact
+        await w.until(lambda s: s.jobs[child].state == "GLOBAL_QUEUE_WAIT")  # bob was woken
