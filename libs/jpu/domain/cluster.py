@@ -207,10 +207,9 @@ def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
     job = JobView.submitted(event, seq)
     state.jobs[job.job_id] = job
     state.personal.setdefault(job.user, []).append(job.job_id)
-    conditions = parsed(event.dependency).conditions
-    if conditions:
+    if event.dependency:
         job.waiting = []
-        for c in conditions:
+        for c in parsed(event.dependency).conditions:
             _condition(state, job, c)
 
 
@@ -278,6 +277,10 @@ _JOB_EVENTS = (
 )
 
 
+# The events that can end a job for good (S2, X8): only they can decide its dependents (Q8).
+_FINAL_EVENTS = (JobEnded, JobRetryDeclined, JobCancelRequested)
+
+
 def count_named(state: ClusterState, job: JobView, delta: int) -> None:
     """Q8 singleton: slot-holding jobs per (user, name), kept beside S1's per-user count."""
     key = (job.user, job.name)
@@ -296,13 +299,14 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
     if job is None:
         return  # events of a job whose submit we never saw (foreign writer): ignore
     was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
-    was_final = job.final
+    may_end = isinstance(event, _FINAL_EVENTS) and job.final is None
     before = job.gpu_holdings()
     apply_job_event(job, delivered)
-    if job.final is not None and was_final is None:
+    if may_end and job.final is not None:
         _remember_final(state, job)
-        _parent_moved(state, job)
-    elif isinstance(event, JobStarted) and job.job_id in state.dependents:
+        if job.job_id in state.dependents:
+            _parent_moved(state, job)
+    elif type(event) is JobStarted and job.job_id in state.dependents:
         _parent_moved(state, job)  # `after` is met; other kinds wait on (re-registered)
     if job.state in QUEUED:
         state.queue.put(queued_job(job))  # entered, or its record (reservation, attempt) changed
@@ -313,12 +317,13 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
             del state.holders[gpu]
     state.holders.update(job.gpu_holdings())
     if was_slot != job.holds_slot:
-        slots = state.slots_of(job.user) + (1 if job.holds_slot else -1)
+        delta = 1 if job.holds_slot else -1
+        slots = state.slots_of(job.user) + delta
         if slots:
             state.slots[job.user] = slots
         else:  # no empty entries: a state restored from a snapshot has none either
             state.slots.pop(job.user, None)
-        count_named(state, job, 1 if job.holds_slot else -1)
+        count_named(state, job, delta)
     if was_personal and job.state != "PERSONAL_QUEUE_WAIT":
         queue = state.personal.get(job.user, [])
         if job.job_id in queue:

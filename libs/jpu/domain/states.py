@@ -147,7 +147,7 @@ class JobView:
             last_seq=seq,
             events=1,
             dependency=event.dependency,
-            singleton=parsed(event.dependency).singleton,
+            singleton=event.dependency is not None and parsed(event.dependency).singleton,
             held=event.hold,
         )
 
