@@ -244,3 +244,20 @@ def test_E1_Q8_job_submitted_v3_carries_dependency_and_hold_and_v2_still_decodes
     # Q6: a v2 body's digest is unchanged; a dependency or a hold makes another body
     assert request_digest(old) == request_digest(JobSubmitted(**kw))
     assert request_digest(event) != request_digest(old)
+
+
+def test_Q8_finals_are_bounded_oldest_first_and_survive_a_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import jpu.domain.cluster as cluster
+
+    monkeypatch.setattr(cluster, "MAX_FINALS", 3)
+    log = Log()
+    for i in range(5):
+        log.submit(f"p{i}")
+        log.end(f"p{i}", "COMPLETED")
+    assert list(log.state.finals) == ["p2", "p3", "p4"]
+    _, restored = codec.unpack(codec.pack(log.state, "JPU", 0.0), Cluster(tiers=[], nodes=[]))
+    assert list(restored.finals) == ["p2", "p3", "p4"]
+    log.submit("late", dependency="afterok:p0")  # forgotten: never met (intake refuses it)
+    assert never_satisfied(log.state, None) == ["late"]

@@ -11,6 +11,7 @@ The GPU pool starts from the configured nodes; `NodeInventoryObserved` replaces 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -93,8 +94,9 @@ class ClusterState:
     keep_ended: bool = True
     # Q8: parent id -> personal-queue jobs with a condition on it not resolved yet
     dependents: dict[str, list[str]] = field(default_factory=dict)
-    # Q8: jobs that ended for good, oldest first: id -> (lab, final state, ever started)
-    finals: dict[str, tuple[str, str, bool]] = field(default_factory=dict)
+    # Q8: jobs that ended for good, oldest first: id -> (lab, final state, ever started); an
+    # OrderedDict because the oldest leaves at every end (a dict's first key is O(deleted))
+    finals: OrderedDict[str, tuple[str, str, bool]] = field(default_factory=OrderedDict)
     # Q8 singleton: (user, name) -> slot-holding jobs (S1)
     named: dict[tuple[str, str], int] = field(default_factory=dict)
     # the job the last event dropped (for on_event callbacks); not part of the state proper
@@ -257,7 +259,7 @@ def _remember_final(state: ClusterState, job: JobView) -> None:
         return
     state.finals[job.job_id] = (job.lab, job.final, job.ever_started or job.attempt > 1)
     while len(state.finals) > MAX_FINALS:
-        del state.finals[next(iter(state.finals))]
+        state.finals.popitem(last=False)
 
 
 _JOB_EVENTS = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from typing import Final
 
 import msgspec
@@ -142,7 +143,7 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
     state.owed = {c.charge_id: c for c in p.owed}
     state.maintenance = p.maintenance
     state.runs = p.runs
-    state.finals = {j: (lab, f, s) for j, lab, f, s in p.finals}
+    state.finals = OrderedDict((j, (lab, f, s)) for j, lab, f, s in p.finals)
     # Derived exactly as the fold keeps them (jpu.domain.cluster._job, _submitted).
     queued = []
     for job in sorted(p.jobs, key=lambda j: j.submit_seq):
