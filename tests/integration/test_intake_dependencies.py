@@ -10,6 +10,7 @@ from jpu.bus import EventBus
 from jpu.clock import FakeClock
 from jpu.domain.dependencies import NEVER_SATISFIED
 from jpu.events import JobEnded, JobSubmitted, new_event_id
+from jpu.testing.crash import check_log
 from jpu.testing.fold import Watcher, job_id, start_job, submit_global
 from jpu_services.intake.service import run_intake
 
@@ -62,6 +63,11 @@ async def test_Q8_never_satisfied_is_replayed_and_appended_once_by_racing_and_re
     assert [e.reason for e in await _ends(bus, late)] == [NEVER_SATISFIED]
     for jid in (b, c):  # the restart replayed them as ended: nothing appended again
         assert len(await _ends(bus, jid)) == 1
+    # the crash harness' invariants (S2, O5: one end, nothing after it) for the jobs Q8 ended;
+    # a and d are this test's hand-written setup (a never dispatched, d left queued)
+    check = check_log([x async for x in bus.replay()], config)
+    assert [v for v in check.violations if v.split(":")[0] in (b, c, late)] == []
+    assert check.state.jobs[late].state == "CANCELLED"
 
 
 async def test_Q8_after_is_promoted_as_soon_as_the_parent_starts_for_another_user_of_the_lab(
