@@ -30,6 +30,7 @@ STATUS: Final[dict[str, int]] = {
     "FORBIDDEN": 403,
     "NOT_FOUND": 404,
     "ALREADY_TERMINAL": 409,
+    "NOT_IN_PERSONAL_QUEUE": 409,  # Q9: only a personal-queue job is held or released
     "IDEMPOTENCY_CONFLICT": 409,
     "BAD_REQUEST": 400,
     "INTERNAL": 500,
@@ -51,6 +52,16 @@ class CancelCommand(msgspec.Struct, frozen=True, kw_only=True, tag="CancelJob"):
 
     job_id: str
     by: str
+    role: str = "user"  # user | lab_admin | admin
+    lab: str | None = None
+
+
+class HoldCommand(msgspec.Struct, frozen=True, kw_only=True, tag="HoldJob"):
+    """Hold (`hold=True`) or release a personal-queue job on behalf of `by` (SPEC Q9)."""
+
+    job_id: str
+    by: str
+    hold: bool
     role: str = "user"  # user | lab_admin | admin
     lab: str | None = None
 
@@ -79,7 +90,7 @@ class CommandReply(msgspec.Struct, frozen=True, kw_only=True):
         return self.error is None
 
 
-Command = SubmitCommand | CancelCommand
+Command = SubmitCommand | CancelCommand | HoldCommand
 
 _encoder: Final = msgspec.json.Encoder()
 _command_decoder: Final = msgspec.json.Decoder(Command)
@@ -94,7 +105,11 @@ def cancel_subject(prefix: str = "jpu") -> str:
     return f"{prefix}_cmd.cancel"
 
 
-def encode(msg: SubmitCommand | CancelCommand | CommandReply) -> bytes:
+def hold_subject(prefix: str = "jpu") -> str:
+    return f"{prefix}_cmd.hold"
+
+
+def encode(msg: SubmitCommand | CancelCommand | HoldCommand | CommandReply) -> bytes:
     return _encoder.encode(msg)
 
 

@@ -34,9 +34,11 @@ class JobEvent(Event, frozen=True, kw_only=True):
 
 class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     """A job accepted by intake (SPEC Q4). v2 added `chdir`: the absolute directory the job
-    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran.
-    v3 added `mail_type` / `mail_user` (Q10): the job's own notification kinds and e-mail
-    address; null: the user's defaults (NotificationSettingsChanged)."""
+    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran. v3 added
+    `mail_type` / `mail_user` (Q10: the job's own notification kinds and e-mail address; null:
+    the user's defaults, NotificationSettingsChanged), `dependency` (Q8, Slurm syntax as
+    jpu.domain.dependencies normalises it; null: none) and `hold` (Q9: submitted held); absent:
+    as every v2 job."""
 
     schema_version: int = 3
     lab: str
@@ -52,6 +54,20 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     chdir: str | None = None
     mail_type: list[str] | None = None  # Q10: BEGIN, END, FAIL, REQUEUE; [] is NONE
     mail_user: str | None = None  # Q10: e-mail address for this job's notifications
+    dependency: str | None = None
+    hold: bool = False
+
+
+class JobHeld(JobEvent, frozen=True, kw_only=True, tag="JobHeld"):
+    """A personal-queue job is held (SPEC Q9): it is not promoted until released."""
+
+    by: str
+
+
+class JobReleased(JobEvent, frozen=True, kw_only=True, tag="JobReleased"):
+    """A held job is released (SPEC Q9): promotion may pick it again (Q5)."""
+
+    by: str
 
 
 class JobPromoted(JobEvent, frozen=True, kw_only=True, tag="JobPromoted"):
@@ -255,6 +271,8 @@ AnyEvent = (
     | JobRetryScheduled
     | JobRetryDeclined
     | JobCancelRequested
+    | JobHeld
+    | JobReleased
     | UsageCharged
     | BackfillStarted
     | BackfillEnded

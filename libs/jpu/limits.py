@@ -59,6 +59,8 @@ SUBMIT_FIELDS: Final = (
     "chdir",  # U5: where the job runs (jpu.policy.workdir)
     "mail_type",  # Q10: notification kinds (jpu.policy.mail)
     "mail_user",  # Q10: e-mail address for this job's notifications
+    "dependency",  # Q8 (jpu.domain.dependencies)
+    "hold",  # Q9
 )
 
 # --- any JSON request ------------------------------------------------------------------------
@@ -306,6 +308,16 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 "maxLength": 254,
                 "description": "e-mail address for this job's notifications (like sbatch "
                 "--mail-user); omit it for your registered address",
+            },
+            "dependency": {  # Q8 (jpu.domain.dependencies)
+                "type": ["string", "null"],
+                "maxLength": 4096,
+                "description": "Slurm syntax: afterok|afternotok|afterany|after:ID[:ID...] "
+                "joined by ',' (all must hold), and/or singleton; on jobs of your lab only",
+            },
+            "hold": {  # Q9
+                "type": ["boolean", "null"],
+                "description": "submit held: it waits in the personal queue until released",
             },
         },
         "description": "A job (SPEC Q1); null is the same as an absent field. A request no "

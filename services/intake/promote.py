@@ -17,7 +17,8 @@ import asyncpg
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.domain.promotion import configured_limits, promoted, to_promote
+from jpu.domain.promotion import configured_limits, never_satisfied, promoted, to_promote
+from jpu.domain.submission import never_satisfied_end
 from jpu.events import new_event_id
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class Promoter:
     async def promote(self, users: set[str] | None, now: float) -> list[str]:
         """Promote what Q5 allows for `users` (None: everyone); returns the promoted job ids."""
         await self.limits.refresh()
+        await self.end_never_satisfied(users, now)
         chosen = to_promote(self.state, users, self.limits.mapping(), self.limits.default)
         # Different job subjects: the appends are independent, so their acks are awaited together.
         seqs = await asyncio.gather(*(self._promote_one(jid, now) for jid in chosen))
@@ -64,6 +66,24 @@ class Promoter:
         self.max_seq = max([self.max_seq, *(s for s in seqs if s is not None)])
         self.promoted += len(done)
         return done
+
+    async def end_never_satisfied(self, users: set[str] | None, now: float) -> None:
+        """Q8: end CANCELLED the jobs whose dependency can never be met. The fold decides
+        (replayed from the log); the expected sequence makes a restarted or second intake
+        append the end once."""
+        doomed = never_satisfied(self.state, users)
+        seqs = await asyncio.gather(*(self._end_one(jid, now) for jid in doomed))
+        self.max_seq = max([self.max_seq, *(s for s in seqs if s is not None)])
+
+    async def _end_one(self, jid: str, now: float) -> int | None:
+        job = self.state.jobs.get(jid)
+        if job is None:
+            return None
+        event = never_satisfied_end(job, now, new_event_id())
+        try:
+            return await self.bus.append(event, expected_last_subject_seq=job.last_seq)
+        except ConcurrencyConflict:
+            return None  # ended or moved meanwhile: decided again on the new state
 
     async def _promote_one(self, jid: str, now: float) -> int | None:
         job = self.state.jobs.get(jid)

@@ -2,7 +2,7 @@
 
     run_intake(bus, config, clock, stop, pool=None)
 
-Answers NATS request/reply on `<prefix>_cmd.submit` and `<prefix>_cmd.cancel` (jpu.commands) in
+Answers NATS request/reply on `<prefix>_cmd.submit`, `.cancel` and `.hold` (Q9; jpu.commands) in
 the queue group `intake`, so any number of replicas share the load; follows the log into its own
 ClusterState; promotes as soon as a slot frees or a job is submitted, and every second anyway.
 """
@@ -24,11 +24,13 @@ from jpu.commands import (
     QUEUE_GROUP,
     CancelCommand,
     CommandReply,
+    HoldCommand,
     SubmitCommand,
     cancel_subject,
     decode_command,
     encode,
     error_reply,
+    hold_subject,
     submit_subject,
 )
 from jpu.config import Config
@@ -36,12 +38,13 @@ from jpu.domain.cluster import ClusterState
 from jpu.events import (
     JobCancelRequested,
     JobEnded,
+    JobReleased,
     JobRetryDeclined,
     JobRetryScheduled,
     JobSubmitted,
 )
 from jpu_services.intake.promote import Limits, Promoter
-from jpu_services.intake.submit import cancel, submit
+from jpu_services.intake.submit import cancel, hold, submit
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +52,16 @@ log = logging.getLogger(__name__)
 # handed to tasks instead, so a burst of submits waits on the log together rather than in turn.
 MAX_IN_FLIGHT = 256
 
-# Events that may free a slot; an OOM end keeps it until the retry is decided (X8).
-_SLOT_EVENTS = (JobSubmitted, JobEnded, JobCancelRequested, JobRetryScheduled, JobRetryDeclined)
+# Events that may free a slot; an OOM end keeps it until the retry is decided (X8); or make a
+# job eligible (Q9 release; Q8's parents wake their children's users through the fold).
+_SLOT_EVENTS = (
+    JobSubmitted,
+    JobEnded,
+    JobCancelRequested,
+    JobRetryScheduled,
+    JobRetryDeclined,
+    JobReleased,
+)
 
 
 class Intake:
@@ -78,6 +89,9 @@ class Intake:
             if job is not None:
                 self.dirty.add(job.user)
                 self.wake.set()
+        if self.state.just_woken:  # Q8: users of the jobs a parent's step resolved
+            self.dirty.update(self.state.just_woken)
+            self.wake.set()
 
     async def promote(self, users: set[str] | None) -> list[str]:
         async with self.lock:
@@ -130,13 +144,15 @@ class Intake:
             reply = error_reply("INTERNAL", f"intake failed: {type(e).__name__}")
         await msg.respond(encode(reply))
 
-    async def _decide(self, cmd: SubmitCommand | CancelCommand) -> CommandReply:
+    async def _decide(self, cmd: SubmitCommand | CancelCommand | HoldCommand) -> CommandReply:
         now = self.clock.now()
         if isinstance(cmd, CancelCommand):
             return await cancel(cmd, self.state, self.follower, self.bus, now)
+        if isinstance(cmd, HoldCommand):
+            return await hold(cmd, self.state, self.follower, self.bus, now)  # Q9
         if cmd.max_active_jobs is not None:
             self.promoter.limits.table.setdefault(cmd.user, cmd.max_active_jobs)
-        reply = await submit(cmd, self.state, self.bus, self.config, now)
+        reply = await submit(cmd, self.state, self.bus, self.config, now, self.follower)
         if reply.status == 201 and reply.seq is not None:
             try:
                 await self.follower.wait_for(reply.seq, timeout=5.0)
@@ -167,7 +183,12 @@ async def run_intake(
     subs = []
     try:
         await caught_up(intake.follower, "intake")
-        for subject in (submit_subject(bus.prefix), cancel_subject(bus.prefix)):
+        subjects = (
+            submit_subject(bus.prefix),
+            cancel_subject(bus.prefix),
+            hold_subject(bus.prefix),
+        )
+        for subject in subjects:
             subs.append(await bus.nc.subscribe(subject, queue=QUEUE_GROUP, cb=intake.handle))
         await intake.promote(None)  # whatever waited while no intake ran
         while not stop.is_set():

@@ -13,13 +13,16 @@ import uuid
 
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.fold_follow import Follower
-from jpu.commands import CancelCommand, CommandReply, SubmitCommand, error_reply
+from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand, error_reply
 from jpu.config import Config
-from jpu.domain.cluster import ClusterState
+from jpu.domain.cluster import ClusterState, parent_facts
+from jpu.domain.dependencies import parsed
 from jpu.domain.states import JobView, job_view, request_digest
 from jpu.domain.submission import (
     cancel_answer,
     cancel_requested,
+    hold_answer,
+    hold_event,
     idempotent_job_id,
     invalid,
     refused,
@@ -35,7 +38,12 @@ def job_id_for(user: str, key: str | None) -> str:
 
 
 async def submit(
-    cmd: SubmitCommand, state: ClusterState, bus: EventBus, config: Config, now: float
+    cmd: SubmitCommand,
+    state: ClusterState,
+    bus: EventBus,
+    config: Config,
+    now: float,
+    follower: Follower | None = None,
 ) -> CommandReply:
     """Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit → JobSubmitted (Q4)."""
     tiers = {t.name: t for t in config.tiers}
@@ -49,6 +57,9 @@ async def submit(
         known = await _ended_job(bus, event.job_id)  # an ended job left the hot state
     if cmd.idempotency_key is not None and known is not None:
         return replay(known.digest, event, known.submit_seq, known.state)
+    parents = [p for _, p in parsed(event.dependency).conditions]
+    if follower is not None and any(parent_facts(state, p) is None for p in parents):
+        await follower.catch_up(timeout=5.0)  # Q8: a parent submitted a moment ago elsewhere
     answer = refused(state, event, tiers)
     if answer is not None:
         return answer
@@ -91,4 +102,31 @@ async def cancel(
             await follower.catch_up()  # the job moved: look again
             continue
         return CommandReply(status=202, job_id=job.job_id, seq=seq, state="CANCELLING")
+    return error_reply("INTERNAL", "the job kept changing; try again")
+
+
+async def hold(
+    cmd: HoldCommand, state: ClusterState, follower: Follower, bus: EventBus, now: float
+) -> CommandReply:
+    """JobHeld / JobReleased (SPEC Q9), with the job subject's expected sequence: a hold and a
+    promotion racing on one job cannot both win."""
+    for _ in range(5):
+        job = state.jobs.get(cmd.job_id)
+        if job is None:
+            await follower.catch_up()
+            job = state.jobs.get(cmd.job_id)
+        if job is None:
+            job = await _ended_job(bus, cmd.job_id)
+        if job is None:
+            return error_reply("NOT_FOUND", f"no job {cmd.job_id}")
+        answer = hold_answer(cmd, job)
+        if answer is not None:
+            return answer
+        event = hold_event(job, cmd, now, new_event_id())
+        try:
+            seq = await bus.append(event, expected_last_subject_seq=job.last_seq)
+        except ConcurrencyConflict:
+            await follower.catch_up()
+            continue
+        return CommandReply(status=200, job_id=job.job_id, seq=seq, state=job.state)
     return error_reply("INTERNAL", "the job kept changing; try again")

@@ -71,6 +71,17 @@ def test_U5_jpu_directives_take_jpu_submit_flags_and_win_over_sbatch() -> None:
     assert d.time_limit_s == 600
 
 
+def test_Q8_Q9_dependency_and_hold_directives_are_honoured() -> None:
+    d = parse("#!/bin/bash\n#SBATCH --dependency=afterok:a1:a2 -H\n#SBATCH -d singleton\nrun\n")
+    assert (d.dependency, d.hold) == ("singleton", True)  # the last line wins, as in sbatch
+    d = parse("#SBATCH -d afterany:x\n#JPU --dependency afterok:y --hold\n")
+    assert (d.dependency, d.hold) == ("afterok:y", True)  # #JPU wins over #SBATCH
+    assert (parse("#SBATCH -d after:z\n").dependency, parse("#SBATCH -J t\n").hold) == (
+        "after:z",
+        False,
+    )
+
+
 def test_U5_only_directives_at_the_start_of_a_line_count() -> None:
     lines, late = header_lines("  #SBATCH -G 2\n#SBATCHX\n#SBATCH\t-J t\n#JPU --gpus 1\n")
     assert [n for n, _ in lines] == [3, 4] and late == []
@@ -82,7 +93,7 @@ def test_U5_only_directives_at_the_start_of_a_line_count() -> None:
     ("line", "says"),
     [
         ("--array=0-9", "job arrays are not supported"),
-        ("--dependency=afterok:12", "job dependencies are not supported"),
+        ("--dependency=afterok:12?afterany:13", "'?' (any of) is refused"),
         ("-o slurm-%j.out", "jpu logs ID"),
         ("--error=err.txt", "jpu logs ID"),
         ("--nodes=2", "a job runs on one node"),

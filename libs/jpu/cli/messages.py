@@ -83,6 +83,10 @@ def submitted(job: Mapping[str, Any], me: Mapping[str, Any] | None) -> str:
     concurrency limit (Q5): still in the personal queue while every slot is taken. A job in
     the personal queue for the moment between its submission and its promotion is not held."""
     out = f"Submitted job {job['id']}"
+    if job.get("state") == "PERSONAL_QUEUE_WAIT" and job.get("pending_reason") == "Held":
+        return f"{out} — held (Q9): it starts after `jpu release {job['id']}`"
+    if job.get("state") == "PERSONAL_QUEUE_WAIT" and job.get("pending_reason") == "Dependency":
+        return f"{out} — waiting for its dependency ({job.get('dependency')}, Q8)"
     if job.get("state") != "PERSONAL_QUEUE_WAIT" or not me:
         return out
     used, limit = me.get("slots_in_use"), me.get("max_active_jobs")

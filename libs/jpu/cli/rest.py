@@ -1,6 +1,6 @@
-"""`jpu submit|queue|jobs|history|show|events|logs|cancel|usage|pool|whoami|tiers|sinfo|admin`
-over the REST API (SPEC U1, U5). Wherever an id is taken, any unique prefix of it will do (the
-API resolves it, as git does).
+"""`jpu submit|queue|jobs|history|show|events|logs|cancel|hold|release|usage|pool|whoami|tiers|
+sinfo|admin` over the REST API (SPEC U1, U5; `hold`/`release`: Q9). Wherever an id is taken, any
+unique prefix of it will do (the API resolves it, as git does).
 
 In the habits of Slurm users: `submit` reads a script file (or `--wrap`) and its `#SBATCH` lines
 like sbatch and, like sbatch, the job runs in the directory it was submitted from
@@ -73,6 +73,8 @@ def register(sub: Any) -> None:
     for name, helptext, func in (
         ("show", "one job", cmd_show),
         ("events", "a job's events (its audit trail)", cmd_events),
+        ("hold", "hold a job waiting in your queue (it is not started until released)", cmd_hold),
+        ("release", "release a held job", cmd_release),
     ):
         p = sub.add_parser(name, parents=common, help=helptext, description=helptext)
         p.add_argument("job_id", metavar="ID", help="the job id, or any unique prefix of it")
@@ -174,6 +176,19 @@ def silence_stdout() -> None:
     does not report a second BrokenPipeError when it flushes stdout at exit."""
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def cmd_hold(args: argparse.Namespace) -> int:
+    """SPEC Q9: only while the job waits in the personal queue (else 409 NOT_IN_PERSONAL_QUEUE)."""
+    with _client(args) as c:
+        path = f"/v1/jobs/{quote(args.job_id, safe='')}/hold"
+        return _emit(args, c.post(path, {}), views.held)
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        path = f"/v1/jobs/{quote(args.job_id, safe='')}/release"
+        return _emit(args, c.post(path, {}), views.held)
 
 
 def cmd_usage(args: argparse.Namespace) -> int:

@@ -169,6 +169,10 @@ def job(j: dict[str, Any]) -> str:
     ]
     if j.get("rank") is not None or j.get("pending_reason"):
         pairs += [("Rank", j.get("rank")), ("Reason", reason(j))]
+    if j.get("dependency"):
+        pairs.append(("Dependency", j["dependency"]))  # Q8, Slurm syntax
+    if j.get("held"):
+        pairs.append(("Held", True))  # Q9: `jpu release ID`
     if j.get("estimate_basis") or j.get("estimate_reason"):  # U4 (reason: not estimated yet)
         pairs.append(("EstimatedStart", estimate(j)))
     pairs += [

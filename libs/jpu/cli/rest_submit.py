@@ -61,6 +61,16 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         "(default: your `jpu notify` settings)",
     )
     s.add_argument("--mail-user", metavar="ADDRESS", help="e-mail address for this job")
+    s.add_argument(
+        "--dependency",
+        "-d",
+        metavar="DEP",
+        help="start after other jobs (Slurm syntax: afterok|afternotok|afterany|after:ID"
+        "[:ID...], joined by ','; or singleton)",
+    )
+    s.add_argument(
+        "--hold", "-H", action="store_true", help="submit held: runs after `jpu release ID`"
+    )
     s.set_defaults(func=cmd_submit)
 
 
@@ -126,6 +136,11 @@ def request(
         body["mail_type"] = mail_type  # the server checks a flag's value (422 names the field)
     if (mail_user := args.mail_user or d.mail_user) is not None:
         body["mail_user"] = mail_user
+    dependency = getattr(args, "dependency", None) or d.dependency  # Q8
+    if dependency:
+        body["dependency"] = dependency
+    if getattr(args, "hold", False) or d.hold:  # Q9
+        body["hold"] = True
     return body, d
 
 

@@ -15,6 +15,12 @@ _EVENT_META = {"type", "event_id", "ts", "schema_version", "job_id", "seq"}
 _TIME_KEYS = {"since", "as_of"}
 
 
+def held(job: dict[str, Any]) -> str:
+    """`jpu hold` / `jpu release` (Q9)."""
+    what = "held" if job.get("held") else "released"
+    return f"Job {job['id']} {what} ({job.get('state', '?')}, reason {job.get('pending_reason')})"
+
+
 def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str, Any]:
     """`jpu logs --json`: the bytes read (as UTF-8 text) and where they are in the file."""
 

@@ -60,6 +60,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "their limit (max_active_jobs) admits no more now (S1)",
         "reason.MinVram": "waits for a GPU with at least {min_vram} GB; only smaller GPUs are idle "
         "(D7)",
+        "reason.Dependency": "it waits for the jobs it depends on, holding no slot (Q8)",
+        "reason.Held": "it is held: `jpu release ID` lets it run (Q9)",
         "reason.none": "GPUs free: dispatched in this cycle",
         "release.demoted": "demoted, it was no longer rank 1",
         "release.swap": "it ran elsewhere (swap)",
@@ -116,6 +118,10 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.failed": "it failed: {reason}",
         "cause.cancelled": "it was cancelled",
         "cause.cancel_requested": "{by} cancelled it",
+        "cause.held": "{by} held it: it is not promoted until released (Q9)",
+        "cause.released": "{by} released it: it may be promoted again (Q9)",
+        "cause.dependency_never_satisfied": "a job it depends on ended so that its dependency can "
+        "never be met (Q8)",
         "cause.other_entered": "job {job} ({lab}) entered the global queue",
         "cause.other_entered_ahead": "job {job} ({lab}) entered the global queue ahead of it: the "
         "lab with lower usage ranks first (D1)",
@@ -181,6 +187,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "reason.ConcurrencyLimit.none": "슬롯을 기다림: {user}의 작업 중 슬롯을 쓰는 것은 없지만 "
         "동시 실행 한도(max_active_jobs)가 지금은 더 허용하지 않습니다 (S1)",
         "reason.MinVram": "{min_vram} GB 이상인 GPU를 기다림: 더 작은 GPU만 비어 있습니다 (D7)",
+        "reason.Dependency": "의존하는 작업을 기다립니다 — 슬롯은 차지하지 않습니다 (Q8)",
+        "reason.Held": "보류되어 있습니다: `jpu release ID`로 풀 수 있습니다 (Q9)",
         "reason.none": "GPU가 비어 이번 주기에 배정됩니다",
         "release.demoted": "강등 — 더 이상 1위가 아니었습니다",
         "release.swap": "다른 곳에서 실행됨 (교체)",
@@ -238,6 +246,10 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.failed": "실패: {reason}",
         "cause.cancelled": "취소됨",
         "cause.cancel_requested": "{by}이(가) 취소함",
+        "cause.held": "{by}이(가) 보류함: 풀릴 때까지 올라가지 않습니다 (Q9)",
+        "cause.released": "{by}이(가) 보류를 풂: 다시 올라갈 수 있습니다 (Q9)",
+        "cause.dependency_never_satisfied": "의존하는 작업이 끝나 의존 조건을 결코 만족할 수 없게 "
+        "됨 (Q8)",
         "cause.other_entered": "{job} ({lab}) 작업이 전역 대기열에 들어옴",
         "cause.other_entered_ahead": "{job} ({lab}) 작업이 앞 "
         "순위로 전역 대기열에 들어옴: 사용량이 "

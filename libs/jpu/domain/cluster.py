@@ -11,9 +11,11 @@ The GPU pool starts from the configured nodes; `NodeInventoryObserved` replaces 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from jpu.config import Cluster
+from jpu.domain.dependencies import Condition, parsed, verdict
 from jpu.domain.runs import RecentRuns, observe
 from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, queued_job
 from jpu.events import (
@@ -23,7 +25,9 @@ from jpu.events import (
     JobCancelRequested,
     JobDispatched,
     JobEnded,
+    JobHeld,
     JobPromoted,
+    JobReleased,
     JobRetryDeclined,
     JobRetryScheduled,
     JobStarted,
@@ -41,6 +45,9 @@ from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
 
 BUSY = PLACED - {"CANCELLING"}  # a user job holds GPUs (M2 also counts CANCELLING)
+# Q8: how many jobs that ended for good are remembered as parents (bounded by count, not time,
+# so a replay remembers the same ones); a dependency on one forgotten is refused at submit.
+MAX_FINALS = 50_000
 
 
 @dataclass
@@ -81,8 +88,17 @@ class ClusterState:
     # its history), so memory follows the work in flight, not the platform's age. Services fold
     # with keep_ended=False; tools and tests that look at ended jobs keep them.
     keep_ended: bool = True
+    # Q8: parent id -> personal-queue jobs with a condition on it not resolved yet
+    dependents: dict[str, list[str]] = field(default_factory=dict)
+    # Q8: jobs that ended for good, oldest first: id -> (lab, final state, ever started); an
+    # OrderedDict because the oldest leaves at every end (a dict's first key is O(deleted))
+    finals: OrderedDict[str, tuple[str, str, bool]] = field(default_factory=OrderedDict)
+    # Q8 singleton: (user, name) -> slot-holding jobs (S1)
+    named: dict[tuple[str, str], int] = field(default_factory=dict)
     # the job the last event dropped (for on_event callbacks); not part of the state proper
     just_ended: JobView | None = field(default=None, compare=False)
+    # users whose jobs the last event's parent resolved (Q8), for on_event callbacks; likewise
+    just_woken: set[str] = field(default_factory=set, compare=False)
 
     @classmethod
     def new(cls, cluster: Cluster, *, keep_ended: bool = True) -> ClusterState:
@@ -116,6 +132,8 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
         return
     state.seq = delivered.seq
     state.just_ended = None
+    if state.just_woken:
+        state.just_woken = set()
     event = delivered.event
     if isinstance(event, UsageCharged):
         state.usage[event.lab] = LabUsage(event.value_after, event.as_of)
@@ -210,6 +228,57 @@ def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
     job = JobView.submitted(event, seq)
     state.jobs[job.job_id] = job
     state.personal.setdefault(job.user, []).append(job.job_id)
+    if event.dependency:
+        job.waiting = []
+        for c in parsed(event.dependency).conditions:
+            _condition(state, job, c)
+
+
+def parent_facts(state: ClusterState, job_id: str) -> tuple[str, bool, str | None] | None:
+    """Q8: (lab, ever started, final state) of a job the state knows; None: unknown."""
+    job = state.jobs.get(job_id)
+    if job is not None:
+        return job.lab, job.ever_started or job.attempt > 1, job.final
+    known = state.finals.get(job_id)
+    return None if known is None else (known[0], known[2], known[1])
+
+
+def _condition(state: ClusterState, job: JobView, c: Condition) -> None:
+    """Q8: resolve one condition of `job` now, or wait for its parent's next step."""
+    facts = None if c[1] == job.job_id else parent_facts(state, c[1])
+    v = "never" if facts is None else verdict(c[0], facts[1], facts[2])  # unknown: never met
+    if v == "never" and job.never is None:
+        job.never = f"{c[0]}:{c[1]}"
+    elif v == "wait" and job.waiting is not None:
+        job.waiting.append(c)
+        waiting = state.dependents.setdefault(c[1], [])
+        if job.job_id not in waiting:
+            waiting.append(job.job_id)
+
+
+def _parent_moved(state: ClusterState, parent: JobView) -> None:
+    """Q8: the parent started or ended for good: look again at what waits on it."""
+    children = state.dependents.pop(parent.job_id, None)
+    if not children:
+        return
+    for child_id in children:
+        child = state.jobs.get(child_id)
+        if child is None or child.waiting is None or child.state != "PERSONAL_QUEUE_WAIT":
+            continue  # it left the personal queue meanwhile: nothing to decide
+        state.just_woken.add(child.user)
+        mine = [c for c in child.waiting if c[1] == parent.job_id]
+        child.waiting = [c for c in child.waiting if c[1] != parent.job_id]
+        for c in mine:
+            _condition(state, child, c)
+
+
+def _remember_final(state: ClusterState, job: JobView) -> None:
+    """Q8: a job that ended for good, for dependencies submitted after it ended."""
+    if job.final is None:
+        return
+    state.finals[job.job_id] = (job.lab, job.final, job.ever_started or job.attempt > 1)
+    while len(state.finals) > MAX_FINALS:
+        state.finals.popitem(last=False)
 
 
 _JOB_EVENTS = (
@@ -224,7 +293,23 @@ _JOB_EVENTS = (
     JobRetryScheduled,
     JobRetryDeclined,
     JobCancelRequested,
+    JobHeld,
+    JobReleased,
 )
+
+
+# The events that can end a job for good (S2, X8): only they can decide its dependents (Q8).
+_FINAL_EVENTS = (JobEnded, JobRetryDeclined, JobCancelRequested)
+
+
+def count_named(state: ClusterState, job: JobView, delta: int) -> None:
+    """Q8 singleton: slot-holding jobs per (user, name), kept beside S1's per-user count."""
+    key = (job.user, job.name)
+    n = state.named.get(key, 0) + delta
+    if n > 0:
+        state.named[key] = n
+    else:
+        state.named.pop(key, None)
 
 
 def _job(state: ClusterState, delivered: Delivered) -> None:
@@ -235,19 +320,28 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
     if job is None:
         return  # events of a job whose submit we never saw (foreign writer): ignore
     was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
+    may_end = isinstance(event, _FINAL_EVENTS) and job.final is None
     before = job.gpu_holdings()
     apply_job_event(job, delivered)
     hold(state.holders, before, job.gpu_holdings())
+    if may_end and job.final is not None:
+        _remember_final(state, job)
+        if job.job_id in state.dependents:
+            _parent_moved(state, job)
+    elif type(event) is JobStarted and job.job_id in state.dependents:
+        _parent_moved(state, job)  # `after` is met; other kinds wait on (re-registered)
     if job.state in QUEUED:
         state.queue.put(queued_job(job))  # entered, or its record (reservation, attempt) changed
     else:
         state.queue.discard(job.job_id)
     if was_slot != job.holds_slot:
-        slots = state.slots_of(job.user) + (1 if job.holds_slot else -1)
+        delta = 1 if job.holds_slot else -1
+        slots = state.slots_of(job.user) + delta
         if slots:
             state.slots[job.user] = slots
         else:  # no empty entries: a state restored from a snapshot has none either
             state.slots.pop(job.user, None)
+        count_named(state, job, delta)
     if was_personal and job.state != "PERSONAL_QUEUE_WAIT":
         queue = state.personal.get(job.user, [])
         if job.job_id in queue:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from typing import Final
 
 import msgspec
 
 from jpu.config import Cluster
-from jpu.domain.cluster import ClusterState, Maintenance, forget
+from jpu.domain.cluster import ClusterState, Maintenance, count_named, forget
 from jpu.domain.runs import RecentRuns
 from jpu.domain.states import QUEUED, JobView, queued_job
 from jpu.policy.charging import Charge
@@ -30,7 +31,8 @@ from jpu.policy.model import LabUsage
 
 # Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
 # another version are ignored (a full replay rebuilds the state under the new rules).
-SCHEMA_VERSION: Final = 3  # 2: charge ids carry their job (bounded dedup); 3: recent runs
+# 2: charge ids carry their job (bounded dedup); 3: recent runs; 4: dependencies, holds (Q8, Q9)
+SCHEMA_VERSION: Final = 4
 MAGIC: Final = b"JPUSNAP\n"
 
 
@@ -59,6 +61,7 @@ class _Payload(msgspec.Struct):
     owed: list[Charge]
     maintenance: Maintenance
     runs: RecentRuns
+    finals: list[tuple[str, str, str, bool]] = []  # Q8: (job id, lab, final state, started)
 
 
 def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
@@ -75,6 +78,7 @@ def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
             owed=list(state.owed.values()),
             maintenance=state.maintenance,
             runs=state.runs,
+            finals=[(j, lab, f, s) for j, (lab, f, s) in state.finals.items()],
         )
     )
     header = Header(
@@ -139,6 +143,7 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
     state.owed = {c.charge_id: c for c in p.owed}
     state.maintenance = p.maintenance
     state.runs = p.runs
+    state.finals = OrderedDict((j, (lab, f, s)) for j, lab, f, s in p.finals)
     # Derived exactly as the fold keeps them (jpu.domain.cluster._job, _submitted).
     queued = []
     for job in sorted(p.jobs, key=lambda j: j.submit_seq):
@@ -146,8 +151,13 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
         state.holders.update(job.gpu_holdings())
         if job.holds_slot:
             state.slots[job.user] = state.slots_of(job.user) + 1
+            count_named(state, job, 1)
         if job.state == "PERSONAL_QUEUE_WAIT":
             state.personal.setdefault(job.user, []).append(job.job_id)
+            for _, parent in job.waiting or ():
+                waiting = state.dependents.setdefault(parent, [])
+                if job.job_id not in waiting:
+                    waiting.append(job.job_id)
         if job.state in QUEUED:
             queued.append(queued_job(job))
     state.queue = LabQueues(queued)
@@ -158,7 +168,7 @@ def assign(target: ClusterState, source: ClusterState) -> None:
     """Make `target` (an object the service already holds) the restored state, keeping its own
     `keep_ended` (a service that drops ended jobs drops them from the snapshot too)."""
     for name in ClusterState.__dataclass_fields__:
-        if name != "keep_ended":
+        if name not in ("keep_ended", "just_woken"):
             setattr(target, name, getattr(source, name))
     if not target.keep_ended:
         for job_id in [j.job_id for j in target.jobs.values() if j.terminal and not j.oom_pending]:

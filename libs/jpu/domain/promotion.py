@@ -1,18 +1,53 @@
-"""Promotion from the personal queue to the global queue (SPEC Q5, S1). Pure.
+"""Promotion from the personal queue to the global queue (SPEC Q5, S1, Q8, Q9). Pure.
 
 Whenever a user's slot frees or they submit, their oldest personal-queue jobs are promoted while
 they hold fewer than `max_active_jobs` slot-holding jobs (the count is the fold's, S1; the
-choice is jpu.policy.queue.promotions). services/intake/promote.py appends the events.
+choice is jpu.policy.queue.promotions). A held job (Q9) or one whose dependencies are not met
+(Q8) is skipped, and the next eligible job is promoted instead: it holds no slot while it waits.
+services/intake/promote.py appends the events.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState
+from jpu.domain.states import JobView
 from jpu.events import JobPromoted
 from jpu.policy.queue import promotions
+
+PersonalReason = Literal["Held", "Dependency", "ConcurrencyLimit"]
+
+
+def personal_reason(state: ClusterState, job: JobView) -> PersonalReason:
+    """D7 for a personal-queue job: `Held` (Q9) before `Dependency` (Q8: a condition not met,
+    or a singleton whose name already holds a slot), else `ConcurrencyLimit` (Q5)."""
+    if job.held:
+        return "Held"
+    if job.waiting or job.never is not None:
+        return "Dependency"
+    if job.singleton and state.named.get((job.user, job.name), 0) > 0:
+        return "Dependency"
+    return "ConcurrencyLimit"
+
+
+def _eligible(state: ClusterState, queue: list[str]) -> list[str]:
+    """The jobs of one personal queue that may take a slot, oldest first; of singleton jobs of
+    one name, only the first (Q8: one of them holds a slot at a time)."""
+    out: list[str] = []
+    names: set[str] = set()
+    for jid in queue:
+        job = state.jobs.get(jid)
+        if job is None or personal_reason(state, job) != "ConcurrencyLimit":
+            continue
+        if job.singleton:
+            if job.name in names:
+                continue
+            names.add(job.name)
+        out.append(jid)
+    return out
 
 
 def configured_limits(cluster: Cluster) -> dict[str, int]:
@@ -31,10 +66,25 @@ def to_promote(
 ) -> list[str]:
     """The jobs Q5 promotes now, of `users` (None: everyone); `limits`: user → max_active_jobs,
     `default` for the others."""
-    personal = {u: q for u, q in state.personal.items() if q and (users is None or u in users)}
+    personal = {
+        u: eligible
+        for u, q in state.personal.items()
+        if q and (users is None or u in users) and (eligible := _eligible(state, q))
+    }
     if not personal:
         return []
     return promotions(personal, state.slots, limits, default)
+
+
+def never_satisfied(state: ClusterState, users: set[str] | None) -> list[str]:
+    """Q8: personal-queue jobs whose dependency can never be met, to end CANCELLED."""
+    return [
+        jid
+        for u, q in state.personal.items()
+        if users is None or u in users
+        for jid in q
+        if (job := state.jobs.get(jid)) is not None and job.never is not None
+    ]
 
 
 def promoted(job_id: str, now: float, event_id: str) -> JobPromoted:

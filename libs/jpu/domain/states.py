@@ -19,12 +19,15 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from jpu.domain.dependencies import Condition, parsed
 from jpu.events import (
     Delivered,
     JobCancelRequested,
     JobDispatched,
     JobEnded,
+    JobHeld,
     JobPromoted,
+    JobReleased,
     JobRetryDeclined,
     JobRetryScheduled,
     JobStarted,
@@ -83,6 +86,10 @@ def request_digest(event: JobSubmitted) -> str:
     for key in ("mail_type", "mail_user"):  # Q10; likewise absent when not asked for
         if getattr(event, key) is not None:
             body[key] = getattr(event, key)
+    if event.dependency is not None:  # Q8, Q9: likewise (v2 digests unchanged)
+        body["dependency"] = event.dependency
+    if event.hold:
+        body["hold"] = True
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 
@@ -116,6 +123,12 @@ class JobView:
     started_at: float | None = None  # JobStarted of the current attempt (X6)
     isolation: str | None = None  # what isolation the current attempt got (X4)
     cancel_by: str | None = None  # who asked to cancel it
+    dependency: str | None = None  # Q8, as logged (normalised)
+    singleton: bool = False  # Q8: one slot-holding job of this name per user
+    waiting: list[Condition] | None = None  # Q8: conditions not met yet (the fold resolves them)
+    never: str | None = None  # Q8: the condition that can never be met ("afterok:ID")
+    held: bool = False  # Q9
+    ever_started: bool = False  # some attempt started (Q8 `after`)
 
     @classmethod
     def submitted(cls, event: JobSubmitted, seq: int) -> JobView:
@@ -133,6 +146,9 @@ class JobView:
             time_limit_s=event.time_limit_s,
             last_seq=seq,
             events=1,
+            dependency=event.dependency,
+            singleton=event.dependency is not None and parsed(event.dependency).singleton,
+            held=event.hold,
         )
 
     @property
@@ -140,9 +156,9 @@ class JobView:
         return self.state in TERMINAL
 
     @property
-    def final(self) -> bool:
-        """Terminal, and no OOM retry can still come (S2, X8): nothing moves it again."""
-        return self.state in TERMINAL and not self.oom_pending
+    def final(self) -> str | None:
+        """The state it ended in for good (Q8's parent outcome); None while it may still move."""
+        return self.state if self.terminal and not self.oom_pending else None
 
     @property
     def cancel_requested(self) -> bool:
@@ -232,8 +248,12 @@ def apply_job_event(job: JobView, delivered: Delivered) -> None:
         if job.state in QUEUED:
             job.state, job.attempt, job.dispatched_at = "DISPATCHED", e.attempt, e.ts
             job.placement, job.reservation = (e.node, e.tier, tuple(e.gpus)), None
+    elif isinstance(e, JobHeld | JobReleased):
+        if job.state == "PERSONAL_QUEUE_WAIT":  # Q9: only in the personal queue
+            job.held = isinstance(e, JobHeld)
     elif isinstance(e, JobStarted):
         job.backend_job_id, job.started_at, job.isolation = e.backend_job_id, e.ts, e.isolation
+        job.ever_started = True
         if job.state == "DISPATCHED":
             job.state = "RUNNING"
     elif isinstance(e, JobCancelRequested):

@@ -15,12 +15,13 @@ from typing import Any
 import msgspec
 
 from jpu import limits
-from jpu.commands import CancelCommand, CommandReply, SubmitCommand, error_reply
+from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand, error_reply
 from jpu.config import Tier
-from jpu.domain.cluster import ClusterState
+from jpu.domain import dependencies
+from jpu.domain.cluster import ClusterState, parent_facts
 from jpu.domain.holdings import gpus
 from jpu.domain.states import JobView, request_digest
-from jpu.events import JobCancelRequested, JobSubmitted
+from jpu.events import JobCancelRequested, JobEnded, JobHeld, JobReleased, JobSubmitted
 from jpu.policy import mail, maintenance
 from jpu.policy.placements import ever_fits
 from jpu.policy.queue import largest_placement, validate_submit
@@ -41,10 +42,24 @@ def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | Non
     """Q1: 422 naming each bad field; nothing reaches the log that a projection could not
     store (jpu.limits)."""
     problems = validate_submit(cmd.body, list(tiers))
+    problems += _dependency_problems(cmd.body)
     key_problem = limits.idempotency_key_problem(cmd.idempotency_key)
     if key_problem:
         problems.append(limits.FieldError("Idempotency-Key", key_problem))
     return error_reply("VALIDATION_ERROR", *limits.error_details(problems)) if problems else None
+
+
+def _dependency_problems(body: Mapping[str, Any]) -> list[limits.FieldError]:
+    """Q8's syntax and Q9's flag; the parents themselves are checked on the fold (`refused`)."""
+    out = []
+    if body.get("dependency") is not None:
+        try:
+            dependencies.parse(body["dependency"])
+        except ValueError as e:
+            out.append(limits.FieldError("dependency", str(e)))
+    if body.get("hold") is not None and not isinstance(body["hold"], bool):
+        out.append(limits.FieldError("hold", "must be true or false"))
+    return out
 
 
 def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> JobSubmitted:
@@ -69,6 +84,8 @@ def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> Job
         # Q10: validated (jpu.policy.mail); None: the user's notification defaults
         mail_type=mail.parse_kinds(b["mail_type"])[0] if b.get("mail_type") is not None else None,
         mail_user=b.get("mail_user"),
+        dependency=dependencies.parse(dep).text() if (dep := b.get("dependency")) else None,
+        hold=bool(b.get("hold")),
     )
 
 
@@ -93,6 +110,12 @@ def refused(
             "the cluster is in maintenance; submit later",
             {"state": state.maintenance.state, "message": state.maintenance.message},
         )
+    dep = dependencies.parsed(event.dependency)
+    labs = {p: (f[0] if (f := parent_facts(state, p)) else None) for _, p in dep.conditions}
+    problem = dependencies.foreign_lab(dep.conditions, labs, event.lab)
+    if problem:  # Q8: only jobs of the same lab (another user's included)
+        message, details = limits.error_details([limits.FieldError("dependency", problem)])
+        return error_reply("VALIDATION_ERROR", message, details)
     want = _Want(event.num_gpus, frozenset(event.tiers) if event.tiers else None, event.min_vram_gb)
     pool = gpus(state)
     if ever_fits(want, pool, tiers):
@@ -109,7 +132,7 @@ def refused(
     )
 
 
-def _may_cancel(cmd: CancelCommand, user: str, lab: str) -> bool:
+def _may_cancel(cmd: CancelCommand | HoldCommand, user: str, lab: str) -> bool:
     return cmd.by == user or cmd.role == "admin" or (cmd.role == "lab_admin" and cmd.lab == lab)
 
 
@@ -129,3 +152,40 @@ def cancel_answer(cmd: CancelCommand, job: JobView) -> CommandReply | None:
 
 def cancel_requested(job: JobView, by: str, now: float, event_id: str) -> JobCancelRequested:
     return JobCancelRequested(event_id=event_id, ts=now, job_id=job.job_id, by=by)
+
+
+def hold_answer(cmd: HoldCommand, job: JobView) -> CommandReply | None:
+    """Q9: refused (who may; only in the personal queue), or already so (answered, nothing
+    appended); None: append `hold_event`."""
+    if not _may_cancel(cmd, job.user, job.lab):  # the same people as for a cancel (§8)
+        return error_reply("FORBIDDEN", "only the owner, a lab_admin of its lab or an admin")
+    if job.state != "PERSONAL_QUEUE_WAIT":
+        return error_reply(
+            "NOT_IN_PERSONAL_QUEUE",
+            f"job is {job.state}: only a job waiting in the personal queue can be "
+            + ("held" if cmd.hold else "released"),
+            {"state": job.state},
+        )
+    if job.held == cmd.hold:
+        return CommandReply(
+            status=200, job_id=job.job_id, seq=job.last_seq, replayed=True, state=job.state
+        )
+    return None
+
+
+def hold_event(job: JobView, cmd: HoldCommand, now: float, event_id: str) -> JobHeld | JobReleased:
+    cls = JobHeld if cmd.hold else JobReleased
+    return cls(event_id=event_id, ts=now, job_id=job.job_id, by=cmd.by)
+
+
+def never_satisfied_end(job: JobView, now: float, event_id: str) -> JobEnded:
+    """Q8: a dependency that can never be met ends the job CANCELLED; it never ran, so it
+    charges nothing (F4)."""
+    return JobEnded(
+        event_id=event_id,
+        ts=now,
+        job_id=job.job_id,
+        attempt=job.attempt,
+        state="CANCELLED",
+        reason=dependencies.NEVER_SATISFIED,
+    )

@@ -14,6 +14,7 @@ import msgspec
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.promotion import personal_reason  # D7 in the personal queue (Q5, Q8, Q9)
 from jpu.domain.states import PLACED, JobView
 from jpu.events import Delivered
 from jpu.policy.cycle import cycle
@@ -110,7 +111,12 @@ def queue_at(
         for i, jid in enumerate(result.order)
     ]
     personal = [
-        _entry(state.jobs[jid], None, "ConcurrencyLimit", usage(state.jobs[jid].lab))
+        _entry(
+            state.jobs[jid],
+            None,
+            personal_reason(state, state.jobs[jid]),
+            usage(state.jobs[jid].lab),
+        )
         for user in sorted(state.personal)
         for jid in state.personal[user]
     ]

@@ -32,6 +32,7 @@ import msgspec
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
+from jpu.domain.promotion import personal_reason
 from jpu.domain.states import QUEUED, JobView
 from jpu.events import (
     BackfillEnded,
@@ -41,7 +42,9 @@ from jpu.events import (
     JobDispatched,
     JobEnded,
     JobEvent,
+    JobHeld,
     JobPromoted,
+    JobReleased,
     JobRetryDeclined,
     JobRetryScheduled,
     JobStarted,
@@ -75,6 +78,8 @@ QUEUE_EVENTS: Final = (
     NodeInventoryObserved,
     BackfillEnded,
     JobCancelRequested,
+    JobHeld,  # Q9: Held, then ConcurrencyLimit or Dependency (D7)
+    JobReleased,
 )
 NEAR: Final = 3  # ranks from the head within which every queue event is a step
 SAMPLES: Final = 64  # far back: at most one step per 1/SAMPLES of the wait so far
@@ -119,6 +124,9 @@ CauseKind = Literal[
     "failed",  # another end `reason`
     "cancelled",
     "cancel_requested",  # `by` asked
+    "held",  # Q9: `by` held it in the personal queue
+    "released",  # Q9: `by` released it
+    "dependency_never_satisfied",  # Q8: a parent ended so that its condition cannot be met
     # other jobs, labs, the cluster
     "other_entered",  # `job_id` of `lab` entered the global queue (behind it)
     "other_entered_ahead",  # ... and ranks ahead of it (D1: its lab's usage is lower)
@@ -329,6 +337,8 @@ def _own(e: Event, job: JobView, state: ClusterState, cluster: Cluster, seen: Se
     elif isinstance(e, JobEnded):
         if e.state == "COMPLETED":
             kind = "completed"
+        elif e.reason == "DEPENDENCY_NEVER_SATISFIED":
+            kind = "dependency_never_satisfied"
         elif e.state == "CANCELLED":
             kind = "cancelled"
         elif e.oom:
@@ -339,6 +349,10 @@ def _own(e: Event, job: JobView, state: ClusterState, cluster: Cluster, seen: Se
               "code": e.exit_code, "reason": e.reason}  # fmt: skip
     elif isinstance(e, JobCancelRequested):
         kind, kw = "cancel_requested", {"by": e.by}
+    elif isinstance(e, JobHeld):
+        kind, kw = "held", {"by": e.by}
+    elif isinstance(e, JobReleased):
+        kind, kw = "released", {"by": e.by}
     else:
         kind = "other_entered"  # unreachable for the events above; kept total for new events
     return Cause(seq=0, at=e.ts, event=type(e).__name__, kind=kind, job_id=job.job_id,
@@ -431,10 +445,11 @@ def _step(
     cause = _cause(state, d, now, hl, usage, job, cluster, seen)
     if job.state not in QUEUED:
         holders: list[str] = []
-        reason = None
+        reason: str | None = None
         if job.state == "PERSONAL_QUEUE_WAIT":  # S1: the user's jobs that hold slots now
-            holders = _slot_holders(state, job)  # (none: a limit of 0, or the intake not yet)
-            reason = "ConcurrencyLimit"  # until a promotion with no slot freed says otherwise
+            reason = personal_reason(state, job)  # D7: Held (Q9), Dependency (Q8), or a slot
+            if reason == "ConcurrencyLimit":  # until a promotion with no slot freed says not
+                holders = _slot_holders(state, job)  # (none: a limit of 0, or intake not yet)
         own = decayed(usage.get(job.lab, ZERO_USAGE), now, hl)
         return Step(
             seq=d.seq, at=now, state=job.state, rank=None, pending_reason=reason,
@@ -648,7 +663,8 @@ class WaitFold:
         for i in range(len(steps) - 2, -1, -1):
             if steps[i].state != "PERSONAL_QUEUE_WAIT":
                 break
-            steps[i] = msgspec.structs.replace(steps[i], pending_reason=None)
+            if steps[i].pending_reason == "ConcurrencyLimit":  # Held/Dependency stay (Q8, Q9)
+                steps[i] = msgspec.structs.replace(steps[i], pending_reason=None)
 
     def _far(self, job: JobView, e: Event) -> bool:
         """Not worth a step now: far back in the global queue and sampled recently."""

@@ -22,9 +22,16 @@ if TYPE_CHECKING:
 
 GpuState = str  # "free" | "job:<id>" | "reserved:<id>" | "backfill:<id>" | "down"  (SPEC §1.2)
 # D7; MinVram: only GPUs below the job's VRAM floor (min_vram_gb, raised by an OOM retry, X8)
-# have enough idle for it
+# have enough idle for it; Dependency and Held only in the personal queue (Q8, Q9)
 PendingReason = Literal[
-    "Priority", "Resources", "MinVram", "Reservation", "Maintenance", "ConcurrencyLimit"
+    "Priority",
+    "Resources",
+    "MinVram",
+    "Reservation",
+    "Maintenance",
+    "ConcurrencyLimit",
+    "Dependency",
+    "Held",
 ]
 MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
 ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]

@@ -57,6 +57,7 @@ def submit(sim: Simulator, s: WorkloadJob) -> bool:
             tiers=s.tiers,
             min_vram_gb=s.min_vram_gb,
             time_limit_s=None if s.time_limit_s is None else int(s.time_limit_s),
+            dependency=s.dependency,  # Q8: the fold resolves it as the services' does
         )
     )
     sim.submitted[s.id] = event

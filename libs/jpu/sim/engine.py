@@ -3,7 +3,7 @@
 The job lifecycle is the services' fold: every event the simulator appends goes through
 `jpu.domain.cluster.evolve` into a `ClusterState`, exactly as the services follow the log, and
 each decision is the function the service itself calls on that state: intake's promotion
-(jpu.policy.queue.promotions) and Q2 check, the dispatcher's cycle on
+(jpu.domain.promotion: Q5, Q8, Q9) and Q2 check, the dispatcher's cycle on
 `jpu.domain.dispatch.snapshot` and its duties (jpu.domain.dispatch), the slurm-agent's
 `JobEnded` (jpu.domain.ending), accounting's charge (jpu.policy.charging). The simulator
 itself keeps only the clock, the simulated cluster (attempts.py, backfill.py), the workload and
@@ -23,8 +23,9 @@ from typing import Any, TypeVar, cast
 from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import TRIGGERS, cancellations, escalations, snapshot
-from jpu.domain.promotion import configured_limits
+from jpu.domain.promotion import configured_limits, never_satisfied, to_promote
 from jpu.domain.states import JobView
+from jpu.domain.submission import never_satisfied_end
 from jpu.events import (
     AnyEvent,
     BackfillEnded,
@@ -43,7 +44,6 @@ from jpu.policy import POLICIES
 from jpu.policy.charging import Charge, charge_id, usage_charged
 from jpu.policy.fairshare import ZERO_USAGE
 from jpu.policy.model import CycleResult, Snapshot
-from jpu.policy.queue import promotions
 from jpu.sim import attempts, backfill, cycles
 from jpu.sim.cluster import SimCluster
 from jpu.sim.eventlog import EventLog
@@ -116,6 +116,7 @@ class Simulator:
         self.totals = Totals()
         self.now = 0.0
         self.done = 0
+        self.woken: set[str] = set()  # Q8: users whose personal queue a parent's step moved
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._dirty = False
@@ -157,6 +158,8 @@ class Simulator:
         state = self.state
         before = self.cluster.holdings(event)
         evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
+        if state.just_woken:  # Q8: a parent started or ended; its children's users promote
+            self.woken |= state.just_woken
         freed = self.cluster.folded(event, before, self.now)
         self.folded(event)
         ended = state.just_ended
@@ -246,6 +249,8 @@ class Simulator:
         t, kind, _, obj = heapq.heappop(self._heap)
         self.now = t
         handlers[kind](self, obj)
+        while self.woken:  # Q8, as intake does on the users a parent's step woke
+            self.promote(self.woken.pop())
 
     # --- intake (SPEC Q2, Q4, Q5) ------------------------------------------------------------
 
@@ -254,12 +259,14 @@ class Simulator:
             self.promote(spec.user)
 
     def promote(self, user: str) -> None:
-        """Q5, as intake decides it: the user's oldest personal-queue jobs while slots are free."""
-        pq = self.state.personal.get(user)
-        if not pq:
+        """Q5, as intake decides it: the user's oldest eligible personal-queue jobs while slots
+        are free (Q8, Q9: jpu.domain.promotion); a dependency never met ends its job (Q8)."""
+        if not self.state.personal.get(user):
             return
-        head = {user: pq}
-        for job_id in promotions(head, self.state.slots, self.limits, self.params.max_active_jobs):
+        for job_id in never_satisfied(self.state, {user}):
+            self.append(never_satisfied_end(self.state.jobs[job_id], self.now, ""))
+        chosen = to_promote(self.state, {user}, self.limits, self.params.max_active_jobs)
+        for job_id in chosen:
             self.append(
                 JobPromoted(event_id="", ts=self.now, job_id=job_id, queue_entered_at=self.now)
             )

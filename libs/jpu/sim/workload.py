@@ -33,6 +33,7 @@ class WorkloadJob(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     oom_after_s: float = DEFAULT_OOM_AFTER_S
     cancel_s: float | None = None
     time_limit_s: float | None = None
+    dependency: str | None = None  # Q8, Slurm syntax on workload ids (afterok:ID, singleton)
 
 
 _decoder = msgspec.json.Decoder(WorkloadJob)

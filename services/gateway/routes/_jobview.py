@@ -15,7 +15,8 @@ from typing import Any, Final
 import asyncpg
 
 from jpu import auth
-from jpu.domain.states import PLACED, QUEUED, TERMINAL, in_order  # SPEC §1.4
+from jpu.domain.dependencies import parsed, verdict
+from jpu.domain.states import PLACED, QUEUED, SLOT_STATES, TERMINAL, in_order  # SPEC §1.4
 from jpu_services.gateway.errors import ApiError
 
 QUEUED_STATES: Final = in_order(QUEUED)
@@ -27,7 +28,8 @@ _LIST_COLUMNS: Final = (
     "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
     "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
     "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by, "
-    "chdir"
+    "chdir, view->>'dependency' AS dependency, "  # Q8, Q9: kept in the row's JobView
+    "coalesce((view->>'held')::boolean, false) AS held"
 )
 
 
@@ -95,6 +97,42 @@ async def _by_prefix(
     )
 
 
+_PARENTS_SQL: Final = (
+    "SELECT job_id, state, oom_pending, "
+    "coalesce((view->>'ever_started')::boolean, false) OR attempt > 1 AS started "
+    "FROM jobs WHERE job_id = ANY($1::text[])"
+)
+_NAMED_SQL: Final = (
+    'SELECT 1 FROM jobs WHERE "user" = $1 AND name = $2 AND job_id <> $3 '
+    "AND (state = ANY($4::text[]) OR oom_pending) LIMIT 1"
+)
+
+
+async def personal_reason(pool: asyncpg.Pool, row: Any) -> str:
+    """D7 of a personal-queue job from the rows (the intake decides the same on its fold,
+    jpu.domain.promotion.personal_reason): `Held` (Q9), `Dependency` (Q8: a condition on a
+    parent not met, or a singleton whose name holds a slot), else `ConcurrencyLimit`."""
+    if row.get("held"):
+        return "Held"
+    dep = parsed(row.get("dependency"))
+    if dep.conditions:
+        parents = {
+            r["job_id"]: r for r in await pool.fetch(_PARENTS_SQL, [p for _, p in dep.conditions])
+        }
+        for kind, parent in dep.conditions:
+            r = parents.get(parent)
+            if r is None:
+                return "Dependency"
+            final = r["state"] if r["state"] in TERMINAL and not r["oom_pending"] else None
+            if verdict(kind, bool(r["started"]), final) != "met":
+                return "Dependency"
+    if dep.singleton:
+        slots = list(in_order(SLOT_STATES))
+        if await pool.fetchval(_NAMED_SQL, row["user"], row["name"], row["job_id"], slots):
+            return "Dependency"
+    return "ConcurrencyLimit"
+
+
 def _placement(row: Any) -> dict[str, Any] | None:
     if row["node"] is None:
         return None
@@ -146,6 +184,8 @@ def job_out(
         "kill_failed": row["kill_failed"],
         "cancel_requested_by": row["cancel_requested_by"],
         "chdir": row["chdir"],  # U5: the directory asked for (None: JOB_OUTPUT_DIR)
+        "dependency": row.get("dependency"),  # Q8, as recorded (Slurm syntax)
+        "held": bool(row.get("held")),  # Q9
         "terminal": row["state"] in TERMINAL,
     }
     if detail:

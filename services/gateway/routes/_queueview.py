@@ -30,7 +30,8 @@ PERSONAL: Final = "PERSONAL_QUEUE_WAIT"
 _QUEUE_SQL: Final = (
     'SELECT job_id, lab, "user", name, num_gpus, tiers, min_vram_gb, time_limit_s, state, '
     "attempt, queue_entered_at, submitted_at, reservation_node, reservation_tier, "
-    "reservation_gpus, reservation_since FROM jobs "
+    "reservation_gpus, reservation_since, view->>'dependency' AS dependency, "
+    "coalesce((view->>'held')::boolean, false) AS held FROM jobs "
     "WHERE state = ANY($1::text[]) ORDER BY queue_entered_at NULLS LAST, submitted_at, job_id"
 )
 

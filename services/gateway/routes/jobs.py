@@ -23,7 +23,12 @@ from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
 from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
-from jpu_services.gateway.routes._jobview import job_out, list_jobs, load_visible
+from jpu_services.gateway.routes._jobview import (
+    job_out,
+    list_jobs,
+    load_visible,
+    personal_reason,
+)
 from jpu_services.gateway.routes._queueview import shared_view
 from jpu_services.gateway.workdir import job_accounts
 
@@ -93,7 +98,8 @@ async def _job_body(
         decided_at = view.decided_at
         estimate = view.estimate_of(row["job_id"])  # U4: an estimate, not a promise
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
-            rank, reason = None, "ConcurrencyLimit"  # already be promoted; show the row's state
+            rank = None  # already be promoted; show the row's state (Q5, Q8, Q9)
+            reason = await personal_reason(pool, row) if detail else "ConcurrencyLimit"
     out = job_out(row, rank, reason, detail=detail)
     out["decided_at"] = decided_at  # when the dispatcher decided that rank and reason
     out.update(estimate)
@@ -123,11 +129,12 @@ async def _workdir_warnings(request: Request, user: str, body: dict[str, Any]) -
     return [{"field": "chdir", "account": who.name, "message": f"chdir: {can.message}"}]
 
 
-def _submitted_body(row: Any, settings: Any, account: str) -> dict[str, Any]:
+async def _submitted_body(row: Any, pool: Any, settings: Any, account: str) -> dict[str, Any]:
     """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
     on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
     cycle has seen yet has no D7 reason but its personal queue's (D7 ConcurrencyLimit)."""
-    reason = "ConcurrencyLimit" if row["state"] == "PERSONAL_QUEUE_WAIT" else None
+    personal = row["state"] == "PERSONAL_QUEUE_WAIT"
+    reason = await personal_reason(pool, row) if personal else None  # D7 (Q5, Q8, Q9)
     return _with_dirs(job_out(row, None, reason, detail=True), settings, account)
 
 
@@ -189,7 +196,8 @@ async def submit(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, str(reply.job_id))
     )
     if row is not None:
-        out = _submitted_body(row, settings, job_accounts(request).name_for(user.name))
+        account = job_accounts(request).name_for(user.name)
+        out = await _submitted_body(row, edges.pool, settings, account)
     else:  # projection lag or database down: what intake told us (the GET will catch up)
         out = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
     if warnings:  # U5: accepted, but what it writes in its chdir would be lost
@@ -440,3 +448,42 @@ async def cancel(
         return JSONResponse(out, status_code=202)
     body = await _job_body(request, edges.pool, settings, row)
     return JSONResponse({**body, **grace}, status_code=202)
+
+
+_HOLD_ERRORS: Final = responses(
+    401, 403, 404, 409, s409="NOT_IN_PERSONAL_QUEUE (only a job waiting there, Q9)"
+)
+
+
+async def _hold(
+    request: Request, job_id: str, user: Any, edges: Any, settings: Any, *, hold: bool
+) -> dict[str, Any]:
+    await load_visible(edges.pool, user, job_id)  # 404 / 403 before bothering intake
+    reply = await cmd.send(
+        edges,
+        commands.hold_subject(settings.base.subject_prefix),
+        commands.HoldCommand(job_id=job_id, by=user.name, hold=hold, role=user.role, lab=user.lab),
+    )
+    row = await cmd.read_back(
+        edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
+    )
+    if row is None:  # in the log; the database does not answer right now
+        return {"id": job_id, "state": reply.state, "held": hold, "projection_lag": True}
+    return await _job_body(request, edges.pool, settings, row)
+
+
+@router.post("/{job_id}/hold", responses=_HOLD_ERRORS)
+async def hold(
+    request: Request, job_id: str, user: CurrentUser, edges: EdgesDep, settings: SettingsDep
+) -> dict[str, Any]:
+    """Hold a job waiting in the personal queue (SPEC Q9): it stays there, reason `Held`, and
+    holds no slot until released. The owner, a lab_admin of its lab or an admin; again → 200."""
+    return await _hold(request, job_id, user, edges, settings, hold=True)
+
+
+@router.post("/{job_id}/release", responses=_HOLD_ERRORS)
+async def release(
+    request: Request, job_id: str, user: CurrentUser, edges: EdgesDep, settings: SettingsDep
+) -> dict[str, Any]:
+    """Release a held job (SPEC Q9): promoted as soon as the user has a free slot (Q5)."""
+    return await _hold(request, job_id, user, edges, settings, hold=False)

@@ -12,10 +12,18 @@ from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDe
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.routes import explain
 from jpu_services.gateway.routes._accrued import lab_accrued
-from jpu_services.gateway.routes._jobview import RUNNING_STATES
+from jpu_services.gateway.routes._jobview import RUNNING_STATES, personal_reason
 from jpu_services.gateway.routes._queueview import shared_view
 
 router = APIRouter(prefix="/v1", tags=["queue"])
+
+
+async def _personal_reason(pool: Any, row: Any) -> str:
+    """D7 in the personal queue: the rows' own answer unless a dependency needs its parents
+    (Q8, Q9; jpu_services.gateway.routes._jobview.personal_reason)."""
+    if row["held"]:
+        return "Held"
+    return await personal_reason(pool, row) if row["dependency"] else "ConcurrencyLimit"
 
 
 def _entry(
@@ -127,8 +135,9 @@ async def queue(
     ] = None,
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
-    by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit), each
-    with its `estimated_start`, `estimate_basis` and `estimated_at` (U4; see README);
+    by rank (1 first), then the personal queues (Q4: rank null; reason ConcurrencyLimit, or
+    Held / Dependency, Q8, Q9), each with its `estimated_start`, `estimate_basis` and
+    `estimated_at` (U4; see README);
     `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
     keep the ranks of the whole queue; the lengths count it whole. With `at` (admins): the
     queue, personal queues and running jobs as they stood then, folded from the log with the
@@ -150,7 +159,7 @@ async def queue(
     entries = [
         _entry(r, view.rank(i), view.reasons.get(r["job_id"]), *usage(r["lab"]))
         for i, r in enumerate(view.ordered)
-    ] + [_entry(r, None, "ConcurrencyLimit", *usage(r["lab"])) for r in view.personal]
+    ] + [_entry(r, None, await _personal_reason(pool, r), *usage(r["lab"])) for r in view.personal]
     for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise
         e.update(view.estimate_of(e["job_id"]))
     running = [_running(r, *usage(r["lab"]), view.now) for r in running_rows]

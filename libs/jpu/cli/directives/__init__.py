@@ -7,10 +7,11 @@ listed in `Directives.ignored` so the CLI can say so.
 
 Honoured, as sbatch reads them: `-J/--job-name`, `-G/--gpus[-per-node]=[type:]N`,
 `--gres=gpu[:type][:N]` (type = tier), `-t/--time` (Slurm formats), `-D/--chdir`,
-`-p/--partition` (the tiers of that partition), `--mail-type`, `--mail-user` (SPEC Q10), and
-`-N/--nodes`, `-n/--ntasks` when they say 1. `#JPU` lines take `jpu submit`'s own flags
-(`--gpus`, `--tier`, `--time`, `--name`, `--env`, `--min-vram`, `--chdir`, `--mail-type`,
-`--mail-user`). Everything else is refused with the line, the directive and what to do
+`-p/--partition` (the tiers of that partition), `-d/--dependency` (Q8), `-H/--hold` (Q9),
+`--mail-type`, `--mail-user` (Q10), and `-N/--nodes`, `-n/--ntasks` when they say 1. `#JPU` lines
+take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`, `--env`, `--min-vram`,
+`--chdir`, `--dependency`, `--hold`, `--mail-type`, `--mail-user`). Everything else is refused
+with the line, the directive and what to do
 instead — a directive the platform cannot honour must never be dropped silently (an
 `--array=0-9` would run once; a `--mem` would not be what the job gets).
 
@@ -90,6 +91,8 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     problems: list[str] = []
     out.name = kind.name if kind.name is not None else out.name
     out.chdir = kind.chdir if kind.chdir is not None else out.chdir
+    out.dependency = kind.dependency if kind.dependency is not None else out.dependency
+    out.hold = out.hold or kind.hold
     if kind.time is not None:
         out.time_limit_s, out.has_time = kind.time[0], True
     out.min_vram_gb = kind.min_vram_gb if kind.min_vram_gb is not None else out.min_vram_gb

@@ -14,11 +14,13 @@ _JPU_OPTS: Final[Mapping[str, str]] = {
     "-J": "name", "--name": "name", "--job-name": "name", "--env": "env",
     "--min-vram": "min_vram", "-D": "chdir", "--chdir": "chdir",
     "--mail-type": "mail_type", "--mail-user": "mail_user",
+    "-d": "dependency", "--dependency": "dependency", "--hold": "hold",
 }  # fmt: skip
 _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "name": model.name,
     "time": model.time,
     "chdir": model.chdir,
+    "dependency": model.dependency,
     "min_vram": model.min_vram,
     "mail_type": model.mail_type,  # Q10
     "mail_user": model.mail_user,
@@ -27,7 +29,7 @@ _JPU_VALUE: Final[Mapping[str, Reader]] = {
 
 def read(words: list[str], kind: Kind, where: str) -> list[str]:
     problems = []
-    for opt, value, written in model.option_words(words, frozenset()):
+    for opt, value, written in model.option_words(words, frozenset({"--hold"})):
         what = _JPU_OPTS.get(opt)
         why: str | None = None
         if what is None:
@@ -35,6 +37,8 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
             hint = f"did you mean {close[0]}? " if close else ""
             flags = ", ".join(o for o in _JPU_OPTS if o.startswith("--"))
             why = f"unknown option; {hint}#JPU takes {flags}"
+        elif what == "hold":  # Q9: a flag
+            kind.hold = True
         elif value is None:
             why = "needs a value"
         elif what == "tier":

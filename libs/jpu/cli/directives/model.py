@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jpu.cli.rest_render import parse_time_limit
+from jpu.domain import dependencies
 from jpu.policy import mail
 
 
@@ -33,6 +34,8 @@ class Directives:
     min_vram_gb: int | None = None
     mail_type: list[str] | None = None  # Q10: --mail-type, parsed (jpu.policy.mail)
     mail_user: str | None = None  # Q10: --mail-user
+    dependency: str | None = None  # Q8, Slurm syntax
+    hold: bool = False  # Q9
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
 
 
@@ -42,6 +45,8 @@ class Kind:
 
     name: str | None = None
     chdir: str | None = None
+    dependency: str | None = None
+    hold: bool = False
     time: tuple[int | None] | None = None  # (seconds or None for UNLIMITED,) when given
     min_vram_gb: int | None = None
     gpus_from: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # opt -> (n, type)
@@ -91,6 +96,15 @@ def name(value: str, opt: str, kind: Kind) -> str | None:
 
 def chdir(value: str, opt: str, kind: Kind) -> str | None:
     kind.chdir = value
+    return None
+
+
+def dependency(value: str, opt: str, kind: Kind) -> str | None:
+    """Q8: checked here already, so a mistyped line names its line (the API checks it again)."""
+    try:
+        kind.dependency = dependencies.parse(value).text()
+    except ValueError as e:
+        return str(e)
     return None
 
 

@@ -29,11 +29,6 @@ _REFUSED: Final[Mapping[str, str]] = {
         "`jpu submit`, the task number in --env TASK=N); " + _KEEP,
     ),
     **dict.fromkeys(
-        ("-d", "--dependency"),
-        "job dependencies are not supported: submit the next job when this one has ended "
-        "(`jpu show ID --json` gives its state); " + _KEEP,
-    ),
-    **dict.fromkeys(
         ("-c", "--cpus-per-task", "--cpus-per-gpu", "--mem", "--mem-per-cpu", "--mem-per-gpu"),
         _RESOURCES + _KEEP,
     ),
@@ -65,6 +60,7 @@ _SBATCH_OPTS: Final[Mapping[str, str]] = {
     "-D": "chdir", "--chdir": "chdir", "-p": "partition", "--partition": "partition",
     "-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--ntasks": "ntasks",
     "--ntasks-per-node": "ntasks", "--mail-type": "mail_type", "--mail-user": "mail_user",
+    "-d": "dependency", "--dependency": "dependency", "-H": "hold", "--hold": "hold",
 }  # fmt: skip
 _GRES_GPU = re.compile(r"^gpu(?::(?P<type>[A-Za-z][A-Za-z0-9._-]*))?(?::(?P<count>\d+))?$")
 _GPUS = re.compile(r"^(?:(?P<type>[A-Za-z][A-Za-z0-9._-]*):)?(?P<count>\d+)$")
@@ -79,6 +75,8 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
             problems.append(f"{where} {written}: {_REFUSED[opt]}")
         elif what is None:
             problems.append(f"{where} {written}: {_unknown_sbatch(opt or written)}")
+        elif what == "hold":  # Q9: a flag
+            kind.hold = True
         elif value is None:
             problems.append(f"{where} {written}: needs a value")
         else:
@@ -103,7 +101,7 @@ def _unknown_sbatch(opt: str) -> str:
     return (
         f"not supported by JPU-Share{hint}; it understands -J/--job-name, -G/--gpus, "
         f"--gres=gpu[:TIER]:N, -t/--time, -D/--chdir, -p/--partition, -N/--nodes=1, "
-        f"-n/--ntasks=1, --mail-type, --mail-user; {_KEEP}"
+        f"-n/--ntasks=1, -d/--dependency, -H/--hold, --mail-type, --mail-user; {_KEEP}"
     )
 
 
@@ -154,6 +152,7 @@ _SBATCH_VALUE: Final[Mapping[str, Reader]] = {
     "gres": _gres,
     "time": model.time,
     "chdir": model.chdir,
+    "dependency": model.dependency,
     "partition": _partition,
     "nodes": _only_one("node"),
     "ntasks": _only_one("task"),

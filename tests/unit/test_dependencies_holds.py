@@ -1,0 +1,263 @@
+"""Dependencies (SPEC Q8) and holds (Q9), decided in the domain core on the fold of the log:
+each kind, the never-satisfied end, singleton, hold/release, promotion skipping a waiting job to
+the next eligible one, and the same decision after a snapshot (replay)."""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+import msgspec
+import pytest
+
+from jpu.bus import Delivered
+from jpu.cli.why import render
+from jpu.config import Cluster
+from jpu.domain import codec
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dependencies import NEVER_SATISFIED, parse, verdict
+from jpu.domain.promotion import never_satisfied, personal_reason, to_promote
+from jpu.domain.states import request_digest
+from jpu.events import (
+    Event,
+    JobDispatched,
+    JobEnded,
+    JobHeld,
+    JobPromoted,
+    JobReleased,
+    JobRetryDeclined,
+    JobStarted,
+    JobSubmitted,
+    decode,
+    encode,
+    new_event_id,
+)
+from jpu.explain.wait import wait_timeline
+
+
+class Log:
+    def __init__(self) -> None:
+        self.state = ClusterState(keep_ended=False)  # as services fold (issue 11)
+        self.seq = count(1)
+
+    def add(self, cls: type[Event], /, **kw: Any) -> None:
+        event = cls(event_id=new_event_id(), ts=float(self.state.seq), **kw)
+        evolve(self.state, Delivered(seq=next(self.seq), subject="s", event=event, headers={}))
+
+    def submit(self, jid: str, user: str = "ann", **kw: Any) -> None:
+        fields: dict[str, Any] = {"name": "job", "command": "true", "num_gpus": 1, **kw}
+        self.add(JobSubmitted, job_id=jid, lab="L", user=user, **fields)
+
+    def run(self, jid: str) -> None:
+        self.add(JobPromoted, job_id=jid, queue_entered_at=0.0)
+        self.add(JobDispatched, job_id=jid, attempt=1, node="n", tier="t", gpus=[0])
+        self.add(JobStarted, job_id=jid, attempt=1, backend_job_id="b")
+
+    def end(self, jid: str, state: str, **kw: Any) -> None:
+        self.add(JobEnded, job_id=jid, attempt=1, state=state, **kw)
+
+    def promote(self, limit: int = 1) -> list[str]:
+        return to_promote(self.state, None, {}, limit)
+
+
+def test_Q8_parse_normalises_slurm_syntax_and_refuses_what_it_cannot_honour() -> None:
+    d = parse("afterok:a1:a2,afterany:b1,singleton")
+    assert d.conditions == (("afterok", "a1"), ("afterok", "a2"), ("afterany", "b1"))
+    assert d.singleton and d.text() == "afterok:a1:a2,afterany:b1,singleton"
+    for bad in ("", "afterok", "afterok:", "afterburn:1", "afterok:1?afterany:2", "after:a b"):
+        with pytest.raises(ValueError):
+            parse(bad)
+
+
+@pytest.mark.parametrize(
+    ("kind", "started", "final", "expected"),
+    [
+        ("after", False, None, "wait"),
+        ("after", True, None, "met"),
+        ("after", False, "CANCELLED", "met"),
+        ("afterany", True, None, "wait"),
+        ("afterany", True, "FAILED", "met"),
+        ("afterok", True, "COMPLETED", "met"),
+        ("afterok", True, "FAILED", "never"),
+        ("afterok", False, "CANCELLED", "never"),
+        ("afternotok", True, "FAILED", "met"),
+        ("afternotok", False, "CANCELLED", "met"),
+        ("afternotok", True, "COMPLETED", "never"),
+    ],
+)
+def test_Q8_each_kind_of_dependency(kind: str, started: bool, final: str, expected: str) -> None:
+    assert verdict(kind, started, final) == expected
+
+
+def test_Q8_afterok_waits_without_a_slot_and_the_next_eligible_job_is_promoted() -> None:
+    log = Log()
+    log.submit("a")
+    log.submit("b", dependency="afterok:a")
+    log.submit("c")
+    assert log.promote(limit=5) == ["a", "c"]  # Q5 skips b: it holds no slot while it waits
+    log.run("a")
+    log.add(JobPromoted, job_id="c", queue_entered_at=0.0)
+    b = log.state.jobs["b"]
+    assert personal_reason(log.state, b) == "Dependency"  # D7
+    assert log.promote(limit=5) == []
+    log.end("a", "COMPLETED")
+    assert personal_reason(log.state, b) == "ConcurrencyLimit"
+    assert log.promote(limit=5) == ["b"]
+
+
+def test_Q8_after_is_met_once_the_parent_started() -> None:
+    log = Log()
+    log.submit("a")
+    log.submit("b", dependency="after:a")
+    assert log.promote(limit=5) == ["a"]
+    log.run("a")
+    assert log.promote(limit=5) == ["b"]
+
+
+def test_Q8_afterok_on_a_failed_parent_is_never_satisfied_and_cascades() -> None:
+    log = Log()
+    log.submit("a")
+    log.submit("b", dependency="afterok:a")
+    log.submit("c", dependency="afterok:b")
+    log.run("a")
+    log.end("a", "FAILED", exit_code=1)
+    assert never_satisfied(log.state, None) == ["b"]  # c waits on b, which is not ended yet
+    log.add(JobEnded, job_id="b", attempt=1, state="CANCELLED", reason=NEVER_SATISFIED)
+    assert never_satisfied(log.state, None) == ["c"]
+    assert "b" not in log.state.jobs  # ended for good, its outcome remembered for children
+    assert log.state.finals["b"] == ("L", "CANCELLED", False)
+
+
+def test_Q8_afternotok_on_a_completed_parent_is_never_satisfied() -> None:
+    log = Log()
+    log.submit("a")
+    log.run("a")
+    log.end("a", "COMPLETED")
+    log.submit("b", dependency="afternotok:a")  # the parent ended before: decided at submit
+    log.submit("c", dependency="afterany:a")
+    assert never_satisfied(log.state, None) == ["b"]
+    assert log.promote(limit=5) == ["c"]
+
+
+def test_Q8_an_oom_pending_parent_is_not_final_until_the_retry_is_decided() -> None:
+    log = Log()
+    log.submit("a")
+    log.submit("b", dependency="afternotok:a")
+    log.run("a")
+    log.end("a", "FAILED", oom=True)  # X8: a retry may still complete it
+    assert log.promote(limit=5) == [] and never_satisfied(log.state, None) == []
+    log.add(JobRetryDeclined, job_id="a", attempt=1, reason="no_fit", needed_vram_gb=99)
+    assert log.promote(limit=5) == ["b"]
+
+
+def test_Q8_unknown_parent_is_never_satisfied_rather_than_waiting_forever() -> None:
+    log = Log()
+    log.submit("b", dependency="afterok:nosuchjob")
+    assert never_satisfied(log.state, None) == ["b"]
+
+
+def test_Q8_singleton_one_slot_holding_job_per_user_and_name() -> None:
+    log = Log()
+    log.submit("s1", name="train", dependency="singleton")
+    log.submit("s2", name="train", dependency="singleton")
+    log.submit("x", name="train", user="bob", dependency="singleton")  # another user's name
+    assert log.promote(limit=5) == ["s1", "x"]
+    log.run("s1")
+    assert personal_reason(log.state, log.state.jobs["s2"]) == "Dependency"
+    assert log.promote(limit=5) == ["x"]  # bob's job of that name is not ann's
+    log.add(JobPromoted, job_id="x", queue_entered_at=0.0)
+    log.end("s1", "FAILED", exit_code=1)  # singleton waits for the end, whatever it was
+    assert log.promote(limit=5) == ["s2"]
+
+
+def test_Q9_a_held_job_waits_with_reason_held_and_the_next_job_is_promoted() -> None:
+    log = Log()
+    log.submit("a", hold=True)
+    log.submit("b")
+    assert personal_reason(log.state, log.state.jobs["a"]) == "Held"
+    assert log.promote(limit=1) == ["b"]
+    log.add(JobPromoted, job_id="b", queue_entered_at=0.0)
+    log.add(JobReleased, job_id="a", by="ann")
+    assert log.promote(limit=2) == ["a"]
+    log.add(JobHeld, job_id="a", by="ann")
+    assert log.promote(limit=2) == []
+
+
+def test_Q9_hold_applies_only_in_the_personal_queue() -> None:
+    log = Log()
+    log.submit("a")
+    log.add(JobPromoted, job_id="a", queue_entered_at=0.0)
+    log.add(JobHeld, job_id="a", by="ann")
+    assert not log.state.jobs["a"].held
+
+
+def test_Q8_Q9_a_snapshot_restores_the_same_decisions() -> None:
+    log = Log()
+    log.submit("a")
+    log.submit("b", dependency="afterok:a")
+    log.submit("h", hold=True)
+    log.submit("s", name="x", dependency="singleton")
+    log.submit("d")
+    log.run("d")
+    log.end("d", "COMPLETED")
+    data = codec.pack(log.state, "JPU", 0.0)
+    _, restored = codec.unpack(data, Cluster(tiers=[], nodes=[]))
+    restored.keep_ended = False
+    assert restored.dependents == log.state.dependents and restored.finals == log.state.finals
+    assert to_promote(restored, None, {}, 5) == log.promote(limit=5)
+    for s in (log.state, restored):  # the same parent end decides the same for both
+        evolve(s, Delivered(seq=100, subject="s", event=_end("a"), headers={}))
+    assert never_satisfied(restored, None) == never_satisfied(log.state, None) == ["b"]
+
+
+def _end(jid: str) -> JobEnded:
+    return JobEnded(event_id="e", ts=1.0, job_id=jid, attempt=1, state="CANCELLED")
+
+
+def test_D7_why_explains_dependency_and_held_in_the_personal_queue() -> None:
+    cluster = Cluster(tiers=[], nodes=[])
+    log: list[Delivered] = []
+
+    def add(cls: type[Event], **kw: Any) -> None:
+        seq = len(log) + 1
+        event = cls(event_id=f"e{seq}", ts=float(seq), **kw)
+        log.append(Delivered(seq=seq, subject="s", event=event, headers={}))
+
+    job = {"lab": "L", "user": "ann", "name": "j", "command": "true", "num_gpus": 1}
+    add(JobSubmitted, job_id="a", **job)
+    add(JobSubmitted, job_id="b", dependency="afterok:a", **job)
+    add(JobHeld, job_id="b", by="ann")
+    add(JobReleased, job_id="b", by="ann")
+    wait = msgspec.to_builtins(wait_timeline(log, "b", cluster))
+    assert [s["pending_reason"] for s in wait["steps"]] == ["Dependency", "Held", "Dependency"]
+    text = render(wait, "en")
+    assert "it waits for the jobs it depends on" in text and "jpu release ID" in text, text
+
+
+def test_E1_Q8_job_submitted_v3_carries_dependency_and_hold_and_v2_still_decodes() -> None:
+    kw: dict[str, Any] = {"event_id": "e", "ts": 1.0, "job_id": "j", "lab": "L", "user": "u",
+                          "name": "n", "command": "c", "num_gpus": 1, "chdir": "/p"}  # fmt: skip
+    event = JobSubmitted(**kw, dependency="afterok:a", hold=True)
+    assert event.schema_version == 3 and decode(encode(event)) == event
+    old = decode(msgspec.json.encode({"type": "JobSubmitted", "schema_version": 2, **kw}))
+    assert isinstance(old, JobSubmitted) and (old.dependency, old.hold) == (None, False)
+    # Q6: a v2 body's digest is unchanged; a dependency or a hold makes another body
+    assert request_digest(old) == request_digest(JobSubmitted(**kw))
+    assert request_digest(event) != request_digest(old)
+
+
+def test_Q8_finals_are_bounded_oldest_first_and_survive_a_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import jpu.domain.cluster as cluster
+
+    monkeypatch.setattr(cluster, "MAX_FINALS", 3)
+    log = Log()
+    for i in range(5):
+        log.submit(f"p{i}")
+        log.end(f"p{i}", "COMPLETED")
+    assert list(log.state.finals) == ["p2", "p3", "p4"]
+    _, restored = codec.unpack(codec.pack(log.state, "JPU", 0.0), Cluster(tiers=[], nodes=[]))
+    assert list(restored.finals) == ["p2", "p3", "p4"]
+    log.submit("late", dependency="afterok:p0")  # forgotten: never met (intake refuses it)
+    assert never_satisfied(log.state, None) == ["late"]
