@@ -25,7 +25,11 @@ from jpu.telemetry import inject_headers
 
 log = logging.getLogger(__name__)
 
-_ACK_TIMEOUT_S = 10.0
+_ACK_TIMEOUT_S = 10.0  # a JetStream API request (stream/consumer info, reads, many acks)
+# One append's ack: when the stream's leader dies, its answer never comes; the append is sent
+# again (same msg id) to the new leader rather than waiting out a long timeout (SPEC O3).
+_APPEND_ATTEMPT_S = 2.5
+ELECTION_S = 10.0  # `append` rides out a leader election this long before raising
 _RETRY_MAX_DELAY_S = 5.0  # append_retrying: backoff 0.2 s doubling up to this
 CLOSE_TIMEOUT_S = 5.0  # close(): the drain, then the close itself, each at most this long
 
@@ -111,13 +115,36 @@ class EventBus:
         headers: dict[str, str] | None = None,
     ) -> int:
         """Append one event; returns its stream sequence. SPEC E2: with an expected last subject
-        sequence, a concurrent writer's append makes this one fail with ConcurrencyConflict."""
+        sequence, a concurrent writer's append makes this one fail with ConcurrencyConflict.
+        While no stream leader answers (an election after a node's loss, a server restarting)
+        the same event is resent for up to ELECTION_S, then the last error is raised."""
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + ELECTION_S, 0.1
+        while True:
+            try:
+                return await self._append_once(event, expected_last_subject_seq, headers)
+            except Exception as e:
+                # SPEC O3: one node of a cluster lost is an election, not an outage: no leader
+                # answers for a moment. Resending is safe (same msg id, or `_own_last`).
+                if not is_unreachable(e) or self._closing.is_set():
+                    raise
+                if loop.time() + delay > deadline:
+                    raise
+                log.info("append: no stream leader answered (%r); resending", e)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _append_once(
+        self, event: Event, expected_last_subject_seq: int | None, headers: dict[str, str] | None
+    ) -> int:
         subject = subject_for(event, self.prefix)
         hdrs = self._headers(event, headers)
         if expected_last_subject_seq is not None:
             hdrs[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
         try:
-            ack = await self.js.publish(subject, encode(event), headers=hdrs, stream=self.stream)
+            ack = await self.js.publish(
+                subject, encode(event), headers=hdrs, stream=self.stream, timeout=_APPEND_ATTEMPT_S
+            )
         except APIError as e:
             if expected_last_subject_seq is not None and is_wrong_last_sequence(e):
                 own = await self._own_last(subject, event.event_id)
