@@ -14,6 +14,8 @@ from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.ordered import follow_ordered
 from jpu.testing.nats_cluster import NatsCluster, stream_leader, wait_jetstream
 from jpu.testing.nats_fixtures import unique_names
+from jpu_services.dispatcher.lease import BUCKET as LEASE_BUCKET
+from jpu_services.dispatcher.lease import Lease
 from tests.integration.test_bus_append import promoted, submitted
 
 pytestmark = pytest.mark.timeout(120)
@@ -96,3 +98,20 @@ async def test_O5_ordered_reader_follows_across_the_stream_leader_loss(
     finally:
         stop.set()
         await asyncio.wait_for(reader, 10)
+
+
+async def test_O3_lease_bucket_is_replicated_and_renews_across_its_leader_loss(
+    cbus: EventBus, nats_cluster: NatsCluster, monkeypatch: pytest.MonkeyPatch
+):
+    """The dispatcher's lease (a KV bucket) has as many copies as the stream: losing the node
+    that leads it, the holder renews the same lease on the new leader within its TTL."""
+    monkeypatch.setenv("JPU_STREAM_REPLICAS", "3")
+    lease = Lease(cbus.js, f"dispatcher-{cbus.stream}", ttl_s=10.0)
+    assert await lease.step()
+    bucket = f"KV_{LEASE_BUCKET}"
+    assert (await cbus.js.stream_info(bucket)).config.num_replicas == 3
+    nats_cluster.kill(await stream_leader(cbus.js, bucket))
+    t0 = time.monotonic()
+    while not await lease.step():
+        assert time.monotonic() - t0 < 8.0, "the lease was lost with one node of three"
+        await asyncio.sleep(0.2)
