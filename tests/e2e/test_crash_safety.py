@@ -73,6 +73,7 @@ from jpu.testing.crash import (
     recovery_summary,
     wait_exited,
 )
+from jpu.testing.nats_cluster import NatsCluster
 from jpu.testing.stack_process import alive, world_searchable_tmpdir
 
 pytestmark = pytest.mark.timeout(480)
@@ -154,11 +155,19 @@ class Servers:
 def servers() -> Iterator[Servers]:
     root = world_searchable_tmpdir("jpu-crash-")
     nats = KillableNats(root / "nats", port=free_port())
+    with own_servers(root, nats) as pg:
+        yield Servers(root, nats, pg)
+
+
+@contextlib.contextmanager
+def own_servers(root: Path, nats: KillableNats | NatsCluster) -> Iterator[KillablePostgres]:
+    """The test's own NATS (one server or a cluster) and PostgreSQL under `root`, both started;
+    stopped and removed at the end (JPU_E2E_KEEP=1 keeps them)."""
     pg = KillablePostgres(root / "pg", port=free_port())  # durable, like make run's
     try:
         nats.start()
         pg.start()
-        yield Servers(root, nats, pg)
+        yield pg
     finally:
         pg.stop()
         nats.stop()
@@ -170,6 +179,12 @@ def servers() -> Iterator[Servers]:
 async def stack(servers: Servers) -> AsyncIterator[Stack]:
     """Overrides tests/e2e/conftest.py's: this stack runs on servers the test may kill."""
     env = {**STACK_ENV, "JPU_NATS_URL": servers.nats.url, "JPU_DATABASE_URL": servers.pg.dsn()}
+    async for s in own_stack(env, servers.root):
+        yield s
+
+
+async def own_stack(env: dict[str, str], servers_root: Path) -> AsyncIterator[Stack]:
+    """A stack on the test's own servers; it must stop cleanly (exit 0) at the end."""
     s = Stack(env)
     try:
         s.wait_ready()
@@ -177,7 +192,7 @@ async def stack(servers: Servers) -> AsyncIterator[Stack]:
     finally:
         rc = s.stop()
         if os.environ.get("JPU_E2E_KEEP"):
-            print(f"crash-safety data dirs kept: {s.data_dir} {servers.root}")
+            print(f"data dirs kept: {s.data_dir} {servers_root}")
         else:
             shutil.rmtree(s.data_dir, ignore_errors=True)
     assert rc == 0, f"stack exited {rc}:\n{s.log_tail()}"
@@ -838,6 +853,65 @@ def unprompted_restarts(stack: Stack, faults: list[Fault]) -> Counter[str]:
     return Counter({k: n - killed.get(k, 0) for k, n in exits.items() if n > killed.get(k, 0)})
 
 
+@dataclass
+class Verdict:
+    log: list[Delivered]
+    check: LogCheck
+    accepted: set[str]  # the job ids the workload's submits got
+    violations: list[str]
+    replay_out: str
+
+
+async def verify(
+    stack: Stack, config: Config, bus: EventBus, probe: Probe, wl: Workload, stuck: list[str]
+) -> Verdict:
+    """Once the workload is over: wait until every charge the log owes is written and every
+    projection is at the log's end, then check the log's invariants, the API against the log's
+    fold, each job's outcome and launches, projection faults, parked messages and
+    `python -m jpu.replay` (E3, E6, F5, O5, S2)."""
+    log: list[Delivered] = []
+
+    async def settled() -> bool:
+        await read_log(bus, log)
+        check = check_log(log, config)
+        owed_open = set(check.owed) - set(check.charged)
+        return not owed_open and await probe.applied(log[-1].seq)
+
+    settle_s = await probe.until(settled, 60.0, every=0.3)
+    await read_log(bus, log)
+    check = check_log(log, config)
+    accepted = {str(s.job_id) for s in wl.accepted}
+    owners = {str(s.job_id): s.user for s in wl.accepted}
+    api_jobs = {}
+    for job_id in sorted(accepted | set(check.state.jobs)):
+        client = wl.clients[owners.get(job_id, "bcg-alice")]
+        api_jobs[job_id] = await client.job(job_id)
+    labs_body = await wl.clients["bcg-alice"].http.get("/v1/labs")
+    api_labs = {lab["lab"]: lab for lab in labs_body.json()["labs"]}
+    api_bad = compare_api(check, api_jobs, api_labs, accepted)
+    outcome_bad = outcome_violations(wl, check, config) + launch_violations(stack, check)
+    conn = await asyncpg.connect(config.database_url)
+    try:  # events a live projection could not apply (E3): must be none
+        live_faults = await conn.fetch(
+            "SELECT projection, seq, event_type, error FROM projection_faults"
+        )
+    finally:
+        await conn.close()
+    parked = await bus.parked()
+    replay_rc, replay_out = await run_replay(stack, config)
+    violations = (
+        [f"not terminal after {TERMINAL_BOUND_S:.0f} s: {stuck}"] * bool(stuck)
+        + ["not settled (charges owed / projections behind) within 60 s"] * (settle_s is None)
+        + check.violations
+        + api_bad
+        + outcome_bad
+        + [f"projection fault: {dict(r)}" for r in live_faults]
+        + [f"parked message: {p}" for p in parked]
+        + ([f"python -m jpu.replay exited {replay_rc}:\n{replay_out}"] if replay_rc else [])
+    )
+    return Verdict(log, check, accepted, violations, replay_out)
+
+
 # --- the test ------------------------------------------------------------------------------------
 
 
@@ -864,57 +938,18 @@ async def test_E3_O5_F5_crash_safety_kills_and_server_restarts_under_load_keep_l
         t_load = load_done[0]
         stuck = await wl.wait_terminal(TERMINAL_BOUND_S)
 
-        # Settled: every charge the log owes written, every projection at the log's end.
-        log: list[Delivered] = []
-
-        async def settled() -> bool:
-            await read_log(bus, log)
-            check = check_log(log, config)
-            owed_open = set(check.owed) - set(check.charged)
-            return not owed_open and await probe.applied(log[-1].seq)
-
-        settle_s = await probe.until(settled, 60.0, every=0.3)
-        await read_log(bus, log)
-        check = check_log(log, config)
-        accepted = {str(s.job_id) for s in wl.accepted}
-        owners = {str(s.job_id): s.user for s in wl.accepted}
-        api_jobs = {}
-        for job_id in sorted(accepted | set(check.state.jobs)):
-            client = wl.clients[owners.get(job_id, "bcg-alice")]
-            api_jobs[job_id] = await client.job(job_id)
-        labs_body = await wl.clients["bcg-alice"].http.get("/v1/labs")
-        api_labs = {lab["lab"]: lab for lab in labs_body.json()["labs"]}
-        api_bad = compare_api(check, api_jobs, api_labs, accepted)
-        outcome_bad = outcome_violations(wl, check, config) + launch_violations(stack, check)
-        conn = await asyncpg.connect(config.database_url)
-        try:  # events a live projection could not apply (E3): must be none
-            live_faults = await conn.fetch(
-                "SELECT projection, seq, event_type, error FROM projection_faults"
-            )
-        finally:
-            await conn.close()
-        parked = await bus.parked()
-        replay_rc, replay_out = await run_replay(stack, config)
+        verdict = await verify(stack, config, bus, probe, wl, stuck)
     finally:
         await wl.close()
         await probe.close()
         await bus.close()
 
-    violations = (
-        [f"not terminal after {TERMINAL_BOUND_S:.0f} s: {stuck}"] * bool(stuck)
-        + ["not settled (charges owed / projections behind) within 60 s"] * (settle_s is None)
-        + check.violations
-        + api_bad
-        + outcome_bad
-        + [
-            f"{f.kind} ({f.trigger}) did not recover within {RECOVERY_BOUND_S:.0f} s"
-            for f in faults.done
-            if f.recovered_s is None
-        ]
-        + [f"projection fault: {dict(r)}" for r in live_faults]
-        + [f"parked message: {p}" for p in parked]
-        + ([f"python -m jpu.replay exited {replay_rc}:\n{replay_out}"] if replay_rc else [])
-    )
+    violations = verdict.violations + [
+        f"{f.kind} ({f.trigger}) did not recover within {RECOVERY_BOUND_S:.0f} s"
+        for f in faults.done
+        if f.recovered_s is None
+    ]
+    log, check, accepted = verdict.log, verdict.check, verdict.accepted
     kinds = Counter(s.kind for s in wl.accepted)
     cancel_found = Counter(
         str(check.state.jobs[str(s.job_id)].cancel_from)
@@ -959,7 +994,7 @@ async def test_E3_O5_F5_crash_safety_kills_and_server_restarts_under_load_keep_l
         ],
         "recovery": recovery_summary(faults.done),
         "unprompted_restarts": dict(unprompted_restarts(stack, faults.done)),
-        "replay": replay_out.strip().splitlines()[-1:],
+        "replay": verdict.replay_out.strip().splitlines()[-1:],
         "violations": len(violations),
     }
     print("\ncrash-safety summary:\n" + json.dumps(summary, indent=1))
