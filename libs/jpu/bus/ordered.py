@@ -165,8 +165,24 @@ async def _one_consumer(
         waker.cancel()
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+        _delete_later(js, stream, info.name)
+
+
+_deleting: set[asyncio.Task[None]] = set()  # references, so the tasks are not collected
+
+
+def _delete_later(js: JetStreamContext, stream: str, name: str) -> None:
+    """Delete a consumer we no longer read, without waiting for it: when its node is gone the
+    request would only time out, while the reader should resubscribe at once (SPEC O3). The
+    server drops a consumer that is left behind after _INACTIVE_S anyway."""
+
+    async def delete() -> None:
         with contextlib.suppress(Exception):
-            await js.delete_consumer(stream, info.name)
+            await asyncio.wait_for(js.delete_consumer(stream, name), _API_TIMEOUT_S)
+
+    task = asyncio.create_task(delete())
+    _deleting.add(task)
+    task.add_done_callback(_deleting.discard)
 
 
 def _ephemeral(filter_subject: str, start_seq: int) -> ConsumerConfig:
