@@ -131,3 +131,13 @@ async def test_O3_lease_bucket_is_replicated_and_renews_across_its_leader_loss(
     while not await lease.step():
         assert time.monotonic() - t0 < 8.0, "the lease was lost with one node of three"
         await asyncio.sleep(0.2)
+
+
+async def test_O3_reading_a_job_rides_out_the_stream_leader_loss(
+    cbus: EventBus, nats_cluster: NatsCluster
+):
+    """Intake reads a job's subject for every submit with an Idempotency-Key (Q6): right after
+    the stream leader's loss that read waits for the new leader instead of failing."""
+    seq = await cbus.append(submitted("j0"), expected_last_subject_seq=0)
+    nats_cluster.kill(await stream_leader(cbus.js, cbus.stream))
+    assert [d.seq for d in await cbus.job_events("j0")] == [seq]

@@ -17,6 +17,7 @@ from nats.js.errors import APIError, NotFoundError
 from jpu.bus import streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
+from jpu.bus.election import TRY_S, ride_out_election
 from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
@@ -28,8 +29,7 @@ log = logging.getLogger(__name__)
 _ACK_TIMEOUT_S = 10.0  # a JetStream API request (stream/consumer info, reads, many acks)
 # One append's ack: when the stream's leader dies, its answer never comes; the append is sent
 # again (same msg id) to the new leader rather than waiting out a long timeout (SPEC O3).
-_APPEND_ATTEMPT_S = 2.5
-ELECTION_S = 10.0  # `append` rides out a leader election this long before raising
+_APPEND_ATTEMPT_S = TRY_S
 _RETRY_MAX_DELAY_S = 5.0  # append_retrying: backoff 0.2 s doubling up to this
 CLOSE_TIMEOUT_S = 5.0  # close(): the drain, then the close itself, each at most this long
 
@@ -118,21 +118,12 @@ class EventBus:
         sequence, a concurrent writer's append makes this one fail with ConcurrencyConflict.
         While no stream leader answers (an election after a node's loss, a server restarting)
         the same event is resent for up to ELECTION_S, then the last error is raised."""
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + ELECTION_S, 0.1
-        while True:
-            try:
-                return await self._append_once(event, expected_last_subject_seq, headers)
-            except Exception as e:
-                # SPEC O3: one node of a cluster lost is an election, not an outage: no leader
-                # answers for a moment. Resending is safe (same msg id, or `_own_last`).
-                if not is_unreachable(e) or self._closing.is_set():
-                    raise
-                if loop.time() + delay > deadline:
-                    raise
-                log.info("append: no stream leader answered (%r); resending", e)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        return await ride_out_election(
+            lambda: self._append_once(event, expected_last_subject_seq, headers),
+            "append",
+            give_up=self._closing,
+            try_s=None,  # the publish bounds its own wait for the ack
+        )
 
     async def _append_once(
         self, event: Event, expected_last_subject_seq: int | None, headers: dict[str, str] | None
