@@ -147,7 +147,13 @@ async def run_workers(
         for task in late:
             log.warning("worker did not drain in time; cancelled", extra={"worker": tasks[task]})
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        # A worker that failed after `stop` was set (by itself, on its way out, or while
+        # draining) is a crash too: a service never stops silently with exit 0.
+        for name, result in zip(tasks.values(), results, strict=True):
+            if isinstance(result, Exception):
+                log.error("worker failed", extra={"worker": name, "error": repr(result)})
+                raise result
     finally:
         stopping.cancel()
         for task in tasks:

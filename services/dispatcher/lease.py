@@ -26,9 +26,12 @@ from nats.js.api import KeyValueConfig
 from nats.js.errors import BucketNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
+from jpu.bus.streams import bucket_replicas
+
 log = logging.getLogger(__name__)
 
 BUCKET = "jpu_leases"
+_STEP_MIN_S = 2.0  # one acquire/renew at most this long (or renew_s): retried at the next step
 
 
 def holder_id() -> str:
@@ -61,7 +64,9 @@ class Lease:
             try:
                 self._kv = await self.js.key_value(BUCKET)
             except BucketNotFoundError:
-                config = KeyValueConfig(bucket=BUCKET, ttl=self.ttl_s, history=1)
+                config = KeyValueConfig(
+                    bucket=BUCKET, ttl=self.ttl_s, history=1, replicas=bucket_replicas()
+                )
                 self._kv = await self.js.create_key_value(config)
         return self._kv
 
@@ -69,17 +74,23 @@ class Lease:
         """Acquire (standby) or renew (leader) once; returns whether we hold the lease now."""
         was = self.revision is not None
         try:
-            kv = await self._bucket()
-            if self.revision is None:
-                self.revision = await kv.create(self.key, self.holder.encode())
-            else:
-                self.revision = await kv.update(self.key, self.holder.encode(), last=self.revision)
+            async with asyncio.timeout(max(self.renew_s, _STEP_MIN_S)):
+                kv = await self._bucket()
+                if self.revision is None:
+                    self.revision = await kv.create(self.key, self.holder.encode())
+                else:
+                    last = self.revision
+                    self.revision = await kv.update(self.key, self.holder.encode(), last=last)
             self.renewed_at = time.monotonic()
         except (KeyWrongLastSequenceError, NotFoundError):
             self.revision = None  # someone else holds it (or our entry expired and was taken)
         except (nats.errors.Error, TimeoutError, OSError) as e:
-            log.warning("lease %s: %s", self.key, e)
-            self.revision = None
+            # No answer (the bucket's leader lost with its node, SPEC O3): keep the revision and
+            # renew it at the next step; `valid()` stops the leader acting once it is stale,
+            # and if the entry expired and was taken meanwhile the renewal is refused.
+            log.warning("lease %s: %r", self.key, e)
+            if time.monotonic() - self.renewed_at >= self.ttl_s:
+                self.revision = None
         held = self.revision is not None
         if held != was:
             log.info(

@@ -34,6 +34,8 @@ from jpu_services.slurm_agent.watchlist import Watched
 
 log = logging.getLogger(__name__)
 
+_WATCH_RETRY_S = 1.0  # after a failed watch round (a JobEnded not appended yet)
+
 
 async def run_agent(
     bus: EventBus,
@@ -66,9 +68,11 @@ async def run_agent(
         asyncio.create_task(inventory.loop(stop, options.inventory_every_s), name="agent-inv"),
     ]
     try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()  # a crashed loop crashes the service (the supervisor restarts it)
+            if not stop.is_set():  # never a silent stop: a loop's end is an error
+                raise RuntimeError(f"{task.get_name()} ended before stop")
     finally:
         stop.set()
         for task in tasks:
@@ -119,7 +123,11 @@ async def _cancel_orphans(agent: JobAgent, bus: EventBus, config: Config) -> Non
 
 async def watch_loop(agent: JobAgent, inventory: InventoryReporter, stop: asyncio.Event) -> None:
     while not stop.is_set():
-        await _all(_check(agent, inventory, w) for w in agent.watch.due())
+        try:
+            await _all(_check(agent, inventory, w) for w in agent.watch.due())
+        except Exception:  # e.g. JobEnded not appended yet: the job stays watched, tried again
+            log.exception("watch round failed; retrying")
+            await wait_any(_WATCH_RETRY_S, stop)
         await agent.watch.wait(stop)
 
 
@@ -192,5 +200,9 @@ class InventoryReporter:
         while not stop.is_set():
             await wait_any(every_s, self._poke, stop)
             self._poke.clear()
-            if not stop.is_set():
+            if stop.is_set():
+                return
+            try:
                 await self.report()
+            except Exception:  # NATS unreachable past an election: report at the next round
+                log.exception("inventory report failed; retrying")

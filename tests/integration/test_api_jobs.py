@@ -4,9 +4,12 @@ Tests marked "needs intake" skip with a reason while helper G's intake has no wo
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from jpu.events import (
     JobDispatched,
@@ -160,6 +163,30 @@ async def test_A_submit_without_intake_is_503_with_a_clear_code(
     r = await api.submit("alice", job_body())
     err = assert_error(r, 503, "INTAKE_UNAVAILABLE")
     assert "intake" in err["message"] and r.headers["retry-after"]
+
+
+async def test_O3_submit_waits_for_an_intake_that_is_resubscribing(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No responders means no intake received the command (its NATS node was lost and it is
+    resubscribing through another): the gateway sends it again rather than answering 503."""
+    real = jobs_routes.commands.submit_subject(api.config.subject_prefix)
+    late = f"late.{uuid.uuid4().hex}"
+
+    async def forward(msg: Msg) -> None:  # the intake, once back: answers through the real one
+        await msg.respond((await api.bus.nc.request(real, msg.data, timeout=5.0)).data)
+
+    async def back_after_a_second() -> Subscription:
+        await asyncio.sleep(1.0)
+        return await api.bus.nc.subscribe(late, cb=forward)
+
+    monkeypatch.setattr(jobs_routes.commands, "submit_subject", lambda prefix: late)
+    resubscribing = asyncio.create_task(back_after_a_second())
+    try:
+        r = await api.submit("alice", job_body())
+        assert r.status_code == 201, r.text
+    finally:
+        await (await resubscribing).unsubscribe()
 
 
 # --- visibility, listing, the job page ------------------------------------------------------

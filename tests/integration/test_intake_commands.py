@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import msgspec
 
@@ -14,45 +12,16 @@ from jpu.clock import FakeClock
 from jpu.commands import (
     CancelCommand,
     CommandReply,
-    SubmitCommand,
     cancel_subject,
     decode_reply,
     encode,
-    submit_subject,
 )
 from jpu.config import Config, LabConfig, UserConfig, load_config
 from jpu.events import JobSubmitted, MaintenanceChanged, new_event_id
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
+from jpu.testing.intake import BODY, config_with_limits, running, submit, wait_subscribed
 from jpu_services.dispatcher.service import run_dispatcher
 from jpu_services.intake.service import run_intake
-
-BODY = {"name": "train", "command": "python train.py", "num_gpus": 1}
-
-
-def config_with_limits() -> Config:
-    return msgspec.structs.replace(
-        load_config(env={}),
-        labs=[LabConfig(name="BCG", users=[UserConfig(name="alice", max_active_jobs=3)])],
-        cycle_s=0.5,
-        min_cycle_gap_s=0.02,
-    )
-
-
-@asynccontextmanager
-async def running(fn, *args, **kw) -> AsyncIterator[asyncio.Task]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(fn(*args, stop, **kw))
-    try:
-        yield task
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 15)
-
-
-async def submit(bus: EventBus, body: dict, user="alice", lab="BCG", key=None) -> CommandReply:
-    cmd = SubmitCommand(user=user, lab=lab, body=body, idempotency_key=key)
-    msg = await bus.nc.request(submit_subject(bus.prefix), encode(cmd), timeout=10)
-    return decode_reply(msg.data)
 
 
 async def intake_has_passed(bus: EventBus, w: Watcher) -> None:
@@ -66,18 +35,6 @@ async def cancel(bus: EventBus, job_id: str, by="alice") -> CommandReply:
     cmd = CancelCommand(job_id=job_id, by=by)
     msg = await bus.nc.request(cancel_subject(bus.prefix), encode(cmd), timeout=10)
     return decode_reply(msg.data)
-
-
-async def wait_subscribed(bus: EventBus) -> None:
-    """Intake answers once it has caught up and subscribed."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            await bus.nc.request(submit_subject(bus.prefix), b"{}", timeout=0.5)
-            return
-        except Exception:
-            await asyncio.sleep(0.05)
-    raise TimeoutError("intake did not answer")
 
 
 async def test_Q1_validation_errors_name_the_field(bus: EventBus):

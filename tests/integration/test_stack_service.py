@@ -30,6 +30,25 @@ async def test_O5_worker_failure_crashes_the_service() -> None:
         await run_workers(stop, {"broken": broken, "idle": idle})
 
 
+async def test_O5_worker_failing_after_setting_stop_crashes_the_service() -> None:
+    """A worker that sets `stop` on its way out and then raises (the slurm-agent's loops do)
+    must not turn into a clean exit 0 with no reason logged."""
+
+    async def stops_then_fails(stop: asyncio.Event) -> None:
+        try:
+            raise ValueError("consumer ended")
+        finally:
+            stop.set()
+            await asyncio.sleep(0.01)  # its own cleanup
+
+    async def idle(stop: asyncio.Event) -> None:
+        await stop.wait()
+
+    stop = asyncio.Event()
+    with pytest.raises(ValueError, match="consumer ended"):
+        await run_workers(stop, {"agent": stops_then_fails, "idle": idle})
+
+
 async def test_stop_drains_workers_and_heartbeat_file_tracks_liveness(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

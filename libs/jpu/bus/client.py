@@ -17,6 +17,7 @@ from nats.js.errors import APIError, NotFoundError
 from jpu.bus import streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
+from jpu.bus.election import TRY_S, ride_out_election
 from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
@@ -25,7 +26,10 @@ from jpu.telemetry import inject_headers
 
 log = logging.getLogger(__name__)
 
-_ACK_TIMEOUT_S = 10.0
+_ACK_TIMEOUT_S = 10.0  # a JetStream API request (stream/consumer info, reads, many acks)
+# One append's ack: when the stream's leader dies, its answer never comes; the append is sent
+# again (same msg id) to the new leader rather than waiting out a long timeout (SPEC O3).
+_APPEND_ATTEMPT_S = TRY_S
 _RETRY_MAX_DELAY_S = 5.0  # append_retrying: backoff 0.2 s doubling up to this
 CLOSE_TIMEOUT_S = 5.0  # close(): the drain, then the close itself, each at most this long
 
@@ -111,13 +115,27 @@ class EventBus:
         headers: dict[str, str] | None = None,
     ) -> int:
         """Append one event; returns its stream sequence. SPEC E2: with an expected last subject
-        sequence, a concurrent writer's append makes this one fail with ConcurrencyConflict."""
+        sequence, a concurrent writer's append makes this one fail with ConcurrencyConflict.
+        While no stream leader answers (an election after a node's loss, a server restarting)
+        the same event is resent for up to ELECTION_S, then the last error is raised."""
+        return await ride_out_election(
+            lambda: self._append_once(event, expected_last_subject_seq, headers),
+            "append",
+            give_up=self._closing,
+            try_s=None,  # the publish bounds its own wait for the ack
+        )
+
+    async def _append_once(
+        self, event: Event, expected_last_subject_seq: int | None, headers: dict[str, str] | None
+    ) -> int:
         subject = subject_for(event, self.prefix)
         hdrs = self._headers(event, headers)
         if expected_last_subject_seq is not None:
             hdrs[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
         try:
-            ack = await self.js.publish(subject, encode(event), headers=hdrs, stream=self.stream)
+            ack = await self.js.publish(
+                subject, encode(event), headers=hdrs, stream=self.stream, timeout=_APPEND_ATTEMPT_S
+            )
         except APIError as e:
             if expected_last_subject_seq is not None and is_wrong_last_sequence(e):
                 own = await self._own_last(subject, event.event_id)

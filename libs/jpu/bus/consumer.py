@@ -33,6 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from jpu.bus import telemetry_hooks as hooks
 from jpu.bus.dlq import park
+from jpu.bus.errors import is_unreachable
 from jpu.bus.model import Delivered
 from jpu.bus.streams import consumer_defaults
 from jpu.events import decode
@@ -79,7 +80,15 @@ class ConsumerSpec:
 async def run_consumer(
     js: JetStreamContext, spec: ConsumerSpec, handler: Handler, stop: asyncio.Event
 ) -> None:
-    await js.add_consumer(spec.stream, spec.config())  # create or update: idempotent
+    while True:  # SPEC O3: a start during a leader election waits for the new leader
+        try:
+            await js.add_consumer(spec.stream, spec.config())  # create or update: idempotent
+            break
+        except Exception as e:
+            if not is_unreachable(e) or stop.is_set():
+                raise
+            log.warning("consumer %s: not created yet (%r); retrying", spec.durable, e)
+            await _sleep_unless(stop, 1.0)
     sub = await js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
     try:
         while not stop.is_set():

@@ -8,6 +8,11 @@ from nats.js.errors import APIError
 
 # JetStream API error code for a failed Nats-Expected-Last-Subject-Sequence check.
 WRONG_LAST_SEQUENCE = 10071
+# The same check failed on a clustered stream's leader while an earlier append to the subject
+# was still being replicated ("wrong last sequence"): the same conflict (SPEC E2).
+WRONG_LAST_SEQUENCE_CLUSTERED = 10164
+# "JetStream system temporarily unavailable": a cluster without a meta or stream leader yet.
+CLUSTER_NOT_AVAILABLE = 10008
 # JetStream API error code for "stream name already in use with a different configuration".
 STREAM_NAME_IN_USE = 10058
 
@@ -29,7 +34,7 @@ class ConcurrencyConflict(Exception):
 
 
 def is_wrong_last_sequence(err: APIError) -> bool:
-    return err.err_code == WRONG_LAST_SEQUENCE
+    return err.err_code in (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_CLUSTERED)
 
 
 def is_unreachable(err: BaseException) -> bool:
@@ -48,4 +53,6 @@ def is_unreachable(err: BaseException) -> bool:
         TimeoutError,
         ConnectionError,
     )
+    if isinstance(err, APIError) and err.err_code == CLUSTER_NOT_AVAILABLE:
+        return True  # a leader election under way (one node of a cluster lost, SPEC O3)
     return isinstance(err, transient)

@@ -34,10 +34,15 @@ _PULL_MIN = 1024  # messages per pull request (at least the caller's batch)
 _RETRY_S = 0.2
 _INACTIVE_S = 30.0  # the server removes the consumer of a reader that died
 _CHECK_EVERY = 10  # idle fetches between checks that the consumer still exists
+_API_TIMEOUT_S = 2.0  # consumer create/info: a node lost mid-request is retried, not awaited
 
 
 class GapDetected(Exception):
     """The consumer skipped messages (a lost fetch reply); the reader restarts after the last."""
+
+
+class ConsumerGone(Exception):
+    """No one serves the consumer's pull requests (its node died, SPEC O3): resubscribe now."""
 
 
 async def follow_ordered(
@@ -64,7 +69,7 @@ async def follow_ordered(
                     next_seq = msgs[-1].metadata.sequence.stream + 1
                     yield msgs
             return  # stopped
-        except (GapDetected, TimeoutError, nats.errors.Error, OSError) as e:
+        except (GapDetected, ConsumerGone, TimeoutError, nats.errors.Error, OSError) as e:
             log.warning("ordered reader: %r; resubscribing from seq %d", e, next_seq)
             await asyncio.sleep(_RETRY_S)
 
@@ -82,12 +87,14 @@ class _Pull:
         self.msgs: list[Msg] = []
         self.owed = 0  # messages the open request may still bring (0: none open)
         self.arrived = asyncio.Event()
+        self.gone = False  # a 503: the request reached no consumer
 
     async def on_msg(self, msg: Msg) -> None:
         status = msg.headers.get("Status") if msg.headers else None
         if status is not None and not msg.data:
             if status != "100":  # 404 no messages, 408 expired, 409 …: the request is over
                 self.owed = 0
+                self.gone = self.gone or status == "503"  # no responders
                 self.arrived.set()
             return  # 100: an idle heartbeat or flow control (none asked for)
         self.msgs.append(msg)
@@ -109,7 +116,9 @@ async def _one_consumer(
     stop: asyncio.Event,
     batch: int,
 ) -> AsyncGenerator[list[Msg], None]:
-    info = await js.add_consumer(stream, _ephemeral(filter_subject, start_seq))
+    info = await js.add_consumer(
+        stream, _ephemeral(filter_subject, start_seq), timeout=_API_TIMEOUT_S
+    )
     nc = js._nc  # the JetStream context's connection (nats-py keeps no public accessor)
     pull = _Pull(max(batch, _PULL_MIN))
     inbox = nc.new_inbox()
@@ -134,13 +143,16 @@ async def _one_consumer(
                 await asyncio.wait_for(pull.arrived.wait(), _FETCH_TIMEOUT_S + 1.0)
             except TimeoutError:  # no answer at all: a lost request (or a server restart)
                 pull.owed = 0
+                idle = _CHECK_EVERY - 1  # ask at once whether the consumer is still there
             msgs = pull.take(batch)
             if not msgs:  # the request expired empty (or was lost)
+                if pull.gone:
+                    raise ConsumerGone(f"consumer {info.name}: no responders")
                 idle += 1
                 if idle % _CHECK_EVERY == 0:
                     # A consumer the server dropped (restart, a caller that held a batch past
                     # the inactivity threshold) only ever times out: ask, and resubscribe.
-                    await js.consumer_info(stream, info.name)
+                    await js.consumer_info(stream, info.name, timeout=_API_TIMEOUT_S)
                 continue
             idle = 0
             for m in msgs:
@@ -153,8 +165,24 @@ async def _one_consumer(
         waker.cancel()
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+        _delete_later(js, stream, info.name)
+
+
+_deleting: set[asyncio.Task[None]] = set()  # references, so the tasks are not collected
+
+
+def _delete_later(js: JetStreamContext, stream: str, name: str) -> None:
+    """Delete a consumer we no longer read, without waiting for it: when its node is gone the
+    request would only time out, while the reader should resubscribe at once (SPEC O3). The
+    server drops a consumer that is left behind after _INACTIVE_S anyway."""
+
+    async def delete() -> None:
         with contextlib.suppress(Exception):
-            await js.delete_consumer(stream, info.name)
+            await asyncio.wait_for(js.delete_consumer(stream, name), _API_TIMEOUT_S)
+
+    task = asyncio.create_task(delete())
+    _deleting.add(task)
+    task.add_done_callback(_deleting.discard)
 
 
 def _ephemeral(filter_subject: str, start_seq: int) -> ConsumerConfig:

@@ -6,6 +6,7 @@ last sequence at the time of the call, so a reader never chases a live stream fo
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
 
@@ -16,6 +17,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from nats.nuid import NUID
 
+from jpu.bus.election import TRY_S, ride_out_election
+
 _FETCH = 512
 nuid = NUID()
 _FETCH_TIMEOUT_S = 2.0
@@ -25,7 +28,7 @@ async def read_range(
     js: JetStreamContext, stream: str, filter_subject: str, start_seq: int = 1
 ) -> AsyncGenerator[Msg, None]:
     """Messages of `stream` matching `filter_subject` from `start_seq` to the current last seq."""
-    last = (await js.stream_info(stream)).state.last_seq
+    last = (await ride_out_election(lambda: js.stream_info(stream), "read")).state.last_seq
     if last < max(start_seq, 1):
         return
     config = ConsumerConfig(
@@ -38,7 +41,7 @@ async def read_range(
         num_replicas=1,
         name=nuid.next().decode(),
     )
-    info = await js.add_consumer(stream, config)
+    info = await ride_out_election(lambda: js.add_consumer(stream, config), "read")
     if info.num_pending == 0:
         await _delete(js, stream, info.name)
         return
@@ -70,5 +73,6 @@ async def _until(sub: JetStreamContext.PullSubscription, last: int) -> AsyncGene
 
 
 async def _delete(js: JetStreamContext, stream: str, name: str) -> None:
-    with contextlib.suppress(NotFoundError, nats.errors.Error):
-        await js.delete_consumer(stream, name)
+    """Bounded: a consumer on a lost node cannot answer (the server drops it when inactive)."""
+    with contextlib.suppress(NotFoundError, nats.errors.Error, TimeoutError):
+        await asyncio.wait_for(js.delete_consumer(stream, name), TRY_S)

@@ -29,6 +29,7 @@ from nats.js.api import ObjectStoreConfig, StorageType
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.object_store import ObjectStore
 
+from jpu.bus.streams import bucket_replicas
 from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.codec import Header, SnapshotInvalid, pack, read_header, unpack
@@ -114,7 +115,13 @@ class SnapshotStore:
 
     @classmethod
     def configured(cls, js: JetStreamContext, stream: str, config: Config) -> SnapshotStore:
-        return cls(js, stream, keep=config.snapshot_keep, history=history_of(config))
+        return cls(
+            js,
+            stream,
+            keep=config.snapshot_keep,
+            replicas=bucket_replicas(),
+            history=history_of(config),
+        )
 
     async def _written(self) -> list[tuple[int, float]]:
         """(seq, time written) of this stream's stored snapshots."""

@@ -54,6 +54,13 @@ def stream_config(kind: str, stream: str, prefix: str, replicas: int | None) -> 
     return StreamConfig.from_response(raw)  # converts nanosecond durations to seconds
 
 
+def bucket_replicas() -> int:
+    """Copies of each KV / object-store bucket (views, the dispatcher lease, snapshots): as many
+    as the event stream's (JPU_STREAM_REPLICAS), so losing one node of a cluster loses none of
+    them (SPEC O3)."""
+    return int(os.environ.get("JPU_STREAM_REPLICAS") or 1)
+
+
 def consumer_defaults() -> dict[str, Any]:
     return dict(_load(streams_file()).get("consumer_defaults", {}))
 

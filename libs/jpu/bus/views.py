@@ -31,6 +31,7 @@ from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from jpu import commands
+from jpu.bus.streams import bucket_replicas
 
 if TYPE_CHECKING:
     from jpu.bus.client import EventBus
@@ -168,7 +169,9 @@ class ViewStore:
                 if not create:
                     return None
                 kv = await self.js.create_key_value(
-                    KeyValueConfig(bucket=commands.VIEWS_BUCKET, history=1)
+                    KeyValueConfig(
+                        bucket=commands.VIEWS_BUCKET, history=1, replicas=bucket_replicas()
+                    )
                 )
             got = self._values[key] = LargeValue(kv, key, self.part_size)
         return got

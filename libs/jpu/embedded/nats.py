@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from jpu.embedded.base import EmbeddedServer, free_port
@@ -52,10 +53,17 @@ def _accepts(host: str, port: int) -> bool:
 class EmbeddedNats(EmbeddedServer):
     """`nats-server -js -sd <data_dir> -a <host> -p <port>` as a child process."""
 
-    def __init__(self, data_dir: Path, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        extra_args: Sequence[str] = (),
+    ) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.port = port
+        self.extra_args = list(extra_args)  # e.g. a cluster node's name and routes
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path = self.data_dir / "nats-server.log"
         self._log_start = 0
@@ -88,6 +96,7 @@ class EmbeddedNats(EmbeddedServer):
             self.host,
             "-p",
             str(self.port),
+            *self.extra_args,
         ]
         with open(self._log_path, "ab") as log:
             self._proc = subprocess.Popen(

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
 
 from jpu.bus import EventBus
 from jpu.embedded.nats import EmbeddedNats
+from jpu.testing.nats_cluster import NatsCluster
 
 
 @pytest.fixture(scope="session")
@@ -46,3 +48,15 @@ async def bus(nats_url: str) -> AsyncIterator[EventBus]:
     finally:
         await b.delete_stream()
         await b.close()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """A fresh 3-node JetStream cluster per test (tests kill its nodes); see
+    jpu.testing.nats_cluster. `await wait_jetstream(cluster.urls)` before creating streams."""
+    cluster = NatsCluster(tmp_path / "nats-cluster")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

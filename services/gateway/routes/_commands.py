@@ -8,6 +8,7 @@ returns (and any GET right after) already shows the command's effect.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -27,8 +28,13 @@ T = TypeVar("T")
 
 log = logging.getLogger("jpu.gateway.commands")
 
-COMMAND_TIMEOUT_S: Final = 5.0  # intake answers in milliseconds; 5 s means it is not there
+# Intake answers in milliseconds, but its append rides out a NATS leader election (up to
+# EventBus ELECTION_S, SPEC O3): waiting that long answers the command instead of a 503 the
+# client would have to retry.
+COMMAND_TIMEOUT_S: Final = 12.0
 READ_YOUR_WRITES_TIMEOUT_S: Final = 5.0
+NO_RESPONDERS_RETRY_S: Final = 3.0  # an intake reconnecting to another NATS node
+_NO_RESPONDERS_PAUSE_S: Final = 0.2
 MAX_BODY_BYTES: Final = limits.MAX_BODY_BYTES
 
 
@@ -41,13 +47,23 @@ def now(request: Request) -> float:
 async def send(
     edges: Edges, subject: str, cmd: commands.Command, timeout_s: float = COMMAND_TIMEOUT_S
 ) -> commands.CommandReply:
-    """Request/reply to intake; no intake or no answer → 503 INTAKE_UNAVAILABLE."""
-    try:
-        msg = await edges.bus.nc.request(subject, commands.encode(cmd), timeout=timeout_s)
-    except nats.errors.NoRespondersError as e:
-        raise _unavailable("no intake service is running") from e
-    except (nats.errors.TimeoutError, TimeoutError) as e:
-        raise _unavailable(f"intake did not answer within {timeout_s:g} s") from e
+    """Request/reply to intake; no intake or no answer → 503 INTAKE_UNAVAILABLE.
+
+    "No responders" means no intake received the command, so it is sent again for up to
+    NO_RESPONDERS_RETRY_S: an intake whose NATS node was lost resubscribes through another
+    node within a second (SPEC O3). A timeout is not resent (intake may have acted on it)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + NO_RESPONDERS_RETRY_S
+    while True:
+        try:
+            msg = await edges.bus.nc.request(subject, commands.encode(cmd), timeout=timeout_s)
+            break
+        except nats.errors.NoRespondersError as e:
+            if loop.time() + _NO_RESPONDERS_PAUSE_S > give_up:
+                raise _unavailable("no intake service is running") from e
+            await asyncio.sleep(_NO_RESPONDERS_PAUSE_S)
+        except (nats.errors.TimeoutError, TimeoutError) as e:
+            raise _unavailable(f"intake did not answer within {timeout_s:g} s") from e
     reply = commands.decode_reply(msg.data)
     if reply.error is not None:
         err = reply.error
