@@ -503,7 +503,6 @@ async def test_why_names_the_jobs_holding_the_users_slots_S1_Q5(api: Api) -> Non
     it, never "promoted at once"."""
     from jpu.events import JobDispatched, JobEnded, JobPromoted, JobStarted, JobSubmitted
 
-    api.require_intake()
     r = await api.submit("zoe", {"command": "true", "num_gpus": 1, "name": "z"})
     assert r.status_code in (200, 201, 202), r.text
     z = r.json()["id"]

@@ -19,7 +19,6 @@ async def _log(api: Api) -> list[object]:
 
 
 async def test_submit_records_mail_type_and_mail_user_Q10(api: Api) -> None:
-    api.require_intake()
     r = await api.submit("alice", job_body(mail_type="end,FAIL", mail_user="a@lab.example"))
     assert r.status_code == 201, r.text
     (sub,) = [e for e in await _log(api) if isinstance(e, JobSubmitted)]
@@ -40,7 +39,6 @@ async def test_submit_records_mail_type_and_mail_user_Q10(api: Api) -> None:
 async def test_submit_refuses_bad_mail_fields_naming_them_Q10(
     api: Api, over: dict[str, object], field: str
 ) -> None:
-    api.require_intake()
     err = assert_error(await api.submit("alice", job_body(**over)), 422, "VALIDATION_ERROR")
     assert err["details"]["field"] == field, err
     assert await _log(api) == []  # nothing appended

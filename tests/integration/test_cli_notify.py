@@ -32,7 +32,6 @@ async def test_jpu_submit_sbatch_mail_lines_reach_the_log_Q10(
     api: Api,
     tmp_path: Path,
 ) -> None:
-    api.require_intake()
     script = tmp_path / "train.sh"
     script.write_text(
         "#!/bin/bash\n#SBATCH --mail-type=END,FAIL\n#SBATCH --mail-user=me@lab.example\ntrue\n"

@@ -66,7 +66,6 @@ async def test_U1_whoami_tiers_and_sinfo_per_tier(server: str, api: Api) -> None
 
 
 async def test_U1_submit_parsable_prints_the_id_alone(server: str, api: Api) -> None:
-    api.require_intake()
     out = ok(await jpu(server, "bob", "submit", "--wrap", "true", "--parsable"))
     job_id = out.strip()
     assert out == job_id + "\n" and len(job_id) == 24
@@ -75,7 +74,6 @@ async def test_U1_submit_parsable_prints_the_id_alone(server: str, api: Api) -> 
 
 
 async def test_U1_any_unique_prefix_of_a_job_id_like_git(server: str, api: Api) -> None:
-    api.require_intake()
     ids = await _submit(api, "bob", 17)  # 17 ids over 16 hex digits: two share a first one
     first = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) >= 2)
     twins = sorted(i for i in ids if i.startswith(first))
@@ -101,7 +99,6 @@ async def test_U1_any_unique_prefix_of_a_job_id_like_git(server: str, api: Api) 
 async def test_X5_cancel_several_ids_and_scancel_filters_say_how_many(
     server: str, api: Api
 ) -> None:
-    api.require_intake()
     a1, a2 = await _submit(api, "bob", 2, name="sweep")
     (b1,) = await _submit(api, "bob", 1, name="other")
     (d1,) = await _submit(api, "alice", 1, name="sweep")
@@ -130,7 +127,6 @@ async def test_X5_cancel_several_ids_and_scancel_filters_say_how_many(
 
 
 async def test_X5_cancel_answer_names_the_grace_period(api: Api) -> None:
-    api.require_intake()
     (job_id,) = await _submit(api, "bob", 1)
     r = await api.client.post(f"/v1/jobs/{job_id}/cancel", headers=bearer("bob"))
     assert r.status_code == 202 and r.json()["cancel_grace_s"] == api.config.cancel_grace_s
