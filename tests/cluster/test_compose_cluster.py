@@ -2,7 +2,7 @@
 runs) builds the images with no registry and brings compose/docker-compose.yml up on podman — a
 3-node NATS cluster, PostgreSQL, two gateways behind one front address and every service with its
 copies. A job submitted over REST through the front runs, completes and is charged; `down -v`
-leaves nothing behind. Needs podman (scripts/install-podman): without it this fails, never skips.
+stops every container cleanly (exit 0) and leaves nothing behind. Needs podman (scripts/install-podman): without it this fails, never skips.
 
 Its own compose project and port, so a `make cluster` of the developer's is left alone. Images are
 cached by content tag: a second run builds nothing.
@@ -91,6 +91,8 @@ def cluster() -> Iterator[dict[str, str]]:
             text=True,
         ).stdout.split()
         assert down.returncode == 0 and not left, f"cluster down left {left}: {down.stderr}"
+        # SPEC O2: services first, then the servers; each drains and exits 0 on SIGTERM
+        assert "every container exited 0" in down.stdout, down.stdout
 
 
 def test_compose_cluster_runs_and_charges_a_job_through_the_front_O3(
