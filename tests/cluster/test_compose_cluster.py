@@ -2,7 +2,8 @@
 runs) builds the images with no registry and brings compose/docker-compose.yml up on podman — a
 3-node NATS cluster, PostgreSQL, two gateways behind one front address and every service with its
 copies. A job submitted over REST through the front runs, completes and is charged; `down -v`
-stops every container cleanly (exit 0) and leaves nothing behind. Needs podman (scripts/install-podman): without it this fails, never skips.
+stops every container cleanly (exit 0) and leaves nothing behind. Needs podman
+(scripts/install-podman): without it this fails, never skips.
 
 Its own compose project and port, so a `make cluster` of the developer's is left alone. Images are
 cached by content tag: a second run builds nothing.
