@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help deps podman install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
+.PHONY: help deps podman images cluster cluster-down install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -24,6 +24,15 @@ deps: install  ## install system packages (PostgreSQL server binaries) if missin
 
 podman:  ## podman + runc and the base image the `container` isolation runs jobs in (root)
 	bash scripts/install-podman
+
+images: install podman  ## the deployment's images (service, NATS, PostgreSQL, front), no registry
+	bash scripts/images
+
+cluster: install podman  ## compose/docker-compose.yml on podman: 3 NATS, PostgreSQL, every service
+	bash scripts/cluster up
+
+cluster-down:  ## stop `make cluster` (volumes kept; scripts/cluster down -v removes them)
+	bash scripts/cluster down
 
 run: deps  ## start NATS, PostgreSQL, all services and the demo; Ctrl-C stops everything
 	$(PY) -m jpu.stack run

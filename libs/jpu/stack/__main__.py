@@ -1,8 +1,9 @@
-"""`python -m jpu.stack run|servers` (see the package docstring)."""
+"""`python -m jpu.stack run|servers|prepare` (see the package docstring)."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from jpu.config import load_config
 from jpu.service import setup_logging
 from jpu.stack import discover, run
+from jpu.stack.prepare import prepare
 from jpu.stack.servers import start_servers
 
 
@@ -31,13 +33,25 @@ def servers_only() -> int:
     return 0
 
 
+def prepare_only() -> int:
+    """What `run` does before the services start, against the configured NATS and PostgreSQL:
+    a deployment's one-shot step (compose/docker-compose.yml `prepare`). Idempotent."""
+    users = asyncio.run(prepare(load_config()))
+    print("Demo users and tokens (DEMO ONLY - well-known, do not use in production):")
+    print("\n".join(f"  {u.name:<10} {u.lab:<4} {u.role:<6} {u.token}" for u in users), flush=True)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m jpu.stack", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="NATS + PostgreSQL + all services + demo; Ctrl-C stops all")
     sub.add_parser("servers", help="only NATS + PostgreSQL; prints their URLs")
+    sub.add_parser("prepare", help="schema, stream, inventory, labs and demo users; then exit")
     args = parser.parse_args()
     setup_logging("stack")
+    if args.command == "prepare":
+        return prepare_only()
     return run.main() if args.command == "run" else servers_only()
 
 
