@@ -8,29 +8,25 @@ utilization.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jpu.domain.cluster import GpuKey
 from jpu.events import BackfillEnded, BackfillStarted
 from jpu.policy import backfill as planner  # the backfill service's planner
 from jpu.policy.model import MaintenanceState
 from jpu.sim.state import BACKFILL
-
-if TYPE_CHECKING:
-    from jpu.sim.engine import Simulator
+from jpu.sim.world import World
 
 
-def schedule_initial(sim: Simulator) -> None:
+def schedule_initial(sim: World) -> None:
     sim.at(sim.params.backfill_settle_s, BACKFILL, list(sim.cluster.keys))
 
 
-def watch(sim: Simulator, keys: list[GpuKey]) -> None:
+def watch(sim: World, keys: list[GpuKey]) -> None:
     """These GPUs just became idle: look again once they have settled (B1, B3)."""
     if sim.params.backfill:
         sim.at(sim.now + sim.params.backfill_settle_s, BACKFILL, keys)
 
 
-def on_check(sim: Simulator, keys: list[GpuKey]) -> None:
+def on_check(sim: World, keys: list[GpuKey]) -> None:
     cl = sim.cluster
     idle_since = {k: cl.idle_since[k] for k in keys if k in cl.idle_since}
     maintenance: MaintenanceState = sim.state.maintenance.state  # type: ignore[assignment]
@@ -54,7 +50,7 @@ def on_check(sim: Simulator, keys: list[GpuKey]) -> None:
         )
 
 
-def preempt(sim: Simulator, keys: list[GpuKey]) -> None:
+def preempt(sim: World, keys: list[GpuKey]) -> None:
     """B2: research always wins; the backfill instances on these GPUs end first."""
     for key in keys:
         backfill_id = sim.state.backfill.get(key)
@@ -76,7 +72,7 @@ def preempt(sim: Simulator, keys: list[GpuKey]) -> None:
         )
 
 
-def close(sim: Simulator, end: float) -> None:
+def close(sim: World, end: float) -> None:
     """Count backfill still running at the end (no event: the live system would keep it)."""
     for since in sim.cluster.backfill_since.values():
         sim.totals.backfill_gpu_s += max(0.0, end - since)

@@ -50,6 +50,7 @@ from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
 from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, REJECTED, Outcome, Totals
 from jpu.sim.workload import WorkloadJob
+from jpu.sim.world import FitKey
 
 E = TypeVar("E", bound=Event)
 Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virtual time)
@@ -111,7 +112,7 @@ class Simulator:
         self.running: dict[str, JobDispatched] = {}  # job id -> the attempt it runs
         self.initial_usage = {lab.name: lab.usage for lab in cluster.labs if lab.usage}
         self.limits = configured_limits(cluster)
-        self.fit_cache: dict[tuple[int, frozenset[str] | None, int | None], bool] = {}
+        self.fit_cache: dict[FitKey, bool] = {}
         self.policy_s = 0.0  # wall seconds inside the policy's cycle (for the bench)
         self.totals = Totals()
         self.now = 0.0
