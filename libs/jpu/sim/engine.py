@@ -21,8 +21,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from jpu.config import Cluster, Config
+from jpu.domain import dispatch
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.dispatch import TRIGGERS, cancellations, escalations, snapshot
+from jpu.domain.dispatch import TRIGGERS, snapshot
 from jpu.domain.promotion import configured_limits
 from jpu.domain.states import JobView
 from jpu.events import (
@@ -291,12 +292,12 @@ class Simulator:
     # --- the dispatch cycle (SPEC D3) -----------------------------------------------------------
 
     def duties(self) -> None:
-        """The dispatcher's phase 0 (services/dispatcher/service.py run_cycle): end the queued
-        jobs whose cancel was requested (R5) and decide each GPU OOM once (X8); then intake
-        promotes into the slots that freed (Q5)."""
+        """The dispatcher's phase 0, its own `duties` (services/dispatcher/service.py run_cycle):
+        end the queued jobs whose cancel was requested (R5), decide each GPU OOM once (X8), step
+        maintenance (M2/M3); then intake promotes into the slots that freed (Q5)."""
         self.duties_due = False
-        state, now = self.state, self.now
-        events = cancellations(state, self.tiers, now) + escalations(state, self.config, now)
+        state = self.state
+        events = dispatch.duties(state, self.config, self.now)
         users = sorted({state.jobs[e.job_id].user for e in events if isinstance(e, JobEvent)})
         for e in events:
             self.totals.oom_retries += isinstance(e, JobRetryScheduled)
