@@ -159,7 +159,7 @@ class Simulator:
         state = self.state
         before = self.cluster.holdings(event)
         evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
-        freed = self.cluster.folded(event, before, self.now)
+        freed = self.cluster.folded(event, before, self.now, self.log.count)
         self.folded(event)
         ended = state.just_ended
         if freed:
