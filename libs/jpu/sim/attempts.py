@@ -20,7 +20,7 @@ from jpu.domain.ending import job_ended
 from jpu.domain.execution import AgentJob
 from jpu.domain.holdings import gpus
 from jpu.domain.observed import BackendState, BackendStatus
-from jpu.domain.states import JobView
+from jpu.domain.states import PLACED, JobView
 from jpu.events import (
     JobCancelRequested,
     JobDispatched,
@@ -108,7 +108,7 @@ def start(sim: World, d: JobDispatched) -> None:
 def on_end(sim: World, item: tuple[str, int]) -> None:
     job_id, attempt = item
     job = sim.state.jobs.get(job_id)
-    if job is None or job.state != "RUNNING" or job.attempt != attempt:
+    if job is None or job.state not in PLACED or job.attempt != attempt:
         return  # the attempt already ended (cancelled)
     d = sim.running[job_id]
     _, state, output = _outcome(sim, sim.specs[job_id], d.tier)
