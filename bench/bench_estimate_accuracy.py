@@ -54,7 +54,7 @@ from jpu.policy.fairshare import decayed
 from jpu.policy.slurm_like import limit_of
 from jpu.sim.engine import Simulator
 from jpu.sim.eventlog import EventLog
-from jpu.sim.forward import EstimateParams, Present, forward
+from jpu.sim.forward import EstimateParams, Present, forward, own_fold
 from jpu.sim.params import SimParams
 from jpu.sim.philly import ConvertOptions, convert_file
 from jpu.sim.state import ARRIVAL
@@ -151,7 +151,7 @@ def slurm_plan(p: Present) -> dict[str, float]:
     """squeue --start's idea: in priority order (D1 at `now`, usage frozen) each job reserves the
     earliest window where some fit placement has its GPUs free for its whole time limit, given
     the running jobs' limits and the windows planned before it."""
-    now, tiers, fold = p.now, p.tiers, p.fold
+    now, tiers, fold = p.now, p.tiers, own_fold(p)
     cap: dict[tuple[str, str], int] = {}
     for (node, tier), count in fold.inventory.items():
         up = sum(1 for i in range(count) if (node, tier, i) not in fold.down)
@@ -294,10 +294,10 @@ class ProbedSim(Simulator):
 
     def probe(self, kind: str, only: str | None = None) -> None:
         p = present(self.state, self.config, self.now, self.runtimes)
-        if not p.fold.queue and not p.fold.personal:
+        if not any(j.state in QUEUED or j.state == "PERSONAL_QUEUE_WAIT" for j in p.jobs):
             return
         c0 = time.process_time()
-        plan = slurm_plan(p)  # before the forward plays (changes) the Present's fold
+        plan = slurm_plan(p)  # before the forward plays (changes) the Present's jobs
         c1 = time.process_time()
         res = forward(p, self.params_est)
         c2 = time.process_time()

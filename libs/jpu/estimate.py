@@ -34,6 +34,8 @@ from jpu.domain.cluster import ClusterState
 from jpu.domain.promotion import configured_limits
 from jpu.domain.runs import RecentRuns
 from jpu.domain.states import PLACED, QUEUED
+from jpu.policy.charging import with_owed
+from jpu.policy.model import MaintenanceState
 from jpu.sim.forward import (
     Assumed,
     Basis,
@@ -41,7 +43,7 @@ from jpu.sim.forward import (
     ForwardResult,
     Present,
     forward,
-    own_fold,
+    taken,
 )
 
 __all__ = ["EstimateParams", "ForwardResult", "RunTimes", "assume", "estimate", "present"]
@@ -123,14 +125,19 @@ def assume(
 def present(
     state: ClusterState, config: Config, now: float, runtimes: RunTimes | None = None
 ) -> Present:
-    """The live fold at `now` as the forward estimate's starting point: its own copy of the
-    fold and the estimate's assumptions (taken between two cycles; the forward may then run
+    """The live fold at `now` as the forward estimate's starting point: copies of what the fold
+    holds and the estimate's assumptions (taken between two cycles; the forward may then run
     anywhere)."""
     assumed = assume(state, config, now, runtimes or RunTimes(state.runs))
+    maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
     return Present(
         now=now,
-        fold=own_fold(state, assumed, config.half_life_s),
+        jobs=taken(state, assumed),
         assumed=assumed,
+        inventory=dict(state.inventory),
+        down=frozenset(state.down),
+        usage=with_owed(state.usage, state.owed.values(), config.half_life_s),
+        maintenance=maintenance,
         tiers={t.name: t for t in config.tiers},
         half_life_s=config.half_life_s,
         limits=configured_limits(config),
