@@ -47,13 +47,14 @@ from typing import Any
 import msgspec
 
 from jpu.config import DEFAULT_PATH, Cluster, Node, load_cluster
+from jpu.domain.states import PLACED, QUEUED, queued_job
 from jpu.estimate import RunTimes, present
 from jpu.events import Event, JobPromoted
 from jpu.policy.fairshare import decayed
 from jpu.policy.slurm_like import limit_of
 from jpu.sim.engine import Simulator
 from jpu.sim.eventlog import EventLog
-from jpu.sim.forward import EstimateParams, Present, forward
+from jpu.sim.forward import EstimateParams, Present, forward, own_fold
 from jpu.sim.params import SimParams
 from jpu.sim.philly import ConvertOptions, convert_file
 from jpu.sim.state import ARRIVAL
@@ -150,18 +151,22 @@ def slurm_plan(p: Present) -> dict[str, float]:
     """squeue --start's idea: in priority order (D1 at `now`, usage frozen) each job reserves the
     earliest window where some fit placement has its GPUs free for its whole time limit, given
     the running jobs' limits and the windows planned before it."""
-    now, tiers = p.now, p.tiers
+    now, tiers, fold = p.now, p.tiers, own_fold(p)
     cap: dict[tuple[str, str], int] = {}
-    for g in p.gpus:
-        if g.state != "down":
-            cap[(g.node, g.tier)] = cap.get((g.node, g.tier), 0) + 1
+    for (node, tier), count in fold.inventory.items():
+        up = sum(1 for i in range(count) if (node, tier, i) not in fold.down)
+        if up:
+            cap[(node, tier)] = up
     ends: dict[tuple[str, str], list[tuple[float, int]]] = {}
     busy: dict[tuple[str, str], int] = {}
-    for r in p.running:
-        key = (r.node, r.tier)
-        busy[key] = busy.get(key, 0) + len(r.gpus)
-        end = max(now, r.started_at + limit_of(r.job.time_limit_s))
-        ends.setdefault(key, []).append((end, len(r.gpus)))
+    for r in fold.jobs.values():
+        if r.placement is None or r.state not in PLACED:
+            continue
+        node, tier, held = r.placement
+        key = (node, tier)
+        busy[key] = busy.get(key, 0) + len(held)
+        end = max(now, (r.dispatched_at or now) + limit_of(r.time_limit_s))
+        ends.setdefault(key, []).append((end, len(held)))
     # profile per placement: breakpoint times and the free GPUs from each until the next
     prof: dict[tuple[str, str], tuple[list[float], list[int]]] = {}
     for key, c in cap.items():
@@ -173,13 +178,15 @@ def slurm_plan(p: Present) -> dict[str, float]:
                 times.append(end)
                 free.append(free[-1] + n)
         prof[key] = (times, free)
-    usage = {lab: decayed(u, now, p.half_life_s) for lab, u in p.usage.items()}
+    usage = {lab: decayed(u, now, p.half_life_s) for lab, u in fold.usage.items()}
     order: list[tuple[float, int, float, str, Any]] = []
-    for q in p.queued:
-        rec = q.record
-        order.append((usage.get(rec.lab, 0.0), 0, rec.queue_entered_at, rec.job_id, q.job))
-    for pq in p.personal.values():
-        for k, j in enumerate(pq):
+    for q in fold.jobs.values():
+        if q.state in QUEUED:
+            rec = queued_job(q)
+            order.append((usage.get(rec.lab, 0.0), 0, rec.queue_entered_at, rec.job_id, q))
+    for pq in fold.personal.values():
+        for k, i in enumerate(pq):
+            j = fold.jobs[i]
             order.append((usage.get(j.lab, 0.0), 1, float(k), j.job_id, j))
     order.sort(key=lambda o: o[:4])
     out: dict[str, float] = {}
@@ -287,15 +294,15 @@ class ProbedSim(Simulator):
 
     def probe(self, kind: str, only: str | None = None) -> None:
         p = present(self.state, self.config, self.now, self.runtimes)
-        if not p.queued and not p.personal:
+        if not any(j.state in QUEUED or j.state == "PERSONAL_QUEUE_WAIT" for j in p.jobs):
             return
         c0 = time.process_time()
-        res = forward(p, self.params_est)
+        plan = slurm_plan(p)  # before the forward plays (changes) the Present's jobs
         c1 = time.process_time()
-        plan = slurm_plan(p)
+        res = forward(p, self.params_est)
         c2 = time.process_time()
-        self.estimate_cpu.append(c1 - c0)
-        self.slurm_cpu.append(c2 - c1)
+        self.slurm_cpu.append(c1 - c0)
+        self.estimate_cpu.append(c2 - c1)
         for job_id, e in res.estimates.items():
             if only is None or job_id == only:
                 self.samples.append(Sample(job_id, p.now, e.start, e.basis, plan.get(job_id), kind))

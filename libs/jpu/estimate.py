@@ -2,8 +2,9 @@
 
     estimate(state, config, now, runtimes) -> ForwardResult
 
-The dispatcher's `ClusterState` (the same fold its cycle decides on) becomes a `Present`, which
-`jpu.sim.forward` plays forward with the same policy core (see there for what is assumed).
+The dispatcher's `ClusterState` (the same fold its cycle decides on) is copied into a `Present`
+with what the estimate assumes of each job (`assume`), and `jpu.sim.forward` plays it forward
+with the same policy core (see there for what is assumed).
 
 How long a job runs once started (its basis):
 - `limits`: its `time_limit_s`;
@@ -30,24 +31,22 @@ import statistics
 
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.domain.holdings import gpus
 from jpu.domain.promotion import configured_limits
 from jpu.domain.runs import RecentRuns
-from jpu.domain.states import PLACED, QUEUED, JobView, queued_job
+from jpu.domain.states import PLACED, QUEUED
 from jpu.policy.charging import with_owed
-from jpu.policy.model import Gpu, MaintenanceState
+from jpu.policy.model import MaintenanceState
 from jpu.sim.forward import (
+    Assumed,
     Basis,
     EstimateParams,
-    ForwardJob,
     ForwardResult,
     Present,
-    QueuedNow,
-    RunningNow,
     forward,
+    taken,
 )
 
-__all__ = ["EstimateParams", "ForwardResult", "RunTimes", "estimate", "present"]
+__all__ = ["EstimateParams", "ForwardResult", "RunTimes", "assume", "estimate", "present"]
 
 LOOSE = 0.9  # runs ending before 90 % of their limit (median): the limit is scaled
 
@@ -98,93 +97,50 @@ class RunTimes:
         return (float(statistics.median(longer)), "predicted") if longer else (None, "unknown")
 
 
-def _fjob(j: JobView, runtimes: RunTimes, elapsed_s: float | None = None) -> ForwardJob:
-    """`elapsed_s`: how long a running job has run (None: queued, not started)."""
-    if elapsed_s is None:
-        d, basis = runtimes.duration(j.user, j.lab, j.num_gpus, j.time_limit_s)
-    else:
-        d, basis = runtimes.running(j.user, j.lab, j.num_gpus, j.time_limit_s, elapsed_s)
-    return ForwardJob(
-        job_id=j.job_id,
-        lab=j.lab,
-        user=j.user,
-        num_gpus=j.num_gpus,
-        tiers=j.tiers,
-        min_vram_gb=j.min_vram_gb,
-        time_limit_s=j.time_limit_s,
-        attempt=j.attempt,
-        duration_s=d,
-        basis=basis,
-    )
+def assume(
+    state: ClusterState, config: Config, now: float, runtimes: RunTimes
+) -> dict[str, Assumed]:
+    """The estimate's assumptions, one per job it plays (see the module docstring and
+    jpu.sim.forward): how long each queued, personal-queue and running job runs, and when each
+    running job ends. The jobs not here (ended, or an OOM not yet decided) are not played."""
+    out: dict[str, Assumed] = {}
+    for j in state.jobs.values():
+        if j.placement is not None and j.state in PLACED:
+            begun = j.started_at or j.dispatched_at or now
+            d, basis = runtimes.running(
+                j.user, j.lab, j.num_gpus, j.time_limit_s, max(0.0, now - begun)
+            )
+            ends = None
+            if j.state == "CANCELLING":  # X5: SIGTERM now, SIGKILL after the grace
+                ends = now + config.cancel_grace_s
+            elif d is not None:
+                ends = begun + d
+            out[j.job_id] = Assumed(duration_s=d, basis=basis, ends_at=ends)
+        elif j.state in QUEUED or j.state == "PERSONAL_QUEUE_WAIT":
+            d, basis = runtimes.duration(j.user, j.lab, j.num_gpus, j.time_limit_s)
+            out[j.job_id] = Assumed(duration_s=d, basis=basis)
+    return out
 
 
 def present(
     state: ClusterState, config: Config, now: float, runtimes: RunTimes | None = None
 ) -> Present:
-    """The live fold at `now` as the forward estimate's starting point."""
-    rt = runtimes or RunTimes(state.runs)
-    running: list[RunningNow] = []
-    queued: list[QueuedNow] = []
-    keep: set[str] = set()  # jobs the estimate plays; GPUs held by others are freed
-    for j in state.jobs.values():
-        if j.placement is not None and j.state in PLACED:
-            node, tier, held = j.placement
-            begun = j.started_at or j.dispatched_at or now
-            fj = _fjob(j, rt, max(0.0, now - begun))
-            ends = None
-            if j.state == "CANCELLING":  # X5: SIGTERM now, SIGKILL after the grace
-                ends = now + config.cancel_grace_s
-            elif fj.duration_s is not None:
-                ends = begun + fj.duration_s
-            running.append(
-                RunningNow(
-                    job=fj,
-                    node=node,
-                    tier=tier,
-                    gpus=held,
-                    started_at=j.dispatched_at or begun,  # F5: held from the dispatch
-                    ends_at=ends,
-                    uncharged_gpu_s=j.uncharged_reserved_gpu_s,
-                    uncharged_cost=j.uncharged_reserved_usage,
-                )
-            )
-            keep.add(j.job_id)
-        elif j.state in QUEUED:
-            queued.append(
-                QueuedNow(
-                    job=_fjob(j, rt),
-                    record=queued_job(j),
-                    uncharged_gpu_s=j.uncharged_reserved_gpu_s,
-                    uncharged_cost=j.uncharged_reserved_usage,
-                )
-            )
-            keep.add(j.job_id)
-    personal: dict[str, list[ForwardJob]] = {}
-    for user, ids in state.personal.items():
-        pq = [
-            _fjob(state.jobs[i], rt)
-            for i in ids
-            if i in state.jobs and state.jobs[i].state == "PERSONAL_QUEUE_WAIT"
-        ]
-        if pq:
-            personal[user] = pq
-    rows = []
-    for g in gpus(state):
-        holder = g.state.split(":", 1)[1] if g.state.startswith(("job:", "reserved:")) else None
-        rows.append(Gpu(g.node, g.tier, g.index, "free") if holder and holder not in keep else g)
+    """The live fold at `now` as the forward estimate's starting point: copies of what the fold
+    holds and the estimate's assumptions (taken between two cycles; the forward may then run
+    anywhere)."""
+    assumed = assume(state, config, now, runtimes or RunTimes(state.runs))
     maintenance: MaintenanceState = state.maintenance.state  # type: ignore[assignment]
-    limits = configured_limits(config)
     return Present(
         now=now,
-        tiers={t.name: t for t in config.tiers},
-        gpus=rows,
+        jobs=taken(state, assumed),
+        assumed=assumed,
+        inventory=dict(state.inventory),
+        down=frozenset(state.down),
         usage=with_owed(state.usage, state.owed.values(), config.half_life_s),
-        half_life_s=config.half_life_s,
         maintenance=maintenance,
-        running=running,
-        queued=queued,
-        personal=personal,
-        limits=limits,
+        tiers={t.name: t for t in config.tiers},
+        half_life_s=config.half_life_s,
+        limits=configured_limits(config),
         max_active_jobs=config.max_active_jobs,
         reservation_demotion=config.reservation_demotion,
         reservation_demotion_margin=config.reservation_demotion_margin,

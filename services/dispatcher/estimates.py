@@ -58,7 +58,7 @@ class Estimator:
             return
         self.last_at = time.monotonic()
         p = present(self.state, self.config, now)  # durations from state.runs (U4)
-        n = len(p.queued) + sum(len(q) for q in p.personal.values())
+        n = len(self.state.queue) + sum(len(q) for q in self.state.personal.values())
         self._basis = (self.state.maintenance.state, n)
         seq = self.state.seq
         params = EstimateParams(

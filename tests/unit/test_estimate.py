@@ -268,8 +268,10 @@ def test_U4_estimate_does_not_change_the_live_state(n: int):
     log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=H)
     log.queue("q", "B", "b", n, T0 + 1, time_limit_s=H)
     before = (dict(log.state.holders), len(log.state.queue), dict(log.state.usage))
+    packed = codec.pack(log.state, "s", 0.0)  # every job's view, byte for byte
     log.estimate(T0 + 10)
     assert (dict(log.state.holders), len(log.state.queue), dict(log.state.usage)) == before
+    assert codec.pack(log.state, "s", 0.0) == packed  # the forward played its own copy
 
 
 def test_U4_limits_scaled_by_the_users_habit_of_writing_loose_limits():
@@ -340,8 +342,8 @@ def test_U4_R6_estimate_plays_the_dispatchers_demotion_mode(mode: str) -> None:
 
 
 def test_U4_forward_starts_from_the_fold_of_the_present():
-    """The forward estimate folds the events that lead to its `Present` with the services' fold:
-    the cycle it first runs sees what the dispatcher's own cycle sees (queue records with their
+    """The forward estimate starts from its own copy of the dispatcher's fold (`own_fold`): the
+    cycle it first runs sees what the dispatcher's own cycle sees (queue records with their
     reservation join times, running jobs, GPU rows, usage, personal queues and slots)."""
     from jpu.domain.dispatch import snapshot
     from jpu.estimate import present

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Iterable
 from typing import Final
 
 import msgspec
@@ -144,9 +145,16 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
     state.maintenance = p.maintenance
     state.runs = p.runs
     state.finals = OrderedDict((j, (lab, f, s)) for j, lab, f, s in p.finals)
-    # Derived exactly as the fold keeps them (jpu.domain.cluster._job, _submitted).
+    with_jobs(state, p.jobs)
+    return state
+
+
+def with_jobs(state: ClusterState, jobs: Iterable[JobView]) -> None:
+    """Put `jobs` into `state` with what the fold derives from them (GPU holders, slots,
+    personal queues, the global queue), exactly as it keeps them (jpu.domain.cluster._job,
+    _submitted): a snapshot's load, and the forward estimate's own copy of the fold."""
     queued = []
-    for job in sorted(p.jobs, key=lambda j: j.submit_seq):
+    for job in sorted(jobs, key=lambda j: j.submit_seq):
         state.jobs[job.job_id] = job
         state.holders.update(job.gpu_holdings())
         if job.holds_slot:
@@ -161,7 +169,6 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
         if job.state in QUEUED:
             queued.append(queued_job(job))
     state.queue = LabQueues(queued)
-    return state
 
 
 def assign(target: ClusterState, source: ClusterState) -> None:

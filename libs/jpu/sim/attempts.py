@@ -15,13 +15,12 @@ time limit).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from jpu.domain.ending import job_ended
 from jpu.domain.execution import AgentJob
 from jpu.domain.holdings import gpus
 from jpu.domain.observed import BackendState, BackendStatus
-from jpu.domain.states import JobView
+from jpu.domain.states import PLACED, JobView
 from jpu.events import (
     JobCancelRequested,
     JobDispatched,
@@ -31,15 +30,13 @@ from jpu.events import (
 from jpu.policy.placements import ever_fits
 from jpu.sim.state import CANCEL, END
 from jpu.sim.workload import WorkloadJob
-
-if TYPE_CHECKING:
-    from jpu.sim.engine import Simulator
+from jpu.sim.world import World
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
 OOM_OUTPUT = "torch.OutOfMemoryError: CUDA out of memory (simulated)"  # what X7 recognises
 
 
-def submit(sim: Simulator, s: WorkloadJob) -> bool:
+def submit(sim: World, s: WorkloadJob) -> bool:
     """Q2: a job no placement can ever run is rejected (no event); else JobSubmitted (Q4)."""
     if not _ever_fits(sim, s):
         sim.reject(s)
@@ -66,7 +63,7 @@ def submit(sim: Simulator, s: WorkloadJob) -> bool:
     return True
 
 
-def _ever_fits(sim: Simulator, s: WorkloadJob) -> bool:
+def _ever_fits(sim: World, s: WorkloadJob) -> bool:
     """Q2 via the policy, once per request class: the simulated cluster never loses capacity."""
     key = (s.num_gpus, frozenset(s.tiers) if s.tiers is not None else None, s.min_vram_gb)
     fit = sim.fit_cache.get(key)
@@ -75,7 +72,7 @@ def _ever_fits(sim: Simulator, s: WorkloadJob) -> bool:
     return fit
 
 
-def _outcome(sim: Simulator, s: WorkloadJob, tier: str) -> tuple[float, BackendState, str]:
+def _outcome(sim: World, s: WorkloadJob, tier: str) -> tuple[float, BackendState, str]:
     """How an attempt on `tier` ends: (run seconds, backend state, output tail).
 
     A GPU OOM (tier VRAM below peak_vram_gb) after oom_after_s, X7; a time limit shorter than the
@@ -92,7 +89,7 @@ def _outcome(sim: Simulator, s: WorkloadJob, tier: str) -> tuple[float, BackendS
     return min(outcomes, key=lambda o: o[0])  # earliest; ties: the first listed cause
 
 
-def start(sim: Simulator, d: JobDispatched) -> None:
+def start(sim: World, d: JobDispatched) -> None:
     """The backend runs a dispatched attempt at once (no start-up time, F5), from the
     dispatch's time (the cycle's; a forward estimate may place it earlier, `dispatched`)."""
     sim.running[d.job_id] = d
@@ -109,10 +106,10 @@ def start(sim: Simulator, d: JobDispatched) -> None:
     sim.at(max(sim.now, d.ts + run_s), END, (d.job_id, d.attempt))
 
 
-def on_end(sim: Simulator, item: tuple[str, int]) -> None:
+def on_end(sim: World, item: tuple[str, int]) -> None:
     job_id, attempt = item
     job = sim.state.jobs.get(job_id)
-    if job is None or job.state != "RUNNING" or job.attempt != attempt:
+    if job is None or job.state not in PLACED or job.attempt != attempt:
         return  # the attempt already ended (cancelled)
     d = sim.running[job_id]
     _, state, output = _outcome(sim, sim.specs[job_id], d.tier)
@@ -126,7 +123,7 @@ def on_end(sim: Simulator, item: tuple[str, int]) -> None:
     end(sim, job, status)
 
 
-def end(sim: Simulator, job: JobView, status: BackendStatus) -> None:
+def end(sim: World, job: JobView, status: BackendStatus) -> None:
     """The agent's JobEnded for the attempt (X6, F4, F5); an OOM is the dispatcher's to decide
     at its next cycle (X8, `Simulator.duties`)."""
     d = sim.running.pop(job.job_id)
@@ -138,7 +135,7 @@ def end(sim: Simulator, job: JobView, status: BackendStatus) -> None:
     sim.promote(job.user)
 
 
-def on_cancel(sim: Simulator, job_id: str) -> None:
+def on_cancel(sim: World, job_id: str) -> None:
     """A user cancel: the agent ends a dispatched attempt at once, the dispatcher a queued one
     at its next cycle (F4, R5, `Simulator.duties`)."""
     job = sim.state.jobs.get(job_id)

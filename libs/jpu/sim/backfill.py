@@ -8,53 +8,55 @@ utilization.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jpu.domain.cluster import GpuKey
+from jpu.domain.idle import backfill_id
 from jpu.events import BackfillEnded, BackfillStarted
 from jpu.policy import backfill as planner  # the backfill service's planner
 from jpu.policy.model import MaintenanceState
 from jpu.sim.state import BACKFILL
-
-if TYPE_CHECKING:
-    from jpu.sim.engine import Simulator
+from jpu.sim.world import World
 
 
-def schedule_initial(sim: Simulator) -> None:
+def schedule_initial(sim: World) -> None:
     sim.at(sim.params.backfill_settle_s, BACKFILL, list(sim.cluster.keys))
 
 
-def watch(sim: Simulator, keys: list[GpuKey]) -> None:
+def watch(sim: World, keys: list[GpuKey]) -> None:
     """These GPUs just became idle: look again once they have settled (B1, B3)."""
     if sim.params.backfill:
         sim.at(sim.now + sim.params.backfill_settle_s, BACKFILL, keys)
 
 
-def on_check(sim: Simulator, keys: list[GpuKey]) -> None:
+def on_check(sim: World, keys: list[GpuKey]) -> None:
     cl = sim.cluster
-    idle_since = {k: cl.idle_since[k] for k in keys if k in cl.idle_since}
+    idle = {k: cl.idle_since[k] for k in keys if k in cl.idle_since}
     maintenance: MaintenanceState = sim.state.maintenance.state  # type: ignore[assignment]
     plan = planner.plan_backfill(
-        [cl.row(k) for k in keys], idle_since, sim.now, sim.params.backfill_settle_s, maintenance
+        [cl.row(k) for k in keys],
+        {k: i.since for k, i in idle.items()},
+        sim.now,
+        sim.params.backfill_settle_s,
+        maintenance,
     )
     for g in plan.start:
         sim.totals.backfills_started += 1
-        backfill_id = f"bf-{sim.totals.backfills_started}"
-        cl.backfill_since[(g.node, g.tier, g.index)] = sim.now
+        key = (g.node, g.tier, g.index)
+        bf_id = backfill_id(key, idle[key].seq)  # the backfill service's id (one per free period)
+        cl.backfill_since[key] = sim.now
         sim.append(
             BackfillStarted(
                 event_id="",
                 ts=sim.now,
-                backfill_id=backfill_id,
+                backfill_id=bf_id,
                 node=g.node,
                 tier=g.tier,
                 gpu=g.index,
-                backend_job_id=f"sim-{backfill_id}",
+                backend_job_id=f"sim-{bf_id}",
             )
         )
 
 
-def preempt(sim: Simulator, keys: list[GpuKey]) -> None:
+def preempt(sim: World, keys: list[GpuKey]) -> None:
     """B2: research always wins; the backfill instances on these GPUs end first."""
     for key in keys:
         backfill_id = sim.state.backfill.get(key)
@@ -76,7 +78,7 @@ def preempt(sim: Simulator, keys: list[GpuKey]) -> None:
         )
 
 
-def close(sim: Simulator, end: float) -> None:
+def close(sim: World, end: float) -> None:
     """Count backfill still running at the end (no event: the live system would keep it)."""
     for since in sim.cluster.backfill_since.values():
         sim.totals.backfill_gpu_s += max(0.0, end - since)

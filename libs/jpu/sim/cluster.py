@@ -1,9 +1,11 @@
 """The simulated cluster: what the hardware and the backfill service would know of each GPU.
 
 Who holds a GPU is the services' fold (`ClusterState.holders`, `.backfill`, `.down`). The
-simulated cluster adds only what no event carries: since when each GPU has been idle (the
-backfill service's B1 settle clock) and since when each backfill instance has run (for
-utilization). It also keeps the cycle's GPU rows and running jobs up to date event by event,
+simulated cluster adds what the backfill service reads off the log beside the fold: since when
+(and since which log seq) each GPU has been idle, as `jpu.domain.idle.Idle` (the B1 settle clock
+and the seq its deterministic backfill id is made of), kept event by event rather than by a scan
+of every GPU per event (`jpu.domain.idle.Tracker`); and since when each backfill instance has run
+(for utilization). It also keeps the cycle's GPU rows and running jobs up to date event by event,
 each row and job by the very functions `jpu.domain.dispatch.snapshot` builds them with (`gpu_row`,
 `running_job`), so a cycle costs what the policy costs, not a rebuild of 512 rows.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from jpu.domain.cluster import ClusterState, GpuKey
 from jpu.domain.holdings import gpu_row, running_job
+from jpu.domain.idle import Idle
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -51,8 +54,10 @@ class SimCluster:
         self.running: dict[str, RunningJob] = {  # = jpu.domain.holdings.running, by dispatch
             j.job_id: r for j in state.jobs.values() if (r := running_job(j)) is not None
         }
-        self.idle_since: dict[GpuKey, float] = {
-            k: now for k in self.keys if k not in state.holders and k not in state.down
+        self.idle_since: dict[GpuKey, Idle] = {
+            k: Idle(now, state.seq)
+            for k in self.keys
+            if k not in state.holders and k not in state.down
         }
         self.backfill_since: dict[GpuKey, float] = {}  # GPU -> when its backfill instance began
         # GPU -> when a job or reservation last let go of it (a forward estimate's start times)
@@ -80,10 +85,10 @@ class SimCluster:
                 return job.gpu_holdings()
         return {}
 
-    def folded(self, event: Event, before: Holdings, now: float) -> list[GpuKey]:
-        """The fold applied `event`: refresh the rows it may have changed, its job, and the
-        idle clocks. Returns the GPUs its job let go of (idle again, to backfill if one kept
-        running, SPEC R2)."""
+    def folded(self, event: Event, before: Holdings, now: float, seq: int) -> list[GpuKey]:
+        """The fold applied `event` (log seq `seq`): refresh the rows it may have changed, its
+        job, and the idle clocks. Returns the GPUs its job let go of (idle again, to backfill if
+        one kept running, SPEC R2)."""
         state = self.state
         freed: list[GpuKey] = []
         kind = type(event)
@@ -95,7 +100,8 @@ class SimCluster:
                 self.idle_since.pop(k, None)  # went to a job or reservation
             freed = [k for k in before if k not in after and k not in state.holders]
             for k in freed:
-                self.idle_since[k] = self.freed_at[k] = now
+                self.idle_since[k] = Idle(now, seq)
+                self.freed_at[k] = now
             changed = before.keys() | after.keys()
             if kind in _RUNS:
                 r = running_job(job) if job is not None else None

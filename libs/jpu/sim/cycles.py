@@ -8,18 +8,14 @@ reservations, dispatches. Every change is one event, stamped with the cycle's vi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from jpu.domain.dispatch import cycle_events
 from jpu.events import JobDispatched
 from jpu.policy.model import CycleResult
 from jpu.sim import attempts, backfill
-
-if TYPE_CHECKING:
-    from jpu.sim.engine import Simulator
+from jpu.sim.world import World
 
 
-def apply(sim: Simulator, result: CycleResult) -> None:
+def apply(sim: World, result: CycleResult) -> None:
     for e in cycle_events(result, sim.tiers, sim.now):
         if isinstance(e, JobDispatched):
             backfill.preempt(sim, [(e.node, e.tier, i) for i in e.gpus])

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from jpu.config import Cluster, Config
+from jpu.domain import dispatch
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.dispatch import TRIGGERS, cancellations, escalations, snapshot
+from jpu.domain.dispatch import TRIGGERS, snapshot
 from jpu.domain.promotion import configured_limits, never_satisfied, to_promote
 from jpu.domain.states import JobView
 from jpu.domain.submission import never_satisfied_end
@@ -50,6 +51,7 @@ from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
 from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, REJECTED, Outcome, Totals
 from jpu.sim.workload import WorkloadJob
+from jpu.sim.world import FitKey
 
 E = TypeVar("E", bound=Event)
 Progress = Callable[[int, int, float], None]  # (jobs terminal, jobs total, virtual time)
@@ -111,7 +113,7 @@ class Simulator:
         self.running: dict[str, JobDispatched] = {}  # job id -> the attempt it runs
         self.initial_usage = {lab.name: lab.usage for lab in cluster.labs if lab.usage}
         self.limits = configured_limits(cluster)
-        self.fit_cache: dict[tuple[int, frozenset[str] | None, int | None], bool] = {}
+        self.fit_cache: dict[FitKey, bool] = {}
         self.policy_s = 0.0  # wall seconds inside the policy's cycle (for the bench)
         self.totals = Totals()
         self.now = 0.0
@@ -160,7 +162,7 @@ class Simulator:
         evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
         if state.just_woken:  # Q8: a parent started or ended; its children's users promote
             self.woken |= state.just_woken
-        freed = self.cluster.folded(event, before, self.now)
+        freed = self.cluster.folded(event, before, self.now, self.log.count)
         self.folded(event)
         ended = state.just_ended
         if freed:
@@ -297,12 +299,12 @@ class Simulator:
     # --- the dispatch cycle (SPEC D3) -----------------------------------------------------------
 
     def duties(self) -> None:
-        """The dispatcher's phase 0 (services/dispatcher/service.py run_cycle): end the queued
-        jobs whose cancel was requested (R5) and decide each GPU OOM once (X8); then intake
-        promotes into the slots that freed (Q5)."""
+        """The dispatcher's phase 0, its own `duties` (services/dispatcher/service.py run_cycle):
+        end the queued jobs whose cancel was requested (R5), decide each GPU OOM once (X8), step
+        maintenance (M2/M3); then intake promotes into the slots that freed (Q5)."""
         self.duties_due = False
-        state, now = self.state, self.now
-        events = cancellations(state, self.tiers, now) + escalations(state, self.config, now)
+        state = self.state
+        events = dispatch.duties(state, self.config, self.now)
         users = sorted({state.jobs[e.job_id].user for e in events if isinstance(e, JobEvent)})
         for e in events:
             self.totals.oom_retries += isinstance(e, JobRetryScheduled)

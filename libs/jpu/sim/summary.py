@@ -6,15 +6,13 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from jpu.policy import fairshare
 from jpu.policy.model import LabUsage
-
-if TYPE_CHECKING:
-    from jpu.sim.engine import Simulator
+from jpu.sim.world import World
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:
@@ -42,7 +40,7 @@ def jain(values: Sequence[float]) -> float:
     return (sum(values) ** 2) / (len(values) * sq) if sq > 0 else 1.0
 
 
-def _jobs(sim: Simulator) -> dict[str, dict[str, Any]]:
+def _jobs(sim: World) -> dict[str, dict[str, Any]]:
     """Each job's final state and attempt from the fold (the JobView it left the hot state
     with, or the one still in it), with the times and charges the summary recorded."""
     out = {}
@@ -67,7 +65,7 @@ def _jobs(sim: Simulator) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _labs(sim: Simulator, end: float) -> dict[str, dict[str, float]]:
+def _labs(sim: World, end: float) -> dict[str, dict[str, float]]:
     usage = sim.state.usage
     names = sorted({s.lab for s in sim.specs.values()} | set(usage))
     charged: dict[str, float] = defaultdict(float)
@@ -86,7 +84,7 @@ def _labs(sim: Simulator, end: float) -> dict[str, dict[str, float]]:
     return out
 
 
-def build(sim: Simulator, end: float) -> dict[str, Any]:
+def build(sim: World, end: float) -> dict[str, Any]:
     jobs = _jobs(sim)
     by_width: dict[int, list[float]] = defaultdict(list)
     for j in jobs.values():

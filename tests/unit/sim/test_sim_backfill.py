@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from simkit import Simulate
 
+from jpu.domain.idle import backfill_id
+
 TWO_GPUS = [{"name": "n1", "gpus": {"rtx4090": 2}}]
 
 
@@ -52,3 +54,18 @@ def test_backfill_off_starts_none(simulate: Simulate) -> None:
         run.summary["gpu_utilization"]["with_backfill"]
         == run.summary["gpu_utilization"]["research"]
     )
+
+
+def test_B1_backfill_ids_are_the_backfill_services_one_per_free_period(
+    simulate: Simulate,
+) -> None:
+    """The simulator names an instance as the backfill service does (jpu.domain.idle.backfill_id:
+    the GPU and the log seq that freed it), not by a counter of its own."""
+    run = simulate([job("a", 0, 1, 100), job("b", 500, 1, 100)], nodes=TWO_GPUS, backfill=True,
+                   backfill_settle_s=60)  # fmt: skip
+    seq = {id(e): n for n, e in enumerate(run.events, start=1)}  # the log's stream seq
+    freed_gpu0 = seq[id(run.of("JobEnded", "a")[0])]
+    gpu1, gpu0 = run.of("BackfillStarted")
+    assert gpu1.backfill_id == backfill_id(("n1", "rtx4090", 1), 0)  # free from the start
+    assert gpu0.backfill_id == backfill_id(("n1", "rtx4090", 0), freed_gpu0)
+    assert gpu0.backend_job_id == f"sim-{gpu0.backfill_id}"
