@@ -34,9 +34,12 @@ class JobEvent(Event, frozen=True, kw_only=True):
 
 class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     """A job accepted by intake (SPEC Q4). v2 added `chdir`: the absolute directory the job
-    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran."""
+    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran. v3 added
+    `workspace` (the name asked for) and `workspace_image` (the image of the READY workspace it
+    resolved to at submit, X4a: a later rebuild does not change what the job runs in); absent:
+    the base image."""
 
-    schema_version: int = 2
+    schema_version: int = 3
     lab: str
     user: str
     name: str
@@ -48,6 +51,8 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     idempotency_key: str | None = None
     chdir: str | None = None
+    workspace: str | None = None
+    workspace_image: str | None = None
 
 
 class JobPromoted(JobEvent, frozen=True, kw_only=True, tag="JobPromoted"):
@@ -222,6 +227,48 @@ class NodeInventoryObserved(Event, frozen=True, kw_only=True, tag="NodeInventory
     state: str = "up"  # up | drain | down
 
 
+# --- workspaces (SPEC X4a): one subject per workspace, `<prefix>.workspace.<workspace_id>` ---
+
+WorkspaceScope = Literal["user", "lab"]
+WorkspaceSource = Literal["requirements", "environment"]
+
+
+class WorkspaceEvent(Event, frozen=True, kw_only=True):
+    workspace_id: str  # jpu.domain.workspaces.workspace_id(scope, lab, user, name)
+
+
+class WorkspaceBuildRequested(
+    WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceBuildRequested"
+):
+    """A build (or a rebuild: `build` 2, 3, …) asked for; the builder follows these."""
+
+    build: int
+    user: str  # who asked; the owner of a `user` workspace
+    lab: str
+    name: str
+    scope: WorkspaceScope
+    source_kind: WorkspaceSource
+    source: str  # the pip requirements the build installs (an environment.yml's, converted)
+
+
+class WorkspaceBuilt(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceBuilt"):
+    build: int
+    image: str
+    size: int | None = None  # bytes of the image
+    created_at: float
+    log: str = ""  # the build log's tail (the owner reads it from any host)
+
+
+class WorkspaceBuildFailed(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceBuildFailed"):
+    build: int
+    reason: str
+    log: str = ""
+
+
+class WorkspaceDeleted(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceDeleted"):
+    by: str
+
+
 AnyEvent = (
     JobSubmitted
     | JobPromoted
@@ -240,6 +287,10 @@ AnyEvent = (
     | BackfillEnded
     | MaintenanceChanged
     | NodeInventoryObserved
+    | WorkspaceBuildRequested
+    | WorkspaceBuilt
+    | WorkspaceBuildFailed
+    | WorkspaceDeleted
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__
@@ -273,4 +324,6 @@ def subject_for(event: Event, prefix: str = "jpu") -> str:
         return f"{prefix}.maintenance"
     if isinstance(event, NodeInventoryObserved):
         return f"{prefix}.inventory.{event.node}"
+    if isinstance(event, WorkspaceEvent):
+        return f"{prefix}.workspace.{event.workspace_id}"
     raise TypeError(f"no subject for {type(event).__name__}")

@@ -13,6 +13,7 @@ the services consume the log, call these functions with `now` and append what th
     X  execution (X1–X8)                   execution.py  the agent's fold of a job, its next action
                                            ending.py     backend status → JobEnded (X6, X7, F5)
                                            attempts.py   a job's attempts told from its events
+                                           workspaces.py a workspace's state, access, quota (X4a)
     F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
     U  estimates (U4)                      runs.py       recent run times per user and lab
     B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)

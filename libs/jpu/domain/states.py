@@ -83,6 +83,8 @@ def request_digest(event: JobSubmitted) -> str:
     }
     if event.chdir is not None:  # U5; absent from the digest otherwise (v1 digests unchanged)
         body["chdir"] = event.chdir
+    if event.workspace is not None:  # X4a; likewise
+        body["workspace"] = event.workspace
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 

@@ -41,6 +41,8 @@ def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | Non
     """Q1: 422 naming each bad field; nothing reaches the log that a projection could not
     store (jpu.limits)."""
     problems = validate_submit(cmd.body, list(tiers))
+    if cmd.body.get("workspace") is not None and cmd.workspace_image is None and not problems:
+        problems.append(limits.FieldError("workspace", "not resolved to a READY workspace"))
     key_problem = limits.idempotency_key_problem(cmd.idempotency_key)
     if key_problem:
         problems.append(limits.FieldError("Idempotency-Key", key_problem))
@@ -66,6 +68,8 @@ def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> Job
         env=dict(b.get("env") or {}),
         idempotency_key=cmd.idempotency_key,
         chdir=b.get("chdir"),  # U5: validated (jpu.policy.workdir); None: JOB_OUTPUT_DIR
+        workspace=b.get("workspace"),  # X4a: checked READY by the gateway (workspace_image)
+        workspace_image=cmd.workspace_image if b.get("workspace") is not None else None,
     )
 
 

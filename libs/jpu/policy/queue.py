@@ -136,6 +136,9 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
         errors.extend(_check_env(body["env"]))
     if body.get("chdir") is not None and (why := chdir_problem(body["chdir"])):  # U5
         errors.append(FieldError("chdir", why))
+    workspace = body.get("workspace")
+    if workspace is not None and (why := bounds.workspace_name_problem(workspace)):
+        errors.append(FieldError("workspace", why))  # X4a
     return errors + _check_unknown(body)
 
 

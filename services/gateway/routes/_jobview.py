@@ -27,7 +27,7 @@ _LIST_COLUMNS: Final = (
     "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
     "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
     "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by, "
-    "chdir"
+    "chdir, workspace"
 )
 
 
@@ -107,6 +107,7 @@ def job_out(
         "kill_failed": row["kill_failed"],
         "cancel_requested_by": row["cancel_requested_by"],
         "chdir": row["chdir"],  # U5: the directory asked for (None: JOB_OUTPUT_DIR)
+        "workspace": row["workspace"],  # X4a: the workspace it runs in (None: the base image)
         "terminal": row["state"] in TERMINAL,
     }
     if detail:
