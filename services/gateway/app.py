@@ -29,6 +29,7 @@ from jpu_services.gateway.routes import (
     me,
     placements,
     queue,
+    workspaces,
 )
 
 log = logging.getLogger("jpu.gateway")
@@ -61,7 +62,19 @@ def create_app(settings: GatewayConfig) -> FastAPI:
     )
     app.state.settings = settings
     install_error_handlers(app)
-    for module in (health, maintenance, me, jobs, explain, queue, labs, placements, admin, console):
+    for module in (
+        health,
+        maintenance,
+        me,
+        jobs,
+        explain,
+        queue,
+        labs,
+        placements,
+        admin,
+        console,
+        workspaces,
+    ):
         app.include_router(module.router)
     install_openapi(app, [t.name for t in settings.base.tiers])
     app.state.paths = PathTemplates(lambda: app.openapi()["paths"])  # 405 Allow, guard

@@ -17,9 +17,12 @@ changes a rebuild's state.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
+
+import yaml
 
 from jpu.events import (
     Event,
@@ -39,6 +42,15 @@ def workspace_id(scope: WorkspaceScope, lab: str, user: str, name: str) -> str:
     """One id per (scope, owner, name): a NATS subject token and a part of an image tag."""
     owner = f"lab:{lab}" if scope == "lab" else f"user:{user}"
     return "w" + hashlib.sha256(f"{owner}/{name}".encode()).hexdigest()[:23]
+
+
+def lookup_ids(
+    name: str, user: str, lab: str, scope: WorkspaceScope | None = None, owner: str | None = None
+) -> list[str]:
+    """Which workspaces `name` means for `user` of `lab`, in order: their own (or `owner`'s),
+    then the lab's shared one; `scope` keeps one of the two."""
+    ids = [] if scope == "lab" else [workspace_id("user", lab, owner or user, name)]
+    return ids + ([] if scope == "user" else [workspace_id("lab", lab, user, name)])
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,48 @@ def requirements_problem(text: object) -> str | None:
     if "\0" in text:
         return "contains a NUL character"
     return None
+
+
+# conda-style `environment.yml`: a dependency `name`, `name=1.2` or `name>=1.2` is a pip
+# requirement; `pip:` lists are taken as they are. A Python version, a build string
+# (`numpy=1.2=py39_0`) or a non-PyPI channel's package cannot be honoured (the base image's
+# Python and pip install the workspace): refused, never silently dropped.
+_CONDA_DEP: Final = re.compile(
+    r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:(==?|>=|<=|>|<|!=)\s*([^=\s]+))?$"
+)
+_TOOLS: Final = frozenset({"pip", "setuptools", "wheel"})
+
+
+def requirements_from_environment(text: object) -> tuple[str, str | None]:
+    """(requirements.txt text, None) or ("", why it cannot be honoured)."""
+    if (why := requirements_problem(text)) is not None:
+        return "", why
+    try:
+        doc = yaml.safe_load(str(text))
+    except yaml.YAMLError as e:
+        return "", f"not valid YAML: {e}"
+    deps = doc.get("dependencies") if isinstance(doc, dict) else None
+    if not isinstance(deps, list) or not deps:
+        return "", "needs a non-empty `dependencies` list"
+    out: list[str] = []
+    for dep in deps:
+        if isinstance(dep, dict) and set(dep) == {"pip"} and isinstance(dep["pip"], list):
+            out += [str(p) for p in dep["pip"]]
+            continue
+        m = _CONDA_DEP.match(str(dep).strip()) if isinstance(dep, str) else None
+        if m is None:
+            return "", f"dependency {dep!r} cannot be installed with pip (conda build string?)"
+        pkg, op, version = m.groups()
+        if pkg.lower() == "python":
+            if version:
+                return "", f"{dep!r}: the base image's Python is used; drop the pin"
+            continue
+        if pkg.lower() in _TOOLS and not version:
+            continue
+        out.append(pkg + ("" if not op else ("==" if op == "=" else op) + version))
+    if not out:
+        return "", "no package to install"
+    return "\n".join(out) + "\n", None
 
 
 def quota_problem(

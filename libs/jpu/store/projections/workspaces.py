@@ -37,6 +37,14 @@ async def read(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str) -> Wo
     return from_row(row) if row is not None else None
 
 
+async def read_first(conn: asyncpg.Connection | asyncpg.Pool, ids: list[str]) -> Workspace | None:
+    """The first of `ids` that exists (jpu.domain.workspaces.lookup_ids's order)."""
+    for wid in ids:
+        if (ws := await read(conn, wid)) is not None:
+            return ws
+    return None
+
+
 async def read_lab(conn: asyncpg.Connection | asyncpg.Pool, lab: str) -> list[Workspace]:
     """Every workspace of a lab's members and the lab's own (what its quota counts)."""
     rows = await conn.fetch(f"{_SELECT} WHERE lab = $1 ORDER BY name, scope", lab)
