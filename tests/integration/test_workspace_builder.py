@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -97,8 +98,8 @@ async def stack(
         await asyncio.to_thread(terminate_all, data_dir, 2.0)
 
     try:
-        async with inprocess_stack(config, pool, workers, leftovers) as (client, _, _):
-            yield client, data_dir
+        async with inprocess_stack(config, pool, workers, leftovers, http=True) as (c, _, _):
+            yield c, data_dir
     finally:
         await asyncio.to_thread(_remove_images, data_dir)
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -127,26 +128,52 @@ async def _run(client: httpx.AsyncClient, user: str, body: dict[str, Any]) -> tu
     return job, (out / "stdout").read_text() + (out / "stderr").read_text()
 
 
+async def _jpu(client: httpx.AsyncClient, cwd: Path, *args: str) -> tuple[int, str, str]:
+    """The CLI as bcg-alice runs it."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-P", "-m", "jpu.cli.main", *args, cwd=cwd,
+        env={**os.environ, "JPU_URL": str(client.base_url).rstrip("/"),
+             "JPU_TOKEN": "demo-bcg-alice"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 600)
+    return int(proc.returncode or 0), out.decode(), err.decode()
+
+
 async def test_X4a_a_lab_member_builds_a_workspace_and_runs_a_job_in_it(
     stack: tuple[httpx.AsyncClient, Path],
 ) -> None:
     client, _ = stack
-    body = {"name": f"six-{os.getpid()}", "requirements": "six\n"}
-    r = await client.post("/v1/workspaces", json=body, headers=_as("bcg-alice"))
-    assert r.status_code == 202 and r.json()["state"] == "BUILDING", r.text
-    path = f"/v1/workspaces/{body['name']}"
+    project = root_dir("jpu-wsp-")  # the user's project folder, with its requirements.txt
+    (project / "requirements.txt").write_text("six\n")
+    name = f"six-{os.getpid()}"
     t0 = time.monotonic()
-    ws = await _until(client, path, "bcg-alice", lambda w: w["state"] != "BUILDING", 600)
-    log = (await client.get(f"{path}/log", headers=_as("bcg-alice"))).text
-    assert ws["state"] == "READY", log
-    print(f"workspace build through the log: {time.monotonic() - t0:.1f} s, {ws['size']} B")
-    assert "Successfully installed six" in log and ws["size"] > 0 and ws["created_at"]
+    rc, out, err = await _jpu(client, project, "workspace", "build", name, "-r",
+                              "requirements.txt", "--wait")  # fmt: skip
+    logs = await _jpu(client, project, "workspace", "logs", name)
+    assert rc == 0 and "READY" in out, (out, err, logs)
+    print(f"workspace build through the log: {time.monotonic() - t0:.1f} s")
+    assert "Successfully installed six" in logs[1]
+    ws = json.loads((await _jpu(client, project, "workspace", "show", name, "--json"))[1])
+    assert ws["size"] > 0 and ws["created_at"] and ws["image"]
+    assert name in (await _jpu(client, project, "workspace", "list"))[1]
 
-    job, out = await _run(client, "bcg-alice", {"command": IMPORT, "workspace": body["name"]})
+    job, out = await _run(client, "bcg-alice", {"command": IMPORT, "workspace": name})
     assert job["state"] == "COMPLETED" and "six 1." in out, out
-    assert job["workspace"] == body["name"] and job["isolation"] == "container:podman"
+    assert job["workspace"] == name and job["isolation"] == "container:podman"
     job, out = await _run(client, "bcg-alice", {"command": IMPORT})  # the base image
     assert job["state"] == "FAILED" and "No module named 'six'" in out
+    (project / "job.sh").write_text(f"#!/bin/sh\n#JPU --workspace {name}\n{IMPORT}")
+    rc, out, err = await _jpu(client, project, "submit", "job.sh", "--json")
+    assert rc == 0, err
+    job = await _until(client, f"/v1/jobs/{json.loads(out)['id']}", "bcg-alice",
+                       lambda j: j["terminal"], 120)  # fmt: skip
+    assert job["state"] == "COMPLETED" and job["workspace"] == name
+    rc, out, err = await _jpu(client, project, "workspace", "rm", name)
+    assert rc == 0 and "deleted" in out
+    rc, _, err = await _jpu(client, project, "submit", "job.sh")
+    assert rc != 0 and "workspace" in err  # 422 naming `workspace`
+    shutil.rmtree(project, ignore_errors=True)
 
 
 async def test_X4a_a_builder_killed_mid_build_ends_FAILED_never_READY(

@@ -96,6 +96,9 @@ class RestClient:
     def post(self, path: str, body: Any, headers: Mapping[str, str] | None = None) -> Any:
         return self._send("POST", path, json=body, headers=headers)
 
+    def delete(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self._send("DELETE", path, params=params)
+
     @contextlib.contextmanager
     def stream(
         self, path: str, params: Mapping[str, Any] | None = None, *, follow: bool = False

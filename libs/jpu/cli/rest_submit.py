@@ -50,6 +50,11 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         metavar="DIR",
         help="directory the job runs in (default: the current one, like sbatch)",
     )
+    s.add_argument(
+        "--workspace",
+        metavar="NAME",
+        help="run in this READY workspace (own, else the lab's; default: env JPU_WORKSPACE)",
+    )
     s.set_defaults(func=cmd_submit)
 
 
@@ -110,6 +115,9 @@ def request(
     if env:
         body["env"] = env
     body["chdir"] = os.path.abspath(args.chdir or d.chdir or os.getcwd())  # U5: the submit dir
+    workspace = getattr(args, "workspace", None) or d.workspace or os.environ.get("JPU_WORKSPACE")
+    if workspace:  # X4a: the flag, then #JPU --workspace, then the user's default
+        body["workspace"] = workspace
     return body, d
 
 

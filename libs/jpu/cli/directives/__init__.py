@@ -9,8 +9,8 @@ Honoured, as sbatch reads them: `-J/--job-name`, `-G/--gpus[-per-node]=[type:]N`
 `--gres=gpu[:type][:N]` (type = tier), `-t/--time` (Slurm formats), `-D/--chdir`,
 `-p/--partition` (the tiers of that partition), and `-N/--nodes`, `-n/--ntasks` when they say 1.
 `#JPU` lines take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`, `--env`,
-`--min-vram`, `--chdir`). Everything else is refused with the line, the directive and what to do
-instead — a directive the platform cannot honour must never be dropped silently (an
+`--min-vram`, `--chdir`, `--workspace`). Everything else is refused with the line, the
+directive and what to do instead — a directive the platform cannot honour must never be dropped silently (an
 `--array=0-9` would run once; a `--mem` would not be what the job gets).
 
 Precedence (sbatch's: command line > script): `jpu submit` flags, then `#JPU`, then `#SBATCH`;
@@ -89,6 +89,7 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     problems: list[str] = []
     out.name = kind.name if kind.name is not None else out.name
     out.chdir = kind.chdir if kind.chdir is not None else out.chdir
+    out.workspace = kind.workspace if kind.workspace is not None else out.workspace
     if kind.time is not None:
         out.time_limit_s, out.has_time = kind.time[0], True
     out.min_vram_gb = kind.min_vram_gb if kind.min_vram_gb is not None else out.min_vram_gb

@@ -30,6 +30,7 @@ class Directives:
     chdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     min_vram_gb: int | None = None
+    workspace: str | None = None  # X4a: #JPU --workspace
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
 
 
@@ -45,6 +46,7 @@ class Kind:
     tiers: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    workspace: str | None = None
 
 
 Reader = Callable[[str, str, Kind], str | None]  # (value, option, kind) -> why not, or None
@@ -86,6 +88,11 @@ def name(value: str, opt: str, kind: Kind) -> str | None:
 
 def chdir(value: str, opt: str, kind: Kind) -> str | None:
     kind.chdir = value
+    return None
+
+
+def workspace(value: str, opt: str, kind: Kind) -> str | None:
+    kind.workspace = value
     return None
 
 
