@@ -10,8 +10,8 @@ Honoured, as sbatch reads them: `-J/--job-name`, `-G/--gpus[-per-node]=[type:]N`
 `-p/--partition` (the tiers of that partition), and `-N/--nodes`, `-n/--ntasks` when they say 1.
 `#JPU` lines take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`, `--env`,
 `--min-vram`, `--chdir`, `--workspace`). Everything else is refused with the line, the
-directive and what to do instead — a directive the platform cannot honour must never be dropped silently (an
-`--array=0-9` would run once; a `--mem` would not be what the job gets).
+directive and what to do instead — a directive the platform cannot honour must never be dropped
+silently (an `--array=0-9` would run once; a `--mem` would not be what the job gets).
 
 Precedence (sbatch's: command line > script): `jpu submit` flags, then `#JPU`, then `#SBATCH`;
 within one kind the last line wins, except `--tier` and `--env`, which add up.
