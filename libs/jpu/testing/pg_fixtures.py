@@ -272,14 +272,16 @@ def _workspaces_log(kw: Callable[[], dict[str, Any]]) -> list[AnyEvent]:
         ask = {"workspace_id": wid, "user": f"u{i}", "lab": "BCG", "name": f"ws{i}",
                "scope": "lab" if i == 2 else "user", "source_kind": "requirements",
                "source": "six\n"}  # fmt: skip
-        image = {"workspace_id": wid, "image": f"localhost/jpu-ws-{wid}-b1:latest", "size": 9}
+        image = f"localhost/jpu-ws-{wid}-b1:latest"
         log.append(WorkspaceBuildRequested(**kw(), **ask, build=1))  # type: ignore[arg-type]
         if fate == "failed":
             log.append(WorkspaceBuildFailed(**kw(), workspace_id=wid, build=1, reason="x", log="e"))
             continue
         if fate == "rebuilt":
             log.append(WorkspaceBuildRequested(**kw(), **ask, build=2))  # type: ignore[arg-type]
-        log.append(WorkspaceBuilt(**kw(), **image, build=1, created_at=1.0, log="ok"))
+        log.append(
+            WorkspaceBuilt(**kw(), workspace_id=wid, image=image, size=9, build=1, created_at=1.0)
+        )
         if fate == "deleted":
             log.append(WorkspaceDeleted(**kw(), workspace_id=wid, by="admin"))
     return log
