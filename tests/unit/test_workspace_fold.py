@@ -101,3 +101,20 @@ def test_X4a_lab_quota_count_and_size_name_their_field() -> None:
     problem = quota_problem([one], None, None, 500)
     assert problem is not None and problem[0] == "workspace_max_bytes"
     assert quota_problem([one], None, 5, 1000) is None
+
+
+def test_E1_X4a_job_submitted_v3_carries_the_workspace_and_v2_still_decodes() -> None:
+    import msgspec
+
+    from jpu.domain.states import request_digest
+    from jpu.events import JobSubmitted, decode, encode
+
+    kw = {"event_id": "e", "ts": 1.0, "job_id": "j", "lab": "L", "user": "u", "name": "n",
+          "command": "c", "num_gpus": 1, "chdir": "/p"}  # fmt: skip
+    event = JobSubmitted(**kw, workspace="six", workspace_image="localhost/x:latest")  # type: ignore[arg-type]
+    assert event.schema_version == 3 and decode(encode(event)) == event
+    old = decode(msgspec.json.encode({"type": "JobSubmitted", "schema_version": 2, **kw}))
+    assert isinstance(old, JobSubmitted) and old.workspace is None and old.workspace_image is None
+    # Q6: a v2 body's digest is unchanged; another workspace is another body
+    assert request_digest(old) == request_digest(JobSubmitted(**kw))  # type: ignore[arg-type]
+    assert request_digest(event) != request_digest(old)
