@@ -574,3 +574,26 @@ async def test_F5_U2_a_lab_member_sees_why_the_lab_was_charged_admins_every_lab(
     await _go(page, stack, "charges/OSL")
     await expect(page.locator("#charge-rows tr", has_text=job)).to_be_visible()
     await expect(page.locator("#charges-labs a", has_text="KDG")).to_be_visible()
+
+
+async def test_X4a_workspaces_view_lists_state_and_shows_the_build_log(
+    stack: Stack, browser_page: Page
+) -> None:
+    """Workspaces: own and the lab's with their state; a click shows the build log (this stack
+    runs no podman builder, so the workspace stays BUILDING with no log yet)."""
+    page = browser_page
+    erin = stack.api("osl-erin")
+    r = erin.http.post("/v1/workspaces", json={"name": "console-ws", "requirements": "six\n"})
+    assert r.status_code in (202, 409), r.text  # 409: built by an earlier run of this module
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, "workspaces")
+    await _english(page)
+    row = page.locator("#ws-rows tr", has_text="console-ws")
+    await expect(row).to_contain_text("BUILDING")
+    await expect(row).to_contain_text("osl-erin")
+    await row.locator("a").click()
+    await expect(page.locator("#ws-log-title")).to_have_text("Build log of console-ws")
+    await expect(page.locator("#ws-log")).to_contain_text("no build log yet")
+    await _login(page, stack, "kdg-carol")  # another lab: not listed
+    await _go(page, stack, "workspaces")
+    await expect(page.locator("#ws-rows")).to_contain_text("No workspaces")

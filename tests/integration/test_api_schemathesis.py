@@ -48,6 +48,12 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "409",
 [[operations]]
 include-name = "GET /v1/jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "422"]
+
+# X4a: a valid request may meet the lab's quota, an existing name, a lab scope it may not build,
+# a source no pip could read (a requirements text must not be blank) or a missing workspace
+[[operations]]
+include-path-regex = "^/v1/workspaces"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
 """
 
 

@@ -99,7 +99,33 @@ async def _request_build(
     return out(ws)
 
 
-@router.post("", status_code=202, responses=_WRITE_ERRORS)
+_BUILD_SCHEMA: Final = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
+        "requirements": {"type": "string", "minLength": 1, "maxLength": dw.MAX_SOURCE_BYTES,
+                         "description": "a requirements.txt (give this or `environment`)"},
+        "environment": {"type": "string", "minLength": 1, "maxLength": dw.MAX_SOURCE_BYTES,
+                        "description": "a conda-style environment.yml: its pip section and "
+                        "plain dependencies become pip requirements"},
+        "scope": {"type": "string", "enum": ["user", "lab"], "default": "user"},
+    },
+}  # fmt: skip
+
+
+@router.post(
+    "",
+    status_code=202,
+    responses=_WRITE_ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _BUILD_SCHEMA}},
+        }
+    },
+)
 async def build(request: Request, who: CurrentUser) -> dict[str, Any]:
     """Build a workspace: `{"name", "requirements": "<requirements.txt>"}` or `"environment":
     "<environment.yml>"` (its pip section and plain dependencies), `"scope": "user" | "lab"`
