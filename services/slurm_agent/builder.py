@@ -105,10 +105,15 @@ class WorkspaceBuilder:
                     break
                 await asyncio.sleep(POLL_S)  # a builder of an earlier agent still at work
             assert local is not None
-            await self.bus.append(await asyncio.to_thread(self._outcome, ws, local))
-        except Exception:
-            log.exception("workspace %s build %d: no outcome recorded", ws.workspace_id, ws.build)
-            raise
+            outcome: WorkspaceEvent = await asyncio.to_thread(self._outcome, ws, local)
+        except Exception as e:  # never BUILDING for ever: the owner learns why
+            log.exception("workspace %s build %d failed to run", ws.workspace_id, ws.build)
+            outcome = WorkspaceBuildFailed(
+                event_id=new_event_id(), ts=self.clock.now(), workspace_id=ws.workspace_id,
+                build=ws.build, reason=f"the builder could not run the build: {e}",
+            )  # fmt: skip
+        try:
+            await self.bus.append(outcome)
         finally:
             self._building.discard(key)
 

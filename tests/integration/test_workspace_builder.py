@@ -242,3 +242,43 @@ def _builder_pid(backend: LocalBackend, wid: str) -> int:
     except FileNotFoundError:
         return 0
     return int((raw.get("builder") or [0])[0])
+
+
+async def test_X4a_a_build_the_builder_cannot_run_ends_FAILED_with_why(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str
+) -> None:
+    """Its scratch directory cannot be made (here: a file where the directory should be): the
+    workspace ends FAILED saying so, never BUILDING for ever."""
+    data_dir = root_dir("jpu-wsf-")
+    config = _config(nats_url, pg_dsn, data_dir)
+    bus = await EventBus.connect(nats_url, stream=config.stream_name, prefix=config.subject_prefix)
+    backend = LocalBackend(_settings(config, data_dir))
+    (data_dir / "workspaces").write_text("not a directory\n")
+    wid = workspace_id("user", "BCG", "bcg-alice", "nowhere")
+    stop = asyncio.Event()
+    try:
+        await bus.ensure_stream()
+        await bus.append(
+            WorkspaceBuildRequested(
+                event_id=new_event_id(), ts=time.time(), workspace_id=wid, build=1,
+                user="bcg-alice", lab="BCG", name="nowhere", scope="user",
+                source_kind="requirements", source="six\n",
+            )
+        )  # fmt: skip
+        builder = WorkspaceBuilder(bus, backend.workspaces, SystemClock(), config.subject_prefix)
+        task = asyncio.create_task(builder.run(stop, "wsb-fail"))
+        subject = f"{config.subject_prefix}.workspace.>"
+        deadline = time.monotonic() + 30
+        while len(events := [d.event async for d in bus.replay(filter_subject=subject)]) < 2:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.1)
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        assert isinstance(events[1], WorkspaceBuildFailed)
+        assert "could not run the build" in events[1].reason
+    finally:
+        stop.set()
+        await backend.close()
+        await bus.delete_stream()
+        await bus.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
