@@ -169,6 +169,8 @@ async def test_X4a_a_lab_member_builds_a_workspace_and_runs_a_job_in_it(
     job = await _until(client, f"/v1/jobs/{json.loads(out)['id']}", "bcg-alice",
                        lambda j: j["terminal"], 120)  # fmt: skip
     assert job["state"] == "COMPLETED" and job["workspace"] == name
+    shown = (await _jpu(client, project, "show", job["id"]))[1]
+    assert f"Workspace: {name}" in shown and "Isolation: container:podman" in shown
     rc, out, err = await _jpu(client, project, "workspace", "rm", name)
     assert rc == 0 and "deleted" in out
     rc, _, err = await _jpu(client, project, "submit", "job.sh")
