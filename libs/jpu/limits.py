@@ -302,9 +302,9 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
             },
             "workspace": {  # X4a (jpu.domain.workspaces)
                 "type": ["string", "null"],
-                "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$",
-                "description": "a READY workspace (own, else the lab's) the job runs in; "
-                "missing or not READY: 422 naming `workspace`",
+                "maxLength": 64,
+                "description": "a READY workspace ([a-z0-9_.-], own, else the lab's) the job "
+                "runs in; missing or not READY: 422 naming `workspace`",
             },
         },
         "description": "A job (SPEC Q1); null is the same as an absent field. A request no "

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import PlainTextResponse, Response
 
 from jpu import auth, limits
 from jpu.bus import ConcurrencyConflict
@@ -103,11 +103,12 @@ _BUILD_SCHEMA: Final = {
     "type": "object",
     "additionalProperties": False,
     "required": ["name"],
+    "oneOf": [{"required": ["requirements"]}, {"required": ["environment"]}],
     "properties": {
         "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
-        "requirements": {"type": "string", "minLength": 1, "maxLength": dw.MAX_SOURCE_BYTES,
+        "requirements": {"type": "string", "pattern": "\\S", "maxLength": dw.MAX_SOURCE_BYTES,
                          "description": "a requirements.txt (give this or `environment`)"},
-        "environment": {"type": "string", "minLength": 1, "maxLength": dw.MAX_SOURCE_BYTES,
+        "environment": {"type": "string", "pattern": "\\S", "maxLength": dw.MAX_SOURCE_BYTES,
                         "description": "a conda-style environment.yml: its pip section and "
                         "plain dependencies become pip requirements"},
         "scope": {"type": "string", "enum": ["user", "lab"], "default": "user"},
@@ -182,7 +183,17 @@ async def show(
     return out(await _readable(request, who, name, scope, user))
 
 
-@router.get("/{name}/log", responses=_ERRORS, response_class=PlainTextResponse)
+@router.get(
+    "/{name}/log",
+    response_class=Response,  # the 200 is text/plain (below), errors the §8 JSON
+    responses={
+        200: {
+            "description": "the build log",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **_ERRORS,
+    },
+)
 async def build_log(
     request: Request, who: CurrentUser, name: str, scope: ScopeQ = None, user: UserQ = None
 ) -> PlainTextResponse:
