@@ -118,3 +118,23 @@ def test_E1_X4a_job_submitted_v3_carries_the_workspace_and_v2_still_decodes() ->
     # Q6: a v2 body's digest is unchanged; another workspace is another body
     assert request_digest(old) == request_digest(JobSubmitted(**kw))  # type: ignore[arg-type]
     assert request_digest(event) != request_digest(old)
+
+
+def test_X4a_intake_refuses_a_workspace_the_gateway_did_not_resolve() -> None:
+    """A command naming a workspace without its READY image (not through the gateway's check)
+    is a 422 naming `workspace`: intake never records a job that would run in no image."""
+    from jpu.commands import SubmitCommand
+    from jpu.config import load_config
+    from jpu.domain.submission import invalid
+
+    tiers = {t.name: t for t in load_config(env={}).tiers}
+    body = {"command": "true", "num_gpus": 1, "workspace": "six"}
+    reply = invalid(SubmitCommand(user="u", lab="L", body=body), tiers)
+    assert reply is not None and reply.status == 422 and reply.error is not None
+    assert reply.error.details["field"] == "workspace"
+    resolved = SubmitCommand(user="u", lab="L", body=body, workspace_image="localhost/x:latest")
+    assert invalid(resolved, tiers) is None
+    bad = {**body, "workspace": "Not A Name"}
+    reply = invalid(SubmitCommand(user="u", lab="L", body=bad, workspace_image="x"), tiers)
+    assert reply is not None and reply.error is not None
+    assert reply.error.details["field"] == "workspace"
