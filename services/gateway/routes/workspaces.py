@@ -57,10 +57,14 @@ async def _readable(request: Request, who: auth.Principal, name: str, scope: Sco
 
 
 def _quotas(config: Config, lab: str) -> tuple[int, int]:
+    """The lab's own quotas (`labs:`), else the site's (0 is a quota: no workspace)."""
     own = next((lc for lc in config.labs if lc.name == lab), None)
-    count = own.workspace_max_count if own and own.workspace_max_count is not None else None
-    size = own.workspace_max_bytes if own and own.workspace_max_bytes is not None else None
-    return count or config.workspace_max_count, size or config.workspace_max_bytes
+    count = own.workspace_max_count if own is not None else None
+    size = own.workspace_max_bytes if own is not None else None
+    return (
+        config.workspace_max_count if count is None else count,
+        config.workspace_max_bytes if size is None else size,
+    )
 
 
 async def _append(request: Request, event: Event, expected: int) -> int:
@@ -103,12 +107,11 @@ _BUILD_SCHEMA: Final = {
     "type": "object",
     "additionalProperties": False,
     "required": ["name"],
-    "oneOf": [{"required": ["requirements"]}, {"required": ["environment"]}],
     "properties": {
-        "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"},
-        "requirements": {"type": "string", "pattern": "\\S", "maxLength": dw.MAX_SOURCE_BYTES,
+        "name": {"type": "string", "maxLength": 64, "description": "[a-z0-9_.-]"},
+        "requirements": {"type": "string", "maxLength": dw.MAX_SOURCE_BYTES,
                          "description": "a requirements.txt (give this or `environment`)"},
-        "environment": {"type": "string", "pattern": "\\S", "maxLength": dw.MAX_SOURCE_BYTES,
+        "environment": {"type": "string", "maxLength": dw.MAX_SOURCE_BYTES,
                         "description": "a conda-style environment.yml: its pip section and "
                         "plain dependencies become pip requirements"},
         "scope": {"type": "string", "enum": ["user", "lab"], "default": "user"},
