@@ -45,6 +45,9 @@ class SubmitCommand(msgspec.Struct, frozen=True, kw_only=True, tag="SubmitJob"):
     body: dict[str, Any]  # the POST /v1/jobs JSON body as received (validated by intake, Q1)
     idempotency_key: str | None = None  # the Idempotency-Key header (Q6)
     max_active_jobs: int | None = None  # the user's own limit if the gateway knows it (S1)
+    # X4a: the image of the READY workspace the body's `workspace` names, resolved by the
+    # gateway on the workspaces projection (never taken from the body)
+    workspace_image: str | None = None
 
 
 class CancelCommand(msgspec.Struct, frozen=True, kw_only=True, tag="CancelJob"):

@@ -37,8 +37,10 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran. v3 added
     `mail_type` / `mail_user` (Q10: the job's own notification kinds and e-mail address; null:
     the user's defaults, NotificationSettingsChanged), `dependency` (Q8, Slurm syntax as
-    jpu.domain.dependencies normalises it; null: none) and `hold` (Q9: submitted held); absent:
-    as every v2 job."""
+    jpu.domain.dependencies normalises it; null: none), `hold` (Q9: submitted held), `workspace`
+    (the name asked for) and `workspace_image` (the image of the READY workspace it resolved to at
+    submit, X4a: a later rebuild does not change what the job runs in); absent: as every v2 job
+    (no dependency, not held, the base image)."""
 
     schema_version: int = 3
     lab: str
@@ -56,6 +58,8 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     mail_user: str | None = None  # Q10: e-mail address for this job's notifications
     dependency: str | None = None
     hold: bool = False
+    workspace: str | None = None
+    workspace_image: str | None = None
 
 
 class JobHeld(JobEvent, frozen=True, kw_only=True, tag="JobHeld"):
@@ -258,6 +262,48 @@ class NodeInventoryObserved(Event, frozen=True, kw_only=True, tag="NodeInventory
     state: str = "up"  # up | drain | down
 
 
+# --- workspaces (SPEC X4a): one subject per workspace, `<prefix>.workspace.<workspace_id>` ---
+
+WorkspaceScope = Literal["user", "lab"]
+WorkspaceSource = Literal["requirements", "environment"]
+
+
+class WorkspaceEvent(Event, frozen=True, kw_only=True):
+    workspace_id: str  # jpu.domain.workspaces.workspace_id(scope, lab, user, name)
+
+
+class WorkspaceBuildRequested(
+    WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceBuildRequested"
+):
+    """A build (or a rebuild: `build` 2, 3, …) asked for; the builder follows these."""
+
+    build: int
+    user: str  # who asked; the owner of a `user` workspace
+    lab: str
+    name: str
+    scope: WorkspaceScope
+    source_kind: WorkspaceSource
+    source: str  # the pip requirements the build installs (an environment.yml's, converted)
+
+
+class WorkspaceBuilt(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceBuilt"):
+    build: int
+    image: str
+    size: int | None = None  # bytes of the image
+    created_at: float
+    log: str = ""  # the build log's tail (the owner reads it from any host)
+
+
+class WorkspaceBuildFailed(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceBuildFailed"):
+    build: int
+    reason: str
+    log: str = ""
+
+
+class WorkspaceDeleted(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceDeleted"):
+    by: str
+
+
 AnyEvent = (
     JobSubmitted
     | JobPromoted
@@ -279,6 +325,10 @@ AnyEvent = (
     | MaintenanceChanged
     | NodeInventoryObserved
     | NotificationSettingsChanged
+    | WorkspaceBuildRequested
+    | WorkspaceBuilt
+    | WorkspaceBuildFailed
+    | WorkspaceDeleted
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__
@@ -325,4 +375,6 @@ def subject_for(event: Event, prefix: str = "jpu") -> str:
         return f"{prefix}.inventory.{event.node}"
     if isinstance(event, NotificationSettingsChanged):
         return f"{prefix}.user.{event.user}"
+    if isinstance(event, WorkspaceEvent):
+        return f"{prefix}.workspace.{event.workspace_id}"
     raise TypeError(f"no subject for {type(event).__name__}")

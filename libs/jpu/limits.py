@@ -61,7 +61,18 @@ SUBMIT_FIELDS: Final = (
     "mail_user",  # Q10: e-mail address for this job's notifications
     "dependency",  # Q8 (jpu.domain.dependencies)
     "hold",  # Q9
+    "workspace",  # X4a: the READY workspace the job runs in (jpu.domain.workspaces)
 )
+
+# X4a: a workspace's name, also a part of its image's tag
+WORKSPACE_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+def workspace_name_problem(name: object) -> str | None:
+    if not isinstance(name, str) or not WORKSPACE_NAME.match(name):
+        return "1-64 characters of [a-z0-9_.-], starting with a letter or digit"
+    return None
+
 
 # --- any JSON request ------------------------------------------------------------------------
 MAX_BODY_BYTES: Final = 512 * 1024  # well above Q1's 64 KiB command; under NATS' 1 MiB payload
@@ -318,6 +329,12 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
             "hold": {  # Q9
                 "type": ["boolean", "null"],
                 "description": "submit held: it waits in the personal queue until released",
+            },
+            "workspace": {  # X4a (jpu.domain.workspaces)
+                "type": ["string", "null"],
+                "maxLength": 64,
+                "description": "a READY workspace ([a-z0-9_.-], own, else the lab's) the job "
+                "runs in; missing or not READY: 422 naming `workspace`",
             },
         },
         "description": "A job (SPEC Q1); null is the same as an absent field. A request no "

@@ -30,6 +30,7 @@ from jpu_services.gateway.routes import (
     notifications,
     placements,
     queue,
+    workspaces,
 )
 
 log = logging.getLogger("jpu.gateway")
@@ -74,6 +75,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         placements,
         admin,
         console,
+        workspaces,
     ):
         app.include_router(module.router)
     install_openapi(app, [t.name for t in settings.base.tiers])

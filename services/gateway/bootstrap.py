@@ -7,7 +7,7 @@ import asyncio
 from jpu.edges import Edges, connect_edges
 from jpu.service import Worker
 from jpu.store.projection import Projection, run_projections
-from jpu.store.projections import backfill, gpu_resources, jobs, maintenance
+from jpu.store.projections import backfill, gpu_resources, jobs, maintenance, workspaces
 from jpu_services.gateway.config import GatewayConfig
 
 # The read models the API serves; lab_usage is accounting's (SPEC E4).
@@ -16,6 +16,7 @@ PROJECTIONS: dict[str, Projection] = {
     "maintenance": maintenance.projection,
     "gpu_resources": gpu_resources.projection,
     "backfill": backfill.projection,
+    "workspaces": workspaces.projection,  # X4a
 }
 
 

@@ -35,4 +35,6 @@ def launch_spec(job: AgentJob, tier: Tier, output_root: Path) -> LaunchSpec:
         output_dir=str(output_dir(output_root, s.job_id, d.attempt)),
         chdir=s.chdir,  # U5: where it was submitted from (None: JOB_OUTPUT_DIR)
         partition=tier.partition,
+        workspace=s.workspace,  # X4a: runs in that workspace's image, resolved at submit
+        workspace_image=s.workspace_image,
     )

@@ -4,7 +4,8 @@
   2. recovery, then the durable consumer of job events: every event feeds the agent's fold of
      the jobs (cache.py); JobDispatched → launch, JobCancelRequested → cancel (JobAgent), the
      jobs of one batch concurrently (each job has its own lock);
-  3. the watch loop: poll running backend jobs with backoff, JobEnded when one ends.
+  3. the watch loop: poll running backend jobs with backoff, JobEnded when one ends;
+  4. with podman containers, the workspace-builder (builder.py, SPEC X4a).
 
 Restart (SPEC O5): recovery folds every job subject of the log; an attempt the log says is
 launched and not ended is watched again (re-adopted), one dispatched and not started is launched
@@ -20,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Iterable
 
 from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, UnknownBackendJob
+from jpu.backends.workspaces import Workspaces
 from jpu.bus import Delivered, EventBus
 from jpu.clock import Clock
 from jpu.config import Config
@@ -28,6 +30,7 @@ from jpu.domain.holdings import with_missing
 from jpu.events import JobCancelRequested, JobDispatched, NodeInventoryObserved, new_event_id
 from jpu.service import wait_any
 from jpu_services.slurm_agent.agent import JobAgent
+from jpu_services.slurm_agent.builder import WorkspaceBuilder
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.recovery import fold_log
 from jpu_services.slurm_agent.watchlist import Watched
@@ -67,6 +70,10 @@ async def run_agent(
         asyncio.create_task(watch_loop(agent, inventory, stop), name="agent-watch"),
         asyncio.create_task(inventory.loop(stop, options.inventory_every_s), name="agent-inv"),
     ]
+    builder = workspace_builder(bus, backend, clock, config)
+    if builder is not None:  # X4a: the workspace-builder role, where the images are needed
+        durable = f"{options.durable}-workspaces"
+        tasks.append(asyncio.create_task(builder.run(stop, durable), name="agent-builder"))
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -78,6 +85,17 @@ async def run_agent(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def workspace_builder(
+    bus: EventBus, backend: ExecutionBackend, clock: Clock, config: Config
+) -> WorkspaceBuilder | None:
+    """X4a: a backend that runs jobs in podman containers builds the workspaces (its images
+    live in its podman store); the others have no builder."""
+    spaces = getattr(backend, "workspaces", None)
+    if not getattr(backend, "builds_workspaces", False) or not isinstance(spaces, Workspaces):
+        return None
+    return WorkspaceBuilder(bus, spaces, clock, config.subject_prefix)
 
 
 def _jobs_to_reconcile(batch: list[Delivered], recovered_to: int) -> list[str]:

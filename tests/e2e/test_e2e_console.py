@@ -666,3 +666,26 @@ async def test_U2_one_date_format_the_clis_and_the_submit_forms_working_director
         as_of = page.locator("#lab-rows tr", has_text="OSL").locator("td").nth(4)  # As of
         await expect(as_of).to_have_text(cli_format)
     await page.evaluate("localStorage.setItem('jpu.lang', 'en')")
+
+
+async def test_X4a_workspaces_view_lists_state_and_shows_the_build_log(
+    stack: Stack, browser_page: Page
+) -> None:
+    """Workspaces: own and the lab's with their state; a click shows the build log (this stack
+    runs no podman builder, so the workspace stays BUILDING with no log yet)."""
+    page = browser_page
+    erin = stack.api("osl-erin")
+    r = erin.http.post("/v1/workspaces", json={"name": "console-ws", "requirements": "six\n"})
+    assert r.status_code in (202, 409), r.text  # 409: built by an earlier run of this module
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, "workspaces")
+    await _english(page)
+    row = page.locator("#ws-rows tr", has_text="console-ws")
+    await expect(row).to_contain_text("BUILDING")
+    await expect(row).to_contain_text("osl-erin")
+    await row.locator("a").click()
+    await expect(page.locator("#ws-log-title")).to_have_text("Build log of console-ws")
+    await expect(page.locator("#ws-log")).to_contain_text("no build log yet")
+    await _login(page, stack, "kdg-carol")  # another lab: not listed
+    await _go(page, stack, "workspaces")
+    await expect(page.locator("#ws-rows")).to_contain_text("No workspaces")

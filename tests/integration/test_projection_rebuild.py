@@ -125,7 +125,7 @@ async def test_E6_replay_cli_exit_code(bus: EventBus, nats_url: str, pool, pg_ds
 
     code, out, err = await run_cli()
     assert code == 0, out + err
-    assert "no differences" in out and "seq 80 of 80" in err  # progress on stderr (U3)
+    assert "no differences" in out and "seq 90 of 90" in err  # progress on stderr (U3)
     assert "events/s" in err
     await pool.execute("UPDATE maintenance SET message = 'forged'")
     code, out, _ = await run_cli()

@@ -196,3 +196,26 @@ def test_U5_wrap_has_no_directives_and_a_partition_needs_the_tiers(tmp_path: Pat
     script.write_text("#SBATCH --array=1-3\nrun\n")
     with pytest.raises(RestError, match=r"^p\.sh:1: #SBATCH --array=1-3: job arrays"):
         submit_body(_args(str(script)))
+
+
+def test_X4a_workspace_from_the_flag_then_JPU_directive_then_the_users_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#JPU --workspace torch\npython -c 'import torch'\n")
+    assert submit_body(_args(str(script)))["workspace"] == "torch"
+    assert submit_body(_args(str(script), "--workspace", "six"))["workspace"] == "six"
+    monkeypatch.setenv("JPU_WORKSPACE", "mine")
+    assert submit_body(_args("--wrap", "true"))["workspace"] == "mine"
+    monkeypatch.delenv("JPU_WORKSPACE")
+    assert "workspace" not in submit_body(_args("--wrap", "true"))
+
+
+def test_X4a_jpu_workspace_verbs_have_help() -> None:
+    parser = build_parser()
+    for verb in ("build", "list", "show", "logs", "rm"):
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args(["workspace", verb, "--help"])
+        assert done.value.code == 0
+    args = parser.parse_args(["workspace", "build", "six", "-r", "req.txt", "--lab"])
+    assert (args.name, args.requirements, args.lab) == ("six", "req.txt", True)

@@ -61,6 +61,9 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     chdir: str | None = None  # U5: the absolute directory it runs in; None: output_dir
     partition: str | None = None  # the tier's Slurm partition (X1); the local backend ignores it
     workspace: str | None = None  # X4a: the user's READY workspace it runs in; None: the base
+    # X4a: the image of that workspace as resolved at submit (JobSubmitted.workspace_image);
+    # None with a `workspace`: the backend resolves the name itself (its own builds, tests)
+    workspace_image: str | None = None
 
     @property
     def workdir(self) -> str:

@@ -114,6 +114,10 @@ class Workspaces:
             raise BackendError(f"workspace: {name!r} is {ws.state}, not READY")
         return ws.image
 
+    def image_exists(self, image: str) -> bool:
+        exists = [*podman_base(self.podman), "image", "exists", image]
+        return subprocess.run(exists, capture_output=True, check=False).returncode == 0
+
     def start_build(self, user: str, name: str, requirements: str) -> subprocess.Popen[bytes]:
         """BUILDING at once; the build itself runs in a process of its own (`build`)."""
         if not NAME.match(name) or not re.match(r"^[A-Za-z0-9_.-]{1,64}$", user):

@@ -24,7 +24,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 import jpu.cli.rest_views as views
-from jpu.cli import rest_cancel, rest_info, rest_lists, rest_notify, rest_submit
+from jpu.cli import rest_cancel, rest_info, rest_lists, rest_notify, rest_submit, rest_workspaces
 from jpu.cli.rest_client import ApiError, RestClient, RestError, StreamBroken, resolve_target
 from jpu.cli.rest_submit import parse_env as parse_env  # re-exported (tests, older callers)
 from jpu.cli.rest_submit import submit_body as submit_body
@@ -54,6 +54,7 @@ def register(sub: Any) -> None:
     rest_info.add_parsers(sub, common)
     rest_cancel.add_parser(sub, common)
     rest_notify.add_parser(sub, common)  # Q10
+    rest_workspaces.add_parsers(sub, common)  # X4a
     for name, helptext, func in (
         ("usage", "fair-share usage per lab", cmd_usage),
         ("pool", "the GPU pool by placement", cmd_pool),

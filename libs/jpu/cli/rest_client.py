@@ -99,6 +99,9 @@ class RestClient:
     def put(self, path: str, body: Any) -> Any:
         return self._send("PUT", path, json=body)
 
+    def delete(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self._send("DELETE", path, params=params)
+
     @contextlib.contextmanager
     def stream(
         self,

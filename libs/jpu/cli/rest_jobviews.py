@@ -186,6 +186,7 @@ def job(j: dict[str, Any]) -> str:
         ("OutputDir", j.get("output_dir")),  # X2: stdout/stderr there (`jpu logs ID`)
         ("BackendJobId", j.get("backend_job_id")),
         ("Isolation", j.get("isolation")),
+        ("Workspace", j.get("workspace") or "-"),  # X4a: the image it runs in (-: the base)
         ("ExitCode", latest.get("exit_code")),
         ("EndReason", latest.get("reason")),
         ("UsageCharged", fmt_usage(j.get("usage_charged"))),

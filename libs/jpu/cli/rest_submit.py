@@ -69,7 +69,15 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         "[:ID...], joined by ','; or singleton)",
     )
     s.add_argument(
-        "--hold", "-H", action="store_true", help="submit held: runs after `jpu release ID`"
+        "--hold",
+        "-H",
+        action="store_true",
+        help="submit held: runs after `jpu release ID`",
+    )
+    s.add_argument(
+        "--workspace",
+        metavar="NAME",
+        help="run in this READY workspace (own, else the lab's; default: env JPU_WORKSPACE)",
     )
     s.set_defaults(func=cmd_submit)
 
@@ -141,6 +149,9 @@ def request(
         body["dependency"] = dependency
     if getattr(args, "hold", False) or d.hold:  # Q9
         body["hold"] = True
+    workspace = getattr(args, "workspace", None) or d.workspace or os.environ.get("JPU_WORKSPACE")
+    if workspace:  # X4a: the flag, then #JPU --workspace, then the user's default
+        body["workspace"] = workspace
     return body, d
 
 

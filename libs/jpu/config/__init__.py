@@ -54,6 +54,8 @@ class LabConfig(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     usage: float = 0.0  # starting usage in TFLOP-s at time 0 / at load
     users: list[UserConfig] = []
+    workspace_max_count: int | None = None  # X4a: this lab's quotas; None: the site's
+    workspace_max_bytes: int | None = None
 
 
 class Cluster(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,6 +114,10 @@ class Config(Cluster, frozen=True, kw_only=True):
     container_shared_paths: list[str] = []  # host paths mounted read-only into every container
     workspace_pip_index_url: str = ""  # X4a: the site's package index for builds; "": pip's
     workspace_pip_ca_bundle: str = ""  # a host CA file the build's pip trusts (PIP_CERT)
+    # X4a quotas of each lab: its workspaces (its members' and its own) and their images' bytes;
+    # a lab's `workspace_max_count` / `workspace_max_bytes` (labs:) overrides them
+    workspace_max_count: int = 20
+    workspace_max_bytes: int = 50 * 2**30
     apptainer_image: str = ""  # SIF file or sandbox dir; set: Apptainer is configured
     apptainer_bin: str = "apptainer"
     apptainer_args: list[str] = []  # extra `apptainer exec` options, e.g. ["--nv"]

@@ -16,6 +16,7 @@ the services consume the log, call these functions with `now` and append what th
                                            ending.py     backend status → JobEnded (X6, X7, F5)
                                            observed.py   what a backend reports (X9, P2)
                                            attempts.py   a job's attempts told from its events
+                                           workspaces.py a workspace's state, access, quota (X4a)
     F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
     U  estimates (U4)                      runs.py       recent run times per user and lab
     B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)

@@ -90,6 +90,8 @@ def request_digest(event: JobSubmitted) -> str:
         body["dependency"] = event.dependency
     if event.hold:
         body["hold"] = True
+    if event.workspace is not None:  # X4a; likewise
+        body["workspace"] = event.workspace
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 

@@ -43,6 +43,8 @@ def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | Non
     store (jpu.limits)."""
     problems = validate_submit(cmd.body, list(tiers))
     problems += _dependency_problems(cmd.body)
+    if cmd.body.get("workspace") is not None and cmd.workspace_image is None and not problems:
+        problems.append(limits.FieldError("workspace", "not resolved to a READY workspace"))
     key_problem = limits.idempotency_key_problem(cmd.idempotency_key)
     if key_problem:
         problems.append(limits.FieldError("Idempotency-Key", key_problem))
@@ -86,6 +88,8 @@ def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> Job
         mail_user=b.get("mail_user"),
         dependency=dependencies.parse(dep).text() if (dep := b.get("dependency")) else None,
         hold=bool(b.get("hold")),
+        workspace=b.get("workspace"),  # X4a: checked READY by the gateway (workspace_image)
+        workspace_image=cmd.workspace_image if b.get("workspace") is not None else None,
     )
 
 

@@ -141,6 +141,9 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
         errors.append(FieldError("mail_type", why))  # Q10
     if body.get("mail_user") is not None and (why := mail.email_problem(body["mail_user"])):
         errors.append(FieldError("mail_user", why))  # Q10
+    workspace = body.get("workspace")
+    if workspace is not None and (why := bounds.workspace_name_problem(workspace)):
+        errors.append(FieldError("workspace", why))  # X4a
     return errors + _check_unknown(body)
 
 

@@ -39,6 +39,10 @@ from jpu.events import (
     ReservationReleased,
     ReservationStarted,
     UsageCharged,
+    WorkspaceBuildFailed,
+    WorkspaceBuildRequested,
+    WorkspaceBuilt,
+    WorkspaceDeleted,
     new_event_id,
 )
 from jpu.store import create_database, create_pool, drop_database, migrate
@@ -257,4 +261,27 @@ def sample_log(n_jobs: int, *, t0: float = 1_000.0) -> list[AnyEvent]:
     log.append(
         NodeInventoryObserved(**kw(), node=_NODES[0][0], gpus={"rtx4090": 2}, down={"rtx4090": [1]})
     )
+    return log + _workspaces_log(kw)
+
+
+def _workspaces_log(kw: Callable[[], dict[str, Any]]) -> list[AnyEvent]:
+    """X4a: READY, FAILED, rebuilt (a late outcome of build 1 ignored) and deleted workspaces."""
+    log: list[AnyEvent] = []
+    for i, fate in enumerate(("ready", "failed", "rebuilt", "deleted")):
+        wid = f"w{i:023d}"
+        ask = {"workspace_id": wid, "user": f"u{i}", "lab": "BCG", "name": f"ws{i}",
+               "scope": "lab" if i == 2 else "user", "source_kind": "requirements",
+               "source": "six\n"}  # fmt: skip
+        image = f"localhost/jpu-ws-{wid}-b1:latest"
+        log.append(WorkspaceBuildRequested(**kw(), **ask, build=1))  # type: ignore[arg-type]
+        if fate == "failed":
+            log.append(WorkspaceBuildFailed(**kw(), workspace_id=wid, build=1, reason="x", log="e"))
+            continue
+        if fate == "rebuilt":
+            log.append(WorkspaceBuildRequested(**kw(), **ask, build=2))  # type: ignore[arg-type]
+        log.append(
+            WorkspaceBuilt(**kw(), workspace_id=wid, image=image, size=9, build=1, created_at=1.0)
+        )
+        if fate == "deleted":
+            log.append(WorkspaceDeleted(**kw(), workspace_id=wid, by="admin"))
     return log

@@ -7,6 +7,9 @@ const STRINGS = {
   en: {
     "nav.queue": "Queue", "nav.pool": "GPU pool", "nav.labs": "Lab usage", "nav.jobs": "Jobs",
     "nav.submit": "Submit", "token.placeholder": "API token", "token.save": "Save",
+    "nav.workspaces": "Workspaces", "ws.title": "Workspaces", "ws.empty": "No workspaces. Build one with `jpu workspace build NAME -r requirements.txt`.",
+    "ws.scope": "Scope", "ws.owner": "Owner", "ws.reason": "Reason", "ws.size": "Size", "ws.created": "Created",
+    "ws.log": "Build log of {name}", "ws.nolog": "(no build log yet: it is building)",
     "token.missing": "Type your API token (top right) to see the cluster.",
     "token.rejected": "This API token was not accepted: it is mistyped, revoked or expired. Paste a valid one top right (it starts as you received it, e.g. demo-bcg-alice); an admin creates tokens with `jpu-admin token create USER`.",
     "submit.env_bad": "Environment line {n} (\"{line}\") has no \"=\": write KEY=VALUE, one per line. Nothing was submitted.",
@@ -142,6 +145,9 @@ const STRINGS = {
   ko: {
     "nav.queue": "대기열", "nav.pool": "GPU 풀", "nav.labs": "연구실 사용량", "nav.jobs": "작업",
     "nav.submit": "제출", "token.placeholder": "API 토큰", "token.save": "저장",
+    "nav.workspaces": "작업 환경", "ws.title": "작업 환경", "ws.empty": "작업 환경이 없습니다. `jpu workspace build NAME -r requirements.txt`로 만드세요.",
+    "ws.scope": "범위", "ws.owner": "소유자", "ws.reason": "사유", "ws.size": "크기", "ws.created": "생성 시각",
+    "ws.log": "{name}의 빌드 로그", "ws.nolog": "(아직 빌드 로그가 없습니다: 빌드 중입니다)",
     "token.missing": "오른쪽 위에 API 토큰을 입력하면 클러스터 현황을 볼 수 있습니다.",
     "token.rejected": "이 API 토큰은 받아들여지지 않았습니다: 잘못 입력했거나 폐기되었거나 만료되었습니다. 오른쪽 위에 올바른 토큰을 붙여 넣으세요 (받은 그대로, 예: demo-bcg-alice). 관리자는 `jpu-admin token create USER`로 토큰을 만듭니다.",
     "submit.env_bad": "환경 변수 {n}번째 줄(\"{line}\")에 \"=\"가 없습니다: 한 줄에 KEY=VALUE로 쓰세요. 아무것도 제출하지 않았습니다.",
@@ -719,6 +725,33 @@ async function loadJobs() {
   });
 }
 
+// SPEC X4a: workspaces (own and the lab's) with their state; `#/workspaces/<scope>:<name>` shows
+// that one's build log below the list
+async function loadWorkspaces(arg) {
+  const r = await api("/v1/workspaces");
+  const [scope, name] = arg ? arg.split(/:(.*)/s) : [];
+  let log = null;
+  if (name) {  // text/plain, not JSON: read as text (its errors are the §8 envelope)
+    const headers = state.token ? { Authorization: "Bearer " + state.token } : {};
+    const resp = await fetch(`/v1/workspaces/${encodeURIComponent(name)}/log?scope=${scope}`, { headers });
+    log = resp.ok ? await resp.text() : `(${resp.status} ${(await resp.json().catch(() => ({}))).error?.message || ""})`;
+  }
+  return () => {
+    setRows($("ws-rows"), JSON.stringify(r.workspaces), () => {
+      const rows = (r.workspaces || []).map((w) => h("tr", {},
+        h("td", {}, h("a", { href: `#/workspaces/${w.scope}:${encodeURIComponent(w.name)}` }, w.name)),
+        h("td", {}, w.scope), h("td", {}, w.scope === "lab" ? w.lab : w.user),
+        h("td", {}, w.state), h("td", { class: "wrap" }, w.reason || ""),
+        h("td", { class: "num" }, w.size ? `${Math.round(w.size / 1048576)} MiB` : "–"),
+        h("td", {}, w.created_at ? fmtTime(w.created_at) : "–")));
+      return rows.length ? rows : [h("tr", {}, h("td", { colspan: 7 }, t("ws.empty")))];
+    });
+    $("ws-log-title").textContent = name ? tf("ws.log", { name }) : "";
+    $("ws-log").textContent = name ? (typeof log === "string" && log ? log : t("ws.nolog")) : "";
+    $("ws-log").hidden = !name;
+  };
+}
+
 // SPEC U4: an estimate, with its basis and when it was computed; with no start, "unknown" and
 // why (the API's estimate_reason), never the basis "unknown" a second time
 const estimateText = (j) => j.estimated_start ? fmtTime(j.estimated_start)
@@ -1010,12 +1043,13 @@ async function submitJob(ev) {
 }
 
 // --- routing, with a request token: only the latest render may draw ----------------------------
-const VIEWS = { queue: loadQueue, pool: loadPool, labs: loadLabs, jobs: loadJobs, job: loadJob, charges: loadCharges, submit: null };
+const VIEWS = { queue: loadQueue, pool: loadPool, labs: loadLabs, jobs: loadJobs, job: loadJob, charges: loadCharges, workspaces: loadWorkspaces, submit: null };
 const CLEAR = {
   queue: () => { clearRows($("queue-rows")); clearRows($("running-rows")); },
   pool: () => { clearRows($("pool-cards")); },
   labs: () => { clearRows($("lab-rows")); $("usage-chart").replaceChildren(); },
   jobs: () => { clearRows($("job-rows")); },
+  workspaces: () => { clearRows($("ws-rows")); $("ws-log").textContent = ""; },
   job: (id) => clearJob(id),
   charges: () => { clearRows($("charge-rows")); $("charges-summary").textContent = ""; $("charges-lab").textContent = ""; },
 };

@@ -28,7 +28,7 @@ _LIST_COLUMNS: Final = (
     "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
     "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
     "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by, "
-    "chdir, view->>'dependency' AS dependency, "  # Q8, Q9: kept in the row's JobView
+    "chdir, workspace, view->>'dependency' AS dependency, "  # Q8, Q9: kept in the row's JobView
     "coalesce((view->>'held')::boolean, false) AS held"
 )
 
@@ -186,6 +186,7 @@ def job_out(
         "chdir": row["chdir"],  # U5: the directory asked for (None: JOB_OUTPUT_DIR)
         "dependency": row.get("dependency"),  # Q8, as recorded (Slurm syntax)
         "held": bool(row.get("held")),  # Q9
+        "workspace": row["workspace"],  # X4a: the workspace it runs in (None: the base image)
         "terminal": row["state"] in TERMINAL,
     }
     if detail:

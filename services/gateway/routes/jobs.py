@@ -17,7 +17,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from jpu import commands, joblogs, limits
 from jpu.domain.states import PENDING
+from jpu.domain.workspaces import lookup_ids, usable_problem
 from jpu.policy.workdir import chdir_problem
+from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
@@ -129,6 +131,21 @@ async def _workdir_warnings(request: Request, user: str, body: dict[str, Any]) -
     return [{"field": "chdir", "account": who.name, "message": f"chdir: {can.message}"}]
 
 
+async def _workspace_image(pool: Any, user: Any, body: dict[str, Any]) -> str | None:
+    """X4a: the image of the READY workspace `workspace` names (own, else the lab's); 422
+    naming `workspace` when it is missing, not the caller's to use, or not READY — nothing is
+    appended. A malformed name is left to intake's validation (Q1)."""
+    name = body.get("workspace")
+    if not isinstance(name, str) or limits.workspace_name_problem(name):
+        return None
+    ws = await read_first(pool, lookup_ids(name, user.name, user.lab))
+    problem = usable_problem(ws, name, user.name, user.lab)
+    if problem is not None:
+        raise cmd.shape_error("workspace", problem)
+    assert ws is not None
+    return ws.image
+
+
 async def _submitted_body(row: Any, pool: Any, settings: Any, account: str) -> dict[str, Any]:
     """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
     on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
@@ -179,6 +196,7 @@ async def submit(
         raise cmd.shape_error("Idempotency-Key", key_problem)
     body = await _json_object(request)
     warnings = await _workdir_warnings(request, user.name, body)
+    image = await _workspace_image(edges.pool, user, body)
     reply = await cmd.send(
         edges,
         commands.submit_subject(settings.base.subject_prefix),
@@ -188,6 +206,7 @@ async def submit(
             body=body,
             idempotency_key=idempotency_key,
             max_active_jobs=user.max_active_jobs,
+            workspace_image=image,
         ),
     )
     status = 200 if reply.replayed else 201

@@ -83,6 +83,7 @@ class LocalBackend(LocalBackfill):
         if wanted == "podman":
             iso_.check_podman(settings.podman)  # X4a: no runtime, no start (never a fallback)
             self._isolation = iso_.podman(settings.podman)
+        self.builds_workspaces = wanted == "podman"  # X4a: the agent's workspace-builder role
         # X4a: workspaces of this data dir (<data_dir>/workspaces), built with podman
         self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
                                      settings.pip)  # fmt: skip
@@ -226,7 +227,17 @@ class LocalBackend(LocalBackfill):
         if spec.workspace is not None:  # X4a: only READY, and only in a container
             if self._isolation_for().podman is None:
                 raise BackendError("workspace: needs isolation: container (podman)")
-            self.workspaces.require_ready(spec.user, spec.workspace)
+            self._workspace_image(spec)
+
+    def _workspace_image(self, spec: LaunchSpec) -> str:
+        """X4a: the image resolved at submit (it must still exist: a deleted workspace's image
+        is gone), else the READY build of this name."""
+        assert spec.workspace is not None
+        if spec.workspace_image is None:
+            return self.workspaces.require_ready(spec.user, spec.workspace)
+        if not self.workspaces.image_exists(spec.workspace_image):
+            raise BackendError(f"workspace: the image of {spec.workspace!r} is gone (deleted?)")
+        return spec.workspace_image
 
     def _isolation_for(self) -> iso_.Isolation:
         """X4: Apptainer (decided at start), else a netns when the kernel allows, else none."""
@@ -277,7 +288,7 @@ class LocalBackend(LocalBackfill):
         out = Path(record.output_dir)
         isolation = self._isolation_for()
         if spec.workspace is not None and isolation.podman is not None:  # X4a: its image
-            image = self.workspaces.require_ready(spec.user, spec.workspace)
+            image = self._workspace_image(spec)
             isolation = iso_.podman(dataclasses.replace(isolation.podman, image=image))
         argv = proc_.launch_argv(
             self.store.status_file(record.backend_job_id),

@@ -10,10 +10,10 @@ Honoured, as sbatch reads them: `-J/--job-name`, `-G/--gpus[-per-node]=[type:]N`
 `-p/--partition` (the tiers of that partition), `-d/--dependency` (Q8), `-H/--hold` (Q9),
 `--mail-type`, `--mail-user` (Q10), and `-N/--nodes`, `-n/--ntasks` when they say 1. `#JPU` lines
 take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`, `--env`, `--min-vram`,
-`--chdir`, `--dependency`, `--hold`, `--mail-type`, `--mail-user`). Everything else is refused
-with the line, the directive and what to do
-instead — a directive the platform cannot honour must never be dropped silently (an
-`--array=0-9` would run once; a `--mem` would not be what the job gets).
+`--chdir`, `--dependency`, `--hold`, `--mail-type`, `--mail-user`, `--workspace`). Everything
+else is refused with the line, the directive and what to do instead — a directive the platform
+cannot honour must never be dropped silently (an `--array=0-9` would run once; a `--mem` would
+not be what the job gets).
 
 Precedence (sbatch's: command line > script): `jpu submit` flags, then `#JPU`, then `#SBATCH`;
 within one kind the last line wins, except `--tier` and `--env`, which add up.
@@ -93,6 +93,7 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     out.chdir = kind.chdir if kind.chdir is not None else out.chdir
     out.dependency = kind.dependency if kind.dependency is not None else out.dependency
     out.hold = out.hold or kind.hold
+    out.workspace = kind.workspace if kind.workspace is not None else out.workspace
     if kind.time is not None:
         out.time_limit_s, out.has_time = kind.time[0], True
     out.min_vram_gb = kind.min_vram_gb if kind.min_vram_gb is not None else out.min_vram_gb

@@ -15,6 +15,7 @@ _JPU_OPTS: Final[Mapping[str, str]] = {
     "--min-vram": "min_vram", "-D": "chdir", "--chdir": "chdir",
     "--mail-type": "mail_type", "--mail-user": "mail_user",
     "-d": "dependency", "--dependency": "dependency", "--hold": "hold",
+    "--workspace": "workspace",
 }  # fmt: skip
 _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "name": model.name,
@@ -24,6 +25,7 @@ _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "min_vram": model.min_vram,
     "mail_type": model.mail_type,  # Q10
     "mail_user": model.mail_user,
+    "workspace": model.workspace,  # X4a
 }
 
 

@@ -36,6 +36,7 @@ class Directives:
     mail_user: str | None = None  # Q10: --mail-user
     dependency: str | None = None  # Q8, Slurm syntax
     hold: bool = False  # Q9
+    workspace: str | None = None  # X4a: #JPU --workspace
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
 
 
@@ -55,6 +56,7 @@ class Kind:
     env: dict[str, str] = field(default_factory=dict)
     mail_type: list[str] | None = None
     mail_user: str | None = None
+    workspace: str | None = None
 
 
 Reader = Callable[[str, str, Kind], str | None]  # (value, option, kind) -> why not, or None
@@ -105,6 +107,11 @@ def dependency(value: str, opt: str, kind: Kind) -> str | None:
         kind.dependency = dependencies.parse(value).text()
     except ValueError as e:
         return str(e)
+    return None
+
+
+def workspace(value: str, opt: str, kind: Kind) -> str | None:
+    kind.workspace = value
     return None
 
 

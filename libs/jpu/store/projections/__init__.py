@@ -12,6 +12,7 @@ from jpu.store.projections import (
     lab_usage,
     maintenance,
     usage_ledger,
+    workspaces,
 )
 
 ALL: Final[tuple[Projection, ...]] = (
@@ -21,6 +22,7 @@ ALL: Final[tuple[Projection, ...]] = (
     gpu_resources.projection,
     backfill.projection,
     usage_ledger.projection,
+    workspaces.projection,
 )
 
 BY_NAME: Final[dict[str, Projection]] = {p.name: p for p in ALL}
@@ -34,4 +36,5 @@ __all__ = [
     "lab_usage",
     "maintenance",
     "usage_ledger",
+    "workspaces",
 ]

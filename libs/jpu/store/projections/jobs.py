@@ -74,7 +74,7 @@ def _new_row(e: JobSubmitted, view: JobView) -> Row:
         "job_id": e.job_id, "lab": e.lab, "user": e.user, "name": e.name,
         "num_gpus": e.num_gpus, "tiers": e.tiers, "time_limit_s": e.time_limit_s,
         "env": dict(e.env), "command": e.command, "chdir": e.chdir, "submitted_at": e.ts,
-        "usage_charged": 0.0, **columns(view),
+        "workspace": e.workspace, "usage_charged": 0.0, **columns(view),
     }  # fmt: skip
 
 
@@ -161,7 +161,7 @@ COLUMNS: Final = (
     "dispatched_at", "started_at", "ended_at", "reservation_node", "reservation_tier",
     "reservation_gpus", "reservation_since", "backend_job_id", "isolation", "exit_code",
     "end_reason", "oom", "usage_charged", "kill_failed", "cancel_requested_by", "updated_at",
-    "updated_seq", "chdir", "oom_pending", "view",
+    "updated_seq", "chdir", "oom_pending", "view", "workspace",
 )
 # fmt: on
 _QUOTED: Final = [f'"{c}"' for c in COLUMNS]

@@ -1,0 +1,140 @@
+"""SPEC X4a, decided in jpu.domain.workspaces: the fold of a workspace's events, who may read,
+use and manage it, the lab's quota, and whether a job may name it."""
+
+from __future__ import annotations
+
+from jpu.domain.workspaces import (
+    can_manage,
+    can_read,
+    fold,
+    quota_problem,
+    usable_problem,
+    workspace_id,
+)
+from jpu.events import (
+    Event,
+    WorkspaceBuildFailed,
+    WorkspaceBuildRequested,
+    WorkspaceBuilt,
+    WorkspaceDeleted,
+)
+
+WID = workspace_id("user", "BCG", "alice", "six")
+
+
+def _req(build: int = 1, ts: float = 10.0, scope: str = "user") -> WorkspaceBuildRequested:
+    return WorkspaceBuildRequested(
+        event_id=f"r{build}", ts=ts, workspace_id=WID, build=build, user="alice", lab="BCG",
+        name="six", scope=scope, source_kind="requirements", source="six\n",  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def _built(build: int = 1, size: int = 100) -> WorkspaceBuilt:
+    return WorkspaceBuilt(
+        event_id=f"b{build}", ts=20.0, workspace_id=WID, build=build,
+        image=f"localhost/jpu-ws-{WID}-b{build}:latest", size=size, created_at=19.0, log="ok",
+    )  # fmt: skip
+
+
+def _failed(build: int = 1) -> WorkspaceBuildFailed:
+    return WorkspaceBuildFailed(
+        event_id=f"f{build}", ts=20.0, workspace_id=WID, build=build, reason="the builder died"
+    )
+
+
+def _seq(*events: Event) -> list[tuple[int, Event]]:
+    return list(enumerate(events, start=1))
+
+
+def test_X4a_building_then_ready_with_image_size_and_created_at() -> None:
+    assert fold(_seq(_req())).state == "BUILDING"  # type: ignore[union-attr]
+    ws = fold(_seq(_req(), _built()))
+    assert ws is not None and ws.state == "READY" and ws.size == 100 and ws.created_at == 19.0
+    assert ws.image and ws.image.endswith("-b1:latest") and ws.last_seq == 2
+
+
+def test_X4a_failed_keeps_its_reason_and_log() -> None:
+    ws = fold(_seq(_req(), _failed()))
+    assert ws is not None and ws.state == "FAILED" and ws.reason == "the builder died"
+
+
+def test_X4a_a_late_outcome_of_an_earlier_build_never_changes_a_rebuild() -> None:
+    ws = fold(_seq(_req(1), _built(1), _req(2, ts=30.0), _failed(1)))
+    assert ws is not None and ws.state == "BUILDING" and ws.build == 2
+
+
+def test_X4a_deleted_is_gone_and_its_late_outcome_does_not_revive_it() -> None:
+    deleted = WorkspaceDeleted(event_id="d", ts=25.0, workspace_id=WID, by="alice")
+    assert fold(_seq(_req(), deleted, _built())) is None
+
+
+def test_X4a_a_job_names_only_a_READY_workspace_it_may_use() -> None:
+    ready = fold(_seq(_req(), _built()))
+    assert usable_problem(ready, "six", "alice", "BCG") is None
+    assert "BUILDING" in (usable_problem(fold(_seq(_req())), "six", "alice", "BCG") or "")
+    assert "FAILED" in (usable_problem(fold(_seq(_req(), _failed())), "six", "alice", "BCG") or "")
+    assert usable_problem(None, "six", "alice", "BCG") is not None
+    assert usable_problem(ready, "six", "bob", "BCG") is not None  # another user's own
+
+
+def test_X4a_a_labs_workspace_is_read_by_its_members_managed_by_lab_admins() -> None:
+    lab = fold(_seq(_req(scope="lab"), _built()))
+    assert lab is not None
+    assert can_read(lab, "bob", "BCG", "user") and not can_read(lab, "carol", "KDG", "user")
+    assert usable_problem(lab, "six", "bob", "BCG") is None
+    assert not can_manage("lab", "bob", "BCG", "bob", "BCG", "user")
+    assert can_manage("lab", "bob", "BCG", "dora", "BCG", "lab_admin")
+    assert not can_manage("lab", "bob", "BCG", "kim", "KDG", "lab_admin")
+    own = fold(_seq(_req(), _built()))
+    assert own is not None and not can_read(own, "carol", "KDG", "user")
+    assert can_manage("user", "alice", "BCG", "alice", "BCG", "user")
+    assert not can_manage("user", "alice", "BCG", "bob", "BCG", "user")
+
+
+def test_X4a_lab_quota_count_and_size_name_their_field() -> None:
+    one = fold(_seq(_req(), _built(size=600)))
+    assert one is not None
+    assert quota_problem([one], None, 1, None) == (
+        "workspace_max_count", "the lab has 1 workspaces of 1"
+    )  # fmt: skip
+    assert quota_problem([one], WID, 1, None) is None  # a rebuild is not one more
+    problem = quota_problem([one], None, None, 500)
+    assert problem is not None and problem[0] == "workspace_max_bytes"
+    assert quota_problem([one], None, 5, 1000) is None
+
+
+def test_E1_X4a_job_submitted_v3_carries_the_workspace_and_v2_still_decodes() -> None:
+    import msgspec
+
+    from jpu.domain.states import request_digest
+    from jpu.events import JobSubmitted, decode, encode
+
+    kw = {"event_id": "e", "ts": 1.0, "job_id": "j", "lab": "L", "user": "u", "name": "n",
+          "command": "c", "num_gpus": 1, "chdir": "/p"}  # fmt: skip
+    event = JobSubmitted(**kw, workspace="six", workspace_image="localhost/x:latest")  # type: ignore[arg-type]
+    assert event.schema_version == 3 and decode(encode(event)) == event
+    old = decode(msgspec.json.encode({"type": "JobSubmitted", "schema_version": 2, **kw}))
+    assert isinstance(old, JobSubmitted) and old.workspace is None and old.workspace_image is None
+    # Q6: a v2 body's digest is unchanged; another workspace is another body
+    assert request_digest(old) == request_digest(JobSubmitted(**kw))  # type: ignore[arg-type]
+    assert request_digest(event) != request_digest(old)
+
+
+def test_X4a_intake_refuses_a_workspace_the_gateway_did_not_resolve() -> None:
+    """A command naming a workspace without its READY image (not through the gateway's check)
+    is a 422 naming `workspace`: intake never records a job that would run in no image."""
+    from jpu.commands import SubmitCommand
+    from jpu.config import load_config
+    from jpu.domain.submission import invalid
+
+    tiers = {t.name: t for t in load_config(env={}).tiers}
+    body = {"command": "true", "num_gpus": 1, "workspace": "six"}
+    reply = invalid(SubmitCommand(user="u", lab="L", body=body), tiers)
+    assert reply is not None and reply.status == 422 and reply.error is not None
+    assert reply.error.details["field"] == "workspace"
+    resolved = SubmitCommand(user="u", lab="L", body=body, workspace_image="localhost/x:latest")
+    assert invalid(resolved, tiers) is None
+    bad = {**body, "workspace": "Not A Name"}
+    reply = invalid(SubmitCommand(user="u", lab="L", body=bad, workspace_image="x"), tiers)
+    assert reply is not None and reply.error is not None
+    assert reply.error.details["field"] == "workspace"
