@@ -32,11 +32,24 @@ class JobEvent(Event, frozen=True, kw_only=True):
 # --- submission and queue (SPEC §2) ---------------------------------------------------------
 
 
+class JobArray(msgspec.Struct, frozen=True, kw_only=True):
+    """SPEC Q7: the tasks of a job array. On the array's submit (its own subject): every task
+    index and the `%N` throttle; each task is then a job of its own, `<array id>_<index>`,
+    derived by the fold (jpu.domain.arrays.tasks_of), never appended. On such a derived task
+    submit `tasks` is its one index and `array_id` names the array."""
+
+    tasks: list[int]
+    throttle: int | None = None  # %N: at most N tasks of the array hold slots at once (S1)
+    spec: str = ""  # as the user wrote it, e.g. "0-99%8" (for display)
+    array_id: str | None = None  # set on a task's derived submit only
+
+
 class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     """A job accepted by intake (SPEC Q4). v2 added `chdir`: the absolute directory the job
-    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran."""
+    runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran. v3 added
+    `array` (Q7): absent, a single job; else the one event that creates every task."""
 
-    schema_version: int = 2
+    schema_version: int = 3
     lab: str
     user: str
     name: str
@@ -48,6 +61,7 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     idempotency_key: str | None = None
     chdir: str | None = None
+    array: JobArray | None = None
 
 
 class JobPromoted(JobEvent, frozen=True, kw_only=True, tag="JobPromoted"):

@@ -57,6 +57,7 @@ SUBMIT_FIELDS: Final = (
     "time_limit_s",
     "env",
     "chdir",  # U5: where the job runs (jpu.policy.workdir)
+    "array",  # Q7: a job array (jpu.domain.arrays)
 )
 
 # --- any JSON request ------------------------------------------------------------------------
@@ -281,6 +282,16 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 },
                 "description": "variables for the job; JOB_ATTEMPT, JOB_OUTPUT_DIR, "
                 "CUDA_VISIBLE_DEVICES and SLURM_* are set by the platform",
+            },
+            "array": {  # Q7 (jpu.domain.arrays)
+                "anyOf": [
+                    {"type": "string", "maxLength": 4096},
+                    {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                    {"type": "null"},
+                ],
+                "description": 'a job array: "0-99", "0-99:2", "1,5,9" (optional "%N": at '
+                "most N tasks hold slots at once) or a list of task indices; each task is a "
+                "job <id>_<index>",
             },
             "chdir": {  # U5 (jpu.policy.workdir); the CLI sends the directory it runs in
                 "type": ["string", "null"],

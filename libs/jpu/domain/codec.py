@@ -21,7 +21,7 @@ from typing import Final
 import msgspec
 
 from jpu.config import Cluster
-from jpu.domain.cluster import ClusterState, Maintenance, forget
+from jpu.domain.cluster import ClusterState, Maintenance, count_slot, forget
 from jpu.domain.runs import RecentRuns
 from jpu.domain.states import QUEUED, JobView, queued_job
 from jpu.policy.charging import Charge
@@ -30,7 +30,8 @@ from jpu.policy.model import LabUsage
 
 # Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
 # another version are ignored (a full replay rebuilds the state under the new rules).
-SCHEMA_VERSION: Final = 3  # 2: charge ids carry their job (bounded dedup); 3: recent runs
+SCHEMA_VERSION: Final = 4  # 2: charge ids carry their job (bounded dedup); 3: recent runs;
+# 4: array tasks (JobView.array_*, Q7)
 MAGIC: Final = b"JPUSNAP\n"
 
 
@@ -146,6 +147,8 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
         state.holders.update(job.gpu_holdings())
         if job.holds_slot:
             state.slots[job.user] = state.slots_of(job.user) + 1
+            if job.array_id is not None:
+                count_slot(state.array_slots, job.array_id, 1)
         if job.state == "PERSONAL_QUEUE_WAIT":
             state.personal.setdefault(job.user, []).append(job.job_id)
         if job.state in QUEUED:

@@ -80,6 +80,8 @@ def request_digest(event: JobSubmitted) -> str:
     }
     if event.chdir is not None:  # U5; absent from the digest otherwise (v1 digests unchanged)
         body["chdir"] = event.chdir
+    if event.array is not None:  # Q7; absent from the digest otherwise
+        body["array"] = event.array.spec or event.array.tasks
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 
@@ -113,9 +115,17 @@ class JobView:
     started_at: float | None = None  # JobStarted of the current attempt (X6)
     isolation: str | None = None  # what isolation the current attempt got (X4)
     cancel_by: str | None = None  # who asked to cancel it
+    array_id: str | None = None  # Q7: the array this job is a task of
+    array_task: int | None = None  # ... its task index
+    array_throttle: int | None = None  # ... the array's %N
 
     @classmethod
     def submitted(cls, event: JobSubmitted, seq: int) -> JobView:
+        """The job `event` created; for a task of an array (Q7, derived by
+        jpu.domain.arrays.tasks_of) the submit lives on the array's subject, so the task's own
+        subject is still empty: its expected last subject sequence is 0 (E2)."""
+        a = event.array
+        task = a is not None and a.array_id is not None
         return cls(
             job_id=event.job_id,
             lab=event.lab,
@@ -128,8 +138,11 @@ class JobView:
             tiers=frozenset(event.tiers) if event.tiers is not None else None,
             min_vram_gb=event.min_vram_gb,
             time_limit_s=event.time_limit_s,
-            last_seq=seq,
+            last_seq=0 if task else seq,
             events=1,
+            array_id=a.array_id if a is not None else None,
+            array_task=a.tasks[0] if a is not None and task else None,
+            array_throttle=a.throttle if a is not None else None,
         )
 
     @property

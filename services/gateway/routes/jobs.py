@@ -23,7 +23,13 @@ from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
 from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
-from jpu_services.gateway.routes._jobview import job_out, list_jobs, load_visible
+from jpu_services.gateway.routes._jobview import (
+    array_out,
+    job_out,
+    list_jobs,
+    load_array,
+    load_visible,
+)
 from jpu_services.gateway.routes._queueview import shared_view
 from jpu_services.gateway.workdir import job_accounts
 
@@ -185,6 +191,15 @@ async def submit(
     )
     status = 200 if reply.replayed else 201
     headers = {"Location": f"/v1/jobs/{reply.job_id}"}
+    if body.get("array") is not None:  # Q7: the array, as one body
+        made = await cmd.read_back(
+            edges, reply.seq, request, lambda: load_array(edges.pool, user, str(reply.job_id))
+        )
+        lag: dict[str, Any] = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
+        answer = array_out(str(reply.job_id), made) if made else lag
+        if warnings:
+            answer["warnings"] = warnings
+        return JSONResponse(answer, status_code=status, headers=headers)
     row = await cmd.read_back(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, str(reply.job_id))
     )
@@ -236,7 +251,11 @@ async def show(
 ) -> dict[str, Any]:
     """The job: state, attempt, rank and pending reason if queued, placement, reservation,
     usage charged, backend (Slurm) job id, isolation; its run time (`elapsed_s`, live while it
-    runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8)."""
+    runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8). The id
+    of an array (Q7): the array, its tasks and their counts per state."""
+    tasks = await load_array(edges.pool, user, job_id)
+    if tasks is not None:
+        return array_out(job_id, tasks)
     row = await load_visible(edges.pool, user, job_id)
     out = await _job_body(request, edges.pool, settings, row)
     return await _attempts.job_page(out, dict(row), edges, settings, cmd.now(request))
@@ -425,7 +444,9 @@ async def cancel(
     once and SIGKILL that many seconds later); again → 202 (idempotent); ended → 409
     ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too."""
     # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
-    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
+    tasks = await load_array(edges.pool, user, job_id)  # Q7: every unfinished task
+    if tasks is None:
+        job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
     reply = await cmd.send(
         edges,
         commands.cancel_subject(settings.base.subject_prefix),
@@ -435,6 +456,9 @@ async def cancel(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
     )
     grace = {"cancel_grace_s": settings.base.cancel_grace_s}  # X5: SIGTERM, then SIGKILL after
+    if tasks is not None:
+        tasks = await load_array(edges.pool, user, job_id) or tasks
+        return JSONResponse({**array_out(job_id, tasks), **grace}, status_code=202)
     if row is None:  # the cancel is in the log; the database does not answer right now
         out = {"id": job_id, "state": reply.state, "projection_lag": True, **grace}
         return JSONResponse(out, status_code=202)
