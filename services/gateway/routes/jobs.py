@@ -452,13 +452,15 @@ async def cancel(
         commands.cancel_subject(settings.base.subject_prefix),
         commands.CancelCommand(job_id=job_id, by=user.name, role=user.role, lab=user.lab),
     )
+    grace = {"cancel_grace_s": settings.base.cancel_grace_s}  # X5: SIGTERM, then SIGKILL after
+    if tasks is not None:
+        now = await cmd.read_back(
+            edges, reply.seq, request, lambda: load_array(edges.pool, user, job_id)
+        )
+        return JSONResponse({**array_out(job_id, now or tasks), **grace}, status_code=202)
     row = await cmd.read_back(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
     )
-    grace = {"cancel_grace_s": settings.base.cancel_grace_s}  # X5: SIGTERM, then SIGKILL after
-    if tasks is not None:
-        tasks = await load_array(edges.pool, user, job_id) or tasks
-        return JSONResponse({**array_out(job_id, tasks), **grace}, status_code=202)
     if row is None:  # the cancel is in the log; the database does not answer right now
         out = {"id": job_id, "state": reply.state, "projection_lag": True, **grace}
         return JSONResponse(out, status_code=202)
