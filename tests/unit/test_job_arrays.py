@@ -162,3 +162,21 @@ def test_Q7_snapshot_keeps_array_slots() -> None:
     _, restored = unpack(pack(log.state, "S", 2.0), CONFIG)
     assert restored.array_slots == log.state.array_slots == {"a1": 2}
     assert restored.jobs["a1_3"].array_throttle == 2
+
+
+def test_Q7_cli_groups_an_arrays_tasks_as_one_row_with_counts_per_state() -> None:
+    from jpu.cli.arrays_view import group, ranges
+
+    assert ranges([8, 0, 1, 2, 5, 7]) == "0-2,5,7-8"
+    rows = [
+        {"id": "single", "state": "RUNNING", "usage_charged": 1.0},
+        *({"id": f"a1_{k}", "state": "COMPLETED", "usage_charged": 2.0} for k in range(3)),
+        {"id": "a1_7", "state": "RUNNING", "usage_charged": 0.0},
+    ]
+    single, array = group(rows, "id")
+    assert single == rows[0]
+    assert array["id"] == "a1_[0-2,7]" and array["state"] == "RUNNING:1,COMPLETED:3"
+    assert array["usage_charged"] == 6.0
+    # only the rows `keep` accepts are folded (the queue keeps ranked tasks on their own)
+    kept = group(rows, "id", keep=lambda r: r["state"] == "COMPLETED")
+    assert [r["id"] for r in kept] == ["single", "a1_[0-2]", "a1_7"]

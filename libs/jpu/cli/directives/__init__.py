@@ -7,11 +7,12 @@ listed in `Directives.ignored` so the CLI can say so.
 
 Honoured, as sbatch reads them: `-J/--job-name`, `-G/--gpus[-per-node]=[type:]N`,
 `--gres=gpu[:type][:N]` (type = tier), `-t/--time` (Slurm formats), `-D/--chdir`,
-`-p/--partition` (the tiers of that partition), and `-N/--nodes`, `-n/--ntasks` when they say 1.
-`#JPU` lines take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`, `--env`,
-`--min-vram`, `--chdir`). Everything else is refused with the line, the directive and what to do
-instead — a directive the platform cannot honour must never be dropped silently (an
-`--array=0-9` would run once; a `--mem` would not be what the job gets).
+`-p/--partition` (the tiers of that partition), `-a/--array` (a job array, SPEC Q7), and
+`-N/--nodes`, `-n/--ntasks` when they say 1. `#JPU` lines take `jpu submit`'s own flags
+(`--gpus`, `--tier`, `--time`, `--name`, `--env`, `--min-vram`, `--chdir`, `--array`).
+Everything else is refused with the line, the directive and what to do instead — a directive
+the platform cannot honour must never be dropped silently (a `--mem` would not be what the job
+gets).
 
 Precedence (sbatch's: command line > script): `jpu submit` flags, then `#JPU`, then `#SBATCH`;
 within one kind the last line wins, except `--tier` and `--env`, which add up.
@@ -92,6 +93,7 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     if kind.time is not None:
         out.time_limit_s, out.has_time = kind.time[0], True
     out.min_vram_gb = kind.min_vram_gb if kind.min_vram_gb is not None else out.min_vram_gb
+    out.array = kind.array if kind.array is not None else out.array
     counts = {n for n, _ in kind.gpus_from.values()}
     types = {t for _, t in kind.gpus_from.values() if t}
     if len(counts) > 1 or len(types) > 1:

@@ -12,13 +12,15 @@ from jpu.cli.directives.model import Kind, Reader
 _JPU_OPTS: Final[Mapping[str, str]] = {
     "-G": "gpus", "--gpus": "gpus", "--tier": "tier", "-t": "time", "--time": "time",
     "-J": "name", "--name": "name", "--job-name": "name", "--env": "env",
-    "--min-vram": "min_vram", "-D": "chdir", "--chdir": "chdir",
+    "--min-vram": "min_vram", "-D": "chdir", "--chdir": "chdir", "-a": "array",
+    "--array": "array",
 }  # fmt: skip
 _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "name": model.name,
     "time": model.time,
     "chdir": model.chdir,
     "min_vram": model.min_vram,
+    "array": model.array,
 }
 
 

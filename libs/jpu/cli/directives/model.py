@@ -30,6 +30,7 @@ class Directives:
     chdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     min_vram_gb: int | None = None
+    array: str | None = None  # Q7: "0-99%8", as written (the server checks it)
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
 
 
@@ -41,6 +42,7 @@ class Kind:
     chdir: str | None = None
     time: tuple[int | None] | None = None  # (seconds or None for UNLIMITED,) when given
     min_vram_gb: int | None = None
+    array: str | None = None
     gpus_from: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # opt -> (n, type)
     tiers: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
@@ -94,6 +96,12 @@ def time(value: str, opt: str, kind: Kind) -> str | None:
         kind.time = (parse_time_limit(value),)
     except ValueError as e:
         return str(e)
+    return None
+
+
+def array(value: str, opt: str, kind: Kind) -> str | None:
+    """Q7: a job array, Slurm's syntax ("0-99%8", "0-99:2", "1,5,9"); the server checks it."""
+    kind.array = value
     return None
 
 

@@ -24,11 +24,6 @@ _RESOURCES = (
 _REFUSED: Final[Mapping[str, str]] = {
     **dict.fromkeys(("-o", "--output", "-e", "--error", "-i", "--input"), _OUTPUT + _KEEP),
     **dict.fromkeys(
-        ("-a", "--array"),
-        "job arrays are not supported: submit one job per task (e.g. a shell loop over "
-        "`jpu submit`, the task number in --env TASK=N); " + _KEEP,
-    ),
-    **dict.fromkeys(
         ("-d", "--dependency"),
         "job dependencies are not supported: submit the next job when this one has ended "
         "(`jpu show ID --json` gives its state); " + _KEEP,
@@ -64,7 +59,7 @@ _SBATCH_OPTS: Final[Mapping[str, str]] = {
     "--gpus-per-node": "gpus", "--gres": "gres", "-t": "time", "--time": "time",
     "-D": "chdir", "--chdir": "chdir", "-p": "partition", "--partition": "partition",
     "-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--ntasks": "ntasks",
-    "--ntasks-per-node": "ntasks",
+    "--ntasks-per-node": "ntasks", "-a": "array", "--array": "array",
 }  # fmt: skip
 _GRES_GPU = re.compile(r"^gpu(?::(?P<type>[A-Za-z][A-Za-z0-9._-]*))?(?::(?P<count>\d+))?$")
 _GPUS = re.compile(r"^(?:(?P<type>[A-Za-z][A-Za-z0-9._-]*):)?(?P<count>\d+)$")
@@ -103,7 +98,7 @@ def _unknown_sbatch(opt: str) -> str:
     return (
         f"not supported by JPU-Share{hint}; it understands -J/--job-name, -G/--gpus, "
         f"--gres=gpu[:TIER]:N, -t/--time, -D/--chdir, -p/--partition, -N/--nodes=1, "
-        f"-n/--ntasks=1; {_KEEP}"
+        f"-n/--ntasks=1, -a/--array; {_KEEP}"
     )
 
 
@@ -157,4 +152,5 @@ _SBATCH_VALUE: Final[Mapping[str, Reader]] = {
     "partition": _partition,
     "nodes": _only_one("node"),
     "ntasks": _only_one("task"),
+    "array": model.array,
 }
