@@ -124,6 +124,12 @@ def test_Q7_cancel_one_task_then_the_whole_array(stack: Stack) -> None:
     wait_until(
         lambda: array_states(stack, "kdg-dave", aid).get("RUNNING") == 2, 30, "2 tasks running"
     )
+    # D7: a task beyond %2 waits in the personal queue for its array, not for a slot (Q5)
+    waiting = dave.job(f"{aid}_5")
+    assert waiting["state"] == "PERSONAL_QUEUE_WAIT", waiting
+    assert waiting["pending_reason"] == "ArrayThrottle", waiting
+    queue = dave.get("/v1/queue", user="kdg-dave")["queue"]
+    assert {e["pending_reason"] for e in queue if e["job_id"].startswith(aid)} == {"ArrayThrottle"}
     one = dave.cancel(f"{aid}_7")  # a task is a job: cancelled alone
     assert one.status_code == 202, one.text
     dave.wait(f"{aid}_7", ["CANCELLED"])

@@ -99,7 +99,7 @@ async def _job_body(
         decided_at = view.decided_at
         estimate = view.estimate_of(row["job_id"])  # U4: an estimate, not a promise
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
-            rank, reason = None, "ConcurrencyLimit"  # already be promoted; show the row's state
+            rank, reason = None, view.personal_reason(row["job_id"])  # be promoted; the row's
     out = job_out(row, rank, reason, detail=detail)
     out["decided_at"] = decided_at  # when the dispatcher decided that rank and reason
     out.update(estimate)

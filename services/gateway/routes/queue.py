@@ -127,7 +127,8 @@ async def queue(
     ] = None,
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
-    by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit), each
+    by rank (1 first), then the personal queues (Q4: rank null, reason ConcurrencyLimit, or
+    ArrayThrottle for a task its array's %N holds back, Q7), each
     with its `estimated_start`, `estimate_basis` and `estimated_at` (U4; see README);
     `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
     keep the ranks of the whole queue; the lengths count it whole. With `at` (admins): the
@@ -150,7 +151,10 @@ async def queue(
     entries = [
         _entry(r, view.rank(i), view.reasons.get(r["job_id"]), *usage(r["lab"]))
         for i, r in enumerate(view.ordered)
-    ] + [_entry(r, None, "ConcurrencyLimit", *usage(r["lab"])) for r in view.personal]
+    ] + [
+        _entry(r, None, view.personal_reason(r["job_id"]), *usage(r["lab"]))
+        for r in view.personal
+    ]
     for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise
         e.update(view.estimate_of(e["job_id"]))
     running = [_running(r, *usage(r["lab"]), view.now) for r in running_rows]
