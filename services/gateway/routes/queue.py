@@ -152,8 +152,7 @@ async def queue(
         _entry(r, view.rank(i), view.reasons.get(r["job_id"]), *usage(r["lab"]))
         for i, r in enumerate(view.ordered)
     ] + [
-        _entry(r, None, view.personal_reason(r["job_id"]), *usage(r["lab"]))
-        for r in view.personal
+        _entry(r, None, view.personal_reason(r["job_id"]), *usage(r["lab"])) for r in view.personal
     ]
     for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise
         e.update(view.estimate_of(e["job_id"]))
