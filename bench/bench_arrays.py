@@ -56,25 +56,27 @@ async def main(args: argparse.Namespace) -> None:
         "JPU_ARRAY_MAX_QUEUED_PER_USER": str(10 * sum(args.tasks) * args.rounds),
         "JPU_BACKFILL_ENABLED": "false",
     }
-    async with BenchStack(SERVICES, overrides) as stack:
-        async with httpx.AsyncClient(base_url=stack.url, headers=HEADERS, timeout=60) as http:
-            singles = []
-            for _ in range(20):  # the reference: one single job, the same path
-                t0 = time.perf_counter()
-                r = await http.post("/v1/jobs", json={"command": "true", "num_gpus": 1})
-                assert r.status_code == 201, r.text
-                singles.append(time.perf_counter() - t0)
-            ref = statistics.median(singles)
-            print(f"(r) single-job POST, median of 20: {ref * 1000:.1f} ms")
-            for tasks in args.tasks:
-                for i in range(args.rounds):
-                    posted, visible = await one_array(http, tasks)
-                    progress(f"{tasks} tasks round {i + 1}")
-                    print(
-                        f"array of {tasks:,} tasks: POST {posted * 1000:.0f} ms, all listed in "
-                        f"GET /v1/jobs after {visible * 1000:.0f} ms ({posted / ref:.1f}× a "
-                        "single-job POST)"
-                    )
+    async with (
+        BenchStack(SERVICES, overrides) as stack,
+        httpx.AsyncClient(base_url=stack.url, headers=HEADERS, timeout=60) as http,
+    ):
+        singles = []
+        for _ in range(20):  # the reference: one single job, the same path
+            t0 = time.perf_counter()
+            r = await http.post("/v1/jobs", json={"command": "true", "num_gpus": 1})
+            assert r.status_code == 201, r.text
+            singles.append(time.perf_counter() - t0)
+        ref = statistics.median(singles)
+        print(f"(r) single-job POST, median of 20: {ref * 1000:.1f} ms")
+        for tasks in args.tasks:
+            for i in range(args.rounds):
+                posted, visible = await one_array(http, tasks)
+                progress(f"{tasks} tasks round {i + 1}")
+                print(
+                    f"array of {tasks:,} tasks: POST {posted * 1000:.0f} ms, all listed in "
+                    f"GET /v1/jobs after {visible * 1000:.0f} ms ({posted / ref:.1f}× a "
+                    "single-job POST)"
+                )
 
 
 if __name__ == "__main__":
