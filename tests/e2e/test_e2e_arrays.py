@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from e2e_support import Stack, wait_until
+from e2e_support import Stack, jpu_cli, wait_until
 
 from jpu.bus import Delivered, EventBus
 from jpu.config import load_config
@@ -93,6 +93,16 @@ def test_Q7_task_environment_names_array_and_index(stack: Stack) -> None:
     assert out.text.strip() == f"{aid} 5 {aid} 5"
     task = bob.job(f"{aid}_3")
     assert task["array_id"] == aid and task["array_task"] == 3
+    # the CLI: the array's output task by task, and the array as one row of `jpu jobs`
+    logs = jpu_cli(stack, "bcg-bob", "logs", aid)
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout == f"==> {aid}_3 <==\n{aid} 3 {aid} 3\n==> {aid}_5 <==\n{aid} 5 {aid} 5\n"
+    jobs = jpu_cli(stack, "bcg-bob", "jobs")
+    assert jobs.returncode == 0, jobs.stderr
+    row = next(line for line in jobs.stdout.splitlines() if line.startswith(aid))
+    assert row.split()[:1] == [f"{aid}_[3,5]"] and "COMPLETED:2" in row, jobs.stdout
+    shown = jpu_cli(stack, "bcg-bob", "show", aid)
+    assert "Tasks" in shown.stdout and f"{aid}_[3,5]" in shown.stdout, shown.stdout
 
 
 async def test_Q7_array_refusals_are_422_naming_array_nothing_appended(stack: Stack) -> None:

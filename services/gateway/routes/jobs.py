@@ -321,7 +321,17 @@ async def logs(
     ] = None,
     follow: Annotated[bool, Query(description="stream until the attempt ends")] = False,
 ) -> StreamingResponse:
-    """An attempt's stdout or stderr: a byte range, or followed while it runs."""
+    """An attempt's stdout or stderr: a byte range, or followed while it runs. The id of an
+    array (Q7) is a 422 listing its tasks: each task has its own output (`<id>_<index>`)."""
+    tasks = await load_array(pool, user, job_id)
+    if tasks is not None:
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"job_id: {job_id} is an array of {len(tasks)} tasks; each has its own output: "
+            f"ask for a task, e.g. {tasks[0]['job_id']}",
+            {"field": "job_id", "array_id": job_id, "tasks": [r["job_id"] for r in tasks]},
+        )
     row = await load_visible(pool, user, job_id)
     return await _logs.serve(
         pool,
