@@ -180,3 +180,25 @@ def test_Q7_cli_groups_an_arrays_tasks_as_one_row_with_counts_per_state() -> Non
     # only the rows `keep` accepts are folded (the queue keeps ranked tasks on their own)
     kept = group(rows, "id", keep=lambda r: r["state"] == "COMPLETED")
     assert [r["id"] for r in kept] == ["single", "a1_[0-2]", "a1_7"]
+
+
+def test_Q7_why_of_a_task_starts_at_its_arrays_submit() -> None:
+    from jpu.explain.wait import WaitFold
+
+    log = _Log()
+    events: list[Delivered] = []
+    fold = WaitFold("a1_1", CONFIG, state=ClusterState.new(CONFIG), half_life_s=3600.0)
+
+    def add(event: object) -> None:
+        log.add(event)
+        events.append(Delivered(log.seq, subject_for(event), event, {}))  # type: ignore[arg-type]
+        fold.apply(events[-1])
+
+    add(_array_submit("0-2%1"))
+    add(promoted("a1_0", 11.0, "p0"))
+    add(JobEnded(event_id="e0", ts=12.0, job_id="a1_0", attempt=1, state="COMPLETED"))
+    add(promoted("a1_1", 12.0, "p1"))
+    wait = fold.result(13.0)
+    causes = [s.cause.kind for s in wait.steps if s.cause is not None]
+    assert wait.job_id == "a1_1" and causes[0] == "submitted", wait.steps
+    assert wait.steps[0].state == "PERSONAL_QUEUE_WAIT"
