@@ -202,3 +202,4 @@ def test_Q7_why_of_a_task_starts_at_its_arrays_submit() -> None:
     causes = [s.cause.kind for s in wait.steps if s.cause is not None]
     assert wait.job_id == "a1_1" and causes[0] == "submitted", wait.steps
     assert wait.steps[0].state == "PERSONAL_QUEUE_WAIT"
+    assert causes[-1] == "promoted_slot_freed"  # a1_0 ended: its array's slot (%1) freed

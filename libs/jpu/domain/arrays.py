@@ -123,6 +123,12 @@ def task_of(event: JobSubmitted, index: int) -> JobSubmitted:
     )
 
 
+def held_back(array_id: str | None, throttle: int | None, holding: Mapping[str, int]) -> bool:
+    """A task waits for its array (D7 `ArrayThrottle`): the array's tasks hold its `%N` slots
+    (`holding`: array id → its slot-holding tasks, S1)."""
+    return array_id is not None and throttle is not None and holding.get(array_id, 0) >= throttle
+
+
 def throttle_allows(
     queue: Sequence[str],
     array_of: Callable[[str], tuple[str, int | None] | None],

@@ -21,6 +21,7 @@ from fastapi import Request
 
 from jpu import commands
 from jpu.bus.views import ViewStore
+from jpu.domain.arrays import held_back
 from jpu.domain.states import PENDING, SLOT_STATES, in_order
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 from jpu.policy.model import LabUsage
@@ -109,7 +110,7 @@ async def _throttled(pool: asyncpg.Pool, personal: list[Any]) -> set[str]:
         r["array_id"]: r["n"]
         for r in await pool.fetch(_ARRAY_SLOTS_SQL, arrays, list(in_order(SLOT_STATES)))
     }
-    return {r["job_id"] for r in tasks if held.get(r["array_id"], 0) >= r["array_throttle"]}
+    return {r["job_id"] for r in tasks if held_back(r["array_id"], r["array_throttle"], held)}
 
 
 async def _snapshot_parts(
