@@ -203,3 +203,10 @@ def test_Q7_why_of_a_task_starts_at_its_arrays_submit() -> None:
     assert wait.job_id == "a1_1" and causes[0] == "submitted", wait.steps
     assert wait.steps[0].state == "PERSONAL_QUEUE_WAIT"
     assert causes[-1] == "promoted_slot_freed"  # a1_0 ended: its array's slot (%1) freed
+
+
+def test_Q7_jpu_cancel_of_an_array_says_so() -> None:
+    from jpu.cli.rest_cancel import cancelled
+
+    array = {"id": "a1", "tasks": ["a1_0", "a1_1"], "state": "ARRAY", "cancel_grace_s": 30}
+    assert cancelled([array]) == "Cancel requested for array a1 (2 tasks)"
