@@ -48,6 +48,7 @@ RESERVED_ENV_PREFIX: Final = "SLURM_"
 MAX_TIME_LIMIT_S: Final = 365 * 24 * 3600  # the documented maximum (fits the 32-bit column)
 MAX_MIN_VRAM_GB: Final = INT32_MAX  # the column; above every tier is NO_FIT_PLACEMENT (Q2)
 MAX_IDEMPOTENCY_KEY: Final = 200  # characters of the Idempotency-Key header (Q6)
+MAX_ARRAY_SPEC: Final = 4096  # characters of a job array's `array` string (Q7)
 SUBMIT_FIELDS: Final = (
     "name",
     "command",
@@ -285,7 +286,7 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
             },
             "array": {  # Q7 (jpu.domain.arrays)
                 "anyOf": [
-                    {"type": "string", "maxLength": 4096},
+                    {"type": "string", "maxLength": MAX_ARRAY_SPEC},
                     {"type": "array", "items": {"type": "integer", "minimum": 0}},
                     {"type": "null"},
                 ],

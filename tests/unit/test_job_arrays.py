@@ -65,7 +65,8 @@ def test_Q7_array_syntax_parses_like_slurm(spec: object, tasks: list[int], throt
 
 
 @pytest.mark.parametrize(
-    "spec", ["", "x", "5-1", "0-9:0", "0-9%0", "0-9%x", "1,1", [], [1, True], "0-1000", 5]
+    "spec",
+    ["", "x", "5-1", "0-9:0", "0-9%0", "0-9%x", "1,1", [], [1, True], "0-1000", 5, "0" * 4097],
 )
 def test_Q7_malformed_or_too_large_array_refused(spec: object) -> None:
     with pytest.raises(arrays.ArrayProblem):

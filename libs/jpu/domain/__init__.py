@@ -9,6 +9,7 @@ the services consume the log, call these functions with `now` and append what th
     P  GPUs and who holds them (P1, P2)    holdings.py   GPU rows, running jobs, inventory
     Q  submission (Q1–Q6), cancel (§8)     submission.py what intake answers and appends
                                            promotion.py  what intake promotes now (Q5)
+                                           arrays.py     job arrays: parse, tasks, %N (Q7)
     D  dispatch (D1–D8), R3–R5, M2–M3      dispatch.py   the cycle's Snapshot, duties, events
     X  execution (X1–X8)                   execution.py  the agent's fold of a job, its next action
                                            ending.py     backend status → JobEnded (X6, X7, F5)

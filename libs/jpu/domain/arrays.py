@@ -19,6 +19,7 @@ from typing import Any, Final
 import msgspec
 
 from jpu.events import JobArray, JobSubmitted
+from jpu.limits import MAX_ARRAY_SPEC
 
 # `0-99`, `0-99:2`, `1,5,9`, `0-9,20-29:5`, each with an optional `%N` throttle (Slurm's syntax)
 _PART: Final = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
@@ -35,6 +36,8 @@ def parse(value: Any, max_tasks: int) -> JobArray:
     Raises ArrayProblem with the reason; duplicates are refused, indices come out sorted."""
     throttle: int | None = None
     if isinstance(value, str):
+        if len(value) > MAX_ARRAY_SPEC:
+            raise ArrayProblem(f"at most {MAX_ARRAY_SPEC} characters")
         text, _, cap = value.strip().partition("%")
         if cap:
             if not cap.isdigit() or int(cap) < 1:
