@@ -298,7 +298,16 @@ _LOGS_DOC: Final = (
             "content": {"text/plain": {"schema": {"type": "string", "format": "binary"}}},
             "headers": _logs.HEADERS_DOC,
         },
-        **responses(401, 403, 404, 503, s503="OUTPUT_UNREADABLE (the gateway may not read it)"),
+        **responses(
+            401,
+            403,
+            404,
+            422,
+            503,
+            s422="VALIDATION_ERROR: the id of an array (Q7; `details.tasks` lists its tasks) "
+            "or a prefix of several jobs",
+            s503="OUTPUT_UNREADABLE (the gateway may not read it)",
+        ),
     },
 )
 async def logs(
