@@ -32,6 +32,18 @@ class JobEvent(Event, frozen=True, kw_only=True):
 # --- submission and queue (SPEC §2) ---------------------------------------------------------
 
 
+class JobArray(msgspec.Struct, frozen=True, kw_only=True):
+    """SPEC Q7: the tasks of a job array. On the array's submit (its own subject): every task
+    index and the `%N` throttle; each task is then a job of its own, `<array id>_<index>`,
+    derived by the fold (jpu.domain.arrays.tasks_of), never appended. On such a derived task
+    submit `tasks` is its one index and `array_id` names the array."""
+
+    tasks: list[int]
+    throttle: int | None = None  # %N: at most N tasks of the array hold slots at once (S1)
+    spec: str = ""  # as the user wrote it, e.g. "0-99%8" (for display)
+    array_id: str | None = None  # set on a task's derived submit only
+
+
 class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     """A job accepted by intake (SPEC Q4). v2 added `chdir`: the absolute directory the job
     runs in (U5); null or absent: its attempt's JOB_OUTPUT_DIR, as every v1 job ran. v3 added
@@ -40,7 +52,8 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     jpu.domain.dependencies normalises it; null: none), `hold` (Q9: submitted held), `workspace`
     (the name asked for) and `workspace_image` (the image of the READY workspace it resolved to at
     submit, X4a: a later rebuild does not change what the job runs in); absent: as every v2 job
-    (no dependency, not held, the base image)."""
+    (no dependency, not held, the base image); `array` (Q7): absent, a single job; else the
+    one event that creates every task."""
 
     schema_version: int = 3
     lab: str
@@ -60,6 +73,7 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     hold: bool = False
     workspace: str | None = None
     workspace_image: str | None = None
+    array: JobArray | None = None
 
 
 class JobHeld(JobEvent, frozen=True, kw_only=True, tag="JobHeld"):

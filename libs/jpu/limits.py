@@ -48,6 +48,7 @@ RESERVED_ENV_PREFIX: Final = "SLURM_"
 MAX_TIME_LIMIT_S: Final = 365 * 24 * 3600  # the documented maximum (fits the 32-bit column)
 MAX_MIN_VRAM_GB: Final = INT32_MAX  # the column; above every tier is NO_FIT_PLACEMENT (Q2)
 MAX_IDEMPOTENCY_KEY: Final = 200  # characters of the Idempotency-Key header (Q6)
+MAX_ARRAY_SPEC: Final = 4096  # characters of a job array's `array` string (Q7)
 SUBMIT_FIELDS: Final = (
     "name",
     "command",
@@ -62,6 +63,7 @@ SUBMIT_FIELDS: Final = (
     "dependency",  # Q8 (jpu.domain.dependencies)
     "hold",  # Q9
     "workspace",  # X4a: the READY workspace the job runs in (jpu.domain.workspaces)
+    "array",  # Q7: a job array (jpu.domain.arrays)
 )
 
 # X4a: a workspace's name, also a part of its image's tag
@@ -296,6 +298,16 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 },
                 "description": "variables for the job; JOB_ATTEMPT, JOB_OUTPUT_DIR, "
                 "CUDA_VISIBLE_DEVICES and SLURM_* are set by the platform",
+            },
+            "array": {  # Q7 (jpu.domain.arrays)
+                "anyOf": [
+                    {"type": "string", "maxLength": MAX_ARRAY_SPEC},
+                    {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                    {"type": "null"},
+                ],
+                "description": 'a job array: "0-99", "0-99:2", "1,5,9" (optional "%N": at '
+                "most N tasks hold slots at once) or a list of task indices; each task is a "
+                "job <id>_<index>",
             },
             "chdir": {  # U5 (jpu.policy.workdir); the CLI sends the directory it runs in
                 "type": ["string", "null"],

@@ -87,7 +87,10 @@ class Intake:
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)  # beyond it, the subscription waits
 
     def _on_event(self, d: Delivered) -> None:
-        if isinstance(d.event, _SLOT_EVENTS):
+        if isinstance(d.event, JobSubmitted):  # an array's id is no job: its tasks are (Q7)
+            self.dirty.add(d.event.user)
+            self.wake.set()
+        elif isinstance(d.event, _SLOT_EVENTS):
             job = self.state.job_seen(d.event.job_id)
             if job is not None:
                 self.dirty.add(job.user)

@@ -9,16 +9,21 @@ when the bodies differ).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+
+import msgspec
 
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand, error_reply
 from jpu.config import Config
+from jpu.domain.arrays import tasks_of
 from jpu.domain.cluster import ClusterState, parent_facts
 from jpu.domain.dependencies import parsed
 from jpu.domain.states import JobView, job_view, request_digest
 from jpu.domain.submission import (
+    array_refused,
     cancel_answer,
     cancel_requested,
     hold_answer,
@@ -47,7 +52,9 @@ async def submit(
 ) -> CommandReply:
     """Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit → JobSubmitted (Q4)."""
     tiers = {t.name: t for t in config.tiers}
-    answer = invalid(cmd, tiers)
+    answer = invalid(cmd, tiers) or array_refused(
+        cmd, state, config.array_max_tasks, config.array_max_queued_per_user
+    )
     if answer is not None:
         return answer
     jid = job_id_for(cmd.user, cmd.idempotency_key)
@@ -82,7 +89,48 @@ async def _ended_job(bus: EventBus, job_id: str) -> JobView | None:
 async def cancel(
     cmd: CancelCommand, state: ClusterState, follower: Follower, bus: EventBus, now: float
 ) -> CommandReply:
-    """JobCancelRequested (idempotent; ALREADY_TERMINAL once the job ended, §8)."""
+    """JobCancelRequested (idempotent; ALREADY_TERMINAL once the job ended, §8); the id of an
+    array cancels every unfinished task of it (Q7)."""
+    if cmd.job_id not in state.jobs:
+        await follower.catch_up()  # it may have been submitted a moment ago
+    if cmd.job_id not in state.jobs:
+        events = await bus.job_events(cmd.job_id)
+        first = events[0].event if events else None
+        if isinstance(first, JobSubmitted) and first.array is not None:  # an array's id
+            return await _cancel_array(cmd, tasks_of(first), state, follower, bus, now)
+    return await _cancel_one(cmd, state, follower, bus, now)
+
+
+async def _cancel_array(
+    cmd: CancelCommand,
+    tasks: list[JobSubmitted],
+    state: ClusterState,
+    follower: Follower,
+    bus: EventBus,
+    now: float,
+) -> CommandReply:
+    """Q7: cancel each task as its own job; accepted (202) when any task was still unfinished."""
+    replies: list[CommandReply] = []
+    for start in range(0, len(tasks), 64):  # concurrent appends, a bounded number at once
+        chunk = tasks[start : start + 64]
+        replies += await asyncio.gather(
+            *(
+                _cancel_one(
+                    msgspec.structs.replace(cmd, job_id=t.job_id), state, follower, bus, now
+                )
+                for t in chunk
+            )
+        )
+    accepted = [r for r in replies if r.ok]
+    if accepted:
+        seq = max(r.seq or 0 for r in accepted)
+        return CommandReply(status=202, job_id=cmd.job_id, seq=seq, state="CANCELLING")
+    return replies[0]  # every task refused alike: FORBIDDEN, or ALREADY_TERMINAL
+
+
+async def _cancel_one(
+    cmd: CancelCommand, state: ClusterState, follower: Follower, bus: EventBus, now: float
+) -> CommandReply:
     for _ in range(5):
         job = state.jobs.get(cmd.job_id)
         if job is None:

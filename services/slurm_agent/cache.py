@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from jpu.bus import Delivered
 from jpu.config import Tier
+from jpu.domain.arrays import tasks_of
 from jpu.domain.execution import AgentJob, next_action
 from jpu.domain.states import JobView
 from jpu.events import JobSubmitted
@@ -36,7 +37,8 @@ class JobCache:
         retry or cancel of it is read from the log)."""
         e = d.event
         if isinstance(e, JobSubmitted):
-            self.jobs.setdefault(e.job_id, AgentJob(JobView.submitted(e, d.seq), e))
+            for task in tasks_of(e):  # an array's one event: each task a job (Q7)
+                self.jobs.setdefault(task.job_id, AgentJob(JobView.submitted(task, d.seq), task))
             return
         job_id = getattr(e, "job_id", None)
         job = self.jobs.get(job_id) if job_id is not None else None

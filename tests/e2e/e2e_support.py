@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -239,3 +241,14 @@ async def lab_charges(stack: Stack, lab: str) -> list[dict[str, Any]]:
         ]
     finally:
         await bus.close()
+
+
+def jpu_cli(stack: Stack, user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `jpu` command of this environment, as demo user `user`, against the stack."""
+    jpu = Path(sys.executable).with_name("jpu")
+    return subprocess.run(
+        [str(jpu), *args, "--url", stack.url, "--token", f"demo-{user}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import pytest
-from e2e_support import ACTIVE, TERMINAL, Stack, by_type, one, wait_until
+from e2e_support import ACTIVE, TERMINAL, Stack, by_type, jpu_cli, one, wait_until
 
 from jpu.testing.api import assert_error
 
@@ -254,16 +255,6 @@ while true; do sleep 0.05; done
     cli = jpu_cli(stack, "osl-erin", "cancel", job["id"])  # U1: one line, non-zero exit
     assert cli.returncode != 0 and "ALREADY_TERMINAL" in cli.stderr, cli
     assert len(cli.stderr.strip().splitlines()) == 1, cli.stderr
-
-
-def jpu_cli(stack: Stack, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    jpu = Path(sys.executable).with_name("jpu")
-    return subprocess.run(
-        [str(jpu), *args, "--url", stack.url, "--token", f"demo-{user}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
 
 def test_X8_oom_on_3080ti_escalates_to_4090_with_job_attempt_2(stack: Stack) -> None:

@@ -36,10 +36,12 @@ values = {jobs}
 [parameters]
 "path.job_id" = {{ dictionary = "jobs", probability = 0.5 }}
 
-# follow=true streams a job's output until its attempt ends; nothing runs these jobs
+# follow=true streams a job's output until its attempt ends; nothing runs these jobs. The id of
+# an array (a POST's answer, followed by a link) is a 422 listing its tasks (Q7)
 [[operations]]
 include-name = "GET /v1/jobs/{{job_id}}/logs"
 parameters = {{ "query.follow" = false }}
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "422"]
 
 [[operations]]
 include-name = "POST /v1/jobs"

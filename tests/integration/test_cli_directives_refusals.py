@@ -58,10 +58,10 @@ async def test_U5_directives_it_cannot_honour_are_refused_before_anything_is_sub
 ) -> None:
     before = await _count(api)
     script = tmp_path / "sweep.sh"
-    script.write_text("#!/bin/bash\n#SBATCH --array=0-9\n#SBATCH -N 2 --mem=64G\npython sweep.py\n")
+    script.write_text("#!/bin/bash\n#SBATCH --exclusive\n#SBATCH -N 2 --mem=64G\npython sweep.py\n")
     rc, out, err = await jpu(server, "alice", "submit", str(script))
     assert rc == 1 and out == "" and err.count("\n") == 1, err
-    assert err.startswith("jpu submit: error: sweep.sh:2: #SBATCH --array=0-9: job arrays")
+    assert err.startswith("jpu submit: error: sweep.sh:2: #SBATCH --exclusive: the scheduler")
     assert "sweep.sh:3: #SBATCH -N 2: a job runs on one node" in err
     assert "sweep.sh:3: #SBATCH --mem=64G: CPUs and memory come with the GPUs" in err
     assert await _count(api) == before  # nothing reached the platform

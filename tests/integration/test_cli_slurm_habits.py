@@ -142,9 +142,9 @@ async def test_U5_sbatch_flag_refused_on_the_command_line_as_on_its_line(
     server: str, api: Api
 ) -> None:
     before = await api.pool.fetchval("SELECT count(*) FROM jobs")
-    rc, out, err = await jpu(server, "alice", "submit", "--array=0-9", "--wrap", "true")
+    rc, out, err = await jpu(server, "alice", "submit", "--exclusive", "--wrap", "true")
     assert rc == 2 and out == "" and "did you mean" not in err
-    assert "jpu submit: error: --array=0-9: job arrays are not supported: submit one job" in err
+    assert "jpu submit: error: --exclusive: the scheduler chooses the node" in err
     rc, _, err = await jpu(server, "alice", "submit", "--mem", "4G", "--wrap", "true")
     assert rc == 2 and "--mem: CPUs and memory come with the GPUs" in err
     assert await api.pool.fetchval("SELECT count(*) FROM jobs") == before

@@ -92,7 +92,6 @@ def test_U5_only_directives_at_the_start_of_a_line_count() -> None:
 @pytest.mark.parametrize(
     ("line", "says"),
     [
-        ("--array=0-9", "job arrays are not supported"),
         ("--dependency=afterok:12?afterany:13", "'?' (any of) is refused"),
         ("-o slurm-%j.out", "jpu logs ID"),
         ("--error=err.txt", "jpu logs ID"),
@@ -125,7 +124,7 @@ def test_U5_directives_it_cannot_honour_are_refused_with_the_line_and_the_fix(
 
 def test_U5_every_refusal_is_reported_at_once_and_a_misspelt_jpu_option_is_named() -> None:
     with pytest.raises(DirectiveError) as e:
-        parse("#SBATCH --array=1-3 --mem 4G\n#JPU --teir rtx4090\n#SBATCH -G 2 --gres=gpu:1\n")
+        parse("#SBATCH --exclusive --mem 4G\n#JPU --teir rtx4090\n#SBATCH -G 2 --gres=gpu:1\n")
     problems = e.value.problems
     assert len(problems) == 4, problems
     assert "did you mean --tier?" in problems[2]
@@ -193,8 +192,8 @@ def test_U5_wrap_has_no_directives_and_a_partition_needs_the_tiers(tmp_path: Pat
     assert body["tiers"] == ["b"]
     with pytest.raises(RestError, match=r"p\.sh: #SBATCH --partition: no tier maps to partition"):
         submit_body(_args(str(script)), tier_partitions=lambda: {"a": "big"})
-    script.write_text("#SBATCH --array=1-3\nrun\n")
-    with pytest.raises(RestError, match=r"^p\.sh:1: #SBATCH --array=1-3: job arrays"):
+    script.write_text("#SBATCH --mem=4G\nrun\n")
+    with pytest.raises(RestError, match=r"^p\.sh:1: #SBATCH --mem=4G: CPUs and memory"):
         submit_body(_args(str(script)))
 
 
@@ -219,3 +218,13 @@ def test_X4a_jpu_workspace_verbs_have_help() -> None:
         assert done.value.code == 0
     args = parser.parse_args(["workspace", "build", "six", "-r", "req.txt", "--lab"])
     assert (args.name, args.requirements, args.lab) == ("six", "req.txt", True)
+
+
+def test_Q7_array_from_sbatch_jpu_and_the_command_line_like_sbatch(tmp_path: Path) -> None:
+    script = tmp_path / "sweep.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --array=0-99%8\npython sweep.py\n")
+    assert submit_body(_args(str(script)))["array"] == "0-99%8"
+    script.write_text("#SBATCH -a 0-99%8\n#JPU --array 1,5,9\nrun\n")  # #JPU wins
+    assert submit_body(_args(str(script)))["array"] == "1,5,9"
+    assert submit_body(_args(str(script), "--array", "0-9:2"))["array"] == "0-9:2"
+    assert "array" not in submit_body(_args("--wrap", "true"))

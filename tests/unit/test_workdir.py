@@ -58,7 +58,7 @@ def test_E1_U5_job_submitted_v2_carries_chdir_and_v1_still_decodes() -> None:
     kw = {"event_id": "e", "ts": 1.0, "job_id": "j", "lab": "L", "user": "u", "name": "n",
           "command": "c", "num_gpus": 1}  # fmt: skip
     event = JobSubmitted(**kw, chdir="/p")  # type: ignore[arg-type]
-    assert event.schema_version >= 2 and decode(encode(event)) == event
+    assert event.schema_version >= 2 and decode(encode(event)) == event  # v3: array (Q7)
     v1 = msgspec.json.encode({"type": "JobSubmitted", "schema_version": 1, **kw})
     old = decode(v1)
     assert isinstance(old, JobSubmitted) and old.chdir is None

@@ -21,7 +21,8 @@ from jpu.bus.election import TRY_S, ride_out_election
 from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
-from jpu.events import Event, decode, encode, subject_for
+from jpu.domain.arrays import split_task_id, task_of
+from jpu.events import Event, JobSubmitted, decode, encode, subject_for
 from jpu.telemetry import inject_headers
 
 log = logging.getLogger(__name__)
@@ -220,8 +221,22 @@ class EventBus:
     # --- read -------------------------------------------------------------------------------
 
     async def job_events(self, job_id: str) -> list[Delivered]:
-        """Every event of one job, in order (the audit trail)."""
-        return [d async for d in self.replay(filter_subject=f"{self.prefix}.job.{job_id}")]
+        """Every event of one job, in order (the audit trail). A task of an array (Q7) begins
+        with its own submit, derived from the array's one event on the array's subject."""
+        own = [d async for d in self.replay(filter_subject=f"{self.prefix}.job.{job_id}")]
+        task = split_task_id(job_id)
+        if task is None or (own and isinstance(own[0].event, JobSubmitted)):
+            return own
+        array_id, index = task
+        first = [d async for d in self.replay(filter_subject=f"{self.prefix}.job.{array_id}")]
+        submit = first[0] if first else None
+        if submit is None or not isinstance(submit.event, JobSubmitted):
+            return own
+        a = submit.event.array
+        if a is None or a.array_id is not None or index not in a.tasks:
+            return own
+        derived = msgspec.structs.replace(submit, event=task_of(submit.event, index))
+        return [derived, *own]
 
     async def replay(
         self,

@@ -78,6 +78,12 @@ def api_error(code: str, message: str, details: Mapping[str, Any]) -> str:
     return f"{code}: {message}{suffix}{extra(details) if extra else ''}"
 
 
+def array_submitted(array: Mapping[str, Any]) -> str:
+    """Q7: one line for an array: its id, how many tasks, and how a task is named."""
+    tasks = array.get("tasks") or []
+    return f"Submitted array job {array['id']} ({len(tasks)} tasks: {array['id']}_<index>)"
+
+
 def submitted(job: Mapping[str, Any], me: Mapping[str, Any] | None) -> str:
     """`Submitted job ID`, plus why it waits only when it really is held by the user's
     concurrency limit (Q5): still in the personal queue while every slot is taken. A job in

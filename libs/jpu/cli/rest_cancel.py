@@ -57,7 +57,9 @@ def _filtered(c: RestClient, args: argparse.Namespace) -> list[str]:
 def cancelled(jobs: list[dict[str, Any]]) -> str:
     """`Cancel requested for job ID (STATE)` or `for N jobs: …`, and the grace period when one
     of them was running (its process gets SIGTERM now, SIGKILL after the grace, X5)."""
-    if len(jobs) == 1:
+    if len(jobs) == 1 and jobs[0].get("tasks") is not None:  # an array's id (Q7)
+        out = f"Cancel requested for array {jobs[0]['id']} ({len(jobs[0]['tasks'])} tasks)"
+    elif len(jobs) == 1:
         out = f"Cancel requested for job {jobs[0]['id']} ({jobs[0].get('state', '?')})"
     else:
         out = f"Cancel requested for {len(jobs)} jobs: {', '.join(j['id'] for j in jobs)}"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from jpu.cli.arrays_view import group, ranges
 from jpu.cli.rest_render import fields, fmt_duration, fmt_ts, fmt_usage, table
+from jpu.domain.arrays import split_task_id
 
 _QUEUE_HEADERS = ["RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME"]
 
@@ -42,7 +44,10 @@ def queue(data: dict[str, Any], start: bool = False) -> str:
     STATE, TIME = run time, NODELIST(REASON)). `start`: an ESTIMATED_START column (U4; "-" for
     a job no estimate has covered yet)."""
     rows = []
-    for e in [*data.get("queue", []), *data.get("running", [])]:
+    entries = [*data.get("queue", []), *data.get("running", [])]
+    # Q7: an array's tasks still in the personal queue as one row (ranked and running ones
+    # keep their own rows, with their rank and node)
+    for e in group(entries, "job_id", keep=lambda e: e.get("state") == "PERSONAL_QUEUE_WAIT"):
         row = [
             e.get("rank") or "-",
             e["job_id"],
@@ -86,7 +91,7 @@ def _unknown_starts(entries: list[dict[str, Any]]) -> str:
 def jobs(data: dict[str, Any]) -> str:
     """History like sacct: state, exit code, attempts, GPU-hours, usage charged, elapsed."""
     rows = []
-    for j in data.get("jobs", []):
+    for j in group(data.get("jobs", []), "id"):  # Q7: an array's tasks as one row
         p = j.get("placement") or {}
         gpu_s = j.get("gpu_seconds")
         rows.append(
@@ -152,7 +157,26 @@ def _attempt(j: dict[str, Any], attempts: list[dict[str, Any]]) -> Any:
     return f"{attempt} of at most {most}" if most and retried else attempt
 
 
+def array(a: dict[str, Any]) -> str:
+    """Q7: an array as `jpu show ID` prints it: its tasks and how many are in each state."""
+    indices = [k for t in a.get("tasks", []) if (k := split_task_id(t)) is not None]
+    states = a.get("states") or {}
+    return fields(
+        [
+            ("ArrayJobId", a["id"]),
+            ("Name", a.get("name")),
+            ("User", f"{a.get('user')} (lab {a.get('lab')})"),
+            ("GPUs", a.get("num_gpus")),
+            ("Tasks", f"{len(indices)}: {a['id']}_[{ranges(i for _, i in indices)}]"),
+            ("States", ",".join(f"{s}:{n}" for s, n in states.items())),
+            ("UsageCharged", fmt_usage(a.get("usage_charged"))),
+        ]
+    )
+
+
 def job(j: dict[str, Any]) -> str:
+    if j.get("tasks") is not None:  # the id of an array (Q7)
+        return array(j)
     attempts = j.get("attempts") or []
     latest = attempts[-1] if attempts else j  # the latest attempt's end, not an earlier one's
     pairs: list[tuple[str, Any]] = [
@@ -167,6 +191,8 @@ def job(j: dict[str, Any]) -> str:
         ("TimeLimit", fmt_duration(j.get("time_limit_s"))),
         ("Submitted", fmt_ts(j.get("submitted_at"))),
     ]
+    if j.get("array_id"):  # Q7: a task of an array
+        pairs += [("ArrayJobId", j["array_id"]), ("ArrayTaskId", j.get("array_task"))]
     if j.get("rank") is not None or j.get("pending_reason"):
         pairs += [("Rank", j.get("rank")), ("Reason", reason(j))]
     if j.get("dependency"):

@@ -34,9 +34,10 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         parents=common,
         help="submit a job (like sbatch)",
         description="Submit a script (like sbatch). Its leading #SBATCH / #JPU lines are read "
-        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p, --mail-type, --mail-user); flags "
-        "given here win over them. Prints the job id (--parsable: the id alone, for scripts).",
-        refused=refusal,  # --array here is refused as `#SBATCH --array` is (U5)
+        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p, -a, -d, -H, --mail-type, --mail-user); "
+        "flags given here win over them. Prints the job id (--parsable: the id alone, for "
+        "scripts).",
+        refused=refusal,  # e.g. --mem here is refused as `#SBATCH --mem` is (U5)
     )
     s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
     s.add_argument("--wrap", help="run this command line instead of a script file")
@@ -46,6 +47,12 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     s.add_argument("--name", "-J", "--job-name", help="job name (default: the script's name)")
     s.add_argument("--env", action="append", default=[], metavar="K=V", help="job env variable")
     s.add_argument("--min-vram", type=int, metavar="GB", help="minimum GPU memory in GB")
+    s.add_argument(
+        "--array",
+        "-a",
+        metavar="SPEC",
+        help='a job array: "0-99", "0-99:2", "1,5,9", "%%N" caps tasks at once (Slurm\'s)',
+    )
     s.add_argument("--parsable", action="store_true", help="print the job id alone (sbatch's)")
     s.add_argument("--idempotency-key", help="resubmitting with the same key returns the job")
     s.add_argument(
@@ -152,6 +159,9 @@ def request(
     workspace = getattr(args, "workspace", None) or d.workspace or os.environ.get("JPU_WORKSPACE")
     if workspace:  # X4a: the flag, then #JPU --workspace, then the user's default
         body["workspace"] = workspace
+    array = getattr(args, "array", None) or d.array  # Q7
+    if array:
+        body["array"] = array
     return body, d
 
 
@@ -196,7 +206,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if args.parsable:  # like sbatch --parsable: `ID=$(jpu submit --parsable run.sh)`
             print(job["id"])
             return 0
-        print(messages.submitted(*_held_check(c, job)))
+        if job.get("array_id"):  # Q7: one line for the array, not one per task
+            print(messages.array_submitted(job))
+        else:
+            print(messages.submitted(*_held_check(c, job)))
     return 0
 
 

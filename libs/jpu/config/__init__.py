@@ -80,6 +80,8 @@ class Config(Cluster, frozen=True, kw_only=True):
     cycle_s: float = 5.0
     min_cycle_gap_s: float = 0.2
     max_active_jobs: int = 3
+    array_max_tasks: int = 1000  # Q7: tasks one array may have
+    array_max_queued_per_user: int = 10_000  # Q7: a user's unfinished jobs an array may reach
     max_attempts: int = 3
     estimate_every_s: float = 15.0  # U4: the leading dispatcher's estimate cadence; 0: none
     estimate_horizon_s: float = 7 * 24 * 3600.0  # U4: no estimate further ahead (unknown)

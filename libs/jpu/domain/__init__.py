@@ -8,7 +8,8 @@ the services consume the log, call these functions with `now` and append what th
                                            codec.py      ClusterState as snapshot bytes (issue 11)
     P  GPUs and who holds them (P1, P2)    holdings.py   GPU rows, running jobs, inventory
     Q  submission (Q1–Q6), cancel (§8)     submission.py what intake answers and appends
-                                           promotion.py  what intake promotes now (Q5, Q8, Q9)
+                                           promotion.py  what intake promotes now (Q5, Q7, Q8, Q9)
+                                           arrays.py     job arrays: parse, tasks, %N (Q7)
                                            dependencies.py  Q8 syntax and verdicts (holds: Q9)
                                            notify.py     what the notifier sends, to whom (Q10)
     D  dispatch (D1–D8), R3–R5, M2–M3      dispatch.py   the cycle's Snapshot, duties, events

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from jpu.config import Cluster
+from jpu.domain.arrays import tasks_of
 from jpu.domain.dependencies import Condition, parsed, verdict
 from jpu.domain.runs import RecentRuns, observe
 from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, queued_job
@@ -81,6 +82,7 @@ class ClusterState:
     runs: RecentRuns = field(default_factory=RecentRuns)  # U4: recent run times (bounded)
     personal: dict[str, list[str]] = field(default_factory=dict)  # user -> job ids, oldest first
     slots: dict[str, int] = field(default_factory=dict)  # user -> slot-holding jobs (S1)
+    array_slots: dict[str, int] = field(default_factory=dict)  # array -> its tasks' slots (Q7)
     # the global queue (GLOBAL_QUEUE_WAIT, RESERVING) grouped by lab for the cycle (D1), kept
     # up to date event by event so a cycle never rebuilds or sorts it
     queue: LabQueues = field(default_factory=LabQueues)
@@ -223,15 +225,18 @@ def hold(holders: dict[GpuKey, str], before: dict[GpuKey, str], after: dict[GpuK
 
 
 def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
-    if event.job_id in state.jobs:
-        return  # a duplicate submit can only be refused by expected seq 0; keep the first
-    job = JobView.submitted(event, seq)
-    state.jobs[job.job_id] = job
-    state.personal.setdefault(job.user, []).append(job.job_id)
-    if event.dependency:
-        job.waiting = []
-        for c in parsed(event.dependency).conditions:
-            _condition(state, job, c)
+    """Q4; an array's one event creates every task (Q7), each a job in the personal queue;
+    a dependency (Q8) is resolved now or waits for its parents."""
+    for job_event in tasks_of(event):
+        if job_event.job_id in state.jobs:
+            continue  # a duplicate submit can only be refused by expected seq 0; keep the first
+        job = JobView.submitted(job_event, seq)
+        state.jobs[job.job_id] = job
+        state.personal.setdefault(job.user, []).append(job.job_id)
+        if job_event.dependency:
+            job.waiting = []
+            for c in parsed(job_event.dependency).conditions:
+                _condition(state, job, c)
 
 
 def parent_facts(state: ClusterState, job_id: str) -> tuple[str, bool, str | None] | None:
@@ -279,6 +284,15 @@ def _remember_final(state: ClusterState, job: JobView) -> None:
     state.finals[job.job_id] = (job.lab, job.final, job.ever_started or job.attempt > 1)
     while len(state.finals) > MAX_FINALS:
         state.finals.popitem(last=False)
+
+
+def count_slot(counts: dict[str, int], key: str, delta: int) -> None:
+    """Add `delta` to a slot count, leaving no zero entries (a restored state has none)."""
+    n = counts.get(key, 0) + delta
+    if n:
+        counts[key] = n
+    else:
+        counts.pop(key, None)
 
 
 _JOB_EVENTS = (
@@ -342,6 +356,8 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
         else:  # no empty entries: a state restored from a snapshot has none either
             state.slots.pop(job.user, None)
         count_named(state, job, delta)
+        if job.array_id is not None:
+            count_slot(state.array_slots, job.array_id, 1 if job.holds_slot else -1)
     if was_personal and job.state != "PERSONAL_QUEUE_WAIT":
         queue = state.personal.get(job.user, [])
         if job.job_id in queue:

@@ -23,7 +23,7 @@ from typing import Final
 import msgspec
 
 from jpu.config import Cluster
-from jpu.domain.cluster import ClusterState, Maintenance, count_named, forget
+from jpu.domain.cluster import ClusterState, Maintenance, count_named, count_slot, forget
 from jpu.domain.runs import RecentRuns
 from jpu.domain.states import QUEUED, JobView, queued_job
 from jpu.policy.charging import Charge
@@ -32,7 +32,8 @@ from jpu.policy.model import LabUsage
 
 # Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
 # another version are ignored (a full replay rebuilds the state under the new rules).
-# 2: charge ids carry their job (bounded dedup); 3: recent runs; 4: dependencies, holds (Q8, Q9)
+# 2: charge ids carry their job (bounded dedup); 3: recent runs; 4: dependencies, holds (Q8,
+# Q9), array tasks (JobView.array_*, Q7)
 SCHEMA_VERSION: Final = 4
 MAGIC: Final = b"JPUSNAP\n"
 
@@ -160,6 +161,8 @@ def with_jobs(state: ClusterState, jobs: Iterable[JobView]) -> None:
         if job.holds_slot:
             state.slots[job.user] = state.slots_of(job.user) + 1
             count_named(state, job, 1)
+            if job.array_id is not None:
+                count_slot(state.array_slots, job.array_id, 1)
         if job.state == "PERSONAL_QUEUE_WAIT":
             state.personal.setdefault(job.user, []).append(job.job_id)
             for _, parent in job.waiting or ():

@@ -1,49 +1,55 @@
-"""Promotion from the personal queue to the global queue (SPEC Q5, S1, Q8, Q9). Pure.
+"""Promotion from the personal queue to the global queue (SPEC Q5, S1, Q7, Q8, Q9). Pure.
 
 Whenever a user's slot frees or they submit, their oldest personal-queue jobs are promoted while
 they hold fewer than `max_active_jobs` slot-holding jobs (the count is the fold's, S1; the
-choice is jpu.policy.queue.promotions). A held job (Q9) or one whose dependencies are not met
-(Q8) is skipped, and the next eligible job is promoted instead: it holds no slot while it waits.
-services/intake/promote.py appends the events.
+choice is jpu.policy.queue.promotions). A held job (Q9), one whose dependencies are not met
+(Q8) or a task beyond its array's `%N` (Q7) is skipped, and the next eligible job is promoted
+instead: it holds no slot while it waits. services/intake/promote.py appends the events.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import islice
 from typing import Literal
 
 from jpu.config import Cluster
+from jpu.domain.arrays import held_back, throttle_allows
 from jpu.domain.cluster import ClusterState
 from jpu.domain.states import JobView
 from jpu.events import JobPromoted
 from jpu.policy.queue import promotions
 
-PersonalReason = Literal["Held", "Dependency", "ConcurrencyLimit"]
+PersonalReason = Literal["Held", "Dependency", "ArrayThrottle", "ConcurrencyLimit"]
 
 
 def personal_reason(state: ClusterState, job: JobView) -> PersonalReason:
     """D7 for a personal-queue job: `Held` (Q9) before `Dependency` (Q8: a condition not met,
-    or a singleton whose name already holds a slot), else `ConcurrencyLimit` (Q5)."""
+    or a singleton whose name already holds a slot), then `ArrayThrottle` (Q7: its array's
+    tasks hold `%N` slots), else `ConcurrencyLimit` (Q5)."""
     if job.held:
         return "Held"
     if job.waiting or job.never is not None:
         return "Dependency"
     if job.singleton and state.named.get((job.user, job.name), 0) > 0:
         return "Dependency"
+    if held_back(job.array_id, job.array_throttle, state.array_slots):
+        return "ArrayThrottle"
     return "ConcurrencyLimit"
 
 
 def _eligible(state: ClusterState, queue: list[str]) -> list[str]:
-    """The jobs of one personal queue that may take a slot, oldest first; of singleton jobs of
-    one name, only the first (Q8: one of them holds a slot at a time)."""
+    """The jobs of one personal queue that may take a slot, oldest first, as far as holds and
+    dependencies go; of singleton jobs of one name, only the first (Q8: one of them holds a
+    slot at a time)."""
     out: list[str] = []
     names: set[str] = set()
     for jid in queue:
         job = state.jobs.get(jid)
-        if job is None or personal_reason(state, job) != "ConcurrencyLimit":
+        if job is None or job.held or job.waiting or job.never is not None:
             continue
         if job.singleton:
-            if job.name in names:
+            if state.named.get((job.user, job.name), 0) > 0 or job.name in names:
                 continue
             names.add(job.name)
         out.append(jid)
@@ -69,11 +75,26 @@ def to_promote(
     personal = {
         u: eligible
         for u, q in state.personal.items()
-        if q and (users is None or u in users) and (eligible := _eligible(state, q))
+        if q
+        and (users is None or u in users)
+        and (eligible := promotable(state, _eligible(state, q), limits.get(u, default)))
     }
     if not personal:
         return []
     return promotions(personal, state.slots, limits, default)
+
+
+def promotable(state: ClusterState, queue: list[str], at_most: int) -> list[str]:
+    """The first `at_most` jobs of a personal queue that may be promoted: a task beyond its
+    array's `%N` is skipped (ArrayThrottle, Q7), so the next eligible job goes instead."""
+
+    def array_of(job_id: str) -> tuple[str, int | None] | None:
+        job = state.jobs.get(job_id)
+        if job is None or job.array_id is None:
+            return None
+        return job.array_id, job.array_throttle
+
+    return list(islice(throttle_allows(queue, array_of, state.array_slots), max(at_most, 0)))
 
 
 def never_satisfied(state: ClusterState, users: set[str] | None) -> list[str]:

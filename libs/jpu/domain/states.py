@@ -92,6 +92,8 @@ def request_digest(event: JobSubmitted) -> str:
         body["hold"] = True
     if event.workspace is not None:  # X4a; likewise
         body["workspace"] = event.workspace
+    if event.array is not None:  # Q7; absent from the digest otherwise
+        body["array"] = event.array.spec or event.array.tasks
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 
@@ -131,9 +133,17 @@ class JobView:
     never: str | None = None  # Q8: the condition that can never be met ("afterok:ID")
     held: bool = False  # Q9
     ever_started: bool = False  # some attempt started (Q8 `after`)
+    array_id: str | None = None  # Q7: the array this job is a task of
+    array_task: int | None = None  # ... its task index
+    array_throttle: int | None = None  # ... the array's %N
 
     @classmethod
     def submitted(cls, event: JobSubmitted, seq: int) -> JobView:
+        """The job `event` created; for a task of an array (Q7, derived by
+        jpu.domain.arrays.tasks_of) the submit lives on the array's subject, so the task's own
+        subject is still empty: its expected last subject sequence is 0 (E2)."""
+        a = event.array
+        task = a is not None and a.array_id is not None
         return cls(
             job_id=event.job_id,
             lab=event.lab,
@@ -142,15 +152,20 @@ class JobView:
             num_gpus=event.num_gpus,
             submitted_at=event.ts,
             submit_seq=seq,
-            digest=request_digest(event),
+            # Q6 replays an array by its own id, never a task's: a task needs no digest (and
+            # hashing each of 10,000 tasks' requests would be most of the array's fold)
+            digest="" if task else request_digest(event),
             tiers=frozenset(event.tiers) if event.tiers is not None else None,
             min_vram_gb=event.min_vram_gb,
             time_limit_s=event.time_limit_s,
-            last_seq=seq,
+            last_seq=0 if task else seq,
             events=1,
             dependency=event.dependency,
             singleton=event.dependency is not None and parsed(event.dependency).singleton,
             held=event.hold,
+            array_id=a.array_id if a is not None else None,
+            array_task=a.tasks[0] if a is not None and task else None,
+            array_throttle=a.throttle if a is not None else None,
         )
 
     @property

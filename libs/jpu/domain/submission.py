@@ -17,7 +17,7 @@ import msgspec
 from jpu import limits
 from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand, error_reply
 from jpu.config import Tier
-from jpu.domain import dependencies
+from jpu.domain import arrays, dependencies
 from jpu.domain.cluster import ClusterState, parent_facts
 from jpu.domain.holdings import gpus
 from jpu.domain.states import JobView, request_digest
@@ -64,10 +64,37 @@ def _dependency_problems(body: Mapping[str, Any]) -> list[limits.FieldError]:
     return out
 
 
+def array_refused(
+    cmd: SubmitCommand, state: ClusterState, max_tasks: int, max_queued: int
+) -> CommandReply | None:
+    """Q7: a 422 naming `array` when the value is malformed, has more than `max_tasks` tasks,
+    or would bring the user's unfinished jobs above `max_queued`; None when acceptable (or
+    when the submit is a single job)."""
+    value = cmd.body.get("array")
+    if value is None:
+        return None
+    try:
+        tasks = len(arrays.parse(value, max_tasks).tasks)
+    except arrays.ArrayProblem as e:
+        problem = str(e)
+    else:
+        unfinished = len(state.personal.get(cmd.user, ())) + state.slots_of(cmd.user)
+        if unfinished + tasks <= max_queued:
+            return None
+        problem = (
+            f"{tasks} tasks would bring your unfinished jobs to {unfinished + tasks}; "
+            f"at most {max_queued}"
+        )
+    return error_reply(
+        "VALIDATION_ERROR", *limits.error_details([limits.FieldError("array", problem)])
+    )
+
+
 def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> JobSubmitted:
-    """Q4: the accepted job, as the log records it."""
+    """Q4: the accepted job, as the log records it; an array is this one event (Q7)."""
     b: Mapping[str, Any] = cmd.body
     limit = b.get("time_limit_s")
+    array = b.get("array")
     return JobSubmitted(
         event_id=event_id,
         ts=now,
@@ -90,6 +117,7 @@ def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> Job
         hold=bool(b.get("hold")),
         workspace=b.get("workspace"),  # X4a: checked READY by the gateway (workspace_image)
         workspace_image=cmd.workspace_image if b.get("workspace") is not None else None,
+        array=arrays.parse(array, arrays.MAX_INDEX + 1) if array is not None else None,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Final
 
 import msgspec
 
+from jpu.domain.arrays import tasks_of
 from jpu.events import (
     Delivered,
     JobEnded,
@@ -81,7 +82,8 @@ class Ledger:
         self.seq = d.seq
         e = d.event
         if isinstance(e, JobSubmitted):
-            self.users[e.job_id] = (e.lab, e.user)
+            for job in tasks_of(e):  # each task of an array is charged as a job (Q7)
+                self.users[job.job_id] = (e.lab, e.user)
         elif isinstance(e, ReservationShrunk):
             held = Held("reservation", e.tier, e.gpu_seconds, e.tflops)
             self.lazy.setdefault(e.job_id, []).append(held)

@@ -409,6 +409,13 @@ def _other(state: ClusterState, e: Event) -> Cause:
                  lab=other.lab if other is not None else None, **kw)  # type: ignore[arg-type]  # fmt: skip
 
 
+def is_own(e: Event, job: JobView) -> bool:
+    """`e` is one of the job's events; a task's submit is its array's one event (Q7)."""
+    if not isinstance(e, JobEvent):
+        return False
+    return e.job_id == job.job_id or (isinstance(e, JobSubmitted) and e.job_id == job.array_id)
+
+
 def _cause(
     state: ClusterState,
     d: Delivered,
@@ -420,7 +427,7 @@ def _cause(
     seen: Seen,
 ) -> Cause:
     e: Event = d.event
-    ours = isinstance(e, JobEvent) and e.job_id == job.job_id
+    ours = is_own(e, job)
     cause = _own(e, job, state, cluster, seen) if ours else _other(state, e)
     lab, amount = cause.lab, cause.charge
     if isinstance(e, JobEvent):
@@ -587,7 +594,7 @@ class WaitFold:
             job = self.job = st.job_seen(self.job_id)
             if job is None:
                 return
-        ours = isinstance(e, JobEvent) and e.job_id == self.job_id
+        ours = is_own(e, job)
         if job.state != self.prev_state:
             self._spent(self.prev_state, e.ts)
             self.phase_since, self.prev_state = e.ts, job.state
@@ -645,7 +652,7 @@ class WaitFold:
         if isinstance(e, JobEnded | ReservationReleased) and e.job_id != self.job_id:
             for g in e.gpus if e.node is not None and not to_run else ():
                 seen.freed[(e.node, g)] = (e.job_id, e.ts)  # type: ignore[index]
-        if job is None or not isinstance(e, JobEvent) or e.job_id != self.job_id:
+        if job is None or not is_own(e, job):
             return
         if isinstance(e, JobPromoted | JobRetryScheduled):
             seen.waits_since = e.ts

@@ -25,8 +25,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from jpu.bus import Delivered
 from jpu.config import Config
+from jpu.domain.arrays import tasks_of
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.states import TERMINAL
 from jpu.embedded.nats import EmbeddedNats
@@ -172,7 +175,12 @@ def check_log(log: Sequence[Delivered], config: Config) -> LogCheck:
     for d in log:
         evolve(state, d)
         check.stats[type(d.event).__name__] += 1
-        if isinstance(d.event, JobEvent):
+        if isinstance(d.event, JobSubmitted):  # an array's one event: each task a job (Q7)
+            for task in tasks_of(d.event):
+                check.jobs.setdefault(task.job_id, []).append(
+                    msgspec.structs.replace(d, event=task)
+                )
+        elif isinstance(d.event, JobEvent):
             check.jobs.setdefault(d.event.job_id, []).append(d)
     _check_order(log, check)
     for job_id, events in check.jobs.items():
@@ -354,7 +362,7 @@ def _check_charges(log: Sequence[Delivered], check: LogCheck, half_life_s: float
     for d in log:
         e = d.event
         if isinstance(e, JobSubmitted):
-            labs.setdefault(e.job_id, e.lab)
+            labs.update((task.job_id, e.lab) for task in tasks_of(e) if task.job_id not in labs)
         elif isinstance(e, JobEnded) and end_amount(e) > 0 and e.job_id in labs:
             cid = f"chg-{e.event_id}"
             check.owed[cid] = Charge(

@@ -28,7 +28,8 @@ _LIST_COLUMNS: Final = (
     "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
     "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
     "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by, "
-    "chdir, workspace, view->>'dependency' AS dependency, "  # Q8, Q9: kept in the row's JobView
+    "chdir, workspace, array_id, array_task, "
+    "view->>'dependency' AS dependency, "  # Q8, Q9: kept in the row's JobView
     "coalesce((view->>'held')::boolean, false) AS held"
 )
 
@@ -64,6 +65,47 @@ async def load_visible(pool: asyncpg.Pool, user: auth.Principal, job_id: str) ->
             {"job_id": job_id},
         )
     return row
+
+
+async def load_array(
+    pool: asyncpg.Pool, user: auth.Principal, array_id: str
+) -> list[asyncpg.Record] | None:
+    """SPEC Q7: the tasks of the array `array_id` (by task index), if the caller may see them;
+    None when no array has this id (then it is a job id or a prefix); 403 like a job's."""
+    rows = await pool.fetch(
+        f"SELECT {_LIST_COLUMNS} FROM jobs WHERE array_id = $1 ORDER BY array_task", array_id
+    )
+    if not rows:
+        return None
+    if not can_see(user, rows[0]):  # every task has the array's owner and lab
+        raise ApiError(
+            403,
+            "FORBIDDEN",
+            "only the owner, a lab_admin of its lab or an admin may see or cancel this job",
+            {"job_id": array_id},
+        )
+    return rows
+
+
+def array_out(array_id: str, rows: list[Any]) -> dict[str, Any]:
+    """An array as one body (Q7): the request, its tasks and how many are in each state."""
+    first = rows[0]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"]] = counts.get(r["state"], 0) + 1
+    return {
+        "id": array_id,
+        "array_id": array_id,
+        "name": first["name"],
+        "user": first["user"],
+        "lab": first["lab"],
+        "num_gpus": first["num_gpus"],
+        "tasks": [r["job_id"] for r in rows],
+        "states": {s: counts[s] for s in in_order(counts)},
+        "state": "ARRAY",
+        "usage_charged": sum(r["usage_charged"] for r in rows),
+        "terminal": all(r["state"] in TERMINAL for r in rows),
+    }
 
 
 async def _by_prefix(
@@ -187,6 +229,8 @@ def job_out(
         "dependency": row.get("dependency"),  # Q8, as recorded (Slurm syntax)
         "held": bool(row.get("held")),  # Q9
         "workspace": row["workspace"],  # X4a: the workspace it runs in (None: the base image)
+        "array_id": row["array_id"],  # Q7: the array this job is a task of (None: single)
+        "array_task": row["array_task"],
         "terminal": row["state"] in TERMINAL,
     }
     if detail:

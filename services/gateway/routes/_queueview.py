@@ -21,7 +21,8 @@ from fastapi import Request
 
 from jpu import commands
 from jpu.bus.views import ViewStore
-from jpu.domain.states import PENDING, in_order
+from jpu.domain.arrays import held_back
+from jpu.domain.states import PENDING, SLOT_STATES, in_order
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 from jpu.policy.model import LabUsage
 from jpu.store.projections.maintenance import read_maintenance
@@ -31,8 +32,14 @@ _QUEUE_SQL: Final = (
     'SELECT job_id, lab, "user", name, num_gpus, tiers, min_vram_gb, time_limit_s, state, '
     "attempt, queue_entered_at, submitted_at, reservation_node, reservation_tier, "
     "reservation_gpus, reservation_since, view->>'dependency' AS dependency, "
-    "coalesce((view->>'held')::boolean, false) AS held FROM jobs "
+    "coalesce((view->>'held')::boolean, false) AS held, array_id, "
+    "(view->>'array_throttle')::int AS array_throttle FROM jobs "
     "WHERE state = ANY($1::text[]) ORDER BY queue_entered_at NULLS LAST, submitted_at, job_id"
+)
+# Q7: how many tasks of each throttled array hold slots (S1), for the ArrayThrottle reason
+_ARRAY_SLOTS_SQL: Final = (
+    "SELECT array_id, count(*) AS n FROM jobs WHERE array_id = ANY($1::text[]) "
+    "AND state = ANY($2::text[]) GROUP BY array_id"
 )
 
 
@@ -47,6 +54,7 @@ class QueueView:
     ranked: int = 0  # the first `ranked` of `ordered` have the dispatcher's rank; the rest none
     decided_at: float | None = None  # the dispatcher's cycle these ranks and reasons come from
     estimates: commands.EstimatesView | None = None  # U4: the dispatcher's latest estimate
+    throttled: set[str] = field(default_factory=set)  # personal-queue tasks %N holds back (Q7)
     _ranks: dict[str, int] | None = None  # job id -> rank, built on first use (shared views)
     _why: dict[str, str] | None = None  # job id -> why its start is unknown, likewise
 
@@ -84,8 +92,26 @@ class QueueView:
         if rank is None:
             return None, None
         if rank == 0:
-            return None, "ConcurrencyLimit"
+            return None, self.personal_reason(job_id)
         return self.rank(rank - 1), self.reasons.get(job_id)
+
+    def personal_reason(self, job_id: str) -> str:
+        """D7 in the personal queue: ArrayThrottle for a task its array's %N holds back (Q7),
+        else ConcurrencyLimit (Q5)."""
+        return "ArrayThrottle" if job_id in self.throttled else "ConcurrencyLimit"
+
+
+async def _throttled(pool: asyncpg.Pool, personal: list[Any]) -> set[str]:
+    """The personal-queue tasks whose array already holds its %N slots (Q7, S1)."""
+    tasks = [r for r in personal if r["array_throttle"] is not None]
+    if not tasks:
+        return set()
+    arrays = sorted({r["array_id"] for r in tasks})
+    held = {
+        r["array_id"]: r["n"]
+        for r in await pool.fetch(_ARRAY_SLOTS_SQL, arrays, list(in_order(SLOT_STATES)))
+    }
+    return {r["job_id"] for r in tasks if held_back(r["array_id"], r["array_throttle"], held)}
 
 
 async def _snapshot_parts(
@@ -114,16 +140,18 @@ async def queue_view(
     ranked = set(order)
     newer = [r for r in queued.values() if r["job_id"] not in ranked]  # after that cycle
     labs = {r["lab"] for r in rows} | set(usage)
+    personal = [r for r in rows if r["state"] == PERSONAL]
     return QueueView(
         now=now,
         maintenance=maintenance,
         ordered=[queued[j] for j in order] + newer,
-        personal=[r for r in rows if r["state"] == PERSONAL],
+        personal=personal,
         usage={lab: decayed(usage.get(lab, ZERO_USAGE), now, half_life_s) for lab in labs},
         reasons=reasons,
         ranked=len(order),
         decided_at=decision.at if decision else None,
         estimates=estimates,
+        throttled=await _throttled(pool, personal),
     )
 
 

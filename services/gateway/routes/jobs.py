@@ -26,8 +26,10 @@ from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_aft
 from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._jobview import (
+    array_out,
     job_out,
     list_jobs,
+    load_array,
     load_visible,
     personal_reason,
 )
@@ -100,8 +102,10 @@ async def _job_body(
         decided_at = view.decided_at
         estimate = view.estimate_of(row["job_id"])  # U4: an estimate, not a promise
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
-            rank = None  # already be promoted; show the row's state (Q5, Q8, Q9)
+            rank = None  # already be promoted; show the row's state (Q5, Q7, Q8, Q9)
             reason = await personal_reason(pool, row) if detail else "ConcurrencyLimit"
+            if reason == "ConcurrencyLimit":  # or its array's %N holds it back (Q7)
+                reason = view.personal_reason(row["job_id"])
     out = job_out(row, rank, reason, detail=detail)
     out["decided_at"] = decided_at  # when the dispatcher decided that rank and reason
     out.update(estimate)
@@ -211,6 +215,15 @@ async def submit(
     )
     status = 200 if reply.replayed else 201
     headers = {"Location": f"/v1/jobs/{reply.job_id}"}
+    if body.get("array") is not None:  # Q7: the array, as one body
+        made = await cmd.read_back(
+            edges, reply.seq, request, lambda: load_array(edges.pool, user, str(reply.job_id))
+        )
+        lag: dict[str, Any] = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
+        answer = array_out(str(reply.job_id), made) if made else lag
+        if warnings:
+            answer["warnings"] = warnings
+        return JSONResponse(answer, status_code=status, headers=headers)
     row = await cmd.read_back(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, str(reply.job_id))
     )
@@ -263,7 +276,11 @@ async def show(
 ) -> dict[str, Any]:
     """The job: state, attempt, rank and pending reason if queued, placement, reservation,
     usage charged, backend (Slurm) job id, isolation; its run time (`elapsed_s`, live while it
-    runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8)."""
+    runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8). The id
+    of an array (Q7): the array, its tasks and their counts per state."""
+    tasks = await load_array(edges.pool, user, job_id)
+    if tasks is not None:
+        return array_out(job_id, tasks)
     row = await load_visible(edges.pool, user, job_id)
     out = await _job_body(request, edges.pool, settings, row)
     return await _attempts.job_page(out, dict(row), edges, settings, cmd.now(request))
@@ -306,7 +323,16 @@ _LOGS_DOC: Final = (
             "content": {"text/plain": {"schema": {"type": "string", "format": "binary"}}},
             "headers": _logs.HEADERS_DOC,
         },
-        **responses(401, 403, 404, 503, s503="OUTPUT_UNREADABLE (the gateway may not read it)"),
+        **responses(
+            401,
+            403,
+            404,
+            422,
+            503,
+            s422="VALIDATION_ERROR: the id of an array (Q7; `details.tasks` lists its tasks) "
+            "or a prefix of several jobs",
+            s503="OUTPUT_UNREADABLE (the gateway may not read it)",
+        ),
     },
 )
 async def logs(
@@ -329,7 +355,17 @@ async def logs(
     ] = None,
     follow: Annotated[bool, Query(description="stream until the attempt ends")] = False,
 ) -> StreamingResponse:
-    """An attempt's stdout or stderr: a byte range, or followed while it runs."""
+    """An attempt's stdout or stderr: a byte range, or followed while it runs. The id of an
+    array (Q7) is a 422 listing its tasks: each task has its own output (`<id>_<index>`)."""
+    tasks = await load_array(pool, user, job_id)
+    if tasks is not None:
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"job_id: {job_id} is an array of {len(tasks)} tasks; each has its own output: "
+            f"ask for a task, e.g. {tasks[0]['job_id']}",
+            {"field": "job_id", "array_id": job_id, "tasks": [r["job_id"] for r in tasks]},
+        )
     row = await load_visible(pool, user, job_id)
     return await _logs.serve(
         pool,
@@ -452,16 +488,23 @@ async def cancel(
     once and SIGKILL that many seconds later); again → 202 (idempotent); ended → 409
     ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too."""
     # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
-    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
+    tasks = await load_array(edges.pool, user, job_id)  # Q7: every unfinished task
+    if tasks is None:
+        job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
     reply = await cmd.send(
         edges,
         commands.cancel_subject(settings.base.subject_prefix),
         commands.CancelCommand(job_id=job_id, by=user.name, role=user.role, lab=user.lab),
     )
+    grace = {"cancel_grace_s": settings.base.cancel_grace_s}  # X5: SIGTERM, then SIGKILL after
+    if tasks is not None:
+        now = await cmd.read_back(
+            edges, reply.seq, request, lambda: load_array(edges.pool, user, job_id)
+        )
+        return JSONResponse({**array_out(job_id, now or tasks), **grace}, status_code=202)
     row = await cmd.read_back(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
     )
-    grace = {"cancel_grace_s": settings.base.cancel_grace_s}  # X5: SIGTERM, then SIGKILL after
     if row is None:  # the cancel is in the log; the database does not answer right now
         out = {"id": job_id, "state": reply.state, "projection_lag": True, **grace}
         return JSONResponse(out, status_code=202)

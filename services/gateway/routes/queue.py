@@ -18,12 +18,14 @@ from jpu_services.gateway.routes._queueview import shared_view
 router = APIRouter(prefix="/v1", tags=["queue"])
 
 
-async def _personal_reason(pool: Any, row: Any) -> str:
+async def _personal_reason(pool: Any, row: Any, view: Any) -> str:
     """D7 in the personal queue: the rows' own answer unless a dependency needs its parents
-    (Q8, Q9; jpu_services.gateway.routes._jobview.personal_reason)."""
+    (Q8, Q9; jpu_services.gateway.routes._jobview.personal_reason), then the array's %N (Q7)."""
     if row["held"]:
         return "Held"
-    return await personal_reason(pool, row) if row["dependency"] else "ConcurrencyLimit"
+    if row["dependency"] and await personal_reason(pool, row) == "Dependency":
+        return "Dependency"
+    return str(view.personal_reason(row["job_id"]))
 
 
 def _entry(
@@ -136,8 +138,8 @@ async def queue(
 ) -> dict[str, Any]:
     """Every user sees the whole queue (fair-share is public); `queue` lists the global queue
     by rank (1 first), then the personal queues (Q4: rank null; reason ConcurrencyLimit, or
-    Held / Dependency, Q8, Q9), each with its `estimated_start`, `estimate_basis` and
-    `estimated_at` (U4; see README);
+    Held / Dependency (Q8, Q9), or ArrayThrottle for a task its array's %N holds back, Q7), each
+    with its `estimated_start`, `estimate_basis` and `estimated_at` (U4; see README);
     `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
     keep the ranks of the whole queue; the lengths count it whole. With `at` (admins): the
     queue, personal queues and running jobs as they stood then, folded from the log with the
@@ -159,7 +161,10 @@ async def queue(
     entries = [
         _entry(r, view.rank(i), view.reasons.get(r["job_id"]), *usage(r["lab"]))
         for i, r in enumerate(view.ordered)
-    ] + [_entry(r, None, await _personal_reason(pool, r), *usage(r["lab"])) for r in view.personal]
+    ] + [
+        _entry(r, None, await _personal_reason(pool, r, view), *usage(r["lab"]))
+        for r in view.personal
+    ]
     for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise
         e.update(view.estimate_of(e["job_id"]))
     running = [_running(r, *usage(r["lab"]), view.now) for r in running_rows]

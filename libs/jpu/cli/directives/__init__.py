@@ -7,13 +7,13 @@ listed in `Directives.ignored` so the CLI can say so.
 
 Honoured, as sbatch reads them: `-J/--job-name`, `-G/--gpus[-per-node]=[type:]N`,
 `--gres=gpu[:type][:N]` (type = tier), `-t/--time` (Slurm formats), `-D/--chdir`,
-`-p/--partition` (the tiers of that partition), `-d/--dependency` (Q8), `-H/--hold` (Q9),
-`--mail-type`, `--mail-user` (Q10), and `-N/--nodes`, `-n/--ntasks` when they say 1. `#JPU` lines
-take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`, `--env`, `--min-vram`,
-`--chdir`, `--dependency`, `--hold`, `--mail-type`, `--mail-user`, `--workspace`). Everything
-else is refused with the line, the directive and what to do instead — a directive the platform
-cannot honour must never be dropped silently (an `--array=0-9` would run once; a `--mem` would
-not be what the job gets).
+`-p/--partition` (the tiers of that partition), `-a/--array` (a job array, Q7), `-d/--dependency`
+(Q8), `-H/--hold` (Q9), `--mail-type`, `--mail-user` (Q10), and `-N/--nodes`, `-n/--ntasks` when
+they say 1. `#JPU` lines take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`,
+`--env`, `--min-vram`, `--chdir`, `--array`, `--dependency`, `--hold`, `--mail-type`,
+`--mail-user`, `--workspace`). Everything else is refused with the line, the directive and what
+to do instead — a directive the platform cannot honour must never be dropped silently (a
+`--mem` would not be what the job gets).
 
 Precedence (sbatch's: command line > script): `jpu submit` flags, then `#JPU`, then `#SBATCH`;
 within one kind the last line wins, except `--tier` and `--env`, which add up.
@@ -99,6 +99,7 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     out.min_vram_gb = kind.min_vram_gb if kind.min_vram_gb is not None else out.min_vram_gb
     out.mail_type = kind.mail_type if kind.mail_type is not None else out.mail_type  # Q10
     out.mail_user = kind.mail_user if kind.mail_user is not None else out.mail_user
+    out.array = kind.array if kind.array is not None else out.array
     counts = {n for n, _ in kind.gpus_from.values()}
     types = {t for _, t in kind.gpus_from.values() if t}
     if len(counts) > 1 or len(types) > 1:

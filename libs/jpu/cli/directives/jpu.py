@@ -16,6 +16,7 @@ _JPU_OPTS: Final[Mapping[str, str]] = {
     "--mail-type": "mail_type", "--mail-user": "mail_user",
     "-d": "dependency", "--dependency": "dependency", "--hold": "hold",
     "--workspace": "workspace",
+    "-a": "array", "--array": "array",
 }  # fmt: skip
 _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "name": model.name,
@@ -26,6 +27,7 @@ _JPU_VALUE: Final[Mapping[str, Reader]] = {
     "mail_type": model.mail_type,  # Q10
     "mail_user": model.mail_user,
     "workspace": model.workspace,  # X4a
+    "array": model.array,
 }
 
 

@@ -37,6 +37,7 @@ class Directives:
     dependency: str | None = None  # Q8, Slurm syntax
     hold: bool = False  # Q9
     workspace: str | None = None  # X4a: #JPU --workspace
+    array: str | None = None  # Q7: "0-99%8", as written (the server checks it)
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
 
 
@@ -50,6 +51,7 @@ class Kind:
     hold: bool = False
     time: tuple[int | None] | None = None  # (seconds or None for UNLIMITED,) when given
     min_vram_gb: int | None = None
+    array: str | None = None
     gpus_from: dict[str, tuple[int, str | None]] = field(default_factory=dict)  # opt -> (n, type)
     tiers: list[str] = field(default_factory=list)
     partitions: list[str] = field(default_factory=list)
@@ -134,6 +136,12 @@ def mail_user(value: str, opt: str, kind: Kind) -> str | None:
     """Q10: `--mail-user=ADDRESS`."""
     kind.mail_user = value
     return mail.email_problem(value)
+
+
+def array(value: str, opt: str, kind: Kind) -> str | None:
+    """Q7: a job array, Slurm's syntax ("0-99%8", "0-99:2", "1,5,9"); the server checks it."""
+    kind.array = value
+    return None
 
 
 def min_vram(value: str, opt: str, kind: Kind) -> str | None:

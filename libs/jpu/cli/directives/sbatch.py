@@ -24,9 +24,6 @@ _RESOURCES = (
 _REFUSED: Final[Mapping[str, str]] = {
     **dict.fromkeys(("-o", "--output", "-e", "--error", "-i", "--input"), _OUTPUT + _KEEP),
     **dict.fromkeys(
-        ("-a", "--array"),
-        "job arrays are not supported: submit one job per task (e.g. a shell loop over "
-        "`jpu submit`, the task number in --env TASK=N); " + _KEEP,
     ),
     **dict.fromkeys(
         ("-c", "--cpus-per-task", "--cpus-per-gpu", "--mem", "--mem-per-cpu", "--mem-per-gpu"),
@@ -61,6 +58,7 @@ _SBATCH_OPTS: Final[Mapping[str, str]] = {
     "-N": "nodes", "--nodes": "nodes", "-n": "ntasks", "--ntasks": "ntasks",
     "--ntasks-per-node": "ntasks", "--mail-type": "mail_type", "--mail-user": "mail_user",
     "-d": "dependency", "--dependency": "dependency", "-H": "hold", "--hold": "hold",
+    "-a": "array", "--array": "array",
 }  # fmt: skip
 _GRES_GPU = re.compile(r"^gpu(?::(?P<type>[A-Za-z][A-Za-z0-9._-]*))?(?::(?P<count>\d+))?$")
 _GPUS = re.compile(r"^(?:(?P<type>[A-Za-z][A-Za-z0-9._-]*):)?(?P<count>\d+)$")
@@ -101,7 +99,8 @@ def _unknown_sbatch(opt: str) -> str:
     return (
         f"not supported by JPU-Share{hint}; it understands -J/--job-name, -G/--gpus, "
         f"--gres=gpu[:TIER]:N, -t/--time, -D/--chdir, -p/--partition, -N/--nodes=1, "
-        f"-n/--ntasks=1, -d/--dependency, -H/--hold, --mail-type, --mail-user; {_KEEP}"
+        f"-n/--ntasks=1, -a/--array, -d/--dependency, -H/--hold, --mail-type, --mail-user; "
+        f"{_KEEP}"
     )
 
 
@@ -158,4 +157,5 @@ _SBATCH_VALUE: Final[Mapping[str, Reader]] = {
     "ntasks": _only_one("task"),
     "mail_type": model.mail_type,  # Q10: sent by the notifier (e-mail, webhook)
     "mail_user": model.mail_user,
+    "array": model.array,
 }

@@ -22,6 +22,7 @@ import asyncpg
 import msgspec
 
 from jpu.bus.model import Delivered
+from jpu.domain.arrays import tasks_of
 from jpu.domain.cluster import backfilled, hold, observed
 from jpu.domain.holdings import gpu_state
 from jpu.domain.states import GpuKey, JobView, apply_job_event
@@ -93,9 +94,10 @@ class _Pool:
             backfilled(self.backfill, e)
             self._show([(e.node, e.tier, e.gpu)], d.seq)
         elif isinstance(e, JobSubmitted):
-            if e.job_id not in self.views:  # a second submit never wins (E2)
-                self.views[e.job_id] = JobView.submitted(e, d.seq)
-                self.changed_views.add(e.job_id)
+            for task in tasks_of(e):  # an array's one event: each task a job (Q7)
+                if task.job_id not in self.views:  # a second submit never wins (E2)
+                    self.views[task.job_id] = JobView.submitted(task, d.seq)
+                    self.changed_views.add(task.job_id)
         elif isinstance(e, JobEvent) and (job := self.views.get(e.job_id)) is not None:
             before = job.gpu_holdings()
             apply_job_event(job, d)  # the services' own fold (jpu.domain.states)

@@ -22,6 +22,7 @@ import asyncpg
 import msgspec
 
 from jpu.bus.model import Delivered
+from jpu.domain.arrays import tasks_of
 from jpu.domain.states import JobView, apply_job_event
 from jpu.events import JobEvent, JobSubmitted, UsageCharged
 
@@ -74,7 +75,8 @@ def _new_row(e: JobSubmitted, view: JobView) -> Row:
         "job_id": e.job_id, "lab": e.lab, "user": e.user, "name": e.name,
         "num_gpus": e.num_gpus, "tiers": e.tiers, "time_limit_s": e.time_limit_s,
         "env": dict(e.env), "command": e.command, "chdir": e.chdir, "submitted_at": e.ts,
-        "workspace": e.workspace, "usage_charged": 0.0, **columns(view),
+        "workspace": e.workspace, "usage_charged": 0.0, "array_id": view.array_id,
+        "array_task": view.array_task, **columns(view),
     }  # fmt: skip
 
 
@@ -146,6 +148,19 @@ def evolve(row: Row | None, d: Delivered) -> Row | None:
     return {**new, "view": _view_bytes(new, views.get(job_id)).decode()}
 
 
+def expand_arrays(batch: list[Delivered]) -> list[Delivered]:
+    """Q7: an array's one JobSubmitted as one submit per task (same seq), each task a row."""
+    if not any(isinstance(d.event, JobSubmitted) and d.event.array is not None for d in batch):
+        return batch
+    out: list[Delivered] = []
+    for d in batch:
+        if isinstance(d.event, JobSubmitted) and d.event.array is not None:
+            out += [msgspec.structs.replace(d, event=t) for t in tasks_of(d.event)]
+        else:
+            out.append(d)
+    return out
+
+
 def _job_id(event: Any) -> str | None:
     if isinstance(event, JobEvent):
         return event.job_id
@@ -161,7 +176,7 @@ COLUMNS: Final = (
     "dispatched_at", "started_at", "ended_at", "reservation_node", "reservation_tier",
     "reservation_gpus", "reservation_since", "backend_job_id", "isolation", "exit_code",
     "end_reason", "oom", "usage_charged", "kill_failed", "cancel_requested_by", "updated_at",
-    "updated_seq", "chdir", "oom_pending", "view", "workspace",
+    "updated_seq", "chdir", "oom_pending", "array_id", "array_task", "view", "workspace",
 )
 # fmt: on
 _QUOTED: Final = [f'"{c}"' for c in COLUMNS]
@@ -187,6 +202,7 @@ class JobsProjection:
         await self.apply_many(conn, [d])
 
     async def apply_many(self, conn: asyncpg.Connection, batch: list[Delivered]) -> None:
+        batch = expand_arrays(batch)
         ids = {i for d in batch if (i := _job_id(d.event)) is not None}
         if not ids:
             return

@@ -13,6 +13,7 @@ import asyncpg
 import msgspec
 
 from jpu.bus.model import Delivered
+from jpu.domain.arrays import tasks_of
 from jpu.events import JobEnded, JobSubmitted, ReservationReleased, ReservationShrunk, UsageCharged
 from jpu.explain.usage import ChargeLine, Held, Ledger
 from jpu.policy.charging import charge_id
@@ -50,7 +51,7 @@ def _keys(batch: Iterable[Delivered]) -> tuple[set[str], set[str]]:
     for d in batch:
         e = d.event
         if isinstance(e, JobSubmitted):
-            here.add(e.job_id)
+            here.update(job.job_id for job in tasks_of(e))  # Q7: an array's tasks
         elif isinstance(e, (ReservationShrunk, ReservationReleased, JobEnded)):
             keys.add(_lazy(e.job_id))
             if isinstance(e, (ReservationReleased, JobEnded)):
