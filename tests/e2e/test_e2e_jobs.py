@@ -7,11 +7,6 @@ step below must come from the event-triggered cycles (D8), well within the perio
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
 from e2e_support import ACTIVE, TERMINAL, Stack, by_type, jpu_cli, one, wait_until

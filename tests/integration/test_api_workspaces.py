@@ -9,9 +9,9 @@ import dataclasses
 
 import msgspec
 import pytest
-from test_api_support import Api, api_fixture, assert_error, bearer, job_body  # noqa: F401
 
 from jpu.events import JobSubmitted, WorkspaceBuildFailed, WorkspaceBuilt, WorkspaceEvent
+from jpu.testing.api import Api, assert_error, bearer, job_body
 
 SIX = {"name": "six", "requirements": "six\n"}
 
@@ -43,7 +43,6 @@ async def _events(api: Api) -> int:
 async def test_X4a_build_is_BUILDING_then_READY_and_a_job_in_it_records_its_image(
     api: Api,
 ) -> None:
-    api.require_intake()
     ws = await _build(api, "alice", SIX)
     assert ws["state"] == "BUILDING" and ws["scope"] == "user" and ws["user"] == "bcg-alice"
     before = await _events(api)  # a job naming a BUILDING workspace: 422, nothing appended
@@ -66,7 +65,6 @@ async def test_X4a_build_is_BUILDING_then_READY_and_a_job_in_it_records_its_imag
 
 
 async def test_X4a_failed_build_shows_its_log_and_a_job_naming_it_gets_422(api: Api) -> None:
-    api.require_intake()
     ws = await _build(api, "alice", {"name": "broken", "requirements": "not a requirement !!\n"})
     await _outcome(api, ws, ok=False)
     shown = (await api.client.get("/v1/workspaces/broken", headers=bearer("alice"))).json()
@@ -81,7 +79,6 @@ async def test_X4a_failed_build_shows_its_log_and_a_job_naming_it_gets_422(api: 
 
 
 async def test_X4a_another_labs_user_cannot_read_or_use_a_users_workspace(api: Api) -> None:
-    api.require_intake()
     await _outcome(api, await _build(api, "alice", SIX))
     for path in ("/v1/workspaces/six", "/v1/workspaces/six/log"):
         r = await api.client.get(path, params={"user": "bcg-alice"}, headers=bearer("carol"))
@@ -96,7 +93,6 @@ async def test_X4a_another_labs_user_cannot_read_or_use_a_users_workspace(api: A
 
 
 async def test_X4a_a_labs_workspace_is_used_by_its_members_built_by_its_admins(api: Api) -> None:
-    api.require_intake()
     r = await api.client.post("/v1/workspaces", json={**SIX, "scope": "lab"}, headers=bearer("bob"))
     assert_error(r, 403, "FORBIDDEN")
     ws = await _build(api, "admin", {**SIX, "scope": "lab"})  # admin of lab BCG

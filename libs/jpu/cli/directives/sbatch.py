@@ -24,8 +24,6 @@ _RESOURCES = (
 _REFUSED: Final[Mapping[str, str]] = {
     **dict.fromkeys(("-o", "--output", "-e", "--error", "-i", "--input"), _OUTPUT + _KEEP),
     **dict.fromkeys(
-    ),
-    **dict.fromkeys(
         ("-c", "--cpus-per-task", "--cpus-per-gpu", "--mem", "--mem-per-cpu", "--mem-per-gpu"),
         _RESOURCES + _KEEP,
     ),
