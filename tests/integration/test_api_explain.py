@@ -237,10 +237,10 @@ async def test_F5_lab_members_see_their_own_labs_charges_admins_every_labs(
     assert [c["job_id"] for c in mine["charges"]] == [None, ex.y, ex.x, ex.x]
     lab = (await api.client.get("/v1/labs/BCG", headers=bearer("bob"))).json()
     assert mine["total_value"] == pytest.approx(lab["usage"], abs=1e-6)  # F5
-    for who in ("carol", "demo-kdg-lead"):  # another lab's user and lab_admin
+    for who in ("carol", "kdg-lead"):  # another lab's user and lab_admin
         err = assert_error(await api.client.get(url, headers=bearer(who)), 403, "FORBIDDEN")
         assert err["details"] == {"lab": "BCG", "your_lab": "KDG"}
-    kdg = await api.client.get("/v1/labs/KDG/usage/explain", headers=bearer("demo-kdg-lead"))
+    kdg = await api.client.get("/v1/labs/KDG/usage/explain", headers=bearer("kdg-lead"))
     assert [c["job_id"] for c in kdg.json()["charges"]] == [None, ex.k]
     assert (await api.client.get("/v1/labs/KDG/usage/explain", headers=bearer("admin"))).json()[
         "charges"
