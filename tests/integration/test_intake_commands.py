@@ -130,11 +130,7 @@ async def test_Q6_idempotency_key_replays_or_conflicts_even_across_replicas(bus:
 async def test_cancel_is_idempotent_and_409_once_terminal(bus: EventBus):
     clock = FakeClock(10.0)
     config = msgspec.structs.replace(load_config(env={}), cycle_s=0.5, min_cycle_gap_s=0.02)
-    async with (
-        Watcher(bus, config) as w,
-        running(run_intake, bus, config, clock),
-        running(run_dispatcher, bus, config, clock),
-    ):
+    async with Watcher(bus, config) as w, running(run_intake, bus, config, clock):
         await wait_subscribed(bus)
         queued = [await submit(bus, {**BODY, "name": f"q{i}"}) for i in range(4)]
         personal = queued[3].job_id  # 4th job of a default (3) user waits in the personal queue
@@ -143,10 +139,12 @@ async def test_cancel_is_idempotent_and_409_once_terminal(bus: EventBus):
         assert (await cancel(bus, personal, by="mallory")).error.code == "FORBIDDEN"
         first = await cancel(bus, personal)
         assert (first.status, first.state) == (202, "CANCELLING")
+        # no dispatcher yet: the job stays CANCELLING, so the repeat meets it there (not ended)
         second = await cancel(bus, personal)
         assert (second.status, second.replayed) == (202, True)
-        # the dispatcher ends a queued job (nothing ran, nothing to charge)
-        await w.until(lambda s: s.jobs[personal].state == "CANCELLED")
+        async with running(run_dispatcher, bus, config, clock):
+            # the dispatcher ends a queued job (nothing ran, nothing to charge)
+            await w.until(lambda s: s.jobs[personal].state == "CANCELLED")
         done = await cancel(bus, personal)
         assert (done.status, done.error.code) == (409, "ALREADY_TERMINAL")
         assert (await cancel(bus, "nope")).error.code == "NOT_FOUND"

@@ -21,6 +21,7 @@ from jpu.events import (
 )
 from jpu.testing.api import bearer
 from jpu.testing.stack import NODE, TIER, Stack, start_stack
+from jpu.testing.stack_process import world_searchable_tmpdir
 
 
 async def status(s: Stack) -> dict:
@@ -104,7 +105,10 @@ async def appending(s: Stack, per_batch: int = 20, gap_s: float = 0.02) -> Async
 
 async def full_cycle(s: Stack) -> None:
     await s.until(lambda st: len(st.backfill) == 2)
-    running = await s.submit("bcg-alice", "sleep 5")
+    # runs until the test lets it end (a timed `sleep` could end before M1's checks on a slow
+    # machine, and "running jobs finish normally" would then prove nothing)
+    go = world_searchable_tmpdir("jpu-m1-") / "go"
+    running = await s.submit("bcg-alice", f"while [ ! -e {go} ]; do sleep 0.1; done")
     await s.until(lambda st: st.jobs[running].state == "RUNNING")
     queued = await s.submit("kdg-carol", "sleep 30", num_gpus=2)  # rank 1: reserves (R2)
     await s.until(lambda st: st.jobs[queued].state == "RESERVING")
@@ -128,6 +132,7 @@ async def full_cycle(s: Stack) -> None:
     await s.until(lambda st: st.jobs[doomed].state == "CANCELLED")
     assert s.state.jobs[running].state == "RUNNING"  # running jobs finish normally
     assert kept in s.state.backfill.values()  # LLM backfill keeps running while draining
+    go.touch()  # now the running job ends, on its own
 
     # M2 → M3: the running job ends; backfill is reclaimed; ACTIVE once none remains
     await until_status(s, "ACTIVE", timeout=30)
