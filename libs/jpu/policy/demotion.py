@@ -7,7 +7,8 @@ that is not rank 1 and still fits its placement. Modes (`reservation_demotion`):
 - `useful` — demoted only if some job ranked above it could start on the reserved GPUs this
   cycle and on no others: its tier admits that job, the placement's capacity fits it, the
   placement's idle GPUs plus the reserved ones are enough, and no placement has enough idle GPUs
-  for it already. Otherwise releasing would help no higher job, and the reservation is kept.
+  for it once the jobs ranked above it took theirs (`race`, D5). Otherwise releasing would help
+  no higher job, and the reservation is kept.
 - `hysteresis` — demoted only if rank 1's lab has a decayed usage below the reserving lab's by
   more than `margin` (a fraction of the reserving lab's): small reorders among labs of nearly
   equal usage no longer throw the gathered GPUs away.
@@ -25,6 +26,7 @@ idle. Trade-offs are written up in docs/reservations.md.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from itertools import groupby
 
 import msgspec
 
@@ -85,6 +87,7 @@ class DemotionCheck:
         self._ranks: dict[str, int] | None = None
         # kept because the usage gap to rank 1 is within the margin (hysteresis, damped)
         self.incumbents: set[str] = set()
+        self._race: Race | None = None  # the higher jobs competing for idle GPUs (D5)
 
     def demote(self, job: QueuedJob, rank1: QueuedJob, slot: Slot, held: Sequence[int]) -> bool:
         """SPEC R3/R6: `job` (not rank 1) reserving `held` GPUs in `slot` loses them."""
@@ -97,7 +100,7 @@ class DemotionCheck:
                 self.incumbents.add(job.job_id)
                 return False
         if mode in ("useful", "damped"):
-            return self.higher_can_use(job, slot, held)
+            return self.higher_can_use(job, slot, held, start=True)
         return True
 
     def give_back(self, job: QueuedJob, rank1: QueuedJob, slot: Slot, held: Sequence[int]) -> int:
@@ -117,14 +120,16 @@ class DemotionCheck:
             return len(held)
         rank = self.rank_of(job.job_id)
         idle = len(slot.idle)
-        ranks: list[tuple[int, int]] = []  # (rank, num_gpus) of the candidates above `job`
+        race = self.race()
+        # the higher jobs that would start on this placement's idle GPUs take them first (D5)
+        ranks = [(at, n) for at, n in race.onto.get((slot.node, slot.tier), ()) if at < rank]
         for cid in self.present:  # per request class (a handful), not per job
-            req, flat = self._class(cid)
+            req, _ = self._class(cid)
             n = req.num_gpus
-            if n > slot.capacity or not tier_admits(req, tier) or self.pool.can_serve(flat, n):
+            if n > slot.capacity or not tier_admits(req, tier):
                 continue
             # each candidate takes ≥ 1 GPU: more than `capacity` of a class cannot all start
-            at = 0
+            at = race.waits_from.get(cid, rank)  # the first its higher jobs leave waiting
             for _ in range(slot.capacity + 1):
                 try:
                     at = self.cid_rank.index(cid, at, rank)
@@ -154,10 +159,18 @@ class DemotionCheck:
         return self.higher_can_use(job, slot, held, dispatched)
 
     def higher_can_use(
-        self, job: QueuedJob, slot: Slot, held: Sequence[int], dispatched: Sequence[int] = ()
+        self,
+        job: QueuedJob,
+        slot: Slot,
+        held: Sequence[int],
+        dispatched: Sequence[int] = (),
+        *,
+        start: bool = False,
     ) -> bool:
         """Some job ranked above `job` (not among the `dispatched` ranks) could start on the
-        placement's idle and reserved GPUs now, and on no other placement (pool as it is)."""
+        placement's idle and reserved GPUs now, and on no other placement (pool as it is).
+        At the `start` of the cycle "no other" counts the jobs ranked above it first (D5): two
+        higher jobs that each fit in the same idle GPUs do not both start there."""
         tier = self.tiers.get(slot.tier)
         if tier is None:
             return True
@@ -172,11 +185,62 @@ class DemotionCheck:
             n = req.num_gpus
             if n > usable or n > slot.capacity or not tier_admits(req, tier):
                 continue
+            if start:  # the first job of the class that the higher ones leave waiting
+                if self.race().waits_from.get(cid, rank) < rank:
+                    return True
+                continue
             if self.pool.can_serve(flat, n):  # it can start elsewhere: the GPUs are not needed
                 continue
             if self._first_waiting(cid, done, rank) < rank:
                 return True
         return False
+
+    def race(self) -> Race:
+        """D3.4 run on a copy of the start-of-cycle pool with every reservation kept, in rank
+        order, by class (a holder that cannot start on idle GPUs waits; rank 1 reserves):
+        where each higher job would start and, per class, the first rank left waiting. A class
+        "can start elsewhere" only if its jobs still can once the jobs above them took theirs —
+        per class on the pool as it is, two 2-GPU jobs above a parked GPU each saw the same 3
+        idle GPUs, it was kept, and a lower 1-GPU job took the third ahead of the second."""
+        if self._race is not None:
+            return self._race
+        slots = {k: _copy(s) for k, s in self.pool.slots.items()}
+        pool = Pool(slots, self.tiers)
+        pool.index()
+        race = self._race = Race()
+        ranks, order, total = self.cid_rank, self.order, len(self.order)
+
+        def next_of(c: int, at: int) -> int:
+            try:
+                return ranks.index(c, at)
+            except ValueError:
+                return total
+
+        alive = {c: i for c in self.present if (i := next_of(c, 0)) < total}
+        levels = {c: self._levels(c) for c in alive}
+        while alive:
+            c = min(alive, key=alive.__getitem__)
+            i, n = alive[c], self._class(c)[0].num_gpus
+            alive[c] = next_of(c, i + 1)
+            slot = pool.best_fit(levels[c], n)
+            if slot is None:  # idle only shrinks: the class's later jobs wait too
+                race.waits_from[c] = i
+                alive[c] = total
+                if i == 0 and n >= 2 and order[0] not in self.holders:
+                    at = pool.most_idle(levels[c], n)  # D3.c: rank 1 reserves, and waits
+                    if at is not None:
+                        pool.take(at, n)
+            else:
+                pool.take(slot, n)
+                race.onto.setdefault((slot.node, slot.tier), []).append((i, n))
+            if alive[c] >= total:
+                del alive[c]
+        return race
+
+    def _levels(self, cid: int) -> list[list[str]]:
+        """T1, D4: the class's tiers best first, grouped by sort_order."""
+        flat = sorted(self._class(cid)[1], key=lambda t: (-self.tiers[t].sort_order, t))
+        return [list(g) for _, g in groupby(flat, key=lambda t: self.tiers[t].sort_order)]
 
     def rank_of(self, job_id: str) -> int:
         """The 0-based rank of a reservation holder: one pass over the order for all of them."""
@@ -208,3 +272,21 @@ class DemotionCheck:
             flat = [t.name for t in self.tiers.values() if tier_admits(req, t)]
             got = self._flat[cid] = (req, flat)
         return got
+
+
+class Race:
+    """`DemotionCheck.race`: per placement the (rank, num_gpus) that start there, and per class
+    the first rank its higher jobs leave waiting."""
+
+    __slots__ = ("onto", "waits_from")
+
+    def __init__(self) -> None:
+        self.onto: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self.waits_from: dict[int, int] = {}
+
+
+def _copy(s: Slot) -> Slot:
+    """A scratch slot: its own idle list, the rest shared (read only in the race)."""
+    c = Slot(s.node, s.tier)
+    c.capacity, c.idle, c.backfill, c.reserved = s.capacity, list(s.idle), s.backfill, s.reserved
+    return c

@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from builders import default_cluster, job, reserved, snap, tier
+from reference import ref_cycle
 
 from jpu.config import DEMOTION_MODES, ConfigError, load_config
 from jpu.policy import cycle
@@ -170,7 +171,9 @@ def test_R6_D5_useful_a_parked_job_that_fits_only_at_home_yields_it_to_the_highe
     `useful` (at the cycle's start j4 could start on n4); rank 1 then took n4, so j4 (3 GPUs)
     could start only on n2 with j0's GPU. j0 "swapped" onto n2's two idle GPUs — a dispatch
     ahead of j4 on the GPUs j4 needed (D5). A swap now goes elsewhere; with nowhere else, the
-    walk demotes j0 (R3: charged now) and j4 starts on n2."""
+    walk demotes j0 (R3: charged now). The check at the cycle's start now runs the higher jobs
+    in rank order (j3 takes n4's GPUs first, j4 is left with n2 and j0's GPU): j0 is demoted
+    there, and the walk then dispatches as `strict` does (j3 best-fits n2, j4 takes n4)."""
     t0 = tier("t0", 12, 10.0, 0, max_gpus=3)
     layout = {"n0": 2, "n1": 1, "n2": 3, "n3": 1, "n4": 4}
     held = {("n0", 0): "reserved:j1", ("n2", 0): "reserved:j0"}
@@ -197,7 +200,9 @@ def test_R6_D5_useful_a_parked_job_that_fits_only_at_home_yields_it_to_the_highe
     demoted = next(x for x in r.releases if x.job_id == "j0")
     assert demoted.charge_now == 1 * 1000.0 * 10.0  # R3: the held time, charged at once
     got = {d.job_id: (d.node, d.gpus) for d in r.dispatches}
-    assert got["j4"] == ("n2", (0, 1, 2)) and "j0" not in got
+    assert got["j4"] == ("n4", (0, 1, 2)) and got["j3"] == ("n2", (0, 1, 2)) and "j0" not in got
+    strict = cycle(msgspec.structs.replace(s, reservation_demotion="strict"), now=1000.0)
+    assert r.dispatches == strict.dispatches and r.releases == strict.releases
 
 
 # --- R6 yield: a 4-GPU reservation on an 8-GPU node; the other 4 GPUs run jobs ---------------
@@ -258,11 +263,12 @@ def test_R6_yield_gives_back_only_what_the_higher_jobs_need():
     r = cycle(yield_case(job("w", "KDG", n=3, at=-50.0), idle=1), now=300.0)
     assert [(sh.removed, sh.gpus) for sh in r.shrinks] == [((2, 3), (0, 1))]
     assert {d.job_id: d.gpus for d in r.dispatches} == {"w": (2, 3, 4)}
-    # two 1-GPU jobs and one idle GPU: the check is per request class with the pool as it is
-    # (as `useful`'s): the class can start on the idle GPU, so X keeps all four this cycle and
-    # z2 gets one of them in the next, once z1 runs on the idle GPU
+    # two 1-GPU jobs and one idle GPU: z1 takes the idle GPU first, so z2 needs one of X's
+    # (D5: the count runs the higher jobs in rank order; per class on the pool as it is, both
+    # once saw the same idle GPU, X kept all four and z2 waited a cycle on a GPU X held)
     r = cycle(yield_case(*two, idle=1), now=300.0)
-    assert r.shrinks == [] and {d.job_id: d.gpus for d in r.dispatches} == {"z1": (4,)}
+    assert [(sh.removed, sh.gpus) for sh in r.shrinks] == [((3,), (0, 1, 2))]
+    assert {d.job_id: d.gpus for d in r.dispatches} == {"z1": (3,), "z2": (4,)}
 
 
 def test_R6_yield_demotes_when_the_higher_job_needs_every_reserved_gpu():
@@ -339,3 +345,40 @@ def test_R6_D5_a_reserving_rank1_keeps_what_a_parked_swap_frees_for_the_next_cyc
         assert [(x.job_id, x.reason) for x in r.releases] == [("X", "swap")]
     else:
         assert got["R"] == ("P", (0, 1))  # X demoted first, R swaps (R4)
+
+
+def test_D5_two_higher_jobs_competing_for_the_same_idle_gpus_demote_the_parked_one():
+    """Found by the R6 property test: n0/t1 has 4 GPUs, h0 (lab C, 2 GPUs, rank 4) reserves
+    GPU 0, GPUs 1-3 are free; j0 and j1 (lab A, 2 t1 GPUs each) and j2 (1 t1 GPU) rank above
+    it; t0 (n1, n2) is free. Per class on the pool as it is, j0's class "could start" on the 3
+    idle GPUs, so `useful`, `damped` and `yield` kept h0's GPU: j0 took 2, j1 waited, j2 took
+    the third, and h0 then went to t0 (a swap) and gave GPU 0 back too late — j2 had jumped
+    ahead of j1 for GPUs j1 could use (D5). Run in rank order, j1 is left waiting and could
+    start with h0's GPU: h0 is demoted at the cycle's start in every mode, as R3 does."""
+    t0 = tier("t0", 24, 82.6, 1, max_gpus=8)
+    t1 = tier("t1", 12, 34.1, 0, max_gpus=4)
+    gpus = [Gpu("n0", "t1", 0, "reserved:h0")] + [Gpu("n0", "t1", i, "free") for i in (1, 2, 3)]
+    gpus += [Gpu(n, "t0", i, "free") for n, c in (("n1", 4), ("n2", 8)) for i in range(c)]
+    only_t1 = frozenset({"t1"})
+
+    def q(j: str, lab: str, n: int, **kw: object) -> QueuedJob:
+        return QueuedJob(job_id=j, lab=lab, user="u", num_gpus=n, queue_entered_at=0.0, **kw)  # type: ignore[arg-type]
+
+    queue = [
+        q("h0", "C", 2, reservation=Reservation("n0", "t1", (0,), 0.0, (0.0,))),
+        q("j0", "A", 2, tiers=only_t1), q("j1", "A", 2, tiers=only_t1),
+        q("j2", "A", 1, tiers=only_t1),
+    ]  # fmt: skip
+    usage = {"A": LabUsage(0.0, 0.0), "C": LabUsage(250.0, 0.0)}
+    base = Snapshot(tiers={"t0": t0, "t1": t1}, gpus=gpus, queue=queue, usage=usage,
+                    half_life_s=3600.0)  # fmt: skip
+    strict = cycle(base, now=1000.0)
+    assert strict == ref_cycle(base, 1000.0)  # the literal oracle
+    for mode in DEMOTION_MODES:
+        r = cycle(msgspec.structs.replace(base, reservation_demotion=mode), now=1000.0)
+        assert r.order == ["j0", "j1", "j2", "h0"]
+        assert [(x.job_id, x.reason) for x in r.releases] == [("h0", "demoted")], mode
+        got = {d.job_id: (d.node, d.tier, d.gpus) for d in r.dispatches}
+        assert got == {"j0": ("n0", "t1", (0, 1)), "j1": ("n0", "t1", (2, 3)),
+                       "h0": ("n1", "t0", (0, 1))}, mode  # fmt: skip
+        assert r.pending == {"j2": "Priority"}, mode

@@ -96,7 +96,9 @@ def check_dispatch_d5(snap: Snapshot, res, pos: dict[str, int]) -> None:
     ranked above it, left waiting without a reservation (or rank 1, reserving), could have
     started (those GPUs plus what the cycle left idle there, plus rank 1's own). Idle GPUs
     only shrink during a strict walk; under R6 a parked swap gives GPUs back mid-walk, and
-    higher ranks must then choose again first."""
+    higher ranks must then choose again first. A job demoted at step 3 (R3) that dispatches
+    in the walk takes its former GPUs as idle ones: they count as taken, not as its own, or
+    what the cycle left idle is counted twice (D5 holds: the higher job could not use them)."""
     after = _idle_after(snap, res)
     cap = {(p.node, p.tier): p.capacity for p in placements(snap.gpus, snap.tiers)}
     started = {s.job_id for s in res.starts}
@@ -169,10 +171,13 @@ def check_parked_d5(
 
 
 def _own(snap: Snapshot, job_id: str, res=None) -> set[tuple[str, str, int]]:
-    """GPUs `job_id` reserved at the cycle's start, less those it yielded in it (R6 yield: a
-    GPU given back and taken in again is idle in between, so taking it counts)."""
+    """GPUs `job_id` reserved at the cycle's start, less those it yielded in it (R6 yield) or
+    lost with a release that did not hand them to it (R3 demotion, R5): a GPU given back and
+    taken in again was idle in between, so taking it counts (`_idle_after` counts it idle)."""
     gave = {(sh.node, sh.tier, i) for sh in (res.shrinks if res else ()) for i in sh.removed
             if sh.job_id == job_id}  # fmt: skip
+    gave |= {(r.node, r.tier, i) for r in (res.releases if res else ()) for i in r.gpus
+             if r.job_id == job_id and r.reason != "dispatched"}  # fmt: skip
     return {(g.node, g.tier, g.index) for g in snap.gpus
             if g.state == f"reserved:{job_id}"} - gave  # fmt: skip
 
@@ -244,6 +249,45 @@ def test_R6_yield_invariants_on_partial_reservations(mode, case):
     snap, now = case
     snap = msgspec.structs.replace(snap, reservation_demotion=mode)
     check_invariants(snap, cycle(snap, now), now)
+
+
+def _demoted_then_redispatched() -> Snapshot:
+    """n0/t0 has 4 GPUs: h0 (lab C, 2 GPUs) reserves GPU 0, GPUs 1-3 are free. j2 (lab A, t1
+    only, no t1 placement) is rank 1, so h0 (rank 2) is demoted where the mode demotes (R3);
+    then h0 (2 GPUs) dispatches on GPUs 0-1, j0 (3 GPUs) finds 2 idle and waits, j1 takes 2."""
+    ts = {"t0": tier("t0", 24, 82.6, 1, max_gpus=8), "t1": tier("t1", 12, 34.1, 0, max_gpus=4)}
+    gpus = [Gpu("n0", "t0", 0, "reserved:h0")] + [Gpu("n0", "t0", i, "free") for i in (1, 2, 3)]
+    held = Reservation("n0", "t0", (0,), 0.0, (0.0,))
+    queue = [
+        QueuedJob(job_id="h0", lab="C", user="u", num_gpus=2, queue_entered_at=0.0,
+                  reservation=held),
+        QueuedJob(job_id="j0", lab="C", user="u", num_gpus=3, queue_entered_at=0.0),
+        QueuedJob(job_id="j1", lab="C", user="u", num_gpus=1, queue_entered_at=0.0),
+        QueuedJob(job_id="j2", lab="A", user="u", num_gpus=1, queue_entered_at=0.0,
+                  tiers=frozenset({"t1"})),
+    ]  # fmt: skip
+    usage = {lab: LabUsage(v, 0.0) for lab, v in (("A", 0.0), ("C", 250.0))}
+    return Snapshot(tiers=ts, gpus=gpus, queue=queue, usage=usage, half_life_s=3600.0)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_D5_lower_job_may_take_what_a_demoted_job_left_the_higher_one_short_of(mode):
+    """D5: j1 (rank 4) starts on 1 of the 2 GPUs h0 (rank 2) left idle: j0 (rank 3, 3 GPUs)
+    cannot use them this cycle, whether h0's reservation was demoted (R3; strict, hysteresis)
+    or kept until it dispatched (R6). The check must count GPU 0, idle again after the
+    demotion, as taken by h0's dispatch (it once counted it idle twice: 3 usable for j0)."""
+    snap = msgspec.structs.replace(_demoted_then_redispatched(), reservation_demotion=mode)
+    res = cycle(snap, 1000.0)
+    assert res.order == ["j2", "h0", "j0", "j1"]
+    assert [(d.job_id, d.gpus) for d in res.dispatches] == [("h0", (0, 1)), ("j1", (2,))]
+    assert res.pending["j0"] == "Priority" and res.pending["j2"] == "Resources"
+    demoted = mode in ("strict", "hysteresis")  # C is beyond the margin over A (R6)
+    assert [(r.job_id, r.reason) for r in res.releases] == [
+        ("h0", "demoted" if demoted else "dispatched")
+    ]
+    if mode == "strict":  # the literal oracle decides the same
+        assert res == ref_cycle(snap, 1000.0)
+    check_invariants(snap, res, 1000.0)
 
 
 def _small_sim(seed: int, n_jobs: int) -> Sim:
