@@ -12,7 +12,9 @@ from pathlib import Path
 
 import asyncpg
 
-from jpu.testing.cli import failed, jpu, ok
+from jpu.testing.cli import failed_raw as failed
+from jpu.testing.cli import jpu_raw as jpu
+from jpu.testing.cli import ok_raw as ok
 from jpu.testing.stack import NUMBERS, ended, logs_stack, wait_job
 
 WRITER = """mkdir -p "$JOB_OUTPUT_DIR/results"

@@ -9,15 +9,16 @@ import asyncio
 import json
 import os
 import shutil
-import sys
-from pathlib import Path
 
 import asyncpg
 
+from jpu.testing.cli import failed_raw as failed
+from jpu.testing.cli import jpu_raw as jpu
+from jpu.testing.cli import ok_raw as ok
+from jpu.testing.cli import raw_argv, raw_env
 from jpu.testing.stack import ended, logs_stack, wait_job
 from jpu.testing.stack_process import world_searchable_tmpdir
 
-Run = tuple[int, bytes, str]
 RAW = """if [ "$JOB_ATTEMPT" = 1 ]; then
   printf 'a1 \\377\\n'
   echo "torch.OutOfMemoryError: CUDA out of memory" >&2
@@ -26,37 +27,6 @@ fi
 printf 'a2 \\377\\n'
 echo err2 >&2
 """
-
-
-def _argv(*args: str) -> list[str]:
-    return [sys.executable, "-P", "-m", "jpu.cli.main", *args]
-
-
-def _env(url: str, who: str) -> dict[str, str]:
-    return {**os.environ, "JPU_URL": url, "JPU_TOKEN": f"demo-{who}"}
-
-
-async def jpu(url: str, who: str, *args: str, cwd: Path | None = None) -> Run:
-    proc = await asyncio.create_subprocess_exec(
-        *_argv(*args), env=_env(url, who), cwd=cwd,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return int(proc.returncode or 0), out, err.decode()
-
-
-def ok(run: Run) -> bytes:
-    rc, out, err = run
-    assert rc == 0, err
-    return out
-
-
-def failed(run: Run, code: str, command: str = "logs") -> str:
-    """`jpu COMMAND` refused: one line with the API's code, nothing on stdout, exit 1."""
-    rc, out, err = run
-    assert rc == 1 and out == b"", (rc, out, err)
-    assert err.count("\n") == 1 and f"jpu {command}: error: {code}: " in err, err
-    return err
 
 
 async def test_U5_jpu_logs_prints_the_raw_output_of_any_attempt(
@@ -103,7 +73,7 @@ async def test_U5_jpu_logs_follow_prints_until_the_attempt_ends(
             url = str(s.client.base_url).rstrip("/")
             job = await s.submit("bcg-alice", script)
             proc = await asyncio.create_subprocess_exec(
-                *_argv("logs", "-f", job), env=_env(url, "bcg-alice"),
+                *raw_argv("logs", "-f", job), env=raw_env(url, "bcg-alice"),
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             assert proc.stdout is not None
