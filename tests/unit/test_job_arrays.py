@@ -135,7 +135,7 @@ def test_Q7_never_more_than_N_tasks_hold_slots_S1() -> None:
         for jid in to_promote(log.state, None, limits, 3):
             log.add(promoted(jid, now, f"p-{jid}"))
         holding = [j for j in log.state.jobs.values() if j.holds_slot]
-        assert 1 <= len(holding) <= 4
+        assert len(holding) == min(4, 20 - len(done))  # %4 full while 4 tasks remain
         oldest = min(holding, key=lambda j: j.array_task or 0)
         log.end(oldest.job_id, now)
         done.append(oldest.job_id)

@@ -158,7 +158,7 @@ class EventBus:
     ) -> int:
         """`append`, retried while NATS is unreachable (a timeout as the server dies, no
         responders while JetStream restarts; jpu.bus.errors.is_unreachable), always with the
-        same event and so the same Nats-Msg-Id (issue 9, finding 4). A retry of an append that
+        same event and so the same Nats-Msg-Id (SPEC E2, O5). A retry of an append that
         did land is no second copy: the stream drops the repeated msg id within its duplicate
         window, and with an expected last subject sequence `append` recognises its own event as
         the subject's last. Backoff 0.2 s doubling to 5 s. Gives up (re-raises the last error)
@@ -293,7 +293,7 @@ class EventBus:
 
     async def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Drain: in-flight publishes and acks go out before the connection closes. Bounded
-        (issue 9, finding 4): the drain gets `timeout_s` (nats-py's own would wait 30 s for a
+        (SPEC O5): the drain gets `timeout_s` (nats-py's own would wait 30 s for a
         dead server, then 10 s for a flush) and is skipped while the connection is down (there
         is nowhere to drain to) or the server does not answer a PING within 1 s; then the
         connection is closed, again within `timeout_s`."""

@@ -4,7 +4,7 @@ from seq 1), replay the tail, then follow live.
 One ordered consumption path per process (jpu.bus.ordered: an ephemeral, unacknowledged pull
 consumer from `state.seq + 1` that never skips a message), so a service's state is always the
 state of the log up to `state.seq`. With a SnapshotStore the follower also writes a snapshot every
-`every_events` events or `every_s` seconds (issue 11), so the next start replays only the tail.
+`every_events` events or `every_s` seconds (SPEC O6), so the next start replays only the tail.
 Catching up has no deadline: it logs its progress and says when it is done (`catch_up`).
 """
 
@@ -152,7 +152,7 @@ class Follower:
         """Until the state has applied everything in the log now; returns that seq.
 
         Without `timeout` there is no deadline (a long replay must never turn into a restart
-        from zero, issue 11): progress is logged every `progress_s` (events/s, remaining)."""
+        from zero, SPEC O6): progress is logged every `progress_s` (events/s, remaining)."""
         last = await self.bus.last_seq()
         if timeout is not None:
             await self.wait_for(last, timeout)
@@ -175,7 +175,7 @@ class Follower:
 
 
 async def caught_up(follower: Follower, service: str) -> int:
-    """Catch up without a deadline, then say so: the service's readiness line (issue 11)."""
+    """Catch up without a deadline, then say so: the service's readiness line (SPEC O6)."""
     t0, start = time.monotonic(), follower.state.seq
     last = await follower.catch_up()
     log.info(
