@@ -16,11 +16,11 @@ import asyncpg
 
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.accounting import initial_charges
 from jpu.domain.cluster import ClusterState
-from jpu.metrics import observing_usage
+from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import observing_usage
 from jpu.store.projection import Projection, run_projections
 from jpu.store.projections import lab_usage, usage_ledger
 from jpu_services.accounting.charger import Charger

@@ -38,7 +38,6 @@ from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillHandle, BackfillSpec
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.backfill import (
     EndReason,
@@ -53,9 +52,10 @@ from jpu.domain.backfill import (
 from jpu.domain.cluster import ClusterState
 from jpu.domain.idle import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
-from jpu.metrics import count_preemption
 from jpu.policy.model import Gpu
-from jpu.service import wait_any
+from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import count_preemption
+from jpu.runtime.service import wait_any
 from jpu_services.backfill.options import BackfillOptions, BackfillStats
 
 log = logging.getLogger(__name__)

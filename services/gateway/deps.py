@@ -12,7 +12,7 @@ import asyncpg
 from fastapi import Depends, Request
 
 from jpu import auth
-from jpu.edges import Edges
+from jpu.runtime.edges import Edges
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.errors import unauthenticated
 

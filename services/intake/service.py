@@ -19,7 +19,6 @@ from nats.aio.msg import Msg
 
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.commands import (
     QUEUE_GROUP,
     CancelCommand,
@@ -43,6 +42,7 @@ from jpu.events import (
     JobRetryScheduled,
     JobSubmitted,
 )
+from jpu.runtime.clock import Clock
 from jpu_services.intake.promote import Limits, Promoter
 from jpu_services.intake.submit import cancel, hold, submit
 

@@ -11,7 +11,6 @@ import msgspec
 import pytest
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import Config, Node, load_config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
@@ -26,6 +25,7 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
+from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 

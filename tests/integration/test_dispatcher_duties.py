@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 import msgspec
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import Config, load_config
 from jpu.events import (
     BackfillEnded,
@@ -25,6 +24,7 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
+from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import run_dispatcher

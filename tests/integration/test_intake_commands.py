@@ -8,7 +8,6 @@ import time
 import msgspec
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.commands import (
     CancelCommand,
     CommandReply,
@@ -18,6 +17,7 @@ from jpu.commands import (
 )
 from jpu.config import Config, LabConfig, UserConfig, load_config
 from jpu.events import JobSubmitted, MaintenanceChanged, new_event_id
+from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu.testing.intake import BODY, config_with_limits, running, submit, wait_subscribed
 from jpu_services.dispatcher.service import run_dispatcher

@@ -46,13 +46,13 @@ NOT_IMPORTED = (
     "uuid",
     "jpu.backends",
     "jpu.bus",
-    "jpu.clock",
-    "jpu.edges",
+    "jpu.runtime.clock",
+    "jpu.runtime.edges",
     "jpu.embedded",
-    "jpu.service",
+    "jpu.runtime.service",
     "jpu.stack",
     "jpu.store",
-    "jpu.telemetry",
+    "jpu.runtime.telemetry",
     "jpu_services",
 )
 # Nor does anything they import load these.
@@ -63,9 +63,9 @@ NOT_LOADED = (
     "opentelemetry",
     "jpu.backends",
     "jpu.bus",
-    "jpu.clock",
+    "jpu.runtime.clock",
     "jpu.store",
-    "jpu.telemetry",
+    "jpu.runtime.telemetry",
     "jpu_services",
 )
 

@@ -18,7 +18,7 @@ import httpx
 from jpu.admin import DemoUser
 from jpu.backends.local.stop import terminate_all
 from jpu.config import ConfigError, load_config
-from jpu.service import install_stop_signals
+from jpu.runtime.service import install_stop_signals
 from jpu.stack import discover
 from jpu.stack.prepare import prepare
 from jpu.stack.servers import Servers, start_servers

@@ -23,7 +23,7 @@ from nats.aio.msg import Msg
 from jpu.bus.model import Delivered
 from jpu.bus.ordered import follow_ordered
 from jpu.events import decode
-from jpu.metrics import count_fault, sample_lag
+from jpu.runtime.metrics import count_fault, sample_lag
 
 if TYPE_CHECKING:
     from jpu.bus import EventBus

@@ -26,11 +26,11 @@ import httpx
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.config import Config, load_config
 from jpu.domain.cluster import ClusterState
-from jpu.edges import Edges
 from jpu.events import BackfillEnded, BackfillStarted, Event, MaintenanceChanged
+from jpu.runtime.clock import SystemClock
+from jpu.runtime.edges import Edges
 from jpu.testing.api import bearer
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers

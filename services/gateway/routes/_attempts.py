@@ -25,8 +25,8 @@ import nats.errors
 from jpu import joblogs
 from jpu.domain import attempts
 from jpu.domain.states import job_view
-from jpu.edges import Edges
 from jpu.events import Delivered, JobSubmitted
+from jpu.runtime.edges import Edges
 from jpu_services.gateway.config import GatewayConfig
 
 _LOG_ERRORS: Final = (nats.errors.Error, TimeoutError, OSError)

@@ -19,7 +19,7 @@ from fastapi import Request
 from starlette.requests import ClientDisconnect
 
 from jpu import commands, limits
-from jpu.edges import Edges
+from jpu.runtime.edges import Edges
 from jpu.store.positions import PositionWatch
 from jpu.store.projection import wait_applied
 from jpu_services.gateway.errors import ApiError, unreachable_dependency

@@ -24,11 +24,11 @@ from fastapi import APIRouter, Query, Request
 
 from jpu.bus import history
 from jpu.config import Config
-from jpu.edges import Edges
 from jpu.explain.queue_at import PastQueue
 from jpu.explain.usage import UsageExplanation, UsageStatement, explain_usage
 from jpu.explain.usage import usage_statement as statement
 from jpu.explain.wait import JobNotInLog, WaitTimeline
+from jpu.runtime.edges import Edges
 from jpu.store.projections.usage_ledger import read_ledger
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, forbidden, responses
