@@ -12,7 +12,7 @@ Measured in the same run:
   raw read   the n events read back in order from JetStream and decoded (jpu.bus.ordered);
   live       run_projections(every projection) from the bus until wait_applied (end to end,
              its default batch);
-  rebuild    rebuild_many(every projection) from seq 1 (what `python -m jpu.replay` runs).
+  rebuild    rebuild_many(every projection) from seq 1 (what `python -m jpu.tools.replay` runs).
 Progress on stderr, results on stdout.
 """
 

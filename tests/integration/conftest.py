@@ -20,7 +20,6 @@ import uvicorn
 from aiosmtpd.controller import Controller
 
 from jpu import auth, commands
-from jpu.admin import seed_demo
 from jpu.bus import EventBus
 from jpu.config import load_config
 from jpu.embedded.base import free_port
@@ -32,6 +31,7 @@ from jpu.store.projection import run_projections, wait_applied
 from jpu.testing.api import DEFAULT_NODES, T0, TOKENS, Api
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.receivers import Received, SmtpHandler, Webhook
+from jpu.tools.admin import seed_demo
 from jpu_services.accounting.service import READ_MODELS
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig

@@ -353,7 +353,16 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
         "JPU_SUBJECT_PREFIX": api.config.subject_prefix,
     }
     at = str(api.clock.now())
-    args = ("-m", "jpu.admin", "explain-usage", "BCG", "--nats", api.config.nats_url, "--at", at)
+    args = (
+        "-m",
+        "jpu.tools.admin",
+        "explain-usage",
+        "BCG",
+        "--nats",
+        api.config.nats_url,
+        "--at",
+        at,
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, *args, "--json", env=env, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

@@ -23,7 +23,6 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from jpu.admin import seed_demo
 from jpu.bus import EventBus
 from jpu.embedded.base import free_port
 from jpu.embedded.postgres import EmbeddedPostgres
@@ -31,6 +30,7 @@ from jpu.events import NodeInventoryObserved, new_event_id
 from jpu.store import create_pool, migrate
 from jpu.testing.api import TOKENS, assert_error
 from jpu.testing.nats_fixtures import unique_names
+from jpu.tools.admin import seed_demo
 
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
 

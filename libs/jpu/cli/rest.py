@@ -223,7 +223,7 @@ def _explain_usage(args: argparse.Namespace) -> int:
     """`jpu usage --explain [LAB]`: the lab's charges as `jpu-admin explain-usage` prints them
     (one renderer, one explanation: GET /v1/labs/{lab}/usage/explain answers with
     jpu.explain.usage). Times: epoch seconds or ISO 8601, like jpu-admin's."""
-    from jpu.admin_usage import when  # not on every CLI start
+    from jpu.tools.admin_usage import when  # not on every CLI start
 
     params: dict[str, Any] = {}
     try:

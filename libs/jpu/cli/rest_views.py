@@ -111,8 +111,8 @@ def usage_explanation(data: dict[str, Any]) -> str:
     (the same jpu.explain.usage answer, decoded back into its model)."""
     import msgspec
 
-    from jpu.admin_usage import render_explanation
     from jpu.explain.usage import UsageExplanation
+    from jpu.tools.admin_usage import render_explanation
 
     return render_explanation(msgspec.convert(data, UsageExplanation))
 

@@ -90,7 +90,7 @@ class Config(Cluster, frozen=True, kw_only=True):
     kill_failed_after_s: float = 300.0
     backfill_settle_s: float = 60.0
     backfill_enabled: bool = True
-    backfill_command: str = "python -m jpu.backfill_stub"
+    backfill_command: str = "python -m jpu.tools.backfill_stub"
     slurm_backend: str = "local"
     nats_url: str = "nats://127.0.0.1:4222"
     database_url: str = "postgresql://postgres@127.0.0.1:5432/jpu"

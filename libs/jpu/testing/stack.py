@@ -2,7 +2,7 @@
 
 Real NATS JetStream and PostgreSQL, the real gateway app (over ASGI, with its projections), the
 real intake, dispatcher, slurm-agent on the local backend (research jobs are local processes),
-accounting, and the backfill service running `python -m jpu.backfill_stub` on idle GPUs. Every
+accounting, and the backfill service running `python -m jpu.tools.backfill_stub` on idle GPUs. Every
 service runs with the system clock, as in production; only the periods are short.
 
 `logs_stack` is one for the job-logs tests (two tiers, an OOM on the smaller one retried on the

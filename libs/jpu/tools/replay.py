@@ -5,7 +5,7 @@ Each projection is replayed up to the sequence the live one has applied, so a li
 that merely lags is not a difference. With `until_ts` the rebuild stops at that point in time
 and is only reported (the live tables are at "now", a comparison would be meaningless).
 
-    python -m jpu.replay --nats URL --db DSN [--until TS] [--scratch-db DSN]
+    python -m jpu.tools.replay --nats URL --db DSN [--until TS] [--scratch-db DSN]
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = load_config()
     ap = argparse.ArgumentParser(
-        prog="python -m jpu.replay",
+        prog="python -m jpu.tools.replay",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
