@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jpu.bus.errors import is_unreachable
-from jpu.limits import printable
+from jpu.domain.limits import printable
 
 log = logging.getLogger("jpu.gateway.errors")
 

@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 import uvicorn
 
-from jpu import limits
+from jpu.domain import limits
 from jpu.store.projection import wait_applied
 from jpu.testing.api import TOKENS, Api, assert_error, bearer, job_body
 from jpu_services.gateway import server

@@ -18,7 +18,8 @@ import nats.errors
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from jpu import commands, limits
+from jpu import commands
+from jpu.domain import limits
 from jpu.runtime.edges import Edges
 from jpu.store.positions import PositionWatch
 from jpu.store.projection import wait_applied
