@@ -11,8 +11,8 @@ from typing import Annotated, Final
 import asyncpg
 from fastapi import Depends, Request
 
-from jpu import auth
 from jpu.runtime.edges import Edges
+from jpu.store import auth
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.errors import unauthenticated
 

@@ -19,7 +19,7 @@ import pytest_asyncio
 import uvicorn
 from aiosmtpd.controller import Controller
 
-from jpu import auth, commands
+from jpu import commands
 from jpu.bus import EventBus
 from jpu.config import load_config
 from jpu.embedded.base import free_port
@@ -27,6 +27,7 @@ from jpu.events import NodeInventoryObserved, new_event_id
 from jpu.runtime.clock import FakeClock
 from jpu.runtime.edges import Edges
 from jpu.runtime.service import run_workers
+from jpu.store import auth
 from jpu.store.projection import run_projections, wait_applied
 from jpu.testing.api import DEFAULT_NODES, T0, TOKENS, Api
 from jpu.testing.nats_fixtures import unique_names

@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from jpu import auth
 from jpu.bus import history
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
@@ -30,6 +29,7 @@ from jpu.domain.codec import pack
 from jpu.events import UsageCharged
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
+from jpu.store import auth
 from jpu.store.projection import wait_applied
 from jpu.testing.api import Api, assert_error, bearer
 from jpu.testing.cli import jpu, ok

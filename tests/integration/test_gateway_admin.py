@@ -8,7 +8,7 @@ import sys
 
 import asyncpg
 
-from jpu import auth
+from jpu.store import auth
 
 
 def admin(dsn: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:

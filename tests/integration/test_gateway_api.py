@@ -9,10 +9,10 @@ import asyncpg
 import httpx
 import pytest_asyncio
 
-from jpu import auth
 from jpu.bus import EventBus
 from jpu.config import load_config
 from jpu.events import JobPromoted, JobSubmitted, MaintenanceChanged, new_event_id
+from jpu.store import auth
 from jpu.store.projection import wait_applied
 from jpu.testing.api import bearer
 from jpu.testing.nats_fixtures import unique_names

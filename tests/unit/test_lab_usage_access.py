@@ -7,9 +7,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from jpu.auth import Principal
 from jpu.cli import rest_views
 from jpu.explain.usage import ChargeLine, Held, UsageExplanation
+from jpu.store.auth import Principal
 from jpu.tools.admin_usage import render_explanation
 
 

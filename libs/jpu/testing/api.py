@@ -11,11 +11,11 @@ import asyncpg
 import httpx
 import msgspec
 
-from jpu import auth
 from jpu.bus import EventBus
 from jpu.config import Config
 from jpu.events import Event, new_event_id
 from jpu.runtime.clock import FakeClock
+from jpu.store import auth
 from jpu.store.projection import wait_applied
 
 T0 = 1_700_000_000.0  # the FakeClock's start: event times in tests are near it

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import asyncpg
 
-from jpu import auth
 from jpu.config import Config, load_config
 from jpu.stack import discover
+from jpu.store import auth
 from jpu.tools import admin_usage
 
 # Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
