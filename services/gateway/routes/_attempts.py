@@ -22,7 +22,7 @@ from typing import Any, Final
 import msgspec
 import nats.errors
 
-from jpu import joblogs
+from jpu.backends import joblogs
 from jpu.domain import attempts
 from jpu.domain.states import job_view
 from jpu.events import Delivered, JobSubmitted

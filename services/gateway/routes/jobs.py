@@ -15,7 +15,8 @@ import msgspec
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from jpu import commands, joblogs
+from jpu import commands
+from jpu.backends import joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING
 from jpu.domain.workspaces import lookup_ids, usable_problem
