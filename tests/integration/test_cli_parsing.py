@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jpu.cli import rest_views as views
 from jpu.cli.main import build_parser, main
-from jpu.cli.rest import submit_body
-from jpu.cli.rest_client import DEFAULT_URL, ApiError, RestError, decode, resolve_target
-from jpu.cli.rest_render import fmt_duration, fmt_usage, parse_time_limit, table
+from jpu.cli.rest import views
+from jpu.cli.rest.client import DEFAULT_URL, ApiError, RestError, decode, resolve_target
+from jpu.cli.rest.render import fmt_duration, fmt_usage, parse_time_limit, table
+from jpu.cli.rest.subcommands import submit_body
 
 
 @pytest.mark.parametrize(

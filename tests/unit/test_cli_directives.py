@@ -11,8 +11,8 @@ import pytest
 
 from jpu.cli.directives import DirectiveError, Directives, header_lines, parse, partition_tiers
 from jpu.cli.main import build_parser
-from jpu.cli.rest_client import RestError
-from jpu.cli.rest_submit import submit_body
+from jpu.cli.rest.client import RestError
+from jpu.cli.rest.submit import submit_body
 
 TRAIN = """#!/bin/bash
 #SBATCH --job-name=resnet

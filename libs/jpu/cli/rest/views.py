@@ -6,10 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from jpu.cli.rest_jobviews import job as job  # the job views live there (re-exported)
-from jpu.cli.rest_jobviews import jobs as jobs
-from jpu.cli.rest_jobviews import queue as queue
-from jpu.cli.rest_render import fmt_ts, fmt_usage, table
+from jpu.cli.rest.jobviews import job as job  # the job views live there (re-exported)
+from jpu.cli.rest.jobviews import jobs as jobs
+from jpu.cli.rest.jobviews import queue as queue
+from jpu.cli.rest.render import fmt_ts, fmt_usage, table
 
 _EVENT_META = {"type", "event_id", "ts", "schema_version", "job_id", "seq"}
 _TIME_KEYS = {"since", "as_of"}

@@ -4,8 +4,8 @@ unique prefix of it will do (the API resolves it, as git does).
 
 In the habits of Slurm users: `submit` reads a script file (or `--wrap`) and its `#SBATCH` lines
 like sbatch and, like sbatch, the job runs in the directory it was submitted from
-(`--chdir`/`-D` for another; jpu.cli.rest_submit); `queue` looks like squeue and `jobs` /
-`history` like sacct (jpu.cli.rest_lists); `logs` prints an attempt's output as it is (raw
+(`--chdir`/`-D` for another; jpu.cli.rest.submit); `queue` looks like squeue and `jobs` /
+`history` like sacct (jpu.cli.rest.lists); `logs` prints an attempt's output as it is (raw
 bytes), following it with `-f` like `tail -f`. Tables for people, `--json` for scripts (the
 API's body as is), and on an error one line with the API's code and message — and what the
 details add: the limit, the valid values (jpu.cli.messages) — and a non-zero exit.
@@ -23,11 +23,16 @@ from collections.abc import Callable
 from typing import IO, Any
 from urllib.parse import quote
 
-import jpu.cli.rest_views as views
-from jpu.cli import rest_cancel, rest_info, rest_lists, rest_notify, rest_submit, rest_workspaces
-from jpu.cli.rest_client import ApiError, RestClient, RestError, StreamBroken, resolve_target
-from jpu.cli.rest_submit import parse_env as parse_env  # re-exported (tests, older callers)
-from jpu.cli.rest_submit import submit_body as submit_body
+import jpu.cli.rest.views as views
+from jpu.cli.rest import cancel as rest_cancel
+from jpu.cli.rest import info as rest_info
+from jpu.cli.rest import lists as rest_lists
+from jpu.cli.rest import notify as rest_notify
+from jpu.cli.rest import submit as rest_submit
+from jpu.cli.rest import workspaces as rest_workspaces
+from jpu.cli.rest.client import ApiError, RestClient, RestError, StreamBroken, resolve_target
+from jpu.cli.rest.submit import parse_env as parse_env  # re-exported (tests, older callers)
+from jpu.cli.rest.submit import submit_body as submit_body
 
 USER_ERRORS: tuple[type[Exception], ...] = (RestError, ApiError, OSError)
 

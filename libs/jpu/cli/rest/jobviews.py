@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jpu.cli.arrays_view import group, ranges
-from jpu.cli.rest_render import fields, fmt_duration, fmt_ts, fmt_usage, table
+from jpu.cli.rest.render import fields, fmt_duration, fmt_ts, fmt_usage, table
 from jpu.domain.arrays import split_task_id
 
 _QUEUE_HEADERS = ["RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME"]
