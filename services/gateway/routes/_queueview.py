@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import asyncpg
-from fastapi import Request
+from fastapi import FastAPI, Request
 
 from jpu import commands
 from jpu.bus.views import ViewStore
@@ -185,20 +185,21 @@ class SharedView:
                 fut.set_exception(e)
 
 
+def new_shared_view(app: FastAPI) -> SharedView:
+    """The app's SharedView over its pool, tiers, half-life and clock (built in the lifespan)."""
+    views = ViewStore(app.state.edges.bus)  # caches the decoded views between puts
+
+    async def compute() -> QueueView:
+        base = app.state.settings.base
+        clock = getattr(app.state, "clock", None)
+        now = float(clock.now()) if clock is not None else time.time()
+        edges = app.state.edges
+        decision, estimates = await asyncio.gather(views.queue(), views.estimates())
+        return await queue_view(edges.pool, decision, base.half_life_s, now, estimates)
+
+    return SharedView(compute)
+
+
 def shared_view(request: Request) -> SharedView:
-    """The app's SharedView (created on first use) over its pool, tiers, half-life and clock."""
-    app = request.app
-    view: SharedView | None = getattr(app.state, "queue_view", None)
-    if view is None:
-        views = ViewStore(app.state.edges.bus)  # caches the decoded views between puts
-
-        async def compute() -> QueueView:
-            base = app.state.settings.base
-            clock = getattr(app.state, "clock", None)
-            now = float(clock.now()) if clock is not None else time.time()
-            edges = app.state.edges
-            decision, estimates = await asyncio.gather(views.queue(), views.estimates())
-            return await queue_view(edges.pool, decision, base.half_life_s, now, estimates)
-
-        view = app.state.queue_view = SharedView(compute)
+    view: SharedView = request.app.state.queue_view
     return view

@@ -54,10 +54,7 @@ def _ok(model: type, description: str) -> dict[int | str, dict[str, Any]]:
 
 
 def _cache(request: Request) -> OrderedDict[str, dict[str, Any]]:
-    cache = getattr(request.app.state, "wait_cache", None)
-    if cache is None:
-        cache = request.app.state.wait_cache = OrderedDict()
-    assert isinstance(cache, OrderedDict)
+    cache: OrderedDict[str, dict[str, Any]] = request.app.state.wait_cache
     return cache
 
 

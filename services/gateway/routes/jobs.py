@@ -24,7 +24,7 @@ from jpu.policy.workdir import chdir_problem
 from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
-from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
+from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
 from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._jobview import (
@@ -62,10 +62,7 @@ _CANCEL_ERRORS: Final = responses(401, 403, 404, 409, 422, s409="ALREADY_TERMINA
 
 
 def _limiter(request: Request) -> RateLimiter:
-    limiter = getattr(request.app.state, "submit_limiter", None)
-    if limiter is None:
-        limiter = request.app.state.submit_limiter = from_settings(request.app.state.settings.base)
-    assert isinstance(limiter, RateLimiter)
+    limiter: RateLimiter = request.app.state.submit_limiter
     return limiter
 
 
