@@ -1,4 +1,4 @@
-"""The audit replay (SPEC E6, issue 11: "the audit replay of 1M events in ≤ 60 s").
+"""The audit replay (SPEC E6, "the audit replay of 1M events in ≤ 60 s").
 
     python bench/bench_audit.py [--n 1000000] [--profile FILE]
 

@@ -1,4 +1,4 @@
-"""Accuracy of the estimated start (SPEC U4, issue 14 item 5):
+"""Accuracy of the estimated start (SPEC U4):
 `python bench/bench_estimate_accuracy.py [--workload lab|philly-sample|philly] [--trace CSV]`.
 
 Inside one simulator run (the services' policy core), at every whole hour every waiting job's

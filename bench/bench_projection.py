@@ -1,5 +1,5 @@
 """How fast the projections fold the log into PostgreSQL, against raw COPY and a raw read of
-JetStream (SPEC E3, issue 11).
+JetStream (SPEC E3).
 
     python bench/bench_projection.py [--n 50000] [--batch 512] [--no-nats]
 

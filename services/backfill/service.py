@@ -75,7 +75,7 @@ class BackfillService:
     ) -> None:
         self.bus, self.config, self.backend, self.clock = bus, config, backend, clock
         self.options, self.stats = options, stats or BackfillStats()
-        self.state = ClusterState.new(config, keep_ended=False)  # issue 11
+        self.state = ClusterState.new(config, keep_ended=False)  # SPEC O6
         self.tracker = Tracker(self.state)
         self.wake = asyncio.Event()
         self.follower = Follower(
@@ -92,7 +92,7 @@ class BackfillService:
             self.wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.follower.restore()  # issue 11: the newest snapshot, then only the tail
+        await self.follower.restore()  # SPEC O6: the newest snapshot, then only the tail
         follow = asyncio.create_task(self.follower.run(stop), name="backfill-follow")
         try:
             await caught_up(self.follower, "backfill")

@@ -101,7 +101,7 @@ async def run_dispatcher(
     lease_renew_s: float = 1.0,
     stats: DispatcherStats | None = None,
 ) -> None:
-    state = ClusterState.new(config, keep_ended=False)  # issue 11: in-flight jobs only
+    state = ClusterState.new(config, keep_ended=False)  # SPEC O6: in-flight jobs only
     wake = asyncio.Event()
     follower = Follower(
         bus,
@@ -124,7 +124,7 @@ async def run_dispatcher(
         view,
         Estimator(config, state, view),
     )
-    await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
+    await follower.restore()  # SPEC O6: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(lease.run(stop))]
     try:
         await caught_up(follower, "dispatcher")

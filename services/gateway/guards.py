@@ -1,4 +1,4 @@
-"""Refuse, before any route, a path or query parameter no store can hold (issue 9, finding 3).
+"""Refuse, before any route, a path or query parameter no store can hold (SPEC O5).
 
 A NUL byte (`%00`) in a job id or in `?lab=`, `?state=`, `?user=` reached asyncpg, which raised
 (PostgreSQL text cannot hold NUL) and the client got a plain-text 500. Here every path parameter

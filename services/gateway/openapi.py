@@ -1,5 +1,5 @@
 """The OpenAPI document at /openapi.json says what the gateway really accepts and answers
-(SPEC §8; issue 9, finding 3).
+(SPEC §8).
 
 Routes declare their own statuses (`errors.responses(401, 404, ...)`); here, once for all:
   * the submit body is jpu.domain.limits' schema, with this cluster's tier names (what intake

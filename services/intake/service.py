@@ -72,7 +72,7 @@ class Intake:
         self, bus: EventBus, config: Config, clock: Clock, pool: asyncpg.Pool | None
     ) -> None:
         self.bus, self.config, self.clock = bus, config, clock
-        self.state = ClusterState.new(config, keep_ended=False)  # issue 11
+        self.state = ClusterState.new(config, keep_ended=False)  # SPEC O6
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self.follower = Follower(
@@ -190,7 +190,7 @@ async def run_intake(
     pool: asyncpg.Pool | None = None,
 ) -> None:
     intake = Intake(bus, config, clock, pool)
-    await intake.follower.restore()  # issue 11: the newest snapshot, then only the log's tail
+    await intake.follower.restore()  # SPEC O6: the newest snapshot, then only the log's tail
     follow = asyncio.create_task(intake.follower.run(stop))
     subs = []
     try:

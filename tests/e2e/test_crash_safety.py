@@ -1,4 +1,4 @@
-"""Crash safety of the running platform (issue 9 "In CI (a)"; SPEC E2, E3, E6, F4, F5, O5, S2).
+"""Crash safety of the running platform (SPEC E2, E3, E6, F4, F5, O5, S2).
 
 A workload over REST — short, failing (exit 3), GPU-OOM (X7/X8: retried on a bigger tier),
 2-GPU (reservations, D3/R1) and cancelled jobs (queued and running, X5) from six users in three

@@ -1,4 +1,4 @@
-"""Explanations through HTTP on real NATS JetStream + PostgreSQL (issue 14 items 3–4, SPEC U4):
+"""Explanations through HTTP on real NATS JetStream + PostgreSQL (SPEC U4):
 `GET /v1/jobs/{id}/wait`, `GET /v1/admin/labs/{lab}/usage-explain`, `GET /v1/admin/usage-statement`
 and `GET /v1/queue?at=` on SPEC R3's worked example, driven live by the real dispatcher and
 accounting services (the gateway app of test_api_support; the test acts as intake and agent).
@@ -139,7 +139,7 @@ async def test_U4_R3_wait_names_Ys_charge_that_demoted_X_and_its_phases(api: Api
     assert wait["phases"]["global_queue"] == pytest.approx(100.0)  # K ran 100 s ahead of it
     assert wait["phases"]["running"] == pytest.approx(600.0)
     assert wait["terminal"] is True
-    # the same answer from a snapshot taken before X's submission as from seq 1 (issue 11)
+    # the same answer from a snapshot taken before X's submission as from seq 1 (SPEC O6)
     state = ClusterState.new(api.config, keep_ended=False)
     async for d in api.bus.replay():
         if d.seq >= ex.x_submit_seq:

@@ -1,5 +1,5 @@
 """PostgreSQL down: the API answers 503 SERVICE_UNAVAILABLE with Retry-After in the SPEC §8 shape,
-never a plain-text 500, and recovers when it is back (issue 9, finding 3).
+never a plain-text 500, and recovers when it is back (SPEC O5).
 
 Real processes (`python -m jpu_services.intake`, `python -m jpu_services.gateway`) on the session
 NATS and a PostgreSQL server of this module's own (stopped and started again on the same port;

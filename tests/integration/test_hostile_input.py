@@ -1,4 +1,4 @@
-"""Hostile input over real HTTP (issue 9, findings 2, 3 and 5; SPEC Q1, §8, E3, E6).
+"""Hostile input over real HTTP (SPEC Q1, §8, E3, E6).
 
 The real gateway app served by uvicorn exactly as `python -m jpu_services.gateway` serves it
 (jpu_services.gateway.server), with the real intake and projections on real NATS JetStream and

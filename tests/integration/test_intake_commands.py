@@ -182,7 +182,7 @@ def _max_slots_over_the_log(events: list, config: Config, user: str) -> int:
 async def test_S1_X8_an_oom_retry_keeps_its_slot_so_the_next_job_is_not_promoted_meanwhile(
     bus: EventBus,
 ):
-    """Issue 10 finding 1: the OOM end freed the slot, intake promoted the user's next job, then
+    """SPEC S1: the OOM end freed the slot, intake promoted the user's next job, then
     the retry came back: two slot-holding jobs with max_active_jobs = 1."""
     config = msgspec.structs.replace(
         config_with_limits(),

@@ -1,4 +1,4 @@
-"""SPEC E3 + O5, issue 9 finding 1: a projector SIGKILLed at any moment — with a batch fetched
+"""SPEC E3 + O5: a projector SIGKILLed at any moment — with a batch fetched
 and not yet committed, or right after a commit — never drops an event from the views.
 
 The old runner acked a durable consumer and skipped "seq <= position": after a crash the server

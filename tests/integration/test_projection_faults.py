@@ -1,4 +1,4 @@
-"""SPEC E3 + E6, issue 9 finding 2 (the other way round): an event a projection cannot apply is
+"""SPEC E3 + E6, O5 (the other way round): an event a projection cannot apply is
 an alarm, never a silent park. The runner retries it, then records it in `projection_faults`
 (in the transaction that moves past it), every other event and every other projection goes on,
 /readyz says "degraded", and a rebuild or `jpu.tools.replay` reports it instead of crashing.

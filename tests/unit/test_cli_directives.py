@@ -1,4 +1,4 @@
-"""`#SBATCH` / `#JPU` directives of a submitted script (SPEC U5, issue 12 item 3), pure: what
+"""`#SBATCH` / `#JPU` directives of a submitted script (SPEC U5), pure: what
 is honoured, what is refused with its line and the fix, what sbatch would ignore, and how they
 combine with the command line (`jpu submit` flags win, as sbatch's do)."""
 

@@ -1,4 +1,4 @@
-"""jpu.domain.limits: one definition of what every store can hold (SPEC Q1; issue 9, finding 2), and
+"""jpu.domain.limits: one definition of what every store can hold (SPEC Q1), and
 the OpenAPI schema built from it says exactly what Q1 validation accepts."""
 
 from __future__ import annotations

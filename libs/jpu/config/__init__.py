@@ -99,7 +99,7 @@ class Config(Cluster, frozen=True, kw_only=True):
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
     data_dir: str = ".jpu"
-    snapshots: bool = True  # issue 11: services start from the newest snapshot of their fold
+    snapshots: bool = True  # SPEC O6: services start from the newest snapshot of their fold
     snapshot_every_events: int = 10_000  # ... written every N events
     snapshot_every_s: float = 300.0  # ... or every T seconds when events arrived
     snapshot_keep: int = 3  # the newest K are kept in the object store

@@ -1,4 +1,4 @@
-"""Recent run times, folded from the log (SPEC U4's input; issue 11: bounded, in the snapshot).
+"""Recent run times, folded from the log (SPEC U4's input; bounded, in the snapshot).
 
 The estimate (jpu.explain.estimate) predicts how long a job runs from the same user's (else
 lab's) last `KEEP` completed runs with the same `num_gpus`, and how tight users write their

@@ -100,7 +100,7 @@ class Simulator:
         self.config = services_config(cluster, params)
         self.policy = POLICIES[params.policy]
         self.tiers = {t.name: t for t in cluster.tiers}
-        self.state = ClusterState.new(cluster, keep_ended=False)  # in-flight jobs (issue 11)
+        self.state = ClusterState.new(cluster, keep_ended=False)  # in-flight jobs (SPEC O6)
         self.cluster = SimCluster(self.state)
         self.log = log
         self.progress = progress

@@ -1,4 +1,4 @@
-"""`jpu-admin explain-usage LAB` and `jpu-admin usage-statement` (issue 14 item 4, SPEC F5).
+"""`jpu-admin explain-usage LAB` and `jpu-admin usage-statement` (SPEC F5).
 
 For auditors: every charge that makes up a lab's usage, and a statement per lab and period like
 Slurm's `sreport`. Both read the log from NATS (`--nats`, the configuration's `nats_url`, else

@@ -1,7 +1,7 @@
 """The global queue as the API shows it: rank (SPEC D1) and pending reason (D7), read-only.
 
 Rank and pending reason are what the dispatcher decided, not a second cycle of the gateway's own
-(issue 10 finding 6): the leading dispatcher publishes each cycle's order and reasons to the NATS
+(SPEC D7): the leading dispatcher publishes each cycle's order and reasons to the NATS
 KV bucket `jpu_views` (services/dispatcher/view.py, jpu.bus.views), and the gateway shows exactly
 that, with the time it was decided (`decided_at`). A queued job the last published cycle has not
 seen yet (it entered the queue after it) has no rank and no reason until the next cycle, which D8

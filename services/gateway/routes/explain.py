@@ -1,4 +1,4 @@
-"""Explanations from the log (SPEC U4, §8 `GET /v1/jobs/{id}/wait`; issue 14 items 3–4).
+"""Explanations from the log (SPEC U4, §8 `GET /v1/jobs/{id}/wait`).
 
 * `GET /v1/jobs/{id}/wait` — why the job waited: rank and pending reason over its wait, the labs
   ahead with their decayed usage, its reservations and what ended them (R3: the event whose

@@ -1,4 +1,4 @@
-"""`jpu why` and `jpu-admin explain-usage` in words (issue 14, SPEC U4, F5): the pure renderers on
+"""`jpu why` and `jpu-admin explain-usage` in words (SPEC U4, F5): the pure renderers on
 SPEC R3's worked example as the simulator plays it, and how the language is chosen."""
 
 from __future__ import annotations

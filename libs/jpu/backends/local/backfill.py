@@ -95,7 +95,7 @@ class _Instances:
         self.loaded = True
         for record in self.store.all():
             if record.pid == 0 and record.final is None:
-                adopt_unsaved_spawn(record, self.store)  # spawned, pid unsaved (issue 9)
+                adopt_unsaved_spawn(record, self.store)  # spawned, pid unsaved (SPEC O5)
             self._watch(record, None)
 
     def get(self, bid: str) -> JobRecord:
