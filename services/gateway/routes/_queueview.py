@@ -44,7 +44,9 @@ _ARRAY_SLOTS_SQL: Final = (
 
 
 @dataclass
-class QueueView:
+class QueuePage:
+    """The queue as the API shows it (`GET /v1/queue`, a job's rank): global by rank, personal."""
+
     now: float
     maintenance: str
     ordered: list[Any]  # global queue rows, rank 1 first
@@ -132,7 +134,7 @@ async def queue_view(
     half_life_s: float,
     now: float,
     estimates: commands.EstimatesView | None = None,
-) -> QueueView:
+) -> QueuePage:
     rows, usage, maintenance = await _snapshot_parts(pool)
     queued = {r["job_id"]: r for r in rows if r["state"] != PERSONAL}
     order = [j for j in (decision.order if decision else []) if j in queued]
@@ -141,7 +143,7 @@ async def queue_view(
     newer = [r for r in queued.values() if r["job_id"] not in ranked]  # after that cycle
     labs = {r["lab"] for r in rows} | set(usage)
     personal = [r for r in rows if r["state"] == PERSONAL]
-    return QueueView(
+    return QueuePage(
         now=now,
         maintenance=maintenance,
         ordered=[queued[j] for j in order] + newer,
@@ -165,18 +167,18 @@ class SharedView:
     of being paid once per request.
     """
 
-    def __init__(self, compute: Callable[[], Awaitable[QueueView]]) -> None:
+    def __init__(self, compute: Callable[[], Awaitable[QueuePage]]) -> None:
         self.compute = compute
-        self._next: asyncio.Future[QueueView] | None = None
+        self._next: asyncio.Future[QueuePage] | None = None
         self._one_at_a_time = asyncio.Lock()
 
-    async def get(self) -> QueueView:
+    async def get(self) -> QueuePage:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
             asyncio.create_task(self._run(self._next))  # noqa: RUF006 (the future holds it)
         return await asyncio.shield(self._next)
 
-    async def _run(self, fut: asyncio.Future[QueueView]) -> None:
+    async def _run(self, fut: asyncio.Future[QueuePage]) -> None:
         async with self._one_at_a_time:
             self._next = None  # from now on, newcomers wait for a later computation
             try:
@@ -189,7 +191,7 @@ def new_shared_view(app: FastAPI) -> SharedView:
     """The app's SharedView over its pool, tiers, half-life and clock (built in the lifespan)."""
     views = ViewStore(app.state.edges.bus)  # caches the decoded views between puts
 
-    async def compute() -> QueueView:
+    async def compute() -> QueuePage:
         base = app.state.settings.base
         clock = getattr(app.state, "clock", None)
         now = float(clock.now()) if clock is not None else time.time()
