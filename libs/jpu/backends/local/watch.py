@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Watcher:
+class ProcessWatcher:
     def __init__(
         self,
         record: JobRecord,
