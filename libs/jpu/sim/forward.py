@@ -46,7 +46,7 @@ from jpu.domain.states import PLACED, QUEUED, JobView
 from jpu.events import JobDispatched, JobSubmitted, MaintenanceChanged
 from jpu.policy.charging import Charge
 from jpu.policy.model import LabUsage, MaintenanceState
-from jpu.sim import attempts
+from jpu.sim import backend
 from jpu.sim.cluster import SimCluster
 from jpu.sim.engine import Simulator
 from jpu.sim.eventlog import EventLog
@@ -250,7 +250,7 @@ class ForwardSim(Simulator):
         running = job is not None and job.state in PLACED and job.attempt == attempt
         if running and sim.basis[job_id] != "limits":
             sim.predicted_since = min(sim.predicted_since, sim.now)
-        attempts.on_end(sim, item)
+        backend.on_end(sim, item)
 
     def settle(self, c: Charge) -> None:
         if self.est.frozen_usage:  # a baseline: the order does not change, GPUs still do
