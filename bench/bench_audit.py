@@ -25,8 +25,8 @@ from jpu.bus import EventBus
 from jpu.embedded.nats import EmbeddedNats
 from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.store import create_pool, migrate
-from jpu.store.projection import rebuild_many
 from jpu.store.projections import ALL
+from jpu.store.rebuilding import rebuild_many
 from jpu.testing.pg_fixtures import sample_log
 
 

@@ -34,8 +34,9 @@ from jpu.bus.model import Delivered
 from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.events import AnyEvent, decode, subject_for
 from jpu.store import create_pool, migrate, wait_applied
-from jpu.store.projection import Projection, apply_to_all, rebuild_many, run_projections
+from jpu.store.projection import Projection, apply_to_all, run_projections
 from jpu.store.projections import ALL, jobs
+from jpu.store.rebuilding import rebuild_many
 from jpu.testing.pg_fixtures import sample_log
 
 TABLES = [t for p in ALL for t in p.tables] + ["projection_positions", "projection_faults"]

@@ -17,7 +17,8 @@ import asyncpg
 from jpu.bus import EventBus
 from jpu.events import JobSubmitted, new_event_id
 from jpu.store import create_pool, migrate, rebuild, wait_applied
-from jpu.store.projection import faults, run_projections
+from jpu.store.faults import faults
+from jpu.store.projection import run_projections
 from jpu.store.projections import ALL, jobs
 from jpu.testing.pg_fixtures import sample_log
 from jpu.tools.replay import audit

@@ -22,8 +22,10 @@ import asyncpg
 import msgspec
 
 from jpu.store import create_database, create_pool, drop_database, last_applied, migrate
-from jpu.store.projection import Projection, faults, rebuild_many
+from jpu.store.faults import faults
+from jpu.store.projection import Projection
 from jpu.store.projections import ALL
+from jpu.store.rebuilding import rebuild_many
 
 if TYPE_CHECKING:
     from jpu.bus import EventBus
