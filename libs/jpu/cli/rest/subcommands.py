@@ -24,12 +24,7 @@ from typing import IO, Any
 from urllib.parse import quote
 
 import jpu.cli.rest.views as views
-from jpu.cli.rest import cancel as rest_cancel
-from jpu.cli.rest import info as rest_info
-from jpu.cli.rest import lists as rest_lists
-from jpu.cli.rest import notify as rest_notify
-from jpu.cli.rest import submit as rest_submit
-from jpu.cli.rest import workspaces as rest_workspaces
+from jpu.cli.rest import cancel, info, lists, notify, submit, workspaces
 from jpu.cli.rest.client import ApiError, RestClient, RestError, StreamBroken, resolve_target
 from jpu.cli.rest.submit import parse_env as parse_env  # re-exported (tests, older callers)
 from jpu.cli.rest.submit import submit_body as submit_body
@@ -54,12 +49,12 @@ def _common() -> argparse.ArgumentParser:
 
 def register(sub: Any) -> None:
     common = [_common()]
-    rest_submit.add_parser(sub, common)
-    rest_lists.add_parsers(sub, common)
-    rest_info.add_parsers(sub, common)
-    rest_cancel.add_parser(sub, common)
-    rest_notify.add_parser(sub, common)  # Q10
-    rest_workspaces.add_parsers(sub, common)  # X4a
+    submit.add_parser(sub, common)
+    lists.add_parsers(sub, common)
+    info.add_parsers(sub, common)
+    cancel.add_parser(sub, common)
+    notify.add_parser(sub, common)  # Q10
+    workspaces.add_parsers(sub, common)  # X4a
     for name, helptext, func in (
         ("usage", "fair-share usage per lab", cmd_usage),
         ("pool", "the GPU pool by placement", cmd_pool),
