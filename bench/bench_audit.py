@@ -1,10 +1,10 @@
-"""The audit replay (SPEC E6, issue 11: "the audit replay of 1M events in ≤ 60 s").
+"""The audit replay (SPEC E6, "the audit replay of 1M events in ≤ 60 s").
 
     python bench/bench_audit.py [--n 1000000] [--profile FILE]
 
 Starts its own PostgreSQL (fsync on) and NATS, appends n events (the job-lifecycle mix of
 jpu.testing.pg_fixtures), brings the live projections to the log's end (rebuild_many into the
-live database: the reference, the rebuild alone), then runs `python -m jpu.replay` in its own
+live database: the reference, the rebuild alone), then runs `python -m jpu.tools.replay` in its own
 process — a scratch database rebuilt from seq 1, every table compared with the live one — and
 times it from the process's start to its verdict. `--profile FILE`: the replay under cProfile.
 Results on stdout, progress on stderr.
@@ -25,8 +25,8 @@ from jpu.bus import EventBus
 from jpu.embedded.nats import EmbeddedNats
 from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.store import create_pool, migrate
-from jpu.store.projection import rebuild_many
 from jpu.store.projections import ALL
+from jpu.store.rebuilding import rebuild_many
 from jpu.testing.pg_fixtures import sample_log
 
 
@@ -57,7 +57,7 @@ async def prepare(url: str, dsn: str, n: int) -> float:
 
 def run_replay(url: str, dsn: str, cwd: Path, profile: str | None) -> tuple[float, str]:
     prof = ["-m", "cProfile", "-o", profile] if profile else []
-    args = ["-m", "jpu.replay", "--nats", url, "--db", dsn, "--stream", "BENCH"]
+    args = ["-m", "jpu.tools.replay", "--nats", url, "--db", dsn, "--stream", "BENCH"]
     t = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-P", *prof, *args, "--prefix", "bench"],
@@ -65,7 +65,7 @@ def run_replay(url: str, dsn: str, cwd: Path, profile: str | None) -> tuple[floa
     )  # fmt: skip
     took = time.perf_counter() - t
     if out.returncode != 0:
-        raise SystemExit(f"jpu.replay failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+        raise SystemExit(f"jpu.tools.replay failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
     return took, out.stdout.strip().splitlines()[-1]
 
 
@@ -76,12 +76,12 @@ async def main(args: argparse.Namespace) -> None:
     try:
         dsn, url = pg.start(), nats.start()
         rebuilt = await prepare(url, dsn, args.n)
-        progress(f"live projections rebuilt in {rebuilt:.1f} s; running jpu.replay ...")
+        progress(f"live projections rebuilt in {rebuilt:.1f} s; running jpu.tools.replay ...")
         took, verdict = run_replay(url, dsn, root, args.profile)
         print(f"log: {args.n:,} events")
         print(f"reference rebuild_many(all {len(ALL)}) into the live db: {rebuilt:7.1f} s  "
               f"{args.n / rebuilt:>9,.0f} events/s")  # fmt: skip
-        print(f"python -m jpu.replay (rebuild + compare):      {took:7.1f} s  "
+        print(f"python -m jpu.tools.replay (rebuild + compare):      {took:7.1f} s  "
               f"{args.n / took:>9,.0f} events/s  -> {verdict}")  # fmt: skip
     finally:
         nats.stop()

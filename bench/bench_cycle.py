@@ -7,7 +7,7 @@ the cycle, as the gateway passes it) and `LabQueues` (grouped by lab, kept incre
 dispatcher's fold and the simulator — built here once, outside the timing, as they do).
 Prints median and p99 of `cycle()`, the growth per 10× queue, and as reference measured in the
 same run the time of `sorted()` of the queue by its D1 key tuple (ratios cycle/sort). The aim
-(issue 3) is ≤ 50 ms median at 100k queued jobs × 10k GPUs with `LabQueues`.
+(SPEC D3) is ≤ 50 ms median at 100k queued jobs × 10k GPUs with `LabQueues`.
 Progress goes to stderr.
 """
 

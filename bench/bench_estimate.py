@@ -52,8 +52,8 @@ class Live(NamedTuple):
     limits: dict[str, int]
 
     def present(self) -> Present:
-        """What the dispatcher takes between two cycles (jpu.estimate.present, with the bench's
-        own assumptions)."""
+        """What the dispatcher takes between two cycles (jpu.explain.estimate.present, with the
+        bench's own assumptions)."""
         state = self.state
         return Present(
             now=self.now,

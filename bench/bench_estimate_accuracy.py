@@ -1,24 +1,25 @@
-"""Accuracy of the estimated start (SPEC U4, issue 14 item 5):
+"""Accuracy of the estimated start (SPEC U4):
 `python bench/bench_estimate_accuracy.py [--workload lab|philly-sample|philly] [--trace CSV]`.
 
 Inside one simulator run (the services' policy core), at every whole hour every waiting job's
-start is estimated from the simulator's own state (its fold: `jpu.estimate.present` → `forward`),
-and at submission for a sample of jobs; at the end each estimate is compared with the job's
-actual start. Relative error = |estimate − actual| / max(actual − t, 60 s), t = when it was made.
-A second line per row: the same over the samples whose job waited ≥ 60 s (where most jobs start
-at once, both estimates are exact for them and the p50 of all samples is 0.000 for both), the
-share of samples where ours is closer to the actual start than Slurm-style's (or farther, by
-more than 1 s), and our median signed error (< 0: early).
-Settings of what the estimate knows of durations:
+start is estimated from the simulator's own state (its fold:
+`jpu.explain.estimate.present` → `forward`), and at submission for a sample of jobs; at the
+end each estimate is compared with the job's actual start. Relative error = |estimate − actual| /
+max(actual − t, 60 s), t = when it was made. A second line per row: the same over the samples whose
+job waited ≥ 60 s (where most jobs start at once, both estimates are exact for them and the p50 of
+all samples is 0.000 for both), the share of samples where ours is closer to the actual start than
+Slurm-style's (or farther, by more than 1 s), and our median signed error (< 0: early). Settings of
+what the estimate knows of durations:
   exact      time limit = the job's real run time
   2x         time limit = 2 × the run time (what users really write); the estimate scales a
-             limit by the user's recent run time / limit (jpu.estimate.RunTimes)
+             limit by the user's recent run time / limit (jpu.explain.estimate.RunTimes)
   2x-limits  the same, the estimate from the limits alone
   loose      time limit = the run time × a factor per job, lognormal with median 2 (σ 0.6 of
              its log), clipped to [1, 10], seeded: users differ, and so does each of their jobs
              (with `2x` every run/limit ratio is exactly 0.5, a best case for the scaling)
   loose-limits  the same, the estimate from the limits alone
-  predicted  no limits: the median of the user's (else the lab's) completed runs (jpu.estimate)
+  predicted  no limits: the median of the user's (else the lab's) completed runs
+             (jpu.explain.estimate)
 Beside it, in the same run on the same states, a Slurm-style estimate: a backfill plan by time
 limits (no limit: 24 h, a partition's DefaultTime) in the current priority order, fair-share
 frozen (what `squeue --start` gives). Coverage = share of samples with an estimate (ours:
@@ -48,8 +49,8 @@ import msgspec
 
 from jpu.config import DEFAULT_PATH, Cluster, Node, load_cluster
 from jpu.domain.states import PLACED, QUEUED, queued_job
-from jpu.estimate import RunTimes, present
 from jpu.events import Event, JobPromoted
+from jpu.explain.estimate import RunTimes, present
 from jpu.policy.fairshare import decayed
 from jpu.policy.slurm_like import limit_of
 from jpu.sim.engine import Simulator

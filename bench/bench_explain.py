@@ -1,4 +1,4 @@
-"""Explanations benchmark (issue 14 items 3–4): the cost of `GET /v1/jobs/{id}/wait`, of the usage
+"""Explanations benchmark (SPEC U4): the cost of `GET /v1/jobs/{id}/wait`, of the usage
 ledger behind explain-usage / the statement, and of `GET /v1/queue?at=`, on a simulated log of the
 Philly trace (the services' own policy and event types), in memory (no NATS: the pure folds).
 

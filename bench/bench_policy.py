@@ -1,4 +1,4 @@
-"""Reservations on real traces (issue 13, SPEC R3/R6): each R6 demotion mode against slurm-like
+"""Reservations on real traces (SPEC R3/R6): each R6 demotion mode against slurm-like
 and FIFO, from the simulator, on the same workload per (cluster shape, trace window).
 
     python bench/bench_policy.py                  # short: the bundled sample + one small run

@@ -1,5 +1,5 @@
 """How fast the projections fold the log into PostgreSQL, against raw COPY and a raw read of
-JetStream (SPEC E3, issue 11).
+JetStream (SPEC E3).
 
     python bench/bench_projection.py [--n 50000] [--batch 512] [--no-nats]
 
@@ -12,7 +12,7 @@ Measured in the same run:
   raw read   the n events read back in order from JetStream and decoded (jpu.bus.ordered);
   live       run_projections(every projection) from the bus until wait_applied (end to end,
              its default batch);
-  rebuild    rebuild_many(every projection) from seq 1 (what `python -m jpu.replay` runs).
+  rebuild    rebuild_many(every projection) from seq 1 (what `python -m jpu.tools.replay` runs).
 Progress on stderr, results on stdout.
 """
 
@@ -34,8 +34,9 @@ from jpu.bus.model import Delivered
 from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.events import AnyEvent, decode, subject_for
 from jpu.store import create_pool, migrate, wait_applied
-from jpu.store.projection import Projection, apply_to_all, rebuild_many, run_projections
+from jpu.store.projection import Projection, apply_to_all, run_projections
 from jpu.store.projections import ALL, jobs
+from jpu.store.rebuilding import rebuild_many
 from jpu.testing.pg_fixtures import sample_log
 
 TABLES = [t for p in ALL for t in p.tables] + ["projection_positions", "projection_faults"]

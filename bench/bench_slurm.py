@@ -55,7 +55,7 @@ from jpu.testing.slurm_fixtures import free_base_port
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_slurm_watch import run_watch
 
-STUB = "python -m jpu.backfill_stub"
+STUB = "python -m jpu.tools.backfill_stub"
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "slurm-testcluster"
 RTX = ["gpu-4090x2-01", "gpu-4090x2-02"]

@@ -1,4 +1,4 @@
-"""Start time of a service's fold against a long log: snapshot + tail vs full replay (issue 11).
+"""Start time of a service's fold against a long log: snapshot + tail vs full replay (SPEC O6).
 
     python bench/bench_start.py [--n 100000] [--tail 1000] [--profile FILE] [--live N]
 

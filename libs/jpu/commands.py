@@ -166,7 +166,7 @@ def decode_view(data: bytes) -> QueueView:
 
 class EstimatesView(msgspec.Struct, frozen=True, kw_only=True):
     """Written by the leading dispatcher every `estimate_every_s` (SPEC U4): the forward estimate
-    of when each queued job starts (jpu.estimate), computed on its state at `at` (stream seq
+    of when each queued job starts (jpu.explain.estimate), computed on its state at `at` (stream seq
     `seq`). `jobs` = job id → [estimated start (null: unknown), basis: limits | predicted |
     unknown]. `complete` = every job got a start within the horizon and the cycle cap.
     `why` = why a start is unknown → the jobs it is unknown for (each reason once: in

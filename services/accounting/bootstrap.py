@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from jpu.clock import SystemClock
-from jpu.edges import Edges, connect_edges
-from jpu.service import Worker
+from jpu.runtime.clock import SystemClock
+from jpu.runtime.edges import Edges, connect_edges
+from jpu.runtime.service import Worker
 from jpu.store.projection import run_projections
 from jpu_services.accounting.config import AccountingConfig
 from jpu_services.accounting.service import READ_MODELS, run_accounting

@@ -15,7 +15,7 @@ Exactly once, even with several replicas or a restart mid-stream:
     computed on a stale `(value, as_of)` is refused (ConcurrencyConflict), re-read, re-decided;
   * an append NATS does not acknowledge (it died or restarts) is retried with the same event,
     so the same msg id, until it is (EventBus.append_retrying): the service waits for NATS
-    instead of exiting, and the charge lands once (issue 9, finding 4).
+    instead of exiting, and the charge lands once (SPEC O5).
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class Charger:
 
     async def _while_unreachable(self, step: Callable[[], Awaitable[object]]) -> None:
         """`step` (reading the log back), repeated while NATS does not answer, until `stop`:
-        an outage makes accounting wait, never exit (issue 9, finding 4)."""
+        an outage makes accounting wait, never exit (SPEC O5)."""
         while True:
             try:
                 await step()

@@ -16,11 +16,11 @@ import asyncpg
 
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.accounting import initial_charges
 from jpu.domain.cluster import ClusterState
-from jpu.metrics import observing_usage
+from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import observing_usage
 from jpu.store.projection import Projection, run_projections
 from jpu.store.projections import lab_usage, usage_ledger
 from jpu_services.accounting.charger import Charger
@@ -28,7 +28,7 @@ from jpu_services.accounting.charger import Charger
 log = logging.getLogger(__name__)
 
 # Accounting's read models (SPEC E4), in one transaction per batch: the usage ledger's lines
-# (issue 14.4) always add up to the lab_usage beside them (F5).
+# (SPEC F5) always add up to the lab_usage beside them (F5).
 READ_MODELS: tuple[Projection, ...] = (lab_usage.projection, usage_ledger.projection)
 
 
@@ -41,7 +41,7 @@ async def run_accounting(
     pool: asyncpg.Pool | None = None,
     charger_out: list[Charger] | None = None,
 ) -> None:
-    state = ClusterState.new(config, keep_ended=False)  # issue 11: in-flight jobs only
+    state = ClusterState.new(config, keep_ended=False)  # SPEC O6: in-flight jobs only
     wake = asyncio.Event()
     charger: Charger
 
@@ -53,7 +53,7 @@ async def run_accounting(
     charger = Charger(bus, state, follower, config.half_life_s, stop)
     if charger_out is not None:
         charger_out.append(charger)
-    await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
+    await follower.restore()  # SPEC O6: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop))]
     if pool is not None:
         tasks.append(asyncio.create_task(run_projections(bus, pool, READ_MODELS, stop=stop)))

@@ -7,9 +7,9 @@ import logging
 
 from jpu.backends import make_backend
 from jpu.backends.backfill import BackfillBackend
-from jpu.clock import SystemClock
-from jpu.edges import Edges, connect_edges
-from jpu.service import Worker
+from jpu.runtime.clock import SystemClock
+from jpu.runtime.edges import Edges, connect_edges
+from jpu.runtime.service import Worker
 from jpu_services.backfill.config import BackfillConfig
 from jpu_services.backfill.service import run_backfill
 

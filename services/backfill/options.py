@@ -8,7 +8,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class BackfillOptions:
     enabled: bool = True
-    command: str = "python -m jpu.backfill_stub"
+    command: str = "python -m jpu.tools.backfill_stub"
     settle_s: float = 60.0  # B1
     grace_s: float = 5.0  # SIGTERM → SIGKILL when reclaiming (M2)
     poll_s: float = 0.5  # how often running instances are polled for their end

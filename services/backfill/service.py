@@ -38,7 +38,6 @@ from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillHandle, BackfillSpec
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.backfill import (
     EndReason,
@@ -53,9 +52,10 @@ from jpu.domain.backfill import (
 from jpu.domain.cluster import ClusterState
 from jpu.domain.idle import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
-from jpu.metrics import count_preemption
 from jpu.policy.model import Gpu
-from jpu.service import wait_any
+from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import count_preemption
+from jpu.runtime.service import wait_any
 from jpu_services.backfill.options import BackfillOptions, BackfillStats
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class BackfillService:
     ) -> None:
         self.bus, self.config, self.backend, self.clock = bus, config, backend, clock
         self.options, self.stats = options, stats or BackfillStats()
-        self.state = ClusterState.new(config, keep_ended=False)  # issue 11
+        self.state = ClusterState.new(config, keep_ended=False)  # SPEC O6
         self.tracker = Tracker(self.state)
         self.wake = asyncio.Event()
         self.follower = Follower(
@@ -92,7 +92,7 @@ class BackfillService:
             self.wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.follower.restore()  # issue 11: the newest snapshot, then only the tail
+        await self.follower.restore()  # SPEC O6: the newest snapshot, then only the tail
         follow = asyncio.create_task(self.follower.run(stop), name="backfill-follow")
         try:
             await caught_up(self.follower, "backfill")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from jpu.commands import EstimatesView
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.estimate import present
+from jpu.explain.estimate import present
 from jpu.sim.forward import EstimateParams, ForwardResult, Present, forward
 from jpu_services.dispatcher.view import ViewPublisher
 

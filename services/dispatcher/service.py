@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
-from jpu.metrics import observing_queue, record_cycle
 from jpu.policy.cycle import cycle
-from jpu.service import wait_any
+from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import observing_queue, record_cycle
+from jpu.runtime.service import wait_any
 from jpu_services.dispatcher.estimates import Estimator
 from jpu_services.dispatcher.lease import Lease
 from jpu_services.dispatcher.view import ViewPublisher
@@ -101,7 +101,7 @@ async def run_dispatcher(
     lease_renew_s: float = 1.0,
     stats: DispatcherStats | None = None,
 ) -> None:
-    state = ClusterState.new(config, keep_ended=False)  # issue 11: in-flight jobs only
+    state = ClusterState.new(config, keep_ended=False)  # SPEC O6: in-flight jobs only
     wake = asyncio.Event()
     follower = Follower(
         bus,
@@ -124,7 +124,7 @@ async def run_dispatcher(
         view,
         Estimator(config, state, view),
     )
-    await follower.restore()  # issue 11: the newest snapshot, then only the log's tail
+    await follower.restore()  # SPEC O6: the newest snapshot, then only the log's tail
     tasks = [asyncio.create_task(follower.run(stop)), asyncio.create_task(lease.run(stop))]
     try:
         await caught_up(follower, "dispatcher")

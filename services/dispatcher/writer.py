@@ -18,7 +18,7 @@ import msgspec
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.domain.cluster import ClusterState
 from jpu.events import Event, JobEvent, MaintenanceChanged, subject_for
-from jpu.metrics import record_appended
+from jpu.runtime.metrics import record_appended
 
 
 class LeaseLost(Exception):

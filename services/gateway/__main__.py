@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from jpu.service import setup_logging, setup_telemetry
+from jpu.runtime.service import setup_logging, setup_telemetry
 from jpu_services.gateway import config
 from jpu_services.gateway import server as server_config
 from jpu_services.gateway.app import create_app

@@ -6,18 +6,21 @@ import asyncio
 import logging
 import os
 import signal
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from jpu.service import run_workers
+from jpu.runtime.service import run_workers
 from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
 from jpu_services.gateway.config import GatewayConfig
+from jpu_services.gateway.deps import TokenCache
 from jpu_services.gateway.errors import install_error_handlers
 from jpu_services.gateway.guards import PathTemplates, TextGuard
 from jpu_services.gateway.openapi import install_openapi
+from jpu_services.gateway.ratelimit import from_settings
 from jpu_services.gateway.routes import (
     admin,
     console,
@@ -32,6 +35,8 @@ from jpu_services.gateway.routes import (
     queue,
     workspaces,
 )
+from jpu_services.gateway.routes._queueview import new_shared_view
+from jpu_services.gateway.workdir import JobAccounts
 
 log = logging.getLogger("jpu.gateway")
 
@@ -43,6 +48,12 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         stop = asyncio.Event()
         app.state.edges, app.state.crashed = edges, False
         app.state.positions = await PositionWatch.start(settings.base.database_url)
+        # every per-app object is built here, once, before the first request
+        app.state.token_cache = TokenCache()
+        app.state.submit_limiter = from_settings(settings.base)
+        app.state.job_accounts = JobAccounts(settings)
+        app.state.wait_cache = OrderedDict()
+        app.state.queue_view = new_shared_view(app)
         projector = asyncio.create_task(
             run_workers(stop, bootstrap.workers(settings, edges)), name="projector"
         )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from jpu.edges import Edges, connect_edges
-from jpu.service import Worker
+from jpu.runtime.edges import Edges, connect_edges
+from jpu.runtime.service import Worker
 from jpu.store.projection import Projection, run_projections
 from jpu.store.projections import backfill, gpu_resources, jobs, maintenance, workspaces
 from jpu_services.gateway.config import GatewayConfig

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jpu import joblogs
+from jpu.backends import joblogs
 from jpu.config import Config, load_config
 
 

@@ -11,8 +11,8 @@ from typing import Annotated, Final
 import asyncpg
 from fastapi import Depends, Request
 
-from jpu import auth
-from jpu.edges import Edges
+from jpu.runtime.edges import Edges
+from jpu.store import auth
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.errors import unauthenticated
 
@@ -72,9 +72,7 @@ async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
     token = bearer_token(request)
     if token is None:
         raise unauthenticated("missing bearer token (Authorization: Bearer <token>)")
-    cache: TokenCache | None = getattr(request.app.state, "token_cache", None)
-    if cache is None:
-        cache = request.app.state.token_cache = TokenCache()
+    cache: TokenCache = request.app.state.token_cache
     now = time.monotonic()
     principal = cache.get(token, now)
     if principal is None:

@@ -1,6 +1,6 @@
 """The one error envelope (SPEC §8): `{"error": {"code", "message", "details"}}` for every error.
 
-Every failure a route can meet ends in it (issue 9, finding 3): the framework's own errors
+Every failure a route can meet ends in it (SPEC O5): the framework's own errors
 (routing 404/405 with `Allow`, body parsing 400, parameter validation 422 naming the field), a
 database or bus that does not answer (503 SERVICE_UNAVAILABLE with `Retry-After`), and, last,
 anything unexpected (500 INTERNAL, logged with its traceback) — never a plain-text 500.
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jpu.bus.errors import is_unreachable
-from jpu.limits import printable
+from jpu.domain.limits import printable
 
 log = logging.getLogger("jpu.gateway.errors")
 

@@ -1,8 +1,8 @@
-"""Refuse, before any route, a path or query parameter no store can hold (issue 9, finding 3).
+"""Refuse, before any route, a path or query parameter no store can hold (SPEC O5).
 
 A NUL byte (`%00`) in a job id or in `?lab=`, `?state=`, `?user=` reached asyncpg, which raised
 (PostgreSQL text cannot hold NUL) and the client got a plain-text 500. Here every path parameter
-and query parameter of every route, present and future, is checked with jpu.limits' one rule
+and query parameter of every route, present and future, is checked with jpu.domain.limits' one rule
 for text; a refusal is 422 VALIDATION_ERROR naming the parameter (SPEC §8).
 """
 
@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from jpu.limits import FieldError, printable, text_problem
+from jpu.domain.limits import FieldError, printable, text_problem
 from jpu_services.gateway.errors import envelope
 
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -1,8 +1,9 @@
 """The OpenAPI document at /openapi.json says what the gateway really accepts and answers
-(SPEC §8; issue 9, finding 3).
+(SPEC §8).
 
 Routes declare their own statuses (`errors.responses(401, 404, ...)`); here, once for all:
-  * the submit body is jpu.limits' schema, with this cluster's tier names (what intake accepts);
+  * the submit body is jpu.domain.limits' schema, with this cluster's tier names (what intake
+    accepts);
   * every string parameter says it holds no NUL, and every operation may answer 422
     VALIDATION_ERROR (a NUL byte in any path or query parameter is refused before any route,
     jpu_services.gateway.guards); every operation that reads
@@ -18,7 +19,7 @@ from typing import Any, Final
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from jpu import limits
+from jpu.domain import limits
 from jpu_services.gateway.errors import ErrorBody, responses
 from jpu_services.gateway.routes import explain
 

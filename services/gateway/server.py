@@ -1,5 +1,5 @@
 """How the gateway is served: uvicorn, with a bound on how long a client may take to send its
-request (issue 9, finding 5).
+request (SPEC O5).
 
 uvicorn bounds only the idle time between requests (`timeout_keep_alive`); a client that sends
 part of the headers, or declares `Content-Length: 1000` and sends 10 bytes, would hold its

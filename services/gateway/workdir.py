@@ -72,8 +72,5 @@ def _has_acl(path: PurePosixPath) -> bool:
 
 
 def job_accounts(request: Request) -> JobAccounts:
-    found = getattr(request.app.state, "job_accounts", None)
-    if found is None:
-        found = request.app.state.job_accounts = JobAccounts(request.app.state.settings)
-    assert isinstance(found, JobAccounts)
+    found: JobAccounts = request.app.state.job_accounts
     return found

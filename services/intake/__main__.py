@@ -3,7 +3,7 @@
 import asyncio
 import contextlib
 
-from jpu.service import serve_workers
+from jpu.runtime.service import serve_workers
 
 if __name__ == "__main__":
     # Every submit passes through this loop (a NATS request, appends, the fold); on asyncio a

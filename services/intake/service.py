@@ -19,7 +19,6 @@ from nats.aio.msg import Msg
 
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.commands import (
     QUEUE_GROUP,
     CancelCommand,
@@ -43,6 +42,7 @@ from jpu.events import (
     JobRetryScheduled,
     JobSubmitted,
 )
+from jpu.runtime.clock import Clock
 from jpu_services.intake.promote import Limits, Promoter
 from jpu_services.intake.submit import cancel, hold, submit
 
@@ -72,7 +72,7 @@ class Intake:
         self, bus: EventBus, config: Config, clock: Clock, pool: asyncpg.Pool | None
     ) -> None:
         self.bus, self.config, self.clock = bus, config, clock
-        self.state = ClusterState.new(config, keep_ended=False)  # issue 11
+        self.state = ClusterState.new(config, keep_ended=False)  # SPEC O6
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self.follower = Follower(
@@ -190,7 +190,7 @@ async def run_intake(
     pool: asyncpg.Pool | None = None,
 ) -> None:
     intake = Intake(bus, config, clock, pool)
-    await intake.follower.restore()  # issue 11: the newest snapshot, then only the log's tail
+    await intake.follower.restore()  # SPEC O6: the newest snapshot, then only the log's tail
     follow = asyncio.create_task(intake.follower.run(stop))
     subs = []
     try:

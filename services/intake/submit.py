@@ -137,7 +137,7 @@ async def _cancel_one(
             await follower.catch_up()  # it may have been submitted a moment ago
             job = state.jobs.get(cmd.job_id)
         if job is None:
-            job = await _ended_job(bus, cmd.job_id)  # gone from the hot state: ended (issue 11)
+            job = await _ended_job(bus, cmd.job_id)  # gone from the hot state: ended (SPEC O6)
         if job is None:
             return error_reply("NOT_FOUND", f"no job {cmd.job_id}")
         answer = cancel_answer(cmd, job)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from jpu.edges import Edges, connect_edges
-from jpu.service import Worker
+from jpu.runtime.edges import Edges, connect_edges
+from jpu.runtime.service import Worker
 from jpu_services.notifier.config import NotifierConfig
 from jpu_services.notifier.service import run_notifier
 

@@ -26,7 +26,7 @@ from jpu.bus import EventBus
 from jpu.bus.ordered import follow_ordered
 from jpu.domain.notify import Notification, NotifyState, retry_delay, step
 from jpu.events import decode
-from jpu.service import wait_any
+from jpu.runtime.service import wait_any
 from jpu_services.notifier import sentlog
 from jpu_services.notifier.channels import Channels, NotConfigured
 from jpu_services.notifier.config import NotifierConfig

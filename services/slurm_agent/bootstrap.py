@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from jpu.backends import make_backend
-from jpu.clock import SystemClock
-from jpu.edges import Edges, connect_edges
-from jpu.service import Worker
+from jpu.runtime.clock import SystemClock
+from jpu.runtime.edges import Edges, connect_edges
+from jpu.runtime.service import Worker
 from jpu_services.slurm_agent.config import SlurmAgentConfig
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.run import run_agent

@@ -2,7 +2,7 @@
 
 Everything the agent needs is in the shared `Config`: the backend and its settings
 (`slurm_backend`, `cancel_grace_s`, `kill_failed_after_s`, isolation: `jpu.backends.make_backend`)
-and the bus (`jpu.service`); no second copy of those keys is kept here.
+and the bus (`jpu.runtime.service`); no second copy of those keys is kept here.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from jpu.backends import LaunchSpec
+from jpu.backends.joblogs import attempt_dir
 from jpu.config import Tier
 from jpu.domain.execution import AgentJob
-from jpu.joblogs import attempt_dir
 
 
 def output_dir(root: Path, job_id: str, attempt: int) -> Path:

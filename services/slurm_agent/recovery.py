@@ -1,7 +1,7 @@
 """The agent's view at restart: the attempts the log says it owes something (SPEC §5, O5).
 
 The jobs in flight come from the services' shared fold (jpu.domain.cluster.ClusterState): the
-newest snapshot plus the log's tail (issue 11), not a replay of every job subject from seq 1. Only
+newest snapshot plus the log's tail (SPEC O6), not a replay of every job subject from seq 1. Only
 the jobs that hold a placement can owe the agent anything (jpu.domain.execution.next_action), and
 those are bounded by the GPUs: each is folded into an AgentJob from its own subject (the request,
 the attempt's dispatch and start, the reservation time not charged yet). Any other job is read

@@ -23,12 +23,12 @@ from collections.abc import Awaitable, Iterable
 from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, UnknownBackendJob
 from jpu.backends.workspaces import Workspaces
 from jpu.bus import Delivered, EventBus
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.execution import AgentJob, next_action
 from jpu.domain.holdings import with_missing
 from jpu.events import JobCancelRequested, JobDispatched, NodeInventoryObserved, new_event_id
-from jpu.service import wait_any
+from jpu.runtime.clock import Clock
+from jpu.runtime.service import wait_any
 from jpu_services.slurm_agent.agent import JobAgent
 from jpu_services.slurm_agent.builder import WorkspaceBuilder
 from jpu_services.slurm_agent.options import AgentOptions

@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from jpu.service import wait_any
+from jpu.runtime.service import wait_any
 
 _GROWTH = 1.5
 _ALIGN = 0.25  # grid step ≤ this share of the interval

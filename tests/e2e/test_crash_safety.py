@@ -1,4 +1,4 @@
-"""Crash safety of the running platform (issue 9 "In CI (a)"; SPEC E2, E3, E6, F4, F5, O5, S2).
+"""Crash safety of the running platform (SPEC E2, E3, E6, F4, F5, O5, S2).
 
 A workload over REST — short, failing (exit 3), GPU-OOM (X7/X8: retried on a bigger tier),
 2-GPU (reservations, D3/R1) and cancelled jobs (queued and running, X5) from six users in three
@@ -21,7 +21,7 @@ twice (E2), no GPU held by two jobs at once (R2, P3), every charge landed exactl
 amount and every lab's usage chain F3 (F4, F5); the API equals the log's fold (E3); every
 attempt the log started ran exactly once (each run leaves a line in its JOB_OUTPUT_DIR); each
 kind of job ended as it must (X5–X8); no two jobs' processes ran on one GPU at once; and
-`python -m jpu.replay` finds no difference and no projection fault (E6).
+`python -m jpu.tools.replay` finds no difference and no projection fault (E6).
 
 Found with it: a slurm-agent killed between spawning an attempt and saving its pid left the job
 running unsupervised while the log said NODE_FAIL "never started" and the GPU was handed to the

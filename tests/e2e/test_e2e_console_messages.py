@@ -1,4 +1,4 @@
-"""SPEC U2, issue 12 items 6, 7 and 8: the web console says what to do, in a real browser (headless
+"""SPEC U2: the web console says what to do, in a real browser (headless
 Chromium driven by Playwright) against the running stack — a refused token is not "type your
 token", an environment line without `=` stops the submission instead of being dropped, the time
 limit is read like `jpu submit --time` (SPEC U1) and a bad one refused, and in the Korean console

@@ -127,7 +127,7 @@ async def test_R3_demotion_end_to_end(stack: Stack) -> None:
         lambda: f"X's GPU released in GET /v1/placements: {stack.placement('gpu-4090x2-01')}",
     )
 
-    # U4 (issue 14): X's wait, replayed from the log, names what took rank 1 from it — Y's end,
+    # U4: X's wait, replayed from the log, names what took rank 1 from it — Y's end,
     # whose cost lifted BCG (X's own lab) above KDG — and K as the job that ranked first then.
     wait = alice.get(f"/v1/jobs/{x}/wait")
     (res,) = wait["reservations"]

@@ -19,19 +19,20 @@ import pytest_asyncio
 import uvicorn
 from aiosmtpd.controller import Controller
 
-from jpu import auth, commands
-from jpu.admin import seed_demo
+from jpu import commands
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import load_config
-from jpu.edges import Edges
 from jpu.embedded.base import free_port
 from jpu.events import NodeInventoryObserved, new_event_id
-from jpu.service import run_workers
+from jpu.runtime.clock import FakeClock
+from jpu.runtime.edges import Edges
+from jpu.runtime.service import run_workers
+from jpu.store import auth
 from jpu.store.projection import run_projections, wait_applied
 from jpu.testing.api import DEFAULT_NODES, T0, TOKENS, Api
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.receivers import Received, SmtpHandler, Webhook
+from jpu.tools.admin import seed_demo
 from jpu_services.accounting.service import READ_MODELS
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig

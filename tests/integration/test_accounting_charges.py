@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 import msgspec
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import Config, LabConfig, Node, load_config
 from jpu.events import (
     JobEnded,
@@ -22,6 +21,7 @@ from jpu.events import (
 )
 from jpu.policy.fairshare import charge, decayed
 from jpu.policy.model import LabUsage
+from jpu.runtime.clock import FakeClock
 from jpu.store import wait_applied
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.accounting.charger import Charger

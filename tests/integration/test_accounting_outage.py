@@ -1,6 +1,6 @@
 """A charge published as NATS dies is retried with the same msg id and lands exactly once; the
 accounting service waits for NATS instead of exiting, and its shutdown drain is bounded
-(issue 9, finding 4; SPEC F5, O5, E2).
+(SPEC F5, O5, E2).
 
 A real `python -m jpu_services.accounting` process talks to a NATS server of this module's own
 through a TCP proxy of the test's. The proxy watches what the service sends; when the charge's

@@ -1,6 +1,6 @@
 """`jpu-admin explain-usage` finds the running stack's NATS (SPEC O1, O2) or says in one sentence
 why it cannot — never a traceback, never the built-in default URL, which may be another
-platform's server. A real `python -m jpu.admin` process against a real NATS JetStream."""
+platform's server. A real `python -m jpu.tools.admin` process against a real NATS JetStream."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _env(data_dir: Path, **over: str) -> dict[str, str]:
 
 async def _admin(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "jpu.admin", *argv, env=env,
+        sys.executable, "-m", "jpu.tools.admin", *argv, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)

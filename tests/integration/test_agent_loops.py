@@ -8,8 +8,8 @@ from typing import cast
 
 from jpu.backends import ExecutionBackend, NodeInventory
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.events import NodeInventoryObserved
+from jpu.runtime.clock import FakeClock
 from jpu_services.slurm_agent.run import InventoryReporter
 
 

@@ -288,7 +288,7 @@ async def test_X5_kill_failed_is_recorded_and_the_node_drained(world: World) -> 
 
 
 async def test_O5_agent_recovers_from_the_snapshot_and_the_tail(world: World) -> None:
-    """Issue 11: a restart folds the shared snapshot + the log's tail (not every job subject
+    """SPEC O6: a restart folds the shared snapshot + the log's tail (not every job subject
     from seq 1), finds the same attempts a full replay finds, and runs them."""
     from jpu.bus.snapshots import SnapshotStore
     from jpu.domain.cluster import ClusterState, evolve

@@ -14,8 +14,8 @@ from jpu import commands
 from jpu.bus.views import ViewStore
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.estimate import estimate
 from jpu.events import JobEnded, JobPromoted, JobSubmitted
+from jpu.explain.estimate import estimate
 from jpu.store.projection import wait_applied
 from jpu.testing.api import Api, bearer
 from jpu.testing.fold import Watcher

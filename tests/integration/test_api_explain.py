@@ -1,4 +1,4 @@
-"""Explanations through HTTP on real NATS JetStream + PostgreSQL (issue 14 items 3–4, SPEC U4):
+"""Explanations through HTTP on real NATS JetStream + PostgreSQL (SPEC U4):
 `GET /v1/jobs/{id}/wait`, `GET /v1/admin/labs/{lab}/usage-explain`, `GET /v1/admin/usage-statement`
 and `GET /v1/queue?at=` on SPEC R3's worked example, driven live by the real dispatcher and
 accounting services (the gateway app of test_api_support; the test acts as intake and agent).
@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 import msgspec
 import pytest
 
-from jpu import auth
 from jpu.bus import history
 from jpu.bus.snapshots import SnapshotStore
 from jpu.config import Config
@@ -30,6 +29,7 @@ from jpu.domain.codec import pack
 from jpu.events import UsageCharged
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
+from jpu.store import auth
 from jpu.store.projection import wait_applied
 from jpu.testing.api import Api, assert_error, bearer
 from jpu.testing.cli import jpu, ok
@@ -139,7 +139,7 @@ async def test_U4_R3_wait_names_Ys_charge_that_demoted_X_and_its_phases(api: Api
     assert wait["phases"]["global_queue"] == pytest.approx(100.0)  # K ran 100 s ahead of it
     assert wait["phases"]["running"] == pytest.approx(600.0)
     assert wait["terminal"] is True
-    # the same answer from a snapshot taken before X's submission as from seq 1 (issue 11)
+    # the same answer from a snapshot taken before X's submission as from seq 1 (SPEC O6)
     state = ClusterState.new(api.config, keep_ended=False)
     async for d in api.bus.replay():
         if d.seq >= ex.x_submit_seq:
@@ -353,7 +353,16 @@ async def test_U4_jpu_why_in_english_and_korean_and_jpu_admin_explain_usage(
         "JPU_SUBJECT_PREFIX": api.config.subject_prefix,
     }
     at = str(api.clock.now())
-    args = ("-m", "jpu.admin", "explain-usage", "BCG", "--nats", api.config.nats_url, "--at", at)
+    args = (
+        "-m",
+        "jpu.tools.admin",
+        "explain-usage",
+        "BCG",
+        "--nats",
+        api.config.nats_url,
+        "--at",
+        at,
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, *args, "--json", env=env, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

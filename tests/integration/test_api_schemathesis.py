@@ -1,4 +1,4 @@
-"""Schemathesis over /openapi.json, `--checks all`, bounded (issue 9, finding 3; SPEC §8).
+"""Schemathesis over /openapi.json, `--checks all`, bounded (SPEC §8).
 
 The real gateway served by uvicorn as in production, with intake and the projections on real
 NATS JetStream and PostgreSQL; schemathesis (a separate process) generates schema-valid and

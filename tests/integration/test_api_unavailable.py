@@ -1,5 +1,5 @@
 """PostgreSQL down: the API answers 503 SERVICE_UNAVAILABLE with Retry-After in the SPEC §8 shape,
-never a plain-text 500, and recovers when it is back (issue 9, finding 3).
+never a plain-text 500, and recovers when it is back (SPEC O5).
 
 Real processes (`python -m jpu_services.intake`, `python -m jpu_services.gateway`) on the session
 NATS and a PostgreSQL server of this module's own (stopped and started again on the same port;
@@ -23,7 +23,6 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from jpu.admin import seed_demo
 from jpu.bus import EventBus
 from jpu.embedded.base import free_port
 from jpu.embedded.postgres import EmbeddedPostgres
@@ -31,6 +30,7 @@ from jpu.events import NodeInventoryObserved, new_event_id
 from jpu.store import create_pool, migrate
 from jpu.testing.api import TOKENS, assert_error
 from jpu.testing.nats_fixtures import unique_names
+from jpu.tools.admin import seed_demo
 
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
 

@@ -206,7 +206,7 @@ async def test_F3_labs_show_decayed_usage_raw_value_and_counts(api: Api) -> None
 
 
 async def test_D1_D7_the_api_shows_the_dispatchers_own_rank_and_reason(api: Api) -> None:
-    """Issue 10 finding 6 with the real dispatcher running: rank and pending reason in the API
+    """SPEC D7 with the real dispatcher running: rank and pending reason in the API
     are exactly what the dispatcher published for its cycle (never the gateway's own cycle, and
     never a "None" reason), with the time it decided them."""
     import asyncio

@@ -22,7 +22,6 @@ from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.config import Config
 from jpu.events import (
     BackfillEnded,
@@ -32,6 +31,7 @@ from jpu.events import (
     JobPromoted,
     JobSubmitted,
 )
+from jpu.runtime.clock import SystemClock
 from jpu.testing.stack import NODE, TIER, _config
 from jpu_services.backfill.service import BackfillOptions, BackfillService
 

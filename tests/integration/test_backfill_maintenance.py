@@ -21,9 +21,9 @@ from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.config import load_config
 from jpu.events import BackfillEnded, BackfillStarted, MaintenanceChanged, new_event_id
+from jpu.runtime.clock import SystemClock
 from jpu.testing.nats_fixtures import unique_names
 from jpu_services.backfill.service import BackfillOptions, BackfillService
 

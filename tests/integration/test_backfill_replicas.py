@@ -33,7 +33,7 @@ def stub_processes(data_dir: Path) -> set[int]:
             cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
             continue
-        if b"jpu.backfill_stub" in cmdline and cwd.startswith(str(data_dir)):
+        if b"jpu.tools.backfill_stub" in cmdline and cwd.startswith(str(data_dir)):
             found.add(int(pid))
     return found
 

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from jpu.bus import Delivered, EventBus
 from jpu.events import JobPromoted, MaintenanceChanged, new_event_id
-from jpu.telemetry import extract_context, inject_headers
+from jpu.runtime.telemetry import extract_context, inject_headers
 
 
 def promoted(job_id: str, ts: float) -> JobPromoted:

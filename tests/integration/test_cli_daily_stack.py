@@ -1,5 +1,5 @@
 """A lab member's daily loop with `jpu` (a real process) against the whole stack over real HTTP
-(issue 12 items 4, 5, 7): real NATS JetStream + PostgreSQL, the gateway under uvicorn, intake,
+(SPEC U5): real NATS JetStream + PostgreSQL, the gateway under uvicorn, intake,
 dispatcher, accounting and the slurm-agent on the local backend (jobs are real processes).
 
 The cluster (test_api_logs): a 2-GPU `small` tier (12 GB, tried first) and a 2-GPU `big` one

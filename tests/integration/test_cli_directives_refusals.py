@@ -1,5 +1,5 @@
 """`jpu` as a user runs it (a real process) against the real gateway over HTTP with intake and
-the projections on real NATS JetStream + PostgreSQL (issue 12 items 3, 4, 6): `#SBATCH` lines
+the projections on real NATS JetStream + PostgreSQL (SPEC U5): `#SBATCH` lines
 honoured or refused before anything is submitted, refusals that say the fix, and `jpu jobs`
 page by page. Every user's limit is 0 here (test_api_support), so jobs stay in their personal
 queues: what these tests check is decided at submission."""

@@ -99,7 +99,7 @@ async def test_U5_jpu_submit_runs_in_the_submit_directory_and_show_says_where(
     try:
         async with logs_stack(nats_url, pool, pg_dsn) as s:
             url = str(s.client.base_url).rstrip("/")
-            # issue 12 item 2: `python3 hello.py` from a project folder finds hello.py
+            # SPEC U5: `python3 hello.py` from a project folder finds hello.py
             run = await jpu(url, "bcg-bob", "submit", "--wrap", "python3 hello.py", "--json",
                             cwd=project)  # fmt: skip
             job = json.loads(ok(run))

@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from jpu.cli import rest_views as views
 from jpu.cli.main import build_parser, main
-from jpu.cli.rest import submit_body
-from jpu.cli.rest_client import DEFAULT_URL, ApiError, RestError, decode, resolve_target
-from jpu.cli.rest_render import fmt_duration, fmt_usage, parse_time_limit, table
+from jpu.cli.rest import views
+from jpu.cli.rest.client import DEFAULT_URL, ApiError, RestError, decode, resolve_target
+from jpu.cli.rest.render import fmt_duration, fmt_usage, parse_time_limit, table
+from jpu.cli.rest.subcommands import submit_body
 
 
 @pytest.mark.parametrize(
@@ -170,7 +170,7 @@ def test_U1_queue_table_like_squeue() -> None:
     ]  # fmt: skip
     assert lines[2].split()[6] == "rtx4090" and lines[2].split()[9] == "32,000"
     assert lines[3].split()[0] == "-" and lines[3].split()[-1] == "(ConcurrencyLimit)"
-    # running jobs too, like squeue: run time and where (issue 12 item 4)
+    # running jobs too, like squeue: run time and where (SPEC U5)
     assert lines[4].split()[1:] == [
         "j4", "run", "OSL", "erin", "2", "any", "RUNNING", "01:02:05", "1,000", "615,054",
         "gpu-4090x2-01[rtx4090:0,1]",

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest_asyncio
 
-from jpu.cli.rest_cancel import cancelled
+from jpu.cli.rest.cancel import cancelled
 from jpu.testing.api import TOKENS, Api, bearer, job_body
 from jpu.testing.cli import failed, jpu, ok
 from jpu.testing.inprocess import serve_http

@@ -1,4 +1,4 @@
-"""Issue 10's differential test: one log, three folds, one answer.
+"""The differential test (SPEC E3): one log, three folds, one answer.
 
 Logs of mixed workloads come from the simulator (the services' policy with a virtual clock:
 reservations with swap and R3 demotion, OOM retries and OOM failures with no bigger tier,
@@ -88,7 +88,7 @@ def test_D1_D7_simulator_cycles_rank_and_reasons_as_the_dispatcher_would(seed: i
     log, _, cycles = seeded_run(seed)
     assert cycles, "the workload queues jobs, so the simulator ran cycles"
     config = services_config(CLUSTER, seeded_params(seed).resolved(CLUSTER))
-    state = ClusterState.new(CLUSTER, keep_ended=False)  # as the dispatcher folds (issue 11)
+    state = ClusterState.new(CLUSTER, keep_ended=False)  # as the dispatcher folds (SPEC O6)
     events = iter(log)
     reasons = 0
     for seq, now, sim_snap, sim_queue, sim_result in cycles:

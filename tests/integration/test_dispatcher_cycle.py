@@ -11,7 +11,6 @@ import msgspec
 import pytest
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import Config, Node, load_config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
@@ -26,6 +25,7 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
+from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 
@@ -133,7 +133,7 @@ async def test_R1_R2_two_gpu_job_reserves_then_runs_while_others_arrive(bus: Eve
 async def test_D1_F4_R3_worked_example_with_Y_beside_X_ranks_Ys_cost_before_accounting(
     bus: EventBus,
 ):
-    """SPEC R3's worked example with Y on the other GPU of X's placement (issue 10 finding 4).
+    """SPEC R3's worked example with Y on the other GPU of X's placement.
 
     Y's end frees the GPU X waits for. The cycle that JobEnded triggers must already rank BCG
     with Y's cost (32,000 > KDG's 28,000): X is demoted (charged 1 × 300 × 82.6 = 24,780), never
@@ -197,7 +197,7 @@ def test_F4_an_owed_charge_counts_once_before_and_after_accounting_writes_it() -
 
 
 async def test_R5_a_lost_reserved_gpu_leaves_the_reservation_and_the_rest_is_kept(bus: EventBus):
-    """Issue 10 finding 5 on the live dispatcher: one reserved GPU goes down while the placement
+    """SPEC R5 on the live dispatcher: one reserved GPU goes down while the placement
     still fits the job; the reservation drops that GPU (ReservationShrunk), keeps the other, and
     the lost GPU's held time is charged with the attempt's end (F4)."""
     base = fast_config()

@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 import msgspec
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import Config, load_config
 from jpu.events import (
     BackfillEnded,
@@ -25,6 +24,7 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
+from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.accounting.service import run_accounting
 from jpu_services.dispatcher.service import run_dispatcher
@@ -199,7 +199,7 @@ async def test_M1_M2_M3_maintenance_drains_releases_and_advances_automatically(b
 async def test_X8_no_bigger_tier_is_decided_once_and_a_returning_node_never_revives_the_job(
     bus: EventBus,
 ):
-    """Issue 10 finding 2: "no bigger tier now" was not recorded, so a FAILED job came back as
+    """SPEC X8: "no bigger tier now" was not recorded, so a FAILED job came back as
     attempt 2 when the rtx4090 nodes returned. Decide once, record it (JobRetryDeclined)."""
     config, clock = fast(), FakeClock(1000.0)
     nodes_4090 = [n.name for n in config.nodes if "rtx4090" in n.gpus]

@@ -9,9 +9,9 @@ from collections import Counter
 import msgspec
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import load_config
 from jpu.events import JobDispatched
+from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 

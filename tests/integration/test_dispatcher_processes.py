@@ -12,10 +12,10 @@ import time
 from collections import Counter
 
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.commands import SubmitCommand, decode_reply, encode, submit_subject
 from jpu.config import load_config
 from jpu.events import JobDispatched, UsageCharged
+from jpu.runtime.clock import SystemClock
 from jpu.testing.fold import Watcher, end_job, start_job
 
 BODY = {"name": "train", "command": "python train.py", "num_gpus": 1}

@@ -1,4 +1,4 @@
-"""jpu-admin (`python -m jpu.admin`) against a real PostgreSQL: labs, users, token lifecycle."""
+"""jpu-admin (`python -m jpu.tools.admin`) against a real PostgreSQL: labs, users, tokens."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import sys
 
 import asyncpg
 
-from jpu import auth
+from jpu.store import auth
 
 
 def admin(dsn: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     r = subprocess.run(
-        [sys.executable, "-m", "jpu.admin", "--database-url", dsn, *args],
+        [sys.executable, "-m", "jpu.tools.admin", "--database-url", dsn, *args],
         capture_output=True,
         text=True,
         timeout=60,

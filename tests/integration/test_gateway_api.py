@@ -9,14 +9,14 @@ import asyncpg
 import httpx
 import pytest_asyncio
 
-from jpu import auth
-from jpu.admin import seed_demo
 from jpu.bus import EventBus
 from jpu.config import load_config
 from jpu.events import JobPromoted, JobSubmitted, MaintenanceChanged, new_event_id
+from jpu.store import auth
 from jpu.store.projection import wait_applied
 from jpu.testing.api import bearer
 from jpu.testing.nats_fixtures import unique_names
+from jpu.tools.admin import seed_demo
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
 

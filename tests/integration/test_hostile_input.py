@@ -1,4 +1,4 @@
-"""Hostile input over real HTTP (issue 9, findings 2, 3 and 5; SPEC Q1, §8, E3, E6).
+"""Hostile input over real HTTP (SPEC Q1, §8, E3, E6).
 
 The real gateway app served by uvicorn exactly as `python -m jpu_services.gateway` serves it
 (jpu_services.gateway.server), with the real intake and projections on real NATS JetStream and
@@ -21,7 +21,7 @@ import pytest
 import pytest_asyncio
 import uvicorn
 
-from jpu import limits
+from jpu.domain import limits
 from jpu.store.projection import wait_applied
 from jpu.testing.api import TOKENS, Api, assert_error, bearer, job_body
 from jpu_services.gateway import server
@@ -345,7 +345,7 @@ async def test_E6_replay_audits_a_log_the_API_accepted_edge_values_included(
     for name in ("jobs", "gpu_resources", "lab_usage"):
         await wait_applied(api.pool, name, seq, timeout=15)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "jpu.replay", "--nats", nats_url, "--db", pg_dsn,
+        sys.executable, "-P", "-m", "jpu.tools.replay", "--nats", nats_url, "--db", pg_dsn,
         "--stream", api.bus.stream, "--prefix", api.bus.prefix,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
@@ -442,7 +442,8 @@ async def test_admin_names_that_cannot_be_stored_are_refused_with_a_reason(
         "SELECT (SELECT count(*) FROM labs) + (SELECT count(*) FROM users)"
     )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable.encode(), b"-P", b"-m", b"jpu.admin", b"--database-url", pg_dsn.encode(),
+        sys.executable.encode(), b"-P", b"-m", b"jpu.tools.admin",
+        b"--database-url", pg_dsn.encode(),
         *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)

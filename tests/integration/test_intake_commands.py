@@ -8,7 +8,6 @@ import time
 import msgspec
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.commands import (
     CancelCommand,
     CommandReply,
@@ -18,6 +17,7 @@ from jpu.commands import (
 )
 from jpu.config import Config, LabConfig, UserConfig, load_config
 from jpu.events import JobSubmitted, MaintenanceChanged, new_event_id
+from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu.testing.intake import BODY, config_with_limits, running, submit, wait_subscribed
 from jpu_services.dispatcher.service import run_dispatcher
@@ -182,7 +182,7 @@ def _max_slots_over_the_log(events: list, config: Config, user: str) -> int:
 async def test_S1_X8_an_oom_retry_keeps_its_slot_so_the_next_job_is_not_promoted_meanwhile(
     bus: EventBus,
 ):
-    """Issue 10 finding 1: the OOM end freed the slot, intake promoted the user's next job, then
+    """SPEC S1: the OOM end freed the slot, intake promoted the user's next job, then
     the retry came back: two slot-holding jobs with max_active_jobs = 1."""
     config = msgspec.structs.replace(
         config_with_limits(),

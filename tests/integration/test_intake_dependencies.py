@@ -5,9 +5,9 @@ job's end exactly once (the job subject's expected sequence, SPEC E2)."""
 from __future__ import annotations
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.domain.dependencies import NEVER_SATISFIED
 from jpu.events import JobEnded, JobSubmitted, new_event_id
+from jpu.runtime.clock import FakeClock
 from jpu.testing.crash import check_log
 from jpu.testing.fold import Watcher, job_id, start_job, submit_global
 from jpu.testing.intake import config_with_limits, running, submit, wait_subscribed

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.commands import SubmitCommand
+from jpu.runtime.clock import FakeClock
 from jpu.testing.intake import BODY, config_with_limits
 from jpu_services.intake.service import Intake
 

@@ -1,4 +1,4 @@
-"""SPEC O5, X6, R2 — found by the crash-safety run (tests/e2e/test_crash_safety.py, issue 9): a
+"""SPEC O5, X6, R2 — found by the crash-safety run (tests/e2e/test_crash_safety.py): a
 slurm-agent SIGKILLed after the local backend spawned an attempt but before it saved the pid.
 
 The backend saves the attempt's record before the spawn and again, with the pid, after it (an

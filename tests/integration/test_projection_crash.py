@@ -1,4 +1,4 @@
-"""SPEC E3 + O5, issue 9 finding 1: a projector SIGKILLed at any moment — with a batch fetched
+"""SPEC E3 + O5: a projector SIGKILLed at any moment — with a batch fetched
 and not yet committed, or right after a commit — never drops an event from the views.
 
 The old runner acked a durable consumer and skipped "seq <= position": after a crash the server
@@ -19,10 +19,10 @@ import sys
 import asyncpg
 
 from jpu.bus import EventBus
-from jpu.replay import compare_table
 from jpu.store import create_pool, last_applied, migrate, rebuild, wait_applied
 from jpu.store.projections import ALL
 from jpu.testing.pg_fixtures import sample_log
+from jpu.tools.replay import compare_table
 
 PROJECTOR = """
 import asyncio, signal, sys

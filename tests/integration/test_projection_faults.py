@@ -1,7 +1,7 @@
-"""SPEC E3 + E6, issue 9 finding 2 (the other way round): an event a projection cannot apply is
+"""SPEC E3 + E6, O5 (the other way round): an event a projection cannot apply is
 an alarm, never a silent park. The runner retries it, then records it in `projection_faults`
 (in the transaction that moves past it), every other event and every other projection goes on,
-/readyz says "degraded", and a rebuild or `jpu.replay` reports it instead of crashing.
+/readyz says "degraded", and a rebuild or `jpu.tools.replay` reports it instead of crashing.
 
 Intake refuses what the database cannot store, so the poison here is appended to the log
 directly, as an older version of the platform could have done.
@@ -16,11 +16,12 @@ import asyncpg
 
 from jpu.bus import EventBus
 from jpu.events import JobSubmitted, new_event_id
-from jpu.replay import audit
 from jpu.store import create_pool, migrate, rebuild, wait_applied
-from jpu.store.projection import faults, run_projections
+from jpu.store.faults import faults
+from jpu.store.projection import run_projections
 from jpu.store.projections import ALL, jobs
 from jpu.testing.pg_fixtures import sample_log
+from jpu.tools.replay import audit
 
 
 def _poison() -> JobSubmitted:

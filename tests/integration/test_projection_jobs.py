@@ -153,7 +153,7 @@ def test_S3_state_table_is_the_services_row() -> None:
         ("RESERVING", s.release("demoted"), "GLOBAL_QUEUE_WAIT"),
         ("RESERVING", s.release("maintenance"), "GLOBAL_QUEUE_WAIT"),
         ("RESERVING", s.release("capacity"), "GLOBAL_QUEUE_WAIT"),
-        # issue 10 finding 7: a swap release appended without its dispatch (lease lost between
+        # SPEC E3: a swap release appended without its dispatch (lease lost between
         # the two appends) returns the job to the queue, in the dispatcher and here alike
         ("RESERVING", s.release("swap"), "GLOBAL_QUEUE_WAIT"),
         ("RESERVING", s.dispatched(), "DISPATCHED"),

@@ -9,10 +9,10 @@ import sys
 import asyncpg
 
 from jpu.bus import EventBus
-from jpu.replay import audit, compare_table
 from jpu.store import create_pool, last_applied, migrate, rebuild, run_projection, wait_applied
 from jpu.store.projections import ALL
 from jpu.testing.pg_fixtures import sample_log
+from jpu.tools.replay import audit, compare_table
 
 
 @contextlib.asynccontextmanager
@@ -116,7 +116,7 @@ async def test_E6_replay_cli_exit_code(bus: EventBus, nats_url: str, pool, pg_ds
 
     async def run_cli() -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "jpu.replay", "--nats", nats_url, "--db", pg_dsn,
+            sys.executable, "-m", "jpu.tools.replay", "--nats", nats_url, "--db", pg_dsn,
             "--stream", bus.stream, "--prefix", bus.prefix,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip

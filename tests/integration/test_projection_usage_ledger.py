@@ -1,4 +1,4 @@
-"""Issue 14 item 4 on PostgreSQL: the `usage_ledger` projection stores exactly the lines of the
+"""SPEC F5 on PostgreSQL: the `usage_ledger` projection stores exactly the lines of the
 pure ledger (jpu.explain.usage) of the same log, however the log is cut into batches, so
 explain-usage and the statement read an index and still add up to the lab's usage (F5).
 

@@ -1,4 +1,4 @@
-"""Issue 11 on a real JetStream: services start from the newest valid snapshot of their fold and
+"""SPEC O6 on a real JetStream: services start from the newest valid snapshot of their fold and
 replay only the tail; damaged, foreign or too-new snapshots are skipped; a writer killed in the
 middle of a snapshot never leaves one a reader would take."""
 

@@ -31,7 +31,7 @@ def test_O3_compose_and_k8s_manifests_parse() -> None:
     # one health check for every service, the image's (podman runs it; `scripts/cluster` waits
     # on it): a worker's heartbeat, or the gateway's /readyz
     image = (ROOT / "compose" / "images" / "service.Containerfile").read_text()
-    assert "HEALTHCHECK" in image and "jpu.health" in image
+    assert "HEALTHCHECK" in image and "jpu.runtime.health" in image
     assert services["gateway"]["environment"]["JPU_HEALTH_URL"].endswith("/readyz")
     assert services["dispatcher"]["deploy"]["replicas"] == 2
     nats = [n for n in services if n.startswith("nats-")]

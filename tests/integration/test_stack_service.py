@@ -1,4 +1,4 @@
-"""Process plumbing of every service (jpu.service): workers, drain, heartbeat, JSON logs."""
+"""Process plumbing of every service (jpu.runtime.service): workers, drain, heartbeat, JSON logs."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import asyncpg
 import pytest
 
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import load_config
-from jpu.edges import Edges
-from jpu.service import JsonFormatter, run_workers
+from jpu.runtime.clock import FakeClock
+from jpu.runtime.edges import Edges
+from jpu.runtime.service import JsonFormatter, run_workers
 from jpu.stack.prepare import publish_missing_inventory
 
 

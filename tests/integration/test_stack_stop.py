@@ -93,7 +93,7 @@ async def test_O2_ctrl_c_stops_running_jobs_and_backfill(
             lambda: (
                 (p := processes_under(data_dir))
                 and any("sleep 600" in c for c in p.values())
-                and any("jpu.backfill_stub" in c for c in p.values())
+                and any("jpu.tools.backfill_stub" in c for c in p.values())
                 and p
             ),
             stack,

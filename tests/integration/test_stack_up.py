@@ -138,7 +138,7 @@ def admin(stack: Stack, *argv: str) -> str:
     unset = ("JPU_NATS_URL", "JPU_DATABASE_URL", "JPU_CONFIG")
     env = {k: v for k, v in stack.env.items() if k not in unset}
     run = subprocess.run(
-        [sys.executable, "-m", "jpu.admin", *argv], env=env, cwd=stack.data_dir.parent,
+        [sys.executable, "-m", "jpu.tools.admin", *argv], env=env, cwd=stack.data_dir.parent,
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert run.returncode == 0 and run.stderr == "", run

@@ -12,10 +12,10 @@ import sys
 import asyncpg
 
 from jpu.bus import EventBus
-from jpu.replay import compare_table
 from jpu.store import create_pool, last_applied, migrate, rebuild, wait_applied
 from jpu.store.projections import jobs
 from jpu.testing.pg_fixtures import sample_log
+from jpu.tools.replay import compare_table
 
 PROJECTOR = """
 import asyncio, signal, sys

@@ -19,7 +19,7 @@ from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillSpec
 from jpu.backends.slurm.backend import SlurmBackend
 
-STUB = "python -m jpu.backfill_stub"
+STUB = "python -m jpu.tools.backfill_stub"
 
 
 def squeue(env: SlurmEnv) -> dict[str, dict]:  # type: ignore[type-arg]

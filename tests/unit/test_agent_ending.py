@@ -1,4 +1,4 @@
-"""SPEC F5 (issue 10 finding 8): every GPU-second held is charged once — held from the dispatch,
+"""SPEC F5: every GPU-second held is charged once — held from the dispatch,
 including the time the backend took to start the job, not only from the backend's start."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import httpx
 
 def test_B1_stub_serves_openai_compatible_endpoints_and_exits_on_sigterm() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jpu.backfill_stub", "--port", "0"],
+        [sys.executable, "-m", "jpu.tools.backfill_stub", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
     )

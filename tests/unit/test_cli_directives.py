@@ -1,4 +1,4 @@
-"""`#SBATCH` / `#JPU` directives of a submitted script (SPEC U5, issue 12 item 3), pure: what
+"""`#SBATCH` / `#JPU` directives of a submitted script (SPEC U5), pure: what
 is honoured, what is refused with its line and the fix, what sbatch would ignore, and how they
 combine with the command line (`jpu submit` flags win, as sbatch's do)."""
 
@@ -11,8 +11,8 @@ import pytest
 
 from jpu.cli.directives import DirectiveError, Directives, header_lines, parse, partition_tiers
 from jpu.cli.main import build_parser
-from jpu.cli.rest_client import RestError
-from jpu.cli.rest_submit import submit_body
+from jpu.cli.rest.client import RestError
+from jpu.cli.rest.submit import submit_body
 
 TRAIN = """#!/bin/bash
 #SBATCH --job-name=resnet

@@ -3,8 +3,8 @@ estimate, with its basis, and "unknown" when the estimate found no start."""
 
 from __future__ import annotations
 
-from jpu.cli import rest_jobviews
-from jpu.cli.rest_render import fmt_ts
+from jpu.cli.rest import jobviews as rest_jobviews
+from jpu.cli.rest.render import fmt_ts
 
 T = 1_800_000_000.0
 

@@ -1,4 +1,4 @@
-"""Messages that say the fix (issue 12 items 6, 7), pure: API refusals with their details, the
+"""Messages that say the fix (SPEC U5), pure: API refusals with their details, the
 submit line, and did-you-mean for a misspelt flag or command (SPEC U1)."""
 
 from __future__ import annotations

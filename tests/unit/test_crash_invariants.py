@@ -1,4 +1,4 @@
-"""The crash-safety checker (jpu.testing.crash, issue 9) finds what it must: a checker that never
+"""The crash-safety checker (jpu.testing.crash, SPEC O5) finds what it must: a checker that never
 fails proves nothing. Each case breaks one invariant of a small, correct log (SPEC E2, E3, F4,
 F5, O5, R2, S2) and must be reported; the correct log must pass."""
 

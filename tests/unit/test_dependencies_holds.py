@@ -37,7 +37,7 @@ from jpu.explain.wait import wait_timeline
 
 class Log:
     def __init__(self) -> None:
-        self.state = ClusterState(keep_ended=False)  # as services fold (issue 11)
+        self.state = ClusterState(keep_ended=False)  # as services fold (SPEC O6)
         self.seq = count(1)
 
     def add(self, cls: type[Event], /, **kw: Any) -> None:

@@ -1,6 +1,6 @@
 """The pure packages are pure ("One truth"): no I/O, no clock, `now` is passed in.
 
-The domain, the policy core, the explanations and the start estimate are read from the source
+The domain, the policy core and the explanations (with the start estimate) are read from the source
 (what each module imports); they and the simulator are checked at run time (what importing every
 module loads, in a fresh interpreter), so a pure-looking module cannot pull the bus, the database,
 the web framework or telemetry in through another. The simulator reads and writes trace files and
@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 import jpu.domain
-import jpu.estimate
 
 LIBS = Path(jpu.domain.__file__).parents[1]
 DOMAIN = LIBS / "domain"
@@ -26,7 +25,6 @@ MODULES = sorted(p for p in DOMAIN.glob("*.py"))
 # every module of the pure packages, by file
 STATIC = {"domain", "policy", "explain"}
 PURE = {pkg: sorted((LIBS / pkg).glob("*.py")) for pkg in (*sorted(STATIC), "sim")}
-ESTIMATE = Path(jpu.estimate.__file__)
 
 # I/O, clocks and randomness: a domain module imports none of them itself.
 NOT_IMPORTED = (
@@ -46,13 +44,13 @@ NOT_IMPORTED = (
     "uuid",
     "jpu.backends",
     "jpu.bus",
-    "jpu.clock",
-    "jpu.edges",
+    "jpu.runtime.clock",
+    "jpu.runtime.edges",
     "jpu.embedded",
-    "jpu.service",
+    "jpu.runtime.service",
     "jpu.stack",
     "jpu.store",
-    "jpu.telemetry",
+    "jpu.runtime.telemetry",
     "jpu_services",
 )
 # Nor does anything they import load these.
@@ -63,9 +61,9 @@ NOT_LOADED = (
     "opentelemetry",
     "jpu.backends",
     "jpu.bus",
-    "jpu.clock",
+    "jpu.runtime.clock",
     "jpu.store",
-    "jpu.telemetry",
+    "jpu.runtime.telemetry",
     "jpu_services",
 )
 
@@ -100,7 +98,7 @@ def test_pure_modules_import_no_io_or_clock(package: str) -> None:
     assert len(PURE[package]) > 3, PURE[package]
     found = {
         p.name: bad
-        for p in [*PURE[package], ESTIMATE]
+        for p in PURE[package]
         if (bad := [n for n in _imports(p) if _is(n, NOT_IMPORTED)])
     }
     assert found == {}
@@ -111,11 +109,11 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-@pytest.mark.parametrize("package", [*sorted(PURE), "estimate"])
+@pytest.mark.parametrize("package", sorted(PURE))
 def test_importing_a_pure_package_loads_no_bus_database_web_or_telemetry(package: str) -> None:
     """Importing every module of the package, in a fresh interpreter: nats, asyncpg, fastapi,
     opentelemetry and the platform's edges stay unloaded."""
-    names = [_module(p) for p in PURE.get(package, [ESTIMATE])]
+    names = [_module(p) for p in PURE[package]]
     code = (
         "import importlib, sys\n"
         f"for n in {names!r}: importlib.import_module(n)\n"

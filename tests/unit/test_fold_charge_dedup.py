@@ -1,4 +1,4 @@
-"""Issue 11 item 2: the fold's charge-id dedup keeps only what can still repeat (SPEC F5).
+"""The fold's charge-id dedup keeps only what can still repeat (SPEC F5).
 
 A charge is called for by a job's event (JobEnded, ReservationReleased with charged_now) and only
 while the fold knows the job (jpu.policy.charging.charge_for), so its id can leave the dedup set

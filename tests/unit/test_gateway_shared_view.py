@@ -8,17 +8,17 @@ import asyncio
 
 import pytest
 
-from jpu_services.gateway.routes._queueview import QueueView, SharedView
+from jpu_services.gateway.routes._queueview import QueuePage, SharedView
 
 
 def counting_view() -> tuple[SharedView, list[int]]:
     started: list[int] = []
 
-    async def compute() -> QueueView:
+    async def compute() -> QueuePage:
         started.append(len(started) + 1)
         n = len(started)
         await asyncio.sleep(0.02)
-        return QueueView(now=float(n), maintenance="off", ordered=[], personal=[], usage={})
+        return QueuePage(now=float(n), maintenance="off", ordered=[], personal=[], usage={})
 
     return SharedView(compute), started
 
@@ -42,12 +42,12 @@ async def test_D1_a_request_after_a_computation_started_gets_a_later_one() -> No
 async def test_D1_a_failed_computation_fails_its_waiters_only() -> None:
     calls = 0
 
-    async def compute() -> QueueView:
+    async def compute() -> QueuePage:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise RuntimeError("database went away")
-        return QueueView(now=2.0, maintenance="off", ordered=[], personal=[], usage={})
+        return QueuePage(now=2.0, maintenance="off", ordered=[], personal=[], usage={})
 
     view = SharedView(compute)
     with pytest.raises(RuntimeError):
@@ -56,7 +56,7 @@ async def test_D1_a_failed_computation_fails_its_waiters_only() -> None:
 
 
 def test_D1_rank_of_ranks_global_and_names_personal() -> None:
-    view = QueueView(
+    view = QueuePage(
         now=0.0,
         maintenance="off",
         ordered=[{"job_id": "a"}, {"job_id": "b"}, {"job_id": "new"}],

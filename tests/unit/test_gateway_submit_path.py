@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jpu import auth
 from jpu.stack.supervisor import Supervisor
+from jpu.store import auth
 from jpu_services.gateway.deps import TokenCache
 
 ALICE = auth.Principal("bcg-alice", "BCG", "user", None)

@@ -1,11 +1,11 @@
-"""`python -m jpu.health`, the service image's container health check (SPEC O4)."""
+"""`python -m jpu.runtime.health`, the service image's container health check (SPEC O4)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from jpu.health import STALE_AFTER_S, healthy
+from jpu.runtime.health import STALE_AFTER_S, healthy
 
 
 def test_health_worker_heartbeat_fresh_then_stale_O4(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""A job's attempts from its events and the OOM retry in one sentence (SPEC X6–X8, issue 12
-item 5), pure: on the events as `GET /v1/jobs/{id}/events` shows them."""
+"""A job's attempts from its events and the OOM retry in one sentence (SPEC X6–X8, U5), pure: on the
+events as `GET /v1/jobs/{id}/events` shows them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""SPEC §8 `GET /v1/jobs/{id}/files`, X2: the files of an attempt's JOB_OUTPUT_DIR (jpu.jobfiles) —
-which paths are refused, the Range header, and never following what the job's own account may
-have planted in its output directory (a link out of it, a FIFO, another account's file)."""
+"""SPEC §8 `GET /v1/jobs/{id}/files`, X2: the files of an attempt's JOB_OUTPUT_DIR
+(jpu.backends.jobfiles) — which paths are refused, the Range header, and never following what the
+job's own account may have planted in its output directory (a link out of it, a FIFO, another
+account's file)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jpu import jobfiles, joblogs
+from jpu.backends import jobfiles, joblogs
 
 
 def _attempt(root: Path, job: str = "j1", attempt: int = 1) -> Path:

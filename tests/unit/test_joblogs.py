@@ -1,5 +1,5 @@
-"""SPEC §8 logs, U5, X2: reading an attempt's stdout/stderr (jpu.joblogs) — the byte range, and
-never following what the job's own account may have planted in its output directory."""
+"""SPEC §8 logs, U5, X2: reading an attempt's stdout/stderr (jpu.backends.joblogs) — the byte range,
+and never following what the job's own account may have planted in its output directory."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from jpu import joblogs
+from jpu.backends import joblogs
 from jpu.config import load_config
 
 

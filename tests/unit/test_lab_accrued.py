@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from jpu.cli import rest_jobviews, rest_views
+from jpu.cli.rest import jobviews as rest_jobviews
+from jpu.cli.rest import views as rest_views
 from jpu.config import load_config
 from jpu.policy.fairshare import accrued, cost
 from jpu_services.gateway.routes._accrued import lab_accrued

@@ -7,10 +7,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from jpu.admin_usage import render_explanation
-from jpu.auth import Principal
-from jpu.cli import rest_views
+from jpu.cli.rest import views as rest_views
 from jpu.explain.usage import ChargeLine, Held, UsageExplanation
+from jpu.store.auth import Principal
+from jpu.tools.admin_usage import render_explanation
 
 
 @pytest.mark.parametrize(

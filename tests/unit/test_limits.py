@@ -1,4 +1,4 @@
-"""jpu.limits: one definition of what every store can hold (SPEC Q1; issue 9, finding 2), and
+"""jpu.domain.limits: one definition of what every store can hold (SPEC Q1), and
 the OpenAPI schema built from it says exactly what Q1 validation accepts."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from jpu import limits
+from jpu.domain import limits
 from jpu.policy.queue import validate_submit
 
 TIERS = ["rtx4090", "rtx3080ti"]

@@ -1,4 +1,4 @@
-"""The simulator's modules import in one direction: the engine plays its parts (attempts,
+"""The simulator's modules import in one direction: the engine plays its parts (backend,
 backfill, cycles, summary), the parts know only what they are passed (`jpu.sim.world.World`).
 
 Read from the source, every `import` and `from` line counted (those under TYPE_CHECKING too:
@@ -23,7 +23,7 @@ def sim_imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith(PKG + ".")}
         elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
-            if node.module == PKG:  # from jpu.sim import attempts: the submodule
+            if node.module == PKG:  # from jpu.sim import backend: the submodule
                 out |= {f"{PKG}.{a.name}" for a in node.names if (SIM / f"{a.name}.py").exists()}
             elif node.module.startswith(PKG + "."):
                 out.add(node.module)
@@ -71,7 +71,7 @@ def test_the_check_finds_a_circle():
 def test_the_graph_reads_every_kind_of_import_line():
     edges = graph()
     assert f"{PKG}.engine" in edges["jpu.sim.run"]  # from jpu.sim.engine import ...
-    assert {f"{PKG}.attempts", f"{PKG}.backfill"} <= edges["jpu.sim.cycles"]  # from jpu.sim import
+    assert {f"{PKG}.backend", f"{PKG}.backfill"} <= edges["jpu.sim.cycles"]  # from jpu.sim import
 
 
 def test_sim_modules_import_without_a_circle():

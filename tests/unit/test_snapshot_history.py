@@ -1,4 +1,4 @@
-"""Which snapshots a put keeps (jpu.bus.snapshots.retained, issue 14.4 "fast on a year of log"):
+"""Which snapshots a put keeps (jpu.bus.snapshots.retained, SPEC O6 "fast on a year of log"):
 the newest `snapshot_keep`, and the first of each of the latest hours, days and weeks, so an
 explanation of any moment in the last year starts from a snapshot shortly before it."""
 

@@ -1,4 +1,4 @@
-"""Issue 11: a snapshot + the log's tail equals a full replay, for generated logs (SPEC E3, E6).
+"""A snapshot + the log's tail equals a full replay, for generated logs (SPEC E3, E6).
 
 The logs come from the simulator (the services' policy on random workloads: reservations,
 demotions, swaps, OOM retries, cancels, backfill, usage charges), cut at every point.
@@ -28,7 +28,7 @@ def _log(jobs, backfill: bool) -> list[Delivered]:
 def test_E3_snapshot_plus_tail_equals_a_full_replay(
     jobs, backfill: bool, cut: float, bounded: bool
 ) -> None:
-    """Also with the services' bounded state (ended jobs dropped, issue 11 item 2)."""
+    """Also with the services' bounded state (ended jobs dropped, SPEC O6)."""
     log = _log(jobs, backfill)
     k = int(len(log) * cut)
     full = fold(log, ClusterState.new(CLUSTER, keep_ended=not bounded))

@@ -6,7 +6,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from jpu.telemetry import _sampler, extract_context, inject_headers
+from jpu.runtime.telemetry import _sampler, extract_context, inject_headers
 
 
 def test_E5_no_exporter_records_nothing_but_propagates_the_trace():

@@ -11,7 +11,7 @@ import stat
 import pytest
 
 from jpu.backends.accounts import AccountMap
-from jpu.cli import rest_views
+from jpu.cli.rest import views as rest_views
 from jpu.policy.workdir import DirMode, RunAs, access
 
 D = stat.S_IFDIR

@@ -1,4 +1,4 @@
-"""Snapshots of the services' shared fold in JetStream's object store (issue 11).
+"""Snapshots of the services' shared fold in JetStream's object store (SPEC O6).
 
 Why the object store: a snapshot lives beside the log it summarises (same servers, same
 replication, same backups), needs no other dependency at start (every service already has NATS;
@@ -106,7 +106,7 @@ class SnapshotStore:
             except BucketNotFoundError:
                 config = ObjectStoreConfig(
                     bucket=BUCKET,
-                    description="JPU-Share domain state snapshots (issue 11)",
+                    description="JPU-Share domain state snapshots (SPEC O6)",
                     storage=StorageType.FILE,
                     replicas=self.replicas,
                 )

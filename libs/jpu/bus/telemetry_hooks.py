@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from jpu.bus.model import Delivered
-from jpu.telemetry import extract_context, meter, tracer
+from jpu.runtime.telemetry import extract_context, meter, tracer
 
 _tracer = tracer("jpu.bus")
 _meter = meter("jpu.bus")

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
-from jpu.cli import rest
-from jpu.cli.rest_client import ApiError, RestClient, RestError, resolve_target
-from jpu.cli.rest_render import fmt_ts, table
+from jpu.cli.rest import subcommands as rest
+from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
+from jpu.cli.rest.render import fmt_ts, table
 
 USER_ERRORS: tuple[type[Exception], ...] = rest.USER_ERRORS
 

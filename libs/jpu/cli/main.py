@@ -12,8 +12,9 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from jpu.cli import files, rest, simulate, why
+from jpu.cli import files, simulate, why
 from jpu.cli.parsing import JpuArgumentParser, describe_subcommands
+from jpu.cli.rest import subcommands as rest
 
 
 class CliError(Exception):

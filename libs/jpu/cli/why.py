@@ -1,4 +1,4 @@
-"""`jpu why JOB`: why a job waited, in words a lab member understands (SPEC U4; issue 14 item 3).
+"""`jpu why JOB`: why a job waited, in words a lab member understands (SPEC U4).
 
 It prints `GET /v1/jobs/{id}/wait` (jpu.explain.wait): time in each phase, each change of the
 job's rank and pending reason with what caused it and the labs ahead, and each reservation with
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
-from jpu.cli import rest
-from jpu.cli.rest_client import RestClient, resolve_target
+from jpu.cli.rest import subcommands as rest
+from jpu.cli.rest.client import RestClient, resolve_target
 
 USER_ERRORS: tuple[type[Exception], ...] = ()
 

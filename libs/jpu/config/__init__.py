@@ -90,7 +90,7 @@ class Config(Cluster, frozen=True, kw_only=True):
     kill_failed_after_s: float = 300.0
     backfill_settle_s: float = 60.0
     backfill_enabled: bool = True
-    backfill_command: str = "python -m jpu.backfill_stub"
+    backfill_command: str = "python -m jpu.tools.backfill_stub"
     slurm_backend: str = "local"
     nats_url: str = "nats://127.0.0.1:4222"
     database_url: str = "postgresql://postgres@127.0.0.1:5432/jpu"
@@ -99,7 +99,7 @@ class Config(Cluster, frozen=True, kw_only=True):
     gateway_host: str = "127.0.0.1"
     gateway_port: int = 8080
     data_dir: str = ".jpu"
-    snapshots: bool = True  # issue 11: services start from the newest snapshot of their fold
+    snapshots: bool = True  # SPEC O6: services start from the newest snapshot of their fold
     snapshot_every_events: int = 10_000  # ... written every N events
     snapshot_every_s: float = 300.0  # ... or every T seconds when events arrived
     snapshot_keep: int = 3  # the newest K are kept in the object store

@@ -5,9 +5,10 @@ the services consume the log, call these functions with `now` and append what th
 
     S  job states (S1–S3, X8 per job)      states.py     JobView, apply_job_event, the state sets
     E  the log as state (E2, E3)           cluster.py    ClusterState, evolve (slots, queue, owed)
-                                           codec.py      ClusterState as snapshot bytes (issue 11)
+                                           codec.py      ClusterState as snapshot bytes (SPEC O6)
     P  GPUs and who holds them (P1, P2)    holdings.py   GPU rows, running jobs, inventory
     Q  submission (Q1–Q6), cancel (§8)     submission.py what intake answers and appends
+                                           limits.py     the bounds of every input (Q1, E3, E6)
                                            promotion.py  what intake promotes now (Q5, Q7, Q8, Q9)
                                            arrays.py     job arrays: parse, tasks, %N (Q7)
                                            dependencies.py  Q8 syntax and verdicts (holds: Q9)

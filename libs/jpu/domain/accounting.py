@@ -2,7 +2,7 @@
 Pure.
 
 What an event owes is decided by the fold (`ClusterState.owed`, the rule is jpu.policy.charging)
-before it may drop the job (issue 11); this module says which of it is still to append (and the
+before it may drop the job (SPEC O6); this module says which of it is still to append (and the
 labs' initial charges); the UsageCharged each becomes is jpu.policy.charging.usage_charged.
 services/accounting/charger.py appends them, exactly once.
 """

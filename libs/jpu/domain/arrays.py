@@ -18,8 +18,8 @@ from typing import Any, Final
 
 import msgspec
 
+from jpu.domain.limits import MAX_ARRAY_SPEC
 from jpu.events import JobArray, JobSubmitted
-from jpu.limits import MAX_ARRAY_SPEC
 
 # `0-99`, `0-99:2`, `1,5,9`, `0-9,20-29:5`, each with an optional `%N` throttle (Slurm's syntax)
 _PART: Final = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")

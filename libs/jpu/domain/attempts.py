@@ -27,7 +27,7 @@ WAITING: Final = "WAITING"  # an attempt not dispatched yet (its job is queued)
 
 
 @dataclass
-class Retry:
+class RetryDecision:
     """What was decided after an attempt's GPU OOM (X8)."""
 
     decision: Decision
@@ -52,7 +52,7 @@ class Attempt:
     host_oom: bool = False
     gpu_seconds: float | None = None  # JobEnded's startup + run GPU-seconds (X6, F5), once ended
     backend_job_id: str | None = None
-    retry: Retry | None = None
+    retry: RetryDecision | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,13 +115,15 @@ def _decision(
     scheduled: Mapping[int, int],
     declined: Mapping[int, Mapping[str, Any]],
     oom_pending: bool,
-) -> Retry:
+) -> RetryDecision:
     if a.attempt in scheduled:
-        return Retry("scheduled", min_vram_gb=scheduled[a.attempt])
+        return RetryDecision("scheduled", min_vram_gb=scheduled[a.attempt])
     if a.attempt in declined:
         d = declined[a.attempt]
-        return Retry("declined", reason=d.get("reason"), needed_vram_gb=d.get("needed_vram_gb"))
-    return Retry("pending" if oom_pending else "cancelled")  # S2/X8: only a cancel closes it
+        needed = d.get("needed_vram_gb")
+        return RetryDecision("declined", reason=d.get("reason"), needed_vram_gb=needed)
+    # S2/X8: only a cancel closes it
+    return RetryDecision("pending" if oom_pending else "cancelled")
 
 
 def from_row(row: Mapping[str, Any]) -> Attempt:

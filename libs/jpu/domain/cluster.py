@@ -72,7 +72,7 @@ class ClusterState:
     lab_seq: dict[str, int] = field(default_factory=dict)  # lab subject -> last stream seq
     # Ids of the UsageCharged that could still be called for again (dedup, F5): the labs'
     # initial charges and the charges of jobs in the hot state. A job that left it can owe
-    # nothing more (charge_for needs the job), so its ids leave with it (issue 11).
+    # nothing more (charge_for needs the job), so its ids leave with it (SPEC O6).
     charged_ids: set[str] = field(default_factory=set)
     charged_by_job: dict[str, set[str]] = field(default_factory=dict)
     # F4: charges the log owes (an attempt ended, a reservation charged at release) that no
@@ -86,7 +86,7 @@ class ClusterState:
     # the global queue (GLOBAL_QUEUE_WAIT, RESERVING) grouped by lab for the cycle (D1), kept
     # up to date event by event so a cycle never rebuilds or sorts it
     queue: LabQueues = field(default_factory=LabQueues)
-    # Issue 11: a job that ended for good leaves the hot state (the log and the projections keep
+    # SPEC O6: a job that ended for good leaves the hot state (the log and the projections keep
     # its history), so memory follows the work in flight, not the platform's age. Services fold
     # with keep_ended=False; tools and tests that look at ended jobs keep them.
     keep_ended: bool = True
@@ -111,7 +111,7 @@ class ClusterState:
         return state
 
     def job_seen(self, job_id: str) -> JobView | None:
-        """The job, or the one the event just applied made leave the hot state (issue 11)."""
+        """The job, or the one the event just applied made leave the hot state (SPEC O6)."""
         job = self.jobs.get(job_id)
         if job is None and self.just_ended is not None and self.just_ended.job_id == job_id:
             return self.just_ended
@@ -169,7 +169,7 @@ def _charged(state: ClusterState, event: UsageCharged) -> None:
 
 
 def forget(state: ClusterState, job_id: str) -> JobView:
-    """A job leaves the hot state (issue 11), with the charge ids only it could repeat."""
+    """A job leaves the hot state (SPEC O6), with the charge ids only it could repeat."""
     job = state.jobs.pop(job_id)
     state.charged_ids.difference_update(state.charged_by_job.pop(job_id, ()))
     return job

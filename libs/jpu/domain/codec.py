@@ -1,4 +1,4 @@
-"""A ClusterState as bytes and back: the payload of a snapshot (issue 11). Pure.
+"""A ClusterState as bytes and back: the payload of a snapshot (SPEC O6). Pure.
 
 A snapshot holds only what the fold cannot derive; the rest (GPU holders, slots, personal queues,
 the global queue) is rebuilt from the jobs on load, exactly as the fold would have left it. The

@@ -1,10 +1,10 @@
-"""Recent run times, folded from the log (SPEC U4's input; issue 11: bounded, in the snapshot).
+"""Recent run times, folded from the log (SPEC U4's input; bounded, in the snapshot).
 
-The estimate (jpu.estimate) predicts how long a job runs from the same user's (else lab's) last
-`KEEP` completed runs with the same `num_gpus`, and how tight users write their limits from the
-ratio run time / limit. That history is part of the shared fold, so a service restarted from a
-snapshot predicts as well as one that replayed the whole log. Bounded by users × GPU counts
-(and labs × GPU counts), never by the number of jobs.
+The estimate (jpu.explain.estimate) predicts how long a job runs from the same user's (else
+lab's) last `KEEP` completed runs with the same `num_gpus`, and how tight users write their
+limits from the ratio run time / limit. That history is part of the shared fold, so a service
+restarted from a snapshot predicts as well as one that replayed the whole log. Bounded by users ×
+GPU counts (and labs × GPU counts), never by the number of jobs.
 """
 
 from __future__ import annotations

@@ -14,10 +14,9 @@ from typing import Any
 
 import msgspec
 
-from jpu import limits
 from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand, error_reply
 from jpu.config import Tier
-from jpu.domain import arrays, dependencies
+from jpu.domain import arrays, dependencies, limits
 from jpu.domain.cluster import ClusterState, parent_facts
 from jpu.domain.holdings import gpus
 from jpu.domain.states import JobView, request_digest
@@ -40,7 +39,7 @@ def idempotent_job_id(user: str, key: str) -> str:
 
 def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | None:
     """Q1: 422 naming each bad field; nothing reaches the log that a projection could not
-    store (jpu.limits)."""
+    store (jpu.domain.limits)."""
     problems = validate_submit(cmd.body, list(tiers))
     problems += _dependency_problems(cmd.body)
     if cmd.body.get("workspace") is not None and cmd.workspace_image is None and not problems:

@@ -1,5 +1,5 @@
-"""Explanations from the log (issue 14 items 3–4, SPEC U4): why a job waited, what a lab's usage
-is made of, the queue as it stood at a past moment.
+"""Answers from the log (SPEC U4, F5): when a job will start (`estimate`), why it waited, what a
+lab's usage is made of, the queue as it stood at a past moment.
 
 The modules `wait`, `usage` and `queue_at` are pure (events in, answers out): they fold the log
 with the services' own fold (`jpu.domain.cluster`) and run the policy core (`jpu.policy.cycle`)

@@ -1,4 +1,4 @@
-"""The queue as it stood at a past moment (`GET /v1/queue?at=TIME`, issue 14 item 4). Pure.
+"""The queue as it stood at a past moment (`GET /v1/queue?at=TIME`, SPEC F5). Pure.
 
 The log is folded (`jpu.domain.cluster.evolve`) up to the first event after TIME — the same prefix
 `EventBus.replay(until_ts=TIME)` yields — and the dispatcher's cycle (`jpu.policy.cycle` on

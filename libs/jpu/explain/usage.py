@@ -1,5 +1,5 @@
 """What a lab's usage is made of, charge by charge, and a usage statement per period (SPEC F1–F5,
-R3, R4; issue 14 item 4). Pure: events in, a ledger out.
+R3, R4). Pure: events in, a ledger out.
 
 Every charge is a `UsageCharged` event (accounting's, decided by `jpu.policy.charging`); this
 module never recomputes an amount. It only attaches to each charge what it paid for — the

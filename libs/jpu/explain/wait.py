@@ -1,4 +1,4 @@
-"""Why a job waited (SPEC U4, D1, D7, R3; issue 14 item 3). Pure: events in, a timeline out.
+"""Why a job waited (SPEC U4, D1, D7, R3). Pure: events in, a timeline out.
 
 The log is folded with the services' own fold (`jpu.domain.cluster.evolve`); at every event that
 can change the queue while the job waits, the dispatcher's own cycle (`jpu.policy.cycle` on

@@ -14,7 +14,7 @@ from jpu.policy.placements import scan
 from jpu.policy.pool import Pool
 from jpu.policy.release import hold, release, release_phase
 from jpu.policy.slurm_like import slurm_like_cycle
-from jpu.policy.view import QueueView
+from jpu.policy.view import CycleView
 from jpu.policy.walk import Walk
 
 __all__ = ["fifo_cycle", "slurm_like_cycle"]
@@ -22,7 +22,7 @@ __all__ = ["fifo_cycle", "slurm_like_cycle"]
 
 def fifo_cycle(snapshot: Snapshot, now: float) -> CycleResult:
     tiers = snapshot.tiers
-    view = QueueView(snapshot.queue, ClassTable(tiers))  # entry order only
+    view = CycleView(snapshot.queue, ClassTable(tiers))  # entry order only
     out = CycleResult(order=list(view.order))
     holders = view.holders  # none under this policy, unless switched from another
     if snapshot.maintenance != "NORMAL":  # D6 holds for every policy

@@ -3,7 +3,7 @@
 One rule for everyone: accounting appends a `UsageCharged` for each `Charge` this returns (its
 event id is the charge id, so the charge lands once), and the services' fold keeps the charges
 the log owes but accounting has not written yet, so a cycle right after a `JobEnded` already
-ranks the lab with that attempt's cost (D1; issue 10 finding 4).
+ranks the lab with that attempt's cost (D1).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from jpu.policy.pending import Pending
 from jpu.policy.placements import scan
 from jpu.policy.pool import Pool
 from jpu.policy.release import Kept, hold, release, release_phase
-from jpu.policy.view import AnyView, LabView, QueueView
+from jpu.policy.view import AnyView, CycleView, LabView
 from jpu.policy.walk import Walk
 
 
@@ -80,4 +80,4 @@ def queue_view(snapshot: Snapshot, now: float) -> AnyView:
         return LabView(
             q, ClassTable(tiers, q.class_keys), snapshot.usage, now, snapshot.half_life_s
         )
-    return QueueView(q, ClassTable(tiers), snapshot.usage, now, snapshot.half_life_s)
+    return CycleView(q, ClassTable(tiers), snapshot.usage, now, snapshot.half_life_s)

@@ -7,14 +7,14 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from jpu import limits as bounds
 from jpu.config import Tier
+from jpu.domain import limits as bounds
 from jpu.policy import mail
 from jpu.policy.model import Gpu
 from jpu.policy.placements import Request, scan, tier_admits
 from jpu.policy.workdir import chdir_problem
 
-# The bounds are jpu.limits' (one definition of what is storable, shared with the gateway).
+# The bounds are jpu.domain.limits' (one definition of what is storable, shared with the gateway).
 MAX_COMMAND_BYTES = bounds.MAX_COMMAND_BYTES
 MAX_NAME = bounds.MAX_NAME
 MAX_ENV = bounds.MAX_ENV
@@ -112,8 +112,8 @@ def _check_number(
 
 def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> list[FieldError]:
     """SPEC Q1: every violation, each naming its field; empty when the request is valid.
-    First what no store can hold (jpu.limits: NUL, unpaired surrogates, non-finite numbers,
-    64-bit integers, nesting), then the rules of each field within jpu.limits' bounds."""
+    First what no store can hold (jpu.domain.limits: NUL, unpaired surrogates, non-finite numbers,
+    64-bit integers, nesting), then the rules of each field within jpu.domain.limits' bounds."""
     storable = bounds.json_problems(body)
     if storable:
         return storable

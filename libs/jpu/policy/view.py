@@ -20,7 +20,9 @@ from jpu.policy.ordering import in_entry_order, lab_usage_at, rank_permutation
 _KEY = attrgetter("num_gpus", "tiers", "min_vram_gb")
 
 
-class QueueView:
+class CycleView:
+    """The global queue as the cycle reads it (LabView: the same, one queue per lab)."""
+
     def __init__(
         self,
         queue: Iterable[QueuedJob],
@@ -128,4 +130,4 @@ def _merged(queues: LabQueues, labs: list[str]) -> LabQueue:
     return out
 
 
-AnyView = QueueView | LabView
+AnyView = CycleView | LabView

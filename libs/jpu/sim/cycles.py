@@ -11,7 +11,7 @@ from __future__ import annotations
 from jpu.domain.dispatch import cycle_events
 from jpu.events import JobDispatched
 from jpu.policy.model import CycleResult
-from jpu.sim import attempts, backfill
+from jpu.sim import backend, backfill
 from jpu.sim.world import World
 
 
@@ -19,6 +19,6 @@ def apply(sim: World, result: CycleResult) -> None:
     for e in cycle_events(result, sim.tiers, sim.now):
         if isinstance(e, JobDispatched):
             backfill.preempt(sim, [(e.node, e.tier, i) for i in e.gpus])
-            attempts.start(sim, sim.append(sim.dispatched(e)))
+            backend.start(sim, sim.append(sim.dispatched(e)))
         else:
             sim.append(e)

@@ -6,7 +6,7 @@ each decision is the function the service itself calls on that state: intake's p
 (jpu.domain.promotion: Q5, Q8, Q9) and Q2 check, the dispatcher's cycle on
 `jpu.domain.dispatch.snapshot` and its duties (jpu.domain.dispatch), the slurm-agent's
 `JobEnded` (jpu.domain.ending), accounting's charge (jpu.policy.charging). The simulator
-itself keeps only the clock, the simulated cluster (attempts.py, backfill.py), the workload and
+itself keeps only the clock, the simulated cluster (backend.py, backfill.py), the workload and
 the summary; it never branches on "simulation" inside a decision.
 Phases at one instant run in a fixed order (ends, cancels, arrivals, backfill, cycle) so a cycle
 sees everything that happened at its time, and two runs of one input are identical.
@@ -45,7 +45,7 @@ from jpu.policy import POLICIES
 from jpu.policy.charging import Charge, charge_id, usage_charged
 from jpu.policy.fairshare import ZERO_USAGE
 from jpu.policy.model import CycleResult, Snapshot
-from jpu.sim import attempts, backfill, cycles
+from jpu.sim import backend, backfill, cycles
 from jpu.sim.cluster import SimCluster
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
@@ -100,7 +100,7 @@ class Simulator:
         self.config = services_config(cluster, params)
         self.policy = POLICIES[params.policy]
         self.tiers = {t.name: t for t in cluster.tiers}
-        self.state = ClusterState.new(cluster, keep_ended=False)  # in-flight jobs (issue 11)
+        self.state = ClusterState.new(cluster, keep_ended=False)  # in-flight jobs (SPEC O6)
         self.cluster = SimCluster(self.state)
         self.log = log
         self.progress = progress
@@ -235,8 +235,8 @@ class Simulator:
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
         return {
-            END: attempts.on_end,
-            CANCEL: attempts.on_cancel,
+            END: backend.on_end,
+            CANCEL: backend.on_cancel,
             ARRIVAL: Simulator._on_arrival,
             BACKFILL: backfill.on_check,
             CYCLE: Simulator._on_cycle,
@@ -257,7 +257,7 @@ class Simulator:
     # --- intake (SPEC Q2, Q4, Q5) ------------------------------------------------------------
 
     def _on_arrival(self, spec: WorkloadJob) -> None:
-        if attempts.submit(self, spec):
+        if backend.submit(self, spec):
             self.promote(spec.user)
 
     def promote(self, user: str) -> None:

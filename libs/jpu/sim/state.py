@@ -35,7 +35,7 @@ class Totals:
 class Outcome:
     """What the summary reports of one job beyond its folded state: when it first got GPUs,
     the tier of its last attempt, what it was charged, and its final fold (JobView) once it
-    left the hot state (issue 11)."""
+    left the hot state (SPEC O6)."""
 
     first_dispatch_at: float | None = None
     tier: str | None = None

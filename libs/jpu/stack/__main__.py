@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from jpu.config import load_config
-from jpu.service import setup_logging
+from jpu.runtime.service import setup_logging
 from jpu.stack import discover, run
 from jpu.stack.prepare import prepare
 from jpu.stack.servers import start_servers

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from jpu.admin import DemoUser, seed_config_labs, seed_demo
-from jpu.clock import Clock, SystemClock
 from jpu.config import Config
-from jpu.edges import Edges, connect_edges
 from jpu.events import NodeInventoryObserved, new_event_id, subject_for
+from jpu.runtime.clock import Clock, SystemClock
+from jpu.runtime.edges import Edges, connect_edges
+from jpu.tools.admin import DemoUser, seed_config_labs, seed_demo
 
 log = logging.getLogger("jpu.stack")
 

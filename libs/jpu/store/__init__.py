@@ -13,10 +13,10 @@ from jpu.store.projection import (
     Projection,
     apply_batch,
     last_applied,
-    rebuild,
     run_projection,
     wait_applied,
 )
+from jpu.store.rebuilding import rebuild
 
 __all__ = [
     "NOTIFY_CHANNEL",

@@ -1,4 +1,5 @@
-"""Exactly-once projections (SPEC E3, O5).
+"""Exactly-once projections, live (SPEC E3, O5); rebuilding them: jpu.store.rebuilding, the
+events they could not apply: jpu.store.faults.
 
 One transaction = the projections' row changes + their tracking rows `(projection, last_seq)`.
 The tracking rows are locked FOR UPDATE first, so two projector instances serialise. The log is
@@ -13,8 +14,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Final, NamedTuple, Protocol, cast, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Protocol, cast, runtime_checkable
 
 import asyncpg
 import msgspec
@@ -23,7 +24,8 @@ from nats.aio.msg import Msg
 from jpu.bus.model import Delivered
 from jpu.bus.ordered import follow_ordered
 from jpu.events import decode
-from jpu.metrics import count_fault, sample_lag
+from jpu.runtime.metrics import count_fault, sample_lag
+from jpu.store.faults import TRANSIENT, Fault, record_faults
 
 if TYPE_CHECKING:
     from jpu.bus import EventBus
@@ -31,9 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NOTIFY_CHANNEL: Final = "jpu_projection"
-# A rebuild folds this many events in memory per write of each row it touches (the live path
-# takes what one fetch brings).
-REBUILD_CHUNK: Final = 8192
 _MAX_RETRY_DELAY_S: Final = 10.0
 # The most events one live transaction takes: a projector that is behind (a start, a burst)
 # applies what the reader has gathered, up to this many, in one go; one that keeps up sees
@@ -57,30 +56,6 @@ class Projection(Protocol):
 
 
 AfterCommit = Callable[[int], Awaitable[None]]
-
-
-class Fault(NamedTuple):
-    """An event one projection could not apply (recorded in `projection_faults`)."""
-
-    projection: str
-    seq: int
-    subject: str
-    event_type: str
-    error: str
-
-
-# Errors that say nothing about the event: the database is away or busy. Retried without limit,
-# never recorded as a fault of the event.
-TRANSIENT: Final = (
-    OSError,
-    TimeoutError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,  # a connection broken mid-operation
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.exceptions.TransactionRollbackError,
-    asyncpg.exceptions.InsufficientResourcesError,
-)
 
 
 class _Retry(Exception):
@@ -174,15 +149,6 @@ async def _save_positions(
             await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, f"{name}:{after[name]}")
 
 
-async def _record_faults(conn: asyncpg.Connection, faults: Sequence[Fault]) -> None:
-    if faults:
-        await conn.executemany(
-            "INSERT INTO projection_faults (projection, seq, subject, event_type, error)"
-            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (projection, seq) DO NOTHING",
-            [tuple(f) for f in faults],
-        )
-
-
 async def apply_batch(pool: asyncpg.Pool, projection: Projection, batch: list[Delivered]) -> int:
     """Apply `batch` exactly once in ONE transaction (SPEC E3); returns how many were applied."""
     return (await apply_to_all(pool, (projection,), batch))[0]
@@ -218,7 +184,7 @@ async def apply_to_all(
         else:
             after, count = await _apply_fast(conn, projections, before, batch)
         faults += [f for f in undecodable if f.seq > before[f.projection]]
-        await _record_faults(conn, faults)
+        await record_faults(conn, faults)
         if read is not None:
             after = {name: max(seq, read[1]) for name, seq in after.items()}
         await _save_positions(conn, before, after)
@@ -430,137 +396,6 @@ async def run_projection(
         after_commit=after_commit,
         lag_every_s=lag_every_s,
     )
-
-
-async def _reset(conn: asyncpg.Connection, projection: Projection) -> None:
-    reset = getattr(projection, "reset", None)
-    if reset is not None:
-        await reset(conn)
-    else:
-        for table in projection.tables:
-            await conn.execute(f"DELETE FROM {table}")
-    await conn.execute("DELETE FROM projection_faults WHERE projection = $1", projection.name)
-
-
-async def _rebuild_chunk(
-    conn: asyncpg.Connection,
-    projections: Sequence[Projection],
-    positions: dict[str, int],
-    chunk: Sequence[Delivered],
-    upto: Mapping[str, int] | None,
-    undecodable: Sequence[Fault] = (),
-) -> dict[str, int]:
-    """The live path's apply inside the rebuild's transaction: fast, or isolated on a failure."""
-    limit = upto or {}
-    await _record_faults(
-        conn, [f for f in undecodable if f.seq <= limit.get(f.projection, f.seq)]
-    )  # fmt: skip
-    try:
-        async with conn.transaction():  # a savepoint: a failing chunk is redone isolated
-            return (await _apply_fast(conn, projections, positions, chunk, upto))[0]
-    except TRANSIENT:
-        raise
-    except Exception:
-        after, _, faults = await _apply_isolated(conn, projections, positions, chunk, upto)
-        await _record_faults(conn, faults)
-        return after
-
-
-async def rebuild_many(
-    bus: EventBus,
-    pool: asyncpg.Pool,
-    projections: Sequence[Projection],
-    *,
-    until_ts: float | None = None,
-    until_seqs: Mapping[str, int | None] | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, int]:
-    """Empty `projections` and replay them from seq 1 — one read of the log for all of them, the
-    live path's apply, one transaction (readers never see them half-built; live appliers wait on
-    the tracking rows). `until_seqs[name]` stops a projection at that seq. Returns each one's
-    last seq. An event one cannot apply is recorded in `projection_faults` (as live), never a
-    crash (SPEC E6)."""
-    limits = {p.name: (until_seqs or {}).get(p.name) for p in projections}
-    upto = {name: seq for name, seq in limits.items() if seq is not None}
-    stop_at = None if len(upto) < len(limits) else max(upto.values(), default=0)
-    names = [p.name for p in projections]
-    async with pool.acquire() as proxy, proxy.transaction():
-        conn = cast(asyncpg.Connection, proxy)
-        before = await _lock_positions(conn, names)
-        for p in projections:
-            await _reset(conn, p)
-        positions = dict.fromkeys(names, 0)
-        end = await bus.last_seq()  # the log as it is now (a rebuild never chases it)
-        if stop_at is not None:
-            end = min(end, stop_at)
-        last = 0
-        async for chunk, bad in _read_log(bus, end, until_ts, names):
-            positions = await _rebuild_chunk(conn, projections, positions, chunk, upto, bad)
-            last = max([last, *(d.seq for d in chunk), *(f.seq for f in bad)])
-            if progress is not None:
-                progress(last)
-        for name in names:  # read through here (events of other kinds included)
-            positions[name] = max(positions[name], min(last, upto.get(name, last)))
-        await _save_positions(conn, before, positions)
-        if progress is not None:
-            progress(last)
-        return positions
-
-
-async def _read_log(
-    bus: EventBus, end: int, until_ts: float | None, names: Sequence[str]
-) -> AsyncGenerator[tuple[list[Delivered], list[Fault]], None]:
-    """The log from seq 1 to `end` (stopping before the first event after `until_ts`) in
-    decoded chunks of up to REBUILD_CHUNK, through the live path's ordered reader."""
-    if end < 1:
-        return
-    stop = asyncio.Event()
-    reader = follow_ordered(
-        bus.js, bus.stream, f"{bus.prefix}.>", 1, stop, batch=REBUILD_CHUNK
-    )  # fmt: skip
-    async with contextlib.aclosing(reader) as batches:
-        async for msgs in batches:
-            inside = [m for m in msgs if m.metadata.sequence.stream <= end]
-            chunk, bad = decode_batch(inside, names)
-            if until_ts is not None and any(d.event.ts > until_ts for d in chunk):
-                cut = next(d.seq for d in chunk if d.event.ts > until_ts)
-                chunk = [d for d in chunk if d.seq < cut]
-                bad = [f for f in bad if f.seq < cut]
-                stop.set()
-            if chunk or bad:
-                yield chunk, bad
-            meta = msgs[-1].metadata
-            if stop.is_set() or meta.sequence.stream >= end or meta.num_pending == 0:
-                return
-
-
-async def rebuild(
-    bus: EventBus,
-    pool: asyncpg.Pool,
-    projection: Projection,
-    *,
-    until_ts: float | None = None,
-    until_seq: int | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> int:
-    """One projection alone (see rebuild_many); returns the last seq applied."""
-    done = await rebuild_many(
-        bus, pool, (projection,), until_ts=until_ts,
-        until_seqs={projection.name: until_seq}, progress=progress,
-    )  # fmt: skip
-    return done[projection.name]
-
-
-async def faults(pool: asyncpg.Pool, projection: str | None = None) -> list[Fault]:
-    """The events projections could not apply, oldest first."""
-    rows = await pool.fetch(
-        "SELECT projection, seq, subject, event_type, error FROM projection_faults"
-        " WHERE $1::text IS NULL OR projection = $1 ORDER BY seq, projection",
-        projection,
-    )
-    return [
-        Fault(r["projection"], r["seq"], r["subject"], r["event_type"], r["error"]) for r in rows
-    ]
 
 
 async def last_applied(pool: asyncpg.Pool, name: str) -> int:

@@ -19,9 +19,9 @@ from typing import Any
 
 from jpu.backends import ExecutionBackend, make_backend
 from jpu.bus import Delivered, EventBus
-from jpu.clock import SystemClock
 from jpu.config import Config, load_config
 from jpu.events import Event, JobDispatched, JobEnded, JobPromoted, JobSubmitted, new_event_id
+from jpu.runtime.clock import SystemClock
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.run import run_agent
 

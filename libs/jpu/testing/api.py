@@ -11,11 +11,11 @@ import asyncpg
 import httpx
 import msgspec
 
-from jpu import auth
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import Config
 from jpu.events import Event, new_event_id
+from jpu.runtime.clock import FakeClock
+from jpu.store import auth
 from jpu.store.projection import wait_applied
 
 T0 = 1_700_000_000.0  # the FakeClock's start: event times in tests are near it
@@ -74,7 +74,7 @@ class Api:
     async def decide(self) -> None:
         """What the leading dispatcher publishes after a cycle on the log as it is now: the
         policy's order and pending reasons (D1, D7), through its own ViewPublisher. The gateway
-        shows ranks and reasons from there only (issue 10 finding 6); these tests run no
+        shows ranks and reasons from there only (SPEC D7); these tests run no
         dispatcher, so that its appends do not move the jobs they arrange."""
         from jpu.domain.cluster import ClusterState, evolve
         from jpu.domain.dispatch import snapshot

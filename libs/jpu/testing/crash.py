@@ -1,4 +1,4 @@
-"""Crash-safety harness (issue 9; SPEC E2, E3, F5, O5): faults, recovery times, and the
+"""Crash-safety harness (SPEC E2, E3, F5, O5): faults, recovery times, and the
 invariants read back from the log itself.
 
 - `KillableNats` / `KillablePostgres`: embedded servers a test owns, SIGKILLed (NATS) or stopped in

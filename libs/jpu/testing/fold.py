@@ -15,7 +15,6 @@ from typing import Any
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.bus.views import ViewStore
-from jpu.clock import Clock
 from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import (
@@ -28,6 +27,7 @@ from jpu.events import (
     new_event_id,
     subject_for,
 )
+from jpu.runtime.clock import Clock
 
 
 def as_log(events: Iterable[AnyEvent]) -> list[Delivered]:

@@ -15,14 +15,14 @@ from typing import Any
 import asyncpg
 import httpx
 
-from jpu.admin import seed_demo
 from jpu.backends import ExecutionBackend
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.config import Config
-from jpu.edges import Edges, connect_edges
-from jpu.service import run_workers
+from jpu.runtime.clock import SystemClock
+from jpu.runtime.edges import Edges, connect_edges
+from jpu.runtime.service import run_workers
 from jpu.testing.fold import Watcher
+from jpu.tools.admin import seed_demo
 from jpu_services.accounting import bootstrap as accounting
 from jpu_services.backfill.service import BackfillOptions, BackfillStats, run_backfill
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher

@@ -2,7 +2,7 @@
 
 Real NATS JetStream and PostgreSQL, the real gateway app (over ASGI, with its projections), the
 real intake, dispatcher, slurm-agent on the local backend (research jobs are local processes),
-accounting, and the backfill service running `python -m jpu.backfill_stub` on idle GPUs. Every
+accounting, and the backfill service running `python -m jpu.tools.backfill_stub` on idle GPUs. Every
 service runs with the system clock, as in production; only the periods are short.
 
 `logs_stack` is one for the job-logs tests (two tiers, an OOM on the smaller one retried on the
@@ -26,11 +26,11 @@ import httpx
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.config import Config, load_config
 from jpu.domain.cluster import ClusterState
-from jpu.edges import Edges
 from jpu.events import BackfillEnded, BackfillStarted, Event, MaintenanceChanged
+from jpu.runtime.clock import SystemClock
+from jpu.runtime.edges import Edges
 from jpu.testing.api import bearer
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers

@@ -1,4 +1,4 @@
-// "Why it waited" on the job page (SPEC U4, issue 14): GET /v1/jobs/{id}/wait in sentences, in
+// "Why it waited" on the job page (SPEC U4): GET /v1/jobs/{id}/wait in sentences, in
 // the console's language. Loaded on request (a replay of the log, not for every poll) and kept for
 // the job shown, so a poll or the language toggle redraws it without asking again.
 // Uses console.js's helpers (t, tf, h, api, fmtTime, fmtDur, fmtNum, STRINGS, $).

@@ -22,11 +22,11 @@ from typing import Any, Final
 import msgspec
 import nats.errors
 
-from jpu import joblogs
+from jpu.backends import joblogs
 from jpu.domain import attempts
 from jpu.domain.states import job_view
-from jpu.edges import Edges
 from jpu.events import Delivered, JobSubmitted
+from jpu.runtime.edges import Edges
 from jpu_services.gateway.config import GatewayConfig
 
 _LOG_ERRORS: Final = (nats.errors.Error, TimeoutError, OSError)

@@ -11,7 +11,7 @@ The design (also in the OpenAPI document and docs/outputs.md):
     attachment: the job's bytes never run as a page of the console's origin;
   * refused paths (`..`, absolute, NUL, a symbolic link anywhere on the way, something that is
     not a plain file or directory of the job's account) are 422 VALIDATION_ERROR naming `path`.
-The file system side is jpu.jobfiles (safe against what the job's account can plant).
+The file system side is jpu.backends.jobfiles (safe against what the job's account can plant).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from fastapi.responses import StreamingResponse
 
-from jpu import jobfiles, joblogs
+from jpu.backends import jobfiles, joblogs
 from jpu_services.gateway.errors import ApiError
 from jpu_services.gateway.routes import _logs
 from jpu_services.gateway.routes._commands import shape_error

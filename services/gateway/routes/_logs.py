@@ -14,7 +14,8 @@ The design (also in the OpenAPI document and docs/outputs.md):
     it; with `limit` the stream also ends after that many bytes.
   * 404 NOT_FOUND: an attempt the job does not have, or one with no output (yet, or ever); 503
     OUTPUT_UNREADABLE: the gateway's account may not read the output root (docs/outputs.md).
-The files are read by jpu.joblogs (safe against what the job's account can plant in its dir).
+The files are read by jpu.backends.joblogs (safe against what the job's account can plant in its
+dir).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Final
 import asyncpg
 from fastapi.responses import StreamingResponse
 
-from jpu import joblogs
+from jpu.backends import joblogs
 from jpu.domain.states import TERMINAL  # SPEC S2
 from jpu_services.gateway.errors import ApiError
 

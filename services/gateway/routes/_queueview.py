@@ -1,7 +1,7 @@
 """The global queue as the API shows it: rank (SPEC D1) and pending reason (D7), read-only.
 
 Rank and pending reason are what the dispatcher decided, not a second cycle of the gateway's own
-(issue 10 finding 6): the leading dispatcher publishes each cycle's order and reasons to the NATS
+(SPEC D7): the leading dispatcher publishes each cycle's order and reasons to the NATS
 KV bucket `jpu_views` (services/dispatcher/view.py, jpu.bus.views), and the gateway shows exactly
 that, with the time it was decided (`decided_at`). A queued job the last published cycle has not
 seen yet (it entered the queue after it) has no rank and no reason until the next cycle, which D8
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import asyncpg
-from fastapi import Request
+from fastapi import FastAPI, Request
 
 from jpu import commands
 from jpu.bus.views import ViewStore
@@ -44,7 +44,9 @@ _ARRAY_SLOTS_SQL: Final = (
 
 
 @dataclass
-class QueueView:
+class QueuePage:
+    """The queue as the API shows it (`GET /v1/queue`, a job's rank): global by rank, personal."""
+
     now: float
     maintenance: str
     ordered: list[Any]  # global queue rows, rank 1 first
@@ -132,7 +134,7 @@ async def queue_view(
     half_life_s: float,
     now: float,
     estimates: commands.EstimatesView | None = None,
-) -> QueueView:
+) -> QueuePage:
     rows, usage, maintenance = await _snapshot_parts(pool)
     queued = {r["job_id"]: r for r in rows if r["state"] != PERSONAL}
     order = [j for j in (decision.order if decision else []) if j in queued]
@@ -141,7 +143,7 @@ async def queue_view(
     newer = [r for r in queued.values() if r["job_id"] not in ranked]  # after that cycle
     labs = {r["lab"] for r in rows} | set(usage)
     personal = [r for r in rows if r["state"] == PERSONAL]
-    return QueueView(
+    return QueuePage(
         now=now,
         maintenance=maintenance,
         ordered=[queued[j] for j in order] + newer,
@@ -165,18 +167,18 @@ class SharedView:
     of being paid once per request.
     """
 
-    def __init__(self, compute: Callable[[], Awaitable[QueueView]]) -> None:
+    def __init__(self, compute: Callable[[], Awaitable[QueuePage]]) -> None:
         self.compute = compute
-        self._next: asyncio.Future[QueueView] | None = None
+        self._next: asyncio.Future[QueuePage] | None = None
         self._one_at_a_time = asyncio.Lock()
 
-    async def get(self) -> QueueView:
+    async def get(self) -> QueuePage:
         if self._next is None:
             self._next = asyncio.get_running_loop().create_future()
             asyncio.create_task(self._run(self._next))  # noqa: RUF006 (the future holds it)
         return await asyncio.shield(self._next)
 
-    async def _run(self, fut: asyncio.Future[QueueView]) -> None:
+    async def _run(self, fut: asyncio.Future[QueuePage]) -> None:
         async with self._one_at_a_time:
             self._next = None  # from now on, newcomers wait for a later computation
             try:
@@ -185,20 +187,21 @@ class SharedView:
                 fut.set_exception(e)
 
 
+def new_shared_view(app: FastAPI) -> SharedView:
+    """The app's SharedView over its pool, tiers, half-life and clock (built in the lifespan)."""
+    views = ViewStore(app.state.edges.bus)  # caches the decoded views between puts
+
+    async def compute() -> QueuePage:
+        base = app.state.settings.base
+        clock = getattr(app.state, "clock", None)
+        now = float(clock.now()) if clock is not None else time.time()
+        edges = app.state.edges
+        decision, estimates = await asyncio.gather(views.queue(), views.estimates())
+        return await queue_view(edges.pool, decision, base.half_life_s, now, estimates)
+
+    return SharedView(compute)
+
+
 def shared_view(request: Request) -> SharedView:
-    """The app's SharedView (created on first use) over its pool, tiers, half-life and clock."""
-    app = request.app
-    view: SharedView | None = getattr(app.state, "queue_view", None)
-    if view is None:
-        views = ViewStore(app.state.edges.bus)  # caches the decoded views between puts
-
-        async def compute() -> QueueView:
-            base = app.state.settings.base
-            clock = getattr(app.state, "clock", None)
-            now = float(clock.now()) if clock is not None else time.time()
-            edges = app.state.edges
-            decision, estimates = await asyncio.gather(views.queue(), views.estimates())
-            return await queue_view(edges.pool, decision, base.half_life_s, now, estimates)
-
-        view = app.state.queue_view = SharedView(compute)
+    view: SharedView = request.app.state.queue_view
     return view

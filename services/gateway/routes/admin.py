@@ -18,8 +18,8 @@ from fastapi import APIRouter, Request
 from nats.js.errors import NotFoundError
 from pydantic import AfterValidator, BaseModel, Field
 
-from jpu import limits
 from jpu.bus import ConcurrencyConflict, EventBus
+from jpu.domain import limits
 from jpu.events import MaintenanceChanged, MaintenanceState, decode, new_event_id
 from jpu.policy.maintenance import Rejected, on_admin
 from jpu.store.projections.maintenance import read_maintenance

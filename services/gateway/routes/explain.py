@@ -1,4 +1,4 @@
-"""Explanations from the log (SPEC U4, §8 `GET /v1/jobs/{id}/wait`; issue 14 items 3–4).
+"""Explanations from the log (SPEC U4, §8 `GET /v1/jobs/{id}/wait`).
 
 * `GET /v1/jobs/{id}/wait` — why the job waited: rank and pending reason over its wait, the labs
   ahead with their decayed usage, its reservations and what ended them (R3: the event whose
@@ -24,11 +24,11 @@ from fastapi import APIRouter, Query, Request
 
 from jpu.bus import history
 from jpu.config import Config
-from jpu.edges import Edges
 from jpu.explain.queue_at import PastQueue
 from jpu.explain.usage import UsageExplanation, UsageStatement, explain_usage
 from jpu.explain.usage import usage_statement as statement
 from jpu.explain.wait import JobNotInLog, WaitTimeline
+from jpu.runtime.edges import Edges
 from jpu.store.projections.usage_ledger import read_ledger
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, forbidden, responses
@@ -54,10 +54,7 @@ def _ok(model: type, description: str) -> dict[int | str, dict[str, Any]]:
 
 
 def _cache(request: Request) -> OrderedDict[str, dict[str, Any]]:
-    cache = getattr(request.app.state, "wait_cache", None)
-    if cache is None:
-        cache = request.app.state.wait_cache = OrderedDict()
-    assert isinstance(cache, OrderedDict)
+    cache: OrderedDict[str, dict[str, Any]] = request.app.state.wait_cache
     return cache
 
 

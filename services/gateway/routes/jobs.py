@@ -15,14 +15,16 @@ import msgspec
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from jpu import commands, joblogs, limits
+from jpu import commands
+from jpu.backends import joblogs
+from jpu.domain import limits
 from jpu.domain.states import PENDING
 from jpu.domain.workspaces import lookup_ids, usable_problem
 from jpu.policy.workdir import chdir_problem
 from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
-from jpu_services.gateway.ratelimit import RateLimiter, from_settings, retry_after_header
+from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
 from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._jobview import (
@@ -40,7 +42,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 MAX_IDEMPOTENCY_KEY: Final = limits.MAX_IDEMPOTENCY_KEY
 # What the routes of a job answer besides 2xx (the OpenAPI document; 422 and 503 are added to
-# every operation by jpu_services.gateway.openapi, and the submit body is jpu.limits').
+# every operation by jpu_services.gateway.openapi, and the submit body is jpu.domain.limits').
 _PREFIX: Final = "VALIDATION_ERROR: the id given is the start of several jobs (`candidates`)"
 _ERRORS: Final = responses(401, 403, 404, 422, s422=_PREFIX)
 _SUBMIT_ERRORS: Final = {
@@ -60,17 +62,14 @@ _CANCEL_ERRORS: Final = responses(401, 403, 404, 409, 422, s409="ALREADY_TERMINA
 
 
 def _limiter(request: Request) -> RateLimiter:
-    limiter = getattr(request.app.state, "submit_limiter", None)
-    if limiter is None:
-        limiter = request.app.state.submit_limiter = from_settings(request.app.state.settings.base)
-    assert isinstance(limiter, RateLimiter)
+    limiter: RateLimiter = request.app.state.submit_limiter
     return limiter
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    """Shape only: a JSON object of sane size that every store can hold (jpu.limits: no NUL or
-    unpaired surrogate, finite numbers, 64-bit integers, bounded nesting), so the command to
-    intake can be encoded at all. Field rules (Q1) are intake's, on the same jpu.limits."""
+    """Shape only: a JSON object of sane size that every store can hold (jpu.domain.limits: no NUL
+    or unpaired surrogate, finite numbers, 64-bit integers, bounded nesting), so the command to
+    intake can be encoded at all. Field rules (Q1) are intake's, on the same jpu.domain.limits."""
     raw = await cmd.read_body(request, limits.MAX_BODY_BYTES)
     if raw is None:
         raise cmd.shape_error("body", f"request body over {limits.MAX_BODY_BYTES} bytes")

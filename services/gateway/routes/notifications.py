@@ -14,8 +14,8 @@ from fastapi import APIRouter, Request
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
-from jpu import limits
 from jpu.bus import EventBus
+from jpu.domain import limits
 from jpu.events import NotificationSettingsChanged, decode, new_event_id
 from jpu.policy import mail
 from jpu_services.gateway.deps import CurrentUser, EdgesDep

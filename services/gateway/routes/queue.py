@@ -143,7 +143,7 @@ async def queue(
     `running` the jobs holding GPUs (DISPATCHED, RUNNING, CANCELLING), like squeue. Filters
     keep the ranks of the whole queue; the lengths count it whole. With `at` (admins): the
     queue, personal queues and running jobs as they stood then, folded from the log with the
-    dispatcher's cycle run at that time (issue 14)."""
+    dispatcher's cycle run at that time (SPEC U4)."""
     states = _states(state)
     if at is not None:
         past = await explain.past_queue(request, caller, edges, settings.base, at)

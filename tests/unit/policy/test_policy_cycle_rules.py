@@ -308,7 +308,7 @@ BIG = tiers(tier("rtx4090", 24, 82.6, 20, max_gpus=4), RTX3080)  # one 4-GPU pla
 
 
 def test_R5_one_lost_reserved_gpu_leaves_and_the_rest_is_kept():
-    """Issue 10 finding 5: capacity still >= num_gpus, so only the lost GPU leaves (R5)."""
+    """Capacity still >= num_gpus, so only the lost GPU leaves (R5)."""
     res = Reservation("big", "rtx4090", (0, 1), since=0.0, joined=(0.0, 40.0))
     states = {
         ("big", 0): "reserved:X",

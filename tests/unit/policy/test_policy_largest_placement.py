@@ -1,4 +1,4 @@
-"""SPEC Q2's refusal with its fix (issue 12 item 6): the most GPUs one placement could ever give
+"""SPEC Q2's refusal with its fix: the most GPUs one placement could ever give
 the job (P3), within its tiers and VRAM, best tier first (T1)."""
 
 from __future__ import annotations

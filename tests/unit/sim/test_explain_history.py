@@ -1,4 +1,4 @@
-"""Explanations from the log (issue 14 items 3–4, SPEC U4): the pure modules of jpu.explain on
+"""Explanations from the log (SPEC U4): the pure modules of jpu.explain on
 logs the simulator wrote with the services' own policy — SPEC R3's worked example above all."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_U4_R3_why_names_the_charge_that_demoted_X(simulate: Simulate) -> None:
 
 def test_U4_wait_is_deterministic_and_the_same_from_a_snapshot(simulate: Simulate) -> None:
     """An auditor gets the same answer from the same log, from seq 1 or from a snapshot of the
-    fold taken before the job's submission (issue 11's snapshots)."""
+    fold taken before the job's submission (the snapshots, SPEC O6)."""
     _, config, log = r3_example(simulate)
     whole = wait_timeline(log, "x", config)
     assert msgspec.json.encode(wait_timeline(log, "x", config)) == msgspec.json.encode(whole)

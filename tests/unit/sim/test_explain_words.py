@@ -1,4 +1,4 @@
-"""`jpu why` and `jpu-admin explain-usage` in words (issue 14, SPEC U4, F5): the pure renderers on
+"""`jpu why` and `jpu-admin explain-usage` in words (SPEC U4, F5): the pure renderers on
 SPEC R3's worked example as the simulator plays it, and how the language is chosen."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgspec
 from simkit import HALF_LIFE, Simulate, r3_example
 
-from jpu.admin_usage import render_explanation, render_statement, when
 from jpu.cli.why import language, render
 from jpu.explain.usage import explain_usage, ledger, usage_statement
 from jpu.explain.wait import wait_timeline
+from jpu.tools.admin_usage import render_explanation, render_statement, when
 
 
 def test_U4_why_says_what_demoted_X_in_english_and_korean(simulate: Simulate) -> None:

@@ -150,7 +150,7 @@ def test_S1_Q5_X8_no_user_over_max_active_jobs_even_across_an_oom_retry(
     jobs: list[WorkloadJob], slots: int
 ) -> None:
     """Folded event by event as the services fold it, the simulator's log never shows a user
-    with more slot-holding jobs than their limit, OOM retries included (issue 10 finding 1:
+    with more slot-holding jobs than their limit, OOM retries included (SPEC S1:
     the OOM end keeps the slot until the retry is decided, so no one is promoted in between)."""
     buf = io.BytesIO()
     simulate(CLUSTER, jobs, SimParams(max_active_jobs=slots, half_life_s=900), buf)

@@ -37,7 +37,7 @@ from jpu.backends.base import (
 )
 from jpu.backends.local.backfill import LocalBackfill
 from jpu.backends.local.records import JobRecord, RecordStore
-from jpu.backends.local.watch import Watcher, adopt_unsaved_spawn
+from jpu.backends.local.watch import ProcessWatcher, adopt_unsaved_spawn
 from jpu.backends.outputs import create_private, open_output_dir
 from jpu.backends.workspaces import PipSite, Workspaces, venv_env
 from jpu.config import Node
@@ -87,7 +87,7 @@ class LocalBackend(LocalBackfill):
         # X4a: workspaces of this data dir (<data_dir>/workspaces), built with podman
         self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
                                      settings.pip)  # fmt: skip
-        self._watchers: dict[str, Watcher] = {}
+        self._watchers: dict[str, ProcessWatcher] = {}
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
         # per attempt: submits of different attempts proceed concurrently (the fsyncs overlap)
@@ -330,7 +330,7 @@ class LocalBackend(LocalBackfill):
 
     def _watch(self, record: JobRecord, process: asyncio.subprocess.Process | None) -> None:
         self._records[record.backend_job_id] = record
-        watcher = Watcher(record, process, self.store, self.settings, self._on_kill_failed)
+        watcher = ProcessWatcher(record, process, self.store, self.settings, self._on_kill_failed)
         self._watchers[record.backend_job_id] = watcher
         watcher.start()
 

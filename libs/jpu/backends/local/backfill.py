@@ -3,8 +3,8 @@
 Each instance is a local process in its own session with `CUDA_VISIBLE_DEVICES=<gpu>`, a free
 `PORT`, and its own directory `<data_dir>/backfill/<backfill_id>/` (script, stdout, stderr).
 Records live apart from research attempts (`<data_dir>/local-backend/backfill/jobs/`), so the
-agent's `running()` and orphan sweep never see them; the same Watcher enforces SIGTERM → grace →
-SIGKILL and re-adopts instances after a restart of the backfill service.
+agent's `running()` and orphan sweep never see them; the same ProcessWatcher enforces SIGTERM →
+grace → SIGKILL and re-adopts instances after a restart of the backfill service.
 
 Backfill runs as the service's own account and with network (it must serve its endpoint); it is
 the operator's configured command, not a user's script.
@@ -26,7 +26,7 @@ from jpu.backends.backfill import BackfillHandle, BackfillSpec
 from jpu.backends.base import SAFE_ID, BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.local.preempt import preempt
 from jpu.backends.local.records import JobRecord, RecordStore
-from jpu.backends.local.watch import Watcher, adopt_unsaved_spawn
+from jpu.backends.local.watch import ProcessWatcher, adopt_unsaved_spawn
 from jpu.embedded.nats import free_port
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class _Instances:
         self.settings = settings
         self.store = RecordStore(Path(settings.data_dir) / "local-backend" / "backfill")
         self.records: dict[str, JobRecord] = {}
-        self.watchers: dict[str, Watcher] = {}
+        self.watchers: dict[str, ProcessWatcher] = {}
         self.loaded = False
         self.lock = asyncio.Lock()
 
@@ -95,7 +95,7 @@ class _Instances:
         self.loaded = True
         for record in self.store.all():
             if record.pid == 0 and record.final is None:
-                adopt_unsaved_spawn(record, self.store)  # spawned, pid unsaved (issue 9)
+                adopt_unsaved_spawn(record, self.store)  # spawned, pid unsaved (SPEC O5)
             self._watch(record, None)
 
     def get(self, bid: str) -> JobRecord:
@@ -234,7 +234,7 @@ class _Instances:
         self.records[record.backend_job_id] = record
         if record.final is not None:
             return
-        watcher = Watcher(record, process, self.store, self.settings, _kill_failed)
+        watcher = ProcessWatcher(record, process, self.store, self.settings, _kill_failed)
         self.watchers[record.backend_job_id] = watcher
         watcher.start()
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class Watcher:
+class ProcessWatcher:
     def __init__(
         self,
         record: JobRecord,
@@ -197,7 +197,7 @@ SPAWN_GRACE_S = 5.0
 def adopt_unsaved_spawn(
     record: JobRecord, store: RecordStore, grace_s: float = SPAWN_GRACE_S
 ) -> SpawnVerdict:
-    """A previous agent saved the record and died before saving the pid (issue 9). Spawned:
+    """A previous agent saved the record and died before saving the pid (SPEC O5). Spawned:
     the wrapper runs on in its own session — adopt it, else it would be reported "never
     started" (an attempt) or ended (a backfill instance) while it holds its GPU. Already ended
     or died: its wrapper wrote the start (and exit) status first — "ran", the watcher tells how

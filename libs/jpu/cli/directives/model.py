@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jpu.cli.rest_render import parse_time_limit
+from jpu.cli.rest.render import parse_time_limit
 from jpu.domain import dependencies
 from jpu.policy import mail
 

@@ -1,4 +1,4 @@
--- Issue 10: a jobs row is a function of the domain's JobView (jpu.domain.states), which the row
+-- SPEC E3: a jobs row is a function of the domain's JobView (jpu.domain.states), which the row
 -- keeps here so the next event is folded by the services' own code (no second state machine).
 -- Rows written before have no view: the jobs projection starts over from sequence 1 (the
 -- projector rebuilds it on its next start; the other projections keep their positions).

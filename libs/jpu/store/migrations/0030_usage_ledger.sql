@@ -1,4 +1,4 @@
--- Issue 14 item 4: every charge with what it paid for (jpu.explain.usage.Ledger), so that
+-- SPEC F5: every charge with what it paid for (jpu.explain.usage.Ledger), so that
 -- explain-usage and the usage statement read an index, not the whole log, however long it is.
 -- A fold of the log like every projection (E3): rebuilt and audited from it.
 CREATE TABLE usage_ledger (

@@ -1,4 +1,4 @@
--- Labs, users and API tokens (SPEC §1.3, §8 Auth). Owned by libs/jpu/auth.py and jpu-admin.
+-- Labs, users and API tokens (SPEC §1.3, §8 Auth). Owned by libs/jpu/store/auth.py and jpu-admin.
 -- Tokens are stored only as sha256 hex digests of the random bearer token; the token itself is
 -- shown once when created and never stored.
 

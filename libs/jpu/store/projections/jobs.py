@@ -4,7 +4,7 @@ There is no state machine here. The row keeps the job's JobView (`view`, jsonb: 
 the services fold, jpu.domain.states), and each event is folded by `apply_job_event`, the services'
 own function; the columns the API reads are then derived from the view (`columns`). So the
 projection and the services cannot disagree on a job's state, attempt, reservation or placement
-(issue 10): a swap release without its dispatch, for instance, returns the job to the global queue
+(SPEC E3): a swap release without its dispatch, for instance, returns the job to the global queue
 here exactly as in the dispatcher. Besides the view a row holds the request as submitted
 (command, env, chdir, the tiers as written) and one accounting fact, `usage_charged` (F4: every
 UsageCharged of the job, even after it ended).

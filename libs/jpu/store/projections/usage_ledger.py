@@ -1,4 +1,4 @@
-"""The usage ledger (issue 14 item 4): every `UsageCharged` with what it paid for, decided by the
+"""The usage ledger (SPEC F5): every `UsageCharged` with what it paid for, decided by the
 pure `jpu.explain.usage.Ledger` (this module only loads and stores what that fold carries from
 one batch to the next). explain-usage and the usage statement read it by index instead of
 folding the whole log in the gateway (which took the whole log's read on each gateway's first

@@ -1,4 +1,4 @@
-"""jpu-admin: labs, users and API tokens in the database (`python -m jpu.admin --help`).
+"""jpu-admin: labs, users and API tokens in the database (`python -m jpu.tools.admin --help`).
 
 The database is `--database-url`, the one the configuration names (JPU_DATABASE_URL or the
 JPU_CONFIG file), else the running stack's on this checkout (jpu.stack.discover); with none, one
@@ -19,9 +19,10 @@ from pathlib import Path
 
 import asyncpg
 
-from jpu import admin_usage, auth
 from jpu.config import Config, load_config
 from jpu.stack import discover
+from jpu.store import auth
+from jpu.tools import admin_usage
 
 # Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
 DEMO_LABS: dict[str, tuple[str, ...]] = {

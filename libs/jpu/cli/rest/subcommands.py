@@ -4,8 +4,8 @@ unique prefix of it will do (the API resolves it, as git does).
 
 In the habits of Slurm users: `submit` reads a script file (or `--wrap`) and its `#SBATCH` lines
 like sbatch and, like sbatch, the job runs in the directory it was submitted from
-(`--chdir`/`-D` for another; jpu.cli.rest_submit); `queue` looks like squeue and `jobs` /
-`history` like sacct (jpu.cli.rest_lists); `logs` prints an attempt's output as it is (raw
+(`--chdir`/`-D` for another; jpu.cli.rest.submit); `queue` looks like squeue and `jobs` /
+`history` like sacct (jpu.cli.rest.lists); `logs` prints an attempt's output as it is (raw
 bytes), following it with `-f` like `tail -f`. Tables for people, `--json` for scripts (the
 API's body as is), and on an error one line with the API's code and message — and what the
 details add: the limit, the valid values (jpu.cli.messages) — and a non-zero exit.
@@ -23,11 +23,11 @@ from collections.abc import Callable
 from typing import IO, Any
 from urllib.parse import quote
 
-import jpu.cli.rest_views as views
-from jpu.cli import rest_cancel, rest_info, rest_lists, rest_notify, rest_submit, rest_workspaces
-from jpu.cli.rest_client import ApiError, RestClient, RestError, StreamBroken, resolve_target
-from jpu.cli.rest_submit import parse_env as parse_env  # re-exported (tests, older callers)
-from jpu.cli.rest_submit import submit_body as submit_body
+import jpu.cli.rest.views as views
+from jpu.cli.rest import cancel, info, lists, notify, submit, workspaces
+from jpu.cli.rest.client import ApiError, RestClient, RestError, StreamBroken, resolve_target
+from jpu.cli.rest.submit import parse_env as parse_env  # re-exported (tests, older callers)
+from jpu.cli.rest.submit import submit_body as submit_body
 
 USER_ERRORS: tuple[type[Exception], ...] = (RestError, ApiError, OSError)
 
@@ -49,12 +49,12 @@ def _common() -> argparse.ArgumentParser:
 
 def register(sub: Any) -> None:
     common = [_common()]
-    rest_submit.add_parser(sub, common)
-    rest_lists.add_parsers(sub, common)
-    rest_info.add_parsers(sub, common)
-    rest_cancel.add_parser(sub, common)
-    rest_notify.add_parser(sub, common)  # Q10
-    rest_workspaces.add_parsers(sub, common)  # X4a
+    submit.add_parser(sub, common)
+    lists.add_parsers(sub, common)
+    info.add_parsers(sub, common)
+    cancel.add_parser(sub, common)
+    notify.add_parser(sub, common)  # Q10
+    workspaces.add_parsers(sub, common)  # X4a
     for name, helptext, func in (
         ("usage", "fair-share usage per lab", cmd_usage),
         ("pool", "the GPU pool by placement", cmd_pool),
@@ -223,7 +223,7 @@ def _explain_usage(args: argparse.Namespace) -> int:
     """`jpu usage --explain [LAB]`: the lab's charges as `jpu-admin explain-usage` prints them
     (one renderer, one explanation: GET /v1/labs/{lab}/usage/explain answers with
     jpu.explain.usage). Times: epoch seconds or ISO 8601, like jpu-admin's."""
-    from jpu.admin_usage import when  # not on every CLI start
+    from jpu.tools.admin_usage import when  # not on every CLI start
 
     params: dict[str, Any] = {}
     try:

@@ -6,10 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from jpu.cli.rest_jobviews import job as job  # the job views live there (re-exported)
-from jpu.cli.rest_jobviews import jobs as jobs
-from jpu.cli.rest_jobviews import queue as queue
-from jpu.cli.rest_render import fmt_ts, fmt_usage, table
+from jpu.cli.rest.jobviews import job as job  # the job views live there (re-exported)
+from jpu.cli.rest.jobviews import jobs as jobs
+from jpu.cli.rest.jobviews import queue as queue
+from jpu.cli.rest.render import fmt_ts, fmt_usage, table
 
 _EVENT_META = {"type", "event_id", "ts", "schema_version", "job_id", "seq"}
 _TIME_KEYS = {"since", "as_of"}
@@ -111,8 +111,8 @@ def usage_explanation(data: dict[str, Any]) -> str:
     (the same jpu.explain.usage answer, decoded back into its model)."""
     import msgspec
 
-    from jpu.admin_usage import render_explanation
     from jpu.explain.usage import UsageExplanation
+    from jpu.tools.admin_usage import render_explanation
 
     return render_explanation(msgspec.convert(data, UsageExplanation))
 

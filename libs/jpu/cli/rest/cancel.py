@@ -15,8 +15,8 @@ import sys
 from typing import Any
 from urllib.parse import quote
 
-from jpu.cli.rest_client import ApiError, RestClient, RestError, resolve_target
-from jpu.cli.rest_lists import PAGE_MAX, parse_states
+from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
+from jpu.cli.rest.lists import PAGE_MAX, parse_states
 from jpu.domain.states import STATES, TERMINAL
 
 NOT_ENDED = [s for s in STATES if s not in TERMINAL]

@@ -15,9 +15,10 @@ Recorded where the fact is known: the dispatcher's writer (each decision appende
 accounting (lab usage). The gauges read sources the edges register for as long as they run; the
 SDK calls them from its export thread, so a source only copies plain data.
 
-Instruments live on the global MeterProvider (installed by jpu.telemetry.setup_telemetry); a test
-records on its own SDK provider with `use_meter_provider(provider)` instead, since the global one
-can be set only once per process. The pure core never imports this module.
+Instruments live on the global MeterProvider (installed by
+jpu.runtime.telemetry.setup_telemetry); a test records on its own SDK provider with
+`use_meter_provider(provider)` instead, since the global one can be set only once per process.
+The pure core never imports this module.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from dataclasses import dataclass
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
 
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.states import SLOT_STATES, TERMINAL, JobView
 from jpu.events import Event, JobDispatched, ReservationReleased, ReservationStarted
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
+from jpu.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal, cast
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from jpu import limits
+from jpu.domain import limits
 
 Role = Literal["user", "lab_admin", "admin"]
 ROLES: Final[tuple[Role, ...]] = ("user", "lab_admin", "admin")

@@ -1,8 +1,8 @@
-"""`python -m jpu.health`: the container health check of the one service image (SPEC O4).
+"""`python -m jpu.runtime.health`: the container health check of the one service image (SPEC O4).
 
 The gateway is healthy when its URL answers 200 (JPU_HEALTH_URL, e.g. .../readyz); a worker has no
 HTTP port, so it is healthy while its heartbeat file (JPU_HEARTBEAT_FILE, touched every 5 s by
-`jpu.service.run_workers` once connected) is fresh. Exit 0 healthy, 1 not.
+`jpu.runtime.service.run_workers` once connected) is fresh. Exit 0 healthy, 1 not.
 """
 
 from __future__ import annotations

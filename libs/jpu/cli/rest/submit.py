@@ -21,8 +21,8 @@ from urllib.parse import quote
 
 from jpu.cli import directives, messages
 from jpu.cli.directives.sbatch import refusal
-from jpu.cli.rest_client import RestClient, RestError, resolve_target
-from jpu.cli.rest_render import parse_time_limit
+from jpu.cli.rest.client import RestClient, RestError, resolve_target
+from jpu.cli.rest.render import parse_time_limit
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 TierPartitions = Callable[[], Mapping[str, str]]  # tier name -> its Slurm partition

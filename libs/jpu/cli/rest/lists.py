@@ -15,8 +15,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
-import jpu.cli.rest_views as views
-from jpu.cli.rest_client import RestClient, RestError, resolve_target
+import jpu.cli.rest.views as views
+from jpu.cli.rest.client import RestClient, RestError, resolve_target
 from jpu.domain.states import PENDING, PLACED, STATES, TERMINAL, in_order
 
 QUEUED: Final = in_order(PENDING)  # both queues: what `squeue` calls pending

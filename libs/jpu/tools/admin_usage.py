@@ -1,4 +1,4 @@
-"""`jpu-admin explain-usage LAB` and `jpu-admin usage-statement` (issue 14 item 4, SPEC F5).
+"""`jpu-admin explain-usage LAB` and `jpu-admin usage-statement` (SPEC F5).
 
 For auditors: every charge that makes up a lab's usage, and a statement per lab and period like
 Slurm's `sreport`. Both read the log from NATS (`--nats`, the configuration's `nats_url`, else
@@ -7,7 +7,7 @@ the same answer `GET /v1/admin/labs/{lab}/usage-explain` and `GET /v1/admin/usag
 give. The log is read whole (a lab's usage is every charge ever); `--db` reads the same lines
 from the `usage_ledger` projection instead (PostgreSQL, found the same way, or
 `--database-url`), by index, for a long log — the projection is a fold of the log that
-`python -m jpu.replay` audits. A server that cannot be found, reached, or that holds no event
+`python -m jpu.tools.replay` audits. A server that cannot be found, reached, or that holds no event
 stream is one sentence on stderr and exit 1, never a traceback. Times (`--since`, `--until`,
 `--at`) are epoch seconds or ISO 8601 (`2026-12-01`, `2026-12-01T09:00`, with an offset or
 local time).

@@ -12,8 +12,8 @@ import argparse
 import json
 from typing import Any
 
-from jpu.cli.rest_client import RestClient, resolve_target
-from jpu.cli.rest_render import table
+from jpu.cli.rest.client import RestClient, resolve_target
+from jpu.cli.rest.render import table
 
 
 def add_parsers(sub: Any, common: list[argparse.ArgumentParser]) -> None:

@@ -3,7 +3,7 @@
 Every field of a submit that reaches the log ends up in the jobs projection (the PostgreSQL
 columns of `store/migrations/0001_core.sql`), in the replay's scratch database, in the policy
 core and on the execution backend. An event one of them cannot hold would be appended, then
-fail to project and break the audit (issue 9, finding 2). So the bounds are decided here, once,
+fail to project and break the audit (SPEC O5). So the bounds are decided here, once,
 and used by the gateway's request check and OpenAPI document, by intake's Q1 validation
 (`jpu.policy.queue.validate_submit`) and by the admin inputs (maintenance message, lab and user
 names):

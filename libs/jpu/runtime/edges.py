@@ -19,7 +19,7 @@ from jpu.bus import EventBus
 from jpu.config import Config
 from jpu.store.db import create_pool, migrate
 
-log = logging.getLogger("jpu.edges")
+log = logging.getLogger("jpu.runtime.edges")
 T = TypeVar("T")
 
 

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("jpu.service")
+log = logging.getLogger("jpu.runtime.service")
 
 # Attributes every LogRecord has; anything else came from `extra=` and is logged as a field.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
@@ -73,9 +73,9 @@ def setup_logging(service: str, level: str | None = None) -> None:
 
 
 def setup_telemetry(service: str) -> None:
-    """OpenTelemetry through jpu.telemetry when that module exists (SPEC O4); else nothing."""
+    """OpenTelemetry through jpu.runtime.telemetry when it can be imported (SPEC O4); else none."""
     try:
-        telemetry = importlib.import_module("jpu.telemetry")
+        telemetry = importlib.import_module("jpu.runtime.telemetry")
     except ImportError:
         return
     setup = getattr(telemetry, "setup_telemetry", None)

@@ -5,7 +5,7 @@ Each projection is replayed up to the sequence the live one has applied, so a li
 that merely lags is not a difference. With `until_ts` the rebuild stops at that point in time
 and is only reported (the live tables are at "now", a comparison would be meaningless).
 
-    python -m jpu.replay --nats URL --db DSN [--until TS] [--scratch-db DSN]
+    python -m jpu.tools.replay --nats URL --db DSN [--until TS] [--scratch-db DSN]
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ import asyncpg
 import msgspec
 
 from jpu.store import create_database, create_pool, drop_database, last_applied, migrate
-from jpu.store.projection import Projection, faults, rebuild_many
+from jpu.store.faults import faults
+from jpu.store.projection import Projection
 from jpu.store.projections import ALL
+from jpu.store.rebuilding import rebuild_many
 
 if TYPE_CHECKING:
     from jpu.bus import EventBus
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = load_config()
     ap = argparse.ArgumentParser(
-        prog="python -m jpu.replay",
+        prog="python -m jpu.tools.replay",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

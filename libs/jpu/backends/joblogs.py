@@ -67,7 +67,7 @@ def byte_range(size: int, offset: int, limit: int | None) -> tuple[int, int]:
 
 @dataclass
 class OpenOutput:
-    """One open file of an attempt (stdout, stderr, or any, jpu.jobfiles); close it (or use
+    """One open file of an attempt (stdout, stderr, or any, jpu.backends.jobfiles); close it (or use
     `with`)."""
 
     fd: int

@@ -8,8 +8,8 @@ kernel whole: each name is opened relative to the directory fd before it with O_
 symbolic link is ever followed, not even one that stays inside the directory), every directory
 and the file must belong to the account that owns the attempt's directory, and the file must be
 a regular one (opened O_NONBLOCK so a FIFO cannot hang the request). The attempt's directory is
-found exactly as for the logs (jpu.joblogs.open_attempt). `path_problem` and `http_range` are
-pure.
+found exactly as for the logs (jpu.backends.joblogs.open_attempt). `path_problem` and `http_range`
+are pure.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from jpu import joblogs
+from jpu.backends import joblogs
 
 MAX_PATH: Final = 4096  # PATH_MAX, in UTF-8 bytes
 MAX_NAME: Final = 255  # NAME_MAX

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from jpu.cli.arrays_view import group, ranges
-from jpu.cli.rest_render import fields, fmt_duration, fmt_ts, fmt_usage, table
+from jpu.cli.rest.render import fields, fmt_duration, fmt_ts, fmt_usage, table
 from jpu.domain.arrays import split_task_id
 
 _QUEUE_HEADERS = ["RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME"]
@@ -134,7 +134,7 @@ def _reservation(job: dict[str, Any]) -> str | None:
 
 
 def _run_time(j: dict[str, Any]) -> str | None:
-    if "elapsed_s" in j:  # the gateway's clock: live while it runs (issue 12 item 7)
+    if "elapsed_s" in j:  # the gateway's clock: live while it runs (SPEC U5)
         return None if j["elapsed_s"] is None else fmt_duration(j["elapsed_s"])
     if j.get("started_at") is None:
         return None

@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import Any
 
-from jpu.cli.rest_client import RestClient, resolve_target
+from jpu.cli.rest.client import RestClient, resolve_target
 
 
 def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
