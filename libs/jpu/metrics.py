@@ -9,11 +9,19 @@
     jpu.lab.usage                observable gauge  {TFLOP-s}      lab
     jpu.projection.lag           observable gauge  {event}        projection
     jpu.projection.faults        counter           {event}        projection
+    jpu.job.start.delay          histogram         s              tier
+    jpu.leader.acquisitions      counter           {acquisition}  role
 
 Recorded where the fact is known: the dispatcher's writer (each decision appended), its loop
-(each cycle), the backfill service (each preemption it records), the projection runner (lag),
-accounting (lab usage). The gauges read sources the edges register for as long as they run; the
+(each cycle; each time a copy begins leading: a start or a failover, SPEC E4), the backfill
+service (each preemption it records), the projection runner (lag), accounting (lab usage), the
+agent (JobDispatched → JobStarted, once the start is appended).
+The gauges read sources the edges register for as long as they run; the
 SDK calls them from its export thread, so a source only copies plain data.
+
+Prometheus reads the same instruments (jpu.metrics_endpoint: `/metrics`); its names follow from
+these by the exporter's rules, e.g. jpu_queue_length, jpu_dispatch_cycle_duration_seconds_bucket,
+jpu_dispatches_total.
 
 Instruments live on the global MeterProvider (installed by jpu.telemetry.setup_telemetry); a test
 records on its own SDK provider with `use_meter_provider(provider)` instead, since the global one
@@ -46,6 +54,9 @@ QUEUE_STATES = ("PERSONAL_QUEUE_WAIT", *sorted(SLOT_STATES))  # every live state
 # A dispatch cycle takes milliseconds; the SDK's default buckets are sized for milliseconds.
 CYCLE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+# JobDispatched → JobStarted: a local start takes well under a second, a Slurm one seconds.
+START_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
 Source = Callable[[], Mapping[str, float]]
 
 
@@ -56,6 +67,7 @@ class _Gauge:
         self.attribute = attribute
         self._sources: dict[int, Source] = {}
         self._ids = itertools.count()
+        GAUGES.append(self)
 
     @contextlib.contextmanager
     def source(self, read: Source) -> Iterator[None]:
@@ -74,6 +86,7 @@ class _Gauge:
         return [Observation(v, {self.attribute: k}) for k, v in merged.items()]
 
 
+GAUGES: list[_Gauge] = []  # every observable gauge (jpu.metrics_endpoint lists their names)
 _queue, _usage, _lag = _Gauge("state"), _Gauge("lab"), _Gauge("projection")
 
 
@@ -84,6 +97,8 @@ class _Instruments:
     reservations: Counter
     preemptions: Counter
     faults: Counter
+    start_delay: Histogram
+    leader_acquisitions: Counter
 
 
 def _create(meter: Meter) -> _Instruments:
@@ -121,6 +136,17 @@ def _create(meter: Meter) -> _Instruments:
             "jpu.projection.faults",
             unit="{event}",
             description="events a projection could not apply (recorded in projection_faults)",
+        ),
+        start_delay=meter.create_histogram(
+            "jpu.job.start.delay",
+            unit="s",
+            description="JobDispatched to JobStarted of one attempt (X1)",
+            explicit_bucket_boundaries_advisory=list(START_BUCKETS_S),
+        ),
+        leader_acquisitions=meter.create_counter(
+            "jpu.leader.acquisitions",
+            unit="{acquisition}",
+            description="a copy began leading behind its lease: a start or a failover (E4)",
         ),
     )
 
@@ -169,6 +195,16 @@ def count_fault(projection: str) -> None:
 
 def count_preemption(tier: str) -> None:
     _instruments().preemptions.add(1, {"tier": tier})
+
+
+def record_start_delay(seconds: float, tier: str) -> None:
+    """An attempt's JobStarted was appended `seconds` after its JobDispatched (event times)."""
+    _instruments().start_delay.record(max(seconds, 0.0), {"tier": tier})
+
+
+def count_leading(role: str) -> None:
+    """A copy of `role` (e.g. dispatcher) began leading: at start, or taking over (SPEC E4)."""
+    _instruments().leader_acquisitions.add(1, {"role": role})
 
 
 def queue_lengths(jobs: Mapping[str, JobView]) -> dict[str, int]:

@@ -29,7 +29,7 @@ from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
-from jpu.metrics import observing_queue, record_cycle
+from jpu.metrics import count_leading, observing_queue, record_cycle
 from jpu.policy.cycle import cycle
 from jpu.service import wait_any
 from jpu_services.dispatcher.estimates import Estimator
@@ -160,6 +160,7 @@ async def _loop(d: Dispatcher, stop: asyncio.Event) -> None:
                 await d.follower.catch_up()  # include the previous leader's last appends
                 leading = d.stats.leader = True
                 log.info("leading", extra={"holder": d.lease.holder, "seq": d.state.seq})
+                count_leading("dispatcher")  # SPEC O4: a start or a failover (E4)
             else:
                 await d.follower.wait_for(d.writer.max_seq)  # our own appends are in the state
             t0 = time.perf_counter()
