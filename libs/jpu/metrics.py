@@ -11,11 +11,14 @@
     jpu.projection.faults        counter           {event}        projection
     jpu.job.start.delay          histogram         s              tier
     jpu.leader.acquisitions      counter           {acquisition}  role
+    jpu.bus.consumer_lag         observable gauge  {message}      durable
+    jpu.bus.consumed             counter           {event}        durable
+    jpu.bus.parked               counter           {message}      durable
 
 Recorded where the fact is known: the dispatcher's writer (each decision appended), its loop
 (each cycle; each time a copy begins leading: a start or a failover, SPEC E4), the backfill
 service (each preemption it records), the projection runner (lag), accounting (lab usage), the
-agent (JobDispatched → JobStarted, once the start is appended).
+agent (JobDispatched → JobStarted, once the start is appended), every durable consumer (the bus).
 The gauges read sources the edges register for as long as they run; the
 SDK calls them from its export thread, so a source only copies plain data.
 
@@ -67,6 +70,7 @@ class _Gauge:
         self.attribute = attribute
         self._sources: dict[int, Source] = {}
         self._ids = itertools.count()
+        self.latest: dict[str, float] = {}  # set directly: values that live as long as the process
         GAUGES.append(self)
 
     @contextlib.contextmanager
@@ -80,7 +84,7 @@ class _Gauge:
             self._sources.pop(key, None)
 
     def observe(self, _: CallbackOptions) -> Iterable[Observation]:
-        merged: dict[str, float] = {}
+        merged = dict(self.latest)
         for read in list(self._sources.values()):  # one C-level copy: safe from another thread
             merged.update(read())
         return [Observation(v, {self.attribute: k}) for k, v in merged.items()]
@@ -88,6 +92,7 @@ class _Gauge:
 
 GAUGES: list[_Gauge] = []  # every observable gauge (jpu.metrics_endpoint lists their names)
 _queue, _usage, _lag = _Gauge("state"), _Gauge("lab"), _Gauge("projection")
+_consumer_lag = _Gauge("durable")
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,8 @@ class _Instruments:
     faults: Counter
     start_delay: Histogram
     leader_acquisitions: Counter
+    consumed: Counter
+    parked: Counter
 
 
 def _create(meter: Meter) -> _Instruments:
@@ -113,6 +120,12 @@ def _create(meter: Meter) -> _Instruments:
         [_lag.observe],
         unit="{event}",
         description="events between the stream's last sequence and the projection's position",
+    )
+    meter.create_observable_gauge(
+        "jpu.bus.consumer_lag",
+        [_consumer_lag.observe],
+        unit="{message}",
+        description="messages a durable consumer has not been delivered yet",
     )
     return _Instruments(
         cycle_duration=meter.create_histogram(
@@ -147,6 +160,12 @@ def _create(meter: Meter) -> _Instruments:
             "jpu.leader.acquisitions",
             unit="{acquisition}",
             description="a copy began leading behind its lease: a start or a failover (E4)",
+        ),
+        consumed=meter.create_counter(
+            "jpu.bus.consumed", unit="{event}", description="events handled and acked"
+        ),
+        parked=meter.create_counter(
+            "jpu.bus.parked", unit="{message}", description="messages parked on the DLQ"
         ),
     )
 
@@ -205,6 +224,20 @@ def record_start_delay(seconds: float, tier: str) -> None:
 def count_leading(role: str) -> None:
     """A copy of `role` (e.g. dispatcher) began leading: at start, or taking over (SPEC E4)."""
     _instruments().leader_acquisitions.add(1, {"role": role})
+
+
+def observe_consumer_lag(durable: str, pending: int) -> None:
+    """A durable consumer's messages not delivered yet, as of its last fetch."""
+    _instruments()  # the gauge exists once anything is observed
+    _consumer_lag.latest[durable] = float(pending)
+
+
+def count_consumed(durable: str, n: int) -> None:
+    _instruments().consumed.add(n, {"durable": durable})
+
+
+def count_parked(durable: str) -> None:
+    _instruments().parked.add(1, {"durable": durable})
 
 
 def queue_lengths(jobs: Mapping[str, JobView]) -> dict[str, int]:
