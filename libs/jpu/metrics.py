@@ -19,7 +19,7 @@ Recorded where the fact is known: the dispatcher's writer (each decision appende
 (each cycle; each time a copy begins leading: a start or a failover, SPEC E4), the backfill
 service (each preemption it records), the projection runner (lag), accounting (lab usage), the
 agent (JobDispatched → JobStarted, once the start is appended), every durable consumer (the bus).
-The gauges read sources the edges register for as long as they run; the
+The gauges read sources the edges register for as long as they run (or values set directly); the
 SDK calls them from its export thread, so a source only copies plain data.
 
 Prometheus reads the same instruments (jpu.metrics_endpoint: `/metrics`); its names follow from

@@ -19,16 +19,16 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import Counter, Histogram
 from opentelemetry.sdk.metrics import MeterProvider
-from prometheus_client import REGISTRY, CollectorRegistry, generate_latest, start_http_server
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.parser import text_string_to_metric_families
 
 from jpu import metrics
+
+if TYPE_CHECKING:  # the exporter and prometheus_client load on first use (~25 ms: not for the CLI)
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +36,12 @@ PORT_ENV, HOST_ENV = "JPU_METRICS_PORT", "JPU_METRICS_HOST"
 DEFAULT_PORT = 9464  # the OpenTelemetry Prometheus exporter's customary port
 
 
-def prometheus_reader(registry: CollectorRegistry = REGISTRY) -> PrometheusMetricReader:
+def prometheus_reader(registry: CollectorRegistry | None = None) -> PrometheusMetricReader:
     """A metric reader that Prometheus pulls through `registry` (default: the process's)."""
-    return PrometheusMetricReader(registry=registry)
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import REGISTRY
+
+    return PrometheusMetricReader(registry=REGISTRY if registry is None else registry)
 
 
 def serve_from_env(env: Mapping[str, str]) -> int | None:
@@ -46,23 +49,31 @@ def serve_from_env(env: Mapping[str, str]) -> int | None:
     raw = env.get(PORT_ENV, "").strip()
     if not raw:
         return None
+    from prometheus_client import start_http_server
+
     port, host = int(raw), env.get(HOST_ENV, "").strip() or "0.0.0.0"
     start_http_server(port, addr=host)
     log.info("metrics on http://%s:%d/metrics", host, port)
     return port
 
 
-def render(registry: CollectorRegistry = REGISTRY) -> tuple[bytes, str]:
-    """The Prometheus text exposition of `registry` and its content type."""
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+def render(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
+    """The Prometheus text exposition of `registry` (default: the process's), its content type."""
+    from prometheus_client import REGISTRY, generate_latest
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+    return generate_latest(REGISTRY if registry is None else registry), CONTENT_TYPE_LATEST
 
 
 def exported_names() -> set[str]:
     """Every sample name the services export for jpu.metrics' instruments, e.g. jpu_queue_length,
     jpu_dispatch_cycle_duration_seconds_bucket, jpu_dispatches_total: each instrument created on
     a scratch provider, given one value, and read back through the real exporter."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
     registry = CollectorRegistry()
-    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    provider = MeterProvider(metric_readers=[prometheus_reader(registry)])
     try:
         metrics.use_meter_provider(provider)
         instruments: Any = metrics._instruments()
