@@ -70,7 +70,7 @@ fmt: install  ## format the code
 	$(VENV)/bin/ruff check --fix .
 
 schemas: install  ## regenerate proto-schemas/ from the event structs
-	$(PY) -m jpu.schemas write
+	$(PY) -m jpu.tools.schemas write
 
 bench: deps  ## benchmarks (ratios against references measured in the same run)
 	$(PY) bench/run_all.py

@@ -26,7 +26,7 @@ Prometheus reads the same instruments (jpu.metrics_endpoint: `/metrics`); its na
 these by the exporter's rules, e.g. jpu_queue_length, jpu_dispatch_cycle_duration_seconds_bucket,
 jpu_dispatches_total.
 
-Instruments live on the global MeterProvider (installed by jpu.telemetry.setup_telemetry); a test
+Instruments live on the global MeterProvider (installed by jpu.runtime.telemetry.setup_telemetry); a test
 records on its own SDK provider with `use_meter_provider(provider)` instead, since the global one
 can be set only once per process. The pure core never imports this module.
 """
@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
 
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.states import SLOT_STATES, TERMINAL, JobView
 from jpu.events import Event, JobDispatched, ReservationReleased, ReservationStarted
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
+from jpu.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""SPEC O4: the metrics of jpu.metrics as Prometheus scrapes them — `/metrics`, beside OTLP.
+"""SPEC O4: the metrics of jpu.runtime.metrics as Prometheus scrapes them — `/metrics`, beside OTLP.
 
 The OpenTelemetry Prometheus exporter turns the SDK's instruments into prometheus_client's
 default registry at scrape time (with the process_* / python_* collectors it already has). Where:
@@ -10,7 +10,7 @@ default registry at scrape time (with the process_* / python_* collectors it alr
 
 Names follow the exporter's rules: dots become underscores, the unit `s` adds `_seconds`, units
 in braces (`{job}`) add nothing, counters end in `_total`. `exported_names()` derives them from
-the instruments jpu.metrics creates, so a dashboard is checked against what the code exports.
+the instruments jpu.runtime.metrics creates, so a dashboard is checked against what the code exports.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.metrics import Counter, Histogram
 from opentelemetry.sdk.metrics import MeterProvider
 
-from jpu import metrics
+from jpu.runtime import metrics
 
 if TYPE_CHECKING:  # the exporter and prometheus_client load on first use (~25 ms: not for the CLI)
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -66,7 +66,7 @@ def render(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
 
 
 def exported_names() -> set[str]:
-    """Every sample name the services export for jpu.metrics' instruments, e.g. jpu_queue_length,
+    """Every sample name the services export for jpu.runtime.metrics' instruments, e.g. jpu_queue_length,
     jpu_dispatch_cycle_duration_seconds_bucket, jpu_dispatches_total: each instrument created on
     a scratch provider, given one value, and read back through the real exporter."""
     from prometheus_client import CollectorRegistry, generate_latest

@@ -1,7 +1,7 @@
 """OpenTelemetry at the edges (SPEC E5, O4): setup, tracers/meters, trace context in headers.
 
 Exporters: console when JPU_OTEL_CONSOLE=1; OTLP when its package is installed (the `otlp`
-extra) and OTEL_EXPORTER_OTLP_ENDPOINT is set; metrics (instruments in jpu.metrics) every
+extra) and OTEL_EXPORTER_OTLP_ENDPOINT is set; metrics (instruments in jpu.runtime.metrics) every
 OTEL_METRIC_EXPORT_INTERVAL ms, default 15000; metrics always to Prometheus too, which scrapes
 `/metrics` (jpu.metrics_endpoint: JPU_METRICS_PORT, and the gateway's own port). Otherwise spans
 are not recorded at all (a sampler that samples nothing new: spans cost almost nothing) while W3C

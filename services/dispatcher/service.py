@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 
 from jpu.bus import Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
-from jpu.clock import Clock
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
-from jpu.metrics import count_leading, observing_queue, record_cycle
 from jpu.policy.cycle import cycle
-from jpu.service import wait_any
+from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import count_leading, observing_queue, record_cycle
+from jpu.runtime.service import wait_any
 from jpu_services.dispatcher.estimates import Estimator
 from jpu_services.dispatcher.lease import Lease
 from jpu_services.dispatcher.view import ViewPublisher

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from jpu.backends import BackendError, BackendStatus, ExecutionBackend
 from jpu.backends.backfill import BackfillBackend
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
-from jpu.clock import Clock
 from jpu.config import Tier
 from jpu.domain.ending import cancelled_unstarted, job_ended
 from jpu.domain.execution import AgentJob, fold_job, next_action
 from jpu.events import JobEnded, JobStarted, new_event_id, subject_for
-from jpu.metrics import record_start_delay
+from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import record_start_delay
 from jpu_services.slurm_agent.cache import JobCache
 from jpu_services.slurm_agent.launch import launch_spec
 from jpu_services.slurm_agent.options import AgentOptions

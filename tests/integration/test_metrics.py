@@ -18,13 +18,13 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from jpu import metrics
 from jpu.bus import EventBus
-from jpu.clock import FakeClock
 from jpu.config import Config, LabConfig, Node, load_config
 from jpu.events import BackfillEnded
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
+from jpu.runtime import metrics
+from jpu.runtime.clock import FakeClock
 from jpu.store import last_applied, run_projection, wait_applied
 from jpu.store.projections import jobs
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
@@ -241,8 +241,8 @@ async def test_O4_backfill_preemption_counted_and_every_projection_catches_up(
 
 
 CONSOLE = """
-from jpu import metrics
-from jpu.telemetry import setup_telemetry
+from jpu.runtime import metrics
+from jpu.runtime.telemetry import setup_telemetry
 metrics.count_preemption("early")  # before setup: the global proxy, dropped
 setup_telemetry("o4-console")
 metrics.count_preemption("rtx4090")

@@ -10,11 +10,11 @@ from opentelemetry import trace
 
 from jpu.bus.model import Delivered
 
-# The consumer metrics are instruments of jpu.metrics, the one registry (SPEC O4)
-from jpu.metrics import count_consumed as count_consumed
-from jpu.metrics import count_parked as count_parked
-from jpu.metrics import observe_consumer_lag
-from jpu.telemetry import extract_context, tracer
+# The consumer metrics are instruments of jpu.runtime.metrics, the one registry (SPEC O4)
+from jpu.runtime.metrics import count_consumed as count_consumed
+from jpu.runtime.metrics import count_parked as count_parked
+from jpu.runtime.metrics import observe_consumer_lag
+from jpu.runtime.telemetry import extract_context, tracer
 
 observe_lag = observe_consumer_lag
 _tracer = tracer("jpu.bus")

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import httpx
 
-from jpu.admin import DemoUser
 from jpu.backends.local.stop import terminate_all
 from jpu.config import ConfigError, load_config
-from jpu.service import install_stop_signals
+from jpu.runtime.service import install_stop_signals
 from jpu.stack import discover, metrics_targets
 from jpu.stack.prepare import prepare
 from jpu.stack.servers import Servers, start_servers
 from jpu.stack.supervisor import Supervisor
+from jpu.tools.admin import DemoUser
 
 log = logging.getLogger("jpu.stack")
 # SPEC O2: Ctrl-C leaves no process behind. Local jobs and backfill run in their own sessions
