@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help deps podman images cluster cluster-down install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
+.PHONY: help deps podman prometheus images cluster cluster-down install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ deps: install  ## install system packages (PostgreSQL server binaries) if missin
 podman:  ## podman + runc and the base image the `container` isolation runs jobs in (root)
 	bash scripts/install-podman
 
+prometheus:  ## Debian's prometheus for the metrics tests (root; its system daemon stays off)
+	bash scripts/install-prometheus
+
 images: install podman  ## the deployment's images (service, NATS, PostgreSQL, front), no registry
 	bash scripts/images
 
@@ -40,7 +43,7 @@ run: deps  ## start NATS, PostgreSQL, all services and the demo; Ctrl-C stops ev
 servers: deps  ## start only the embedded NATS JetStream and PostgreSQL (prints their URLs)
 	$(PY) -m jpu.stack servers
 
-test: deps podman  ## the whole suite against real NATS, PostgreSQL, Slurm and podman (what CI runs)
+test: deps podman prometheus  ## the whole suite against real NATS, PostgreSQL, Slurm and podman (what CI runs)
 	$(PY) -m pytest -q tests
 
 test-unit: install  ## the pure-core tests only (no servers)

@@ -30,7 +30,7 @@ from jpu.domain.cluster import ClusterState
 from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
 from jpu.policy.cycle import cycle
 from jpu.runtime.clock import Clock
-from jpu.runtime.metrics import observing_queue, record_cycle
+from jpu.runtime.metrics import count_leading, observing_queue, record_cycle
 from jpu.runtime.service import wait_any
 from jpu_services.dispatcher.estimates import Estimator
 from jpu_services.dispatcher.lease import Lease
@@ -160,6 +160,7 @@ async def _loop(d: Dispatcher, stop: asyncio.Event) -> None:
                 await d.follower.catch_up()  # include the previous leader's last appends
                 leading = d.stats.leader = True
                 log.info("leading", extra={"holder": d.lease.holder, "seq": d.state.seq})
+                count_leading("dispatcher")  # SPEC O4: a start or a failover (E4)
             else:
                 await d.follower.wait_for(d.writer.max_seq)  # our own appends are in the state
             t0 = time.perf_counter()

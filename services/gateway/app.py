@@ -30,6 +30,7 @@ from jpu_services.gateway.routes import (
     labs,
     maintenance,
     me,
+    metrics,
     notifications,
     placements,
     queue,
@@ -76,6 +77,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
     install_error_handlers(app)
     for module in (
         health,
+        metrics,
         maintenance,
         me,
         notifications,

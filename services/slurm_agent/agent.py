@@ -20,6 +20,7 @@ from jpu.domain.ending import cancelled_unstarted, job_ended
 from jpu.domain.execution import AgentJob, fold_job, next_action
 from jpu.events import JobEnded, JobStarted, new_event_id, subject_for
 from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import record_start_delay
 from jpu_services.slurm_agent.cache import JobCache
 from jpu_services.slurm_agent.launch import launch_spec
 from jpu_services.slurm_agent.options import AgentOptions
@@ -118,6 +119,8 @@ class JobAgent:
             isolation=status.isolation,
         )
         await self._append(job, event)
+        if job.dispatched is not None:  # SPEC O4: dispatch → running, by the events' own times
+            record_start_delay(event.ts - job.dispatched.ts, job.dispatched.tier)
         log.info(
             "job %s attempt %d started as %s (%s)", event.job_id, job.attempt, bid, status.isolation
         )

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from jpu.domain import states
 
@@ -67,6 +68,7 @@ def cluster() -> Iterator[dict[str, str]]:
         **os.environ,
         "JPU_CLUSTER_PROJECT": f"jpu-test-{uuid.uuid4().hex[:6]}",
         "JPU_CLUSTER_PORT": str(free_port()),
+        "JPU_PROMETHEUS_PORT": str(free_port()),
         "JPU_CLUSTER_TIMEOUT_S": "300",
     }
     started = time.monotonic()
@@ -153,3 +155,34 @@ def test_compose_cluster_replicates_the_stream_and_every_bucket_3x_O3(
     assert {"JPU", "JPU_DLQ"} <= set(replicas), replicas
     assert any(name.startswith("KV_") for name in replicas), replicas
     assert all(n == 3 for n in replicas.values()), replicas
+
+
+def test_compose_cluster_prometheus_scrapes_every_copy_of_every_service_O4(
+    cluster: dict[str, str],
+) -> None:
+    """The deployment's Prometheus finds each copy of each service by DNS and scrapes it; the
+    queue length, cycle time and projection lag are there to query."""
+    services = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())["services"]
+    copies = {
+        name: svc.get("deploy", {}).get("replicas", 1)
+        for name, svc in services.items()
+        if any(str(part).startswith("jpu_services.") for part in svc.get("command", []))
+    }
+    prometheus = f"http://127.0.0.1:{cluster['JPU_PROMETHEUS_PORT']}"
+
+    def query(expr: str) -> dict[str, float]:
+        r = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10)
+        assert r.status_code == 200, r.text
+        return {
+            next(iter(s["metric"].values()), ""): float(s["value"][1])
+            for s in r.json()["data"]["result"]
+        }
+
+    up = 'count by (service) (up{service!=""} == 1)'
+    wait_for(lambda: query(up) == copies, 90, f"{copies} up in {prometheus}")
+    wait_for(lambda: query("max by (state) (jpu_queue_length)"), 60, "the queue length")
+    wait_for(
+        lambda: query("sum by (le) (jpu_dispatch_cycle_duration_seconds_bucket)"), 60, "cycles"
+    )
+    lag = wait_for(lambda: query("max by (projection) (jpu_projection_lag)"), 60, "projection lag")
+    assert {"jobs", "lab_usage"} <= lag.keys() and all(v >= 0 for v in lag.values()), lag

@@ -226,6 +226,10 @@ async def test_O4_backfill_preemption_counted_and_every_projection_catches_up(
         assert [e.reason for e in ended] == ["preempted"]
         assert values(reader, "jpu.backfill.preemptions", "tier") == {TIER: 1}
         assert values(reader, "jpu.dispatches", "tier") == {TIER: 1}
+        # dispatch → running of that job, by its events' own times, once its start is appended
+        await until(lambda: points(reader, "jpu.job.start.delay"), timeout=10)
+        ((attrs, delay),) = points(reader, "jpu.job.start.delay").items()
+        assert dict(attrs) == {"tier": TIER} and delay.count == 1 and 0 <= delay.sum < 30
         # the runners sample every 5 s: each of the stack's projections reports, at lag 0
         names = {"jobs", "maintenance", "gpu_resources", "backfill", "lab_usage"}
 
@@ -257,3 +261,30 @@ def test_O4_console_exporter_prints_the_metrics_without_a_collector():
     assert '"name": "jpu.backfill.preemptions"' in out.stdout
     assert '"tier": "rtx4090"' in out.stdout and '"early"' not in out.stdout
     assert '"name": "jpu.dispatch.cycle.duration"' in out.stdout and '"unit": "s"' in out.stdout
+
+
+async def test_O4_leader_acquisitions_count_the_start_and_each_failover(
+    bus: EventBus, reader: InMemoryMetricReader
+):
+    """SPEC E4: two dispatchers, one leads (1); the leader stops, the standby takes over (2)."""
+    config, clock = fast_config(), FakeClock(100.0)
+    stats = [DispatcherStats(), DispatcherStats()]
+    stops = [asyncio.Event(), asyncio.Event()]
+    tasks = [
+        asyncio.create_task(
+            run_dispatcher(bus, config, clock, stops[i], holder=f"m{i}", stats=stats[i])
+        )
+        for i in range(2)
+    ]
+    try:
+        await until(lambda: any(s.leader for s in stats), timeout=20)
+        leader = 0 if stats[0].leader else 1
+        assert values(reader, "jpu.leader.acquisitions", "role") == {"dispatcher": 1}
+        stops[leader].set()  # a graceful stop releases the lease at once
+        await asyncio.wait_for(tasks[leader], 15)
+        await until(lambda: stats[1 - leader].leader, timeout=20)
+        assert values(reader, "jpu.leader.acquisitions", "role") == {"dispatcher": 2}
+    finally:
+        for s in stops:
+            s.set()
+        await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 15)

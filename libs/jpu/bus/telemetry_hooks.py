@@ -3,42 +3,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from opentelemetry import trace
-from opentelemetry.metrics import CallbackOptions, Observation
 
 from jpu.bus.model import Delivered
-from jpu.runtime.telemetry import extract_context, meter, tracer
 
+# The consumer metrics are instruments of jpu.runtime.metrics, the one registry (SPEC O4)
+from jpu.runtime.metrics import count_consumed as count_consumed
+from jpu.runtime.metrics import count_parked as count_parked
+from jpu.runtime.metrics import observe_consumer_lag
+from jpu.runtime.telemetry import extract_context, tracer
+
+observe_lag = observe_consumer_lag
 _tracer = tracer("jpu.bus")
-_meter = meter("jpu.bus")
-_consumed = _meter.create_counter("jpu.bus.consumed", description="events handled and acked")
-_parked = _meter.create_counter("jpu.bus.parked", description="messages parked on the DLQ")
-_lag: dict[str, int] = {}
 _MAX_LINKS = 64
-
-
-def _observe(_: CallbackOptions) -> Iterable[Observation]:
-    return [Observation(v, {"durable": d}) for d, v in _lag.items()]
-
-
-_meter.create_observable_gauge(
-    "jpu.bus.consumer_lag", callbacks=[_observe], description="messages not yet delivered"
-)
-
-
-def observe_lag(durable: str, pending: int) -> None:
-    _lag[durable] = pending
-
-
-def count_consumed(durable: str, n: int) -> None:
-    _consumed.add(n, {"durable": durable})
-
-
-def count_parked(durable: str) -> None:
-    _parked.add(1, {"durable": durable})
 
 
 @contextmanager

@@ -9,16 +9,26 @@
     jpu.lab.usage                observable gauge  {TFLOP-s}      lab
     jpu.projection.lag           observable gauge  {event}        projection
     jpu.projection.faults        counter           {event}        projection
+    jpu.job.start.delay          histogram         s              tier
+    jpu.leader.acquisitions      counter           {acquisition}  role
+    jpu.bus.consumer_lag         observable gauge  {message}      durable
+    jpu.bus.consumed             counter           {event}        durable
+    jpu.bus.parked               counter           {message}      durable
 
 Recorded where the fact is known: the dispatcher's writer (each decision appended), its loop
-(each cycle), the backfill service (each preemption it records), the projection runner (lag),
-accounting (lab usage). The gauges read sources the edges register for as long as they run; the
+(each cycle; each time a copy begins leading: a start or a failover, SPEC E4), the backfill
+service (each preemption it records), the projection runner (lag), accounting (lab usage), the
+agent (JobDispatched → JobStarted, once the start is appended), every durable consumer (the bus).
+The gauges read sources the edges register for as long as they run (or values set directly); the
 SDK calls them from its export thread, so a source only copies plain data.
 
-Instruments live on the global MeterProvider (installed by
-jpu.runtime.telemetry.setup_telemetry); a test records on its own SDK provider with
-`use_meter_provider(provider)` instead, since the global one can be set only once per process.
-The pure core never imports this module.
+Prometheus reads the same instruments (jpu.metrics_endpoint: `/metrics`); its names follow from
+these by the exporter's rules, e.g. jpu_queue_length, jpu_dispatch_cycle_duration_seconds_bucket,
+jpu_dispatches_total.
+
+Instruments live on the global MeterProvider (installed by jpu.runtime.telemetry.setup_telemetry); a test
+records on its own SDK provider with `use_meter_provider(provider)` instead, since the global one
+can be set only once per process. The pure core never imports this module.
 """
 
 from __future__ import annotations
@@ -47,6 +57,9 @@ QUEUE_STATES = ("PERSONAL_QUEUE_WAIT", *sorted(SLOT_STATES))  # every live state
 # A dispatch cycle takes milliseconds; the SDK's default buckets are sized for milliseconds.
 CYCLE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+# JobDispatched → JobStarted: a local start takes well under a second, a Slurm one seconds.
+START_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
 Source = Callable[[], Mapping[str, float]]
 
 
@@ -57,6 +70,8 @@ class _Gauge:
         self.attribute = attribute
         self._sources: dict[int, Source] = {}
         self._ids = itertools.count()
+        self.latest: dict[str, float] = {}  # set directly: values that live as long as the process
+        GAUGES.append(self)
 
     @contextlib.contextmanager
     def source(self, read: Source) -> Iterator[None]:
@@ -69,13 +84,15 @@ class _Gauge:
             self._sources.pop(key, None)
 
     def observe(self, _: CallbackOptions) -> Iterable[Observation]:
-        merged: dict[str, float] = {}
+        merged = dict(self.latest)
         for read in list(self._sources.values()):  # one C-level copy: safe from another thread
             merged.update(read())
         return [Observation(v, {self.attribute: k}) for k, v in merged.items()]
 
 
+GAUGES: list[_Gauge] = []  # every observable gauge (jpu.metrics_endpoint lists their names)
 _queue, _usage, _lag = _Gauge("state"), _Gauge("lab"), _Gauge("projection")
+_consumer_lag = _Gauge("durable")
 
 
 @dataclass(frozen=True)
@@ -85,6 +102,10 @@ class _Instruments:
     reservations: Counter
     preemptions: Counter
     faults: Counter
+    start_delay: Histogram
+    leader_acquisitions: Counter
+    consumed: Counter
+    parked: Counter
 
 
 def _create(meter: Meter) -> _Instruments:
@@ -99,6 +120,12 @@ def _create(meter: Meter) -> _Instruments:
         [_lag.observe],
         unit="{event}",
         description="events between the stream's last sequence and the projection's position",
+    )
+    meter.create_observable_gauge(
+        "jpu.bus.consumer_lag",
+        [_consumer_lag.observe],
+        unit="{message}",
+        description="messages a durable consumer has not been delivered yet",
     )
     return _Instruments(
         cycle_duration=meter.create_histogram(
@@ -122,6 +149,23 @@ def _create(meter: Meter) -> _Instruments:
             "jpu.projection.faults",
             unit="{event}",
             description="events a projection could not apply (recorded in projection_faults)",
+        ),
+        start_delay=meter.create_histogram(
+            "jpu.job.start.delay",
+            unit="s",
+            description="JobDispatched to JobStarted of one attempt (X1)",
+            explicit_bucket_boundaries_advisory=list(START_BUCKETS_S),
+        ),
+        leader_acquisitions=meter.create_counter(
+            "jpu.leader.acquisitions",
+            unit="{acquisition}",
+            description="a copy began leading behind its lease: a start or a failover (E4)",
+        ),
+        consumed=meter.create_counter(
+            "jpu.bus.consumed", unit="{event}", description="events handled and acked"
+        ),
+        parked=meter.create_counter(
+            "jpu.bus.parked", unit="{message}", description="messages parked on the DLQ"
         ),
     )
 
@@ -170,6 +214,30 @@ def count_fault(projection: str) -> None:
 
 def count_preemption(tier: str) -> None:
     _instruments().preemptions.add(1, {"tier": tier})
+
+
+def record_start_delay(seconds: float, tier: str) -> None:
+    """An attempt's JobStarted was appended `seconds` after its JobDispatched (event times)."""
+    _instruments().start_delay.record(max(seconds, 0.0), {"tier": tier})
+
+
+def count_leading(role: str) -> None:
+    """A copy of `role` (e.g. dispatcher) began leading: at start, or taking over (SPEC E4)."""
+    _instruments().leader_acquisitions.add(1, {"role": role})
+
+
+def observe_consumer_lag(durable: str, pending: int) -> None:
+    """A durable consumer's messages not delivered yet, as of its last fetch."""
+    _instruments()  # the gauge exists once anything is observed
+    _consumer_lag.latest[durable] = float(pending)
+
+
+def count_consumed(durable: str, n: int) -> None:
+    _instruments().consumed.add(n, {"durable": durable})
+
+
+def count_parked(durable: str) -> None:
+    _instruments().parked.add(1, {"durable": durable})
 
 
 def queue_lengths(jobs: Mapping[str, JobView]) -> dict[str, int]:

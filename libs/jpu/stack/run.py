@@ -18,7 +18,7 @@ import httpx
 from jpu.backends.local.stop import terminate_all
 from jpu.config import ConfigError, load_config
 from jpu.runtime.service import install_stop_signals
-from jpu.stack import discover
+from jpu.stack import discover, metrics_targets
 from jpu.stack.prepare import prepare
 from jpu.stack.servers import Servers, start_servers
 from jpu.stack.supervisor import Supervisor
@@ -49,6 +49,7 @@ def banner(gateway: str, servers: Servers, log_dir: Path, users: list[DemoUser])
         f"  NATS JetStream  {servers.nats_url}" + ("  (embedded)" if servers.nats else ""),
         f"  PostgreSQL      {servers.database_url}" + ("  (embedded)" if servers.postgres else ""),
         f"  service logs    {log_dir}/<service>.log",
+        f"  metrics         {log_dir.parent / metrics_targets.FILE} (Prometheus file_sd)",
         "",
         "Demo users and tokens (DEMO ONLY - well-known, do not use in production):",
         *(f"  {u.name:<10} {u.lab:<4} {u.role:<6} {u.token}" for u in users),
@@ -77,6 +78,7 @@ async def run(
         local = config.slurm_backend == "local"
         users = await prepare(config)
         supervisor = Supervisor(child_env, data_dir / "logs")
+        metrics_targets.assign(supervisor.children, data_dir)  # SPEC O4: /metrics per child
         supervisor.start(stop)
         gateway = f"http://{config.gateway_host}:{config.gateway_port}"
         if await wait_ready(f"{gateway}/readyz", stop, ready_timeout_s):
