@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from jpu.metrics_endpoint import DEFAULT_PORT, PORT_ENV
+from jpu.runtime.metrics_endpoint import DEFAULT_PORT, PORT_ENV
 from jpu.testing.prometheus import prometheus_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from jpu.metrics_endpoint import PORT_ENV
+from jpu.runtime.metrics_endpoint import PORT_ENV
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from jpu.metrics_endpoint import exported_names
+from jpu.runtime.metrics_endpoint import exported_names
 from jpu.testing.dashboard import DASHBOARD, metric_names, panels, queries
 
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")

@@ -22,7 +22,7 @@ agent (JobDispatched → JobStarted, once the start is appended), every durable 
 The gauges read sources the edges register for as long as they run (or values set directly); the
 SDK calls them from its export thread, so a source only copies plain data.
 
-Prometheus reads the same instruments (jpu.metrics_endpoint: `/metrics`); its names follow from
+Prometheus reads the same instruments (jpu.runtime.metrics_endpoint: `/metrics`); its names follow from
 these by the exporter's rules, e.g. jpu_queue_length, jpu_dispatch_cycle_duration_seconds_bucket,
 jpu_dispatches_total.
 
@@ -90,7 +90,7 @@ class _Gauge:
         return [Observation(v, {self.attribute: k}) for k, v in merged.items()]
 
 
-GAUGES: list[_Gauge] = []  # every observable gauge (jpu.metrics_endpoint lists their names)
+GAUGES: list[_Gauge] = []  # every observable gauge (jpu.runtime.metrics_endpoint lists their names)
 _queue, _usage, _lag = _Gauge("state"), _Gauge("lab"), _Gauge("projection")
 _consumer_lag = _Gauge("durable")
 

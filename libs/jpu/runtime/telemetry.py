@@ -3,7 +3,7 @@
 Exporters: console when JPU_OTEL_CONSOLE=1; OTLP when its package is installed (the `otlp`
 extra) and OTEL_EXPORTER_OTLP_ENDPOINT is set; metrics (instruments in jpu.runtime.metrics) every
 OTEL_METRIC_EXPORT_INTERVAL ms, default 15000; metrics always to Prometheus too, which scrapes
-`/metrics` (jpu.metrics_endpoint: JPU_METRICS_PORT, and the gateway's own port). Otherwise spans
+`/metrics` (jpu.runtime.metrics_endpoint: JPU_METRICS_PORT, and the gateway's own port). Otherwise spans
 are not recorded at all (a sampler that samples nothing new: spans cost almost nothing) while W3C
 trace context still flows through event headers (SPEC E5): trace ids are still created and
 propagated, only not recorded.
@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from jpu.metrics_endpoint import prometheus_reader, serve_from_env
+from jpu.runtime.metrics_endpoint import prometheus_reader, serve_from_env
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def setup_telemetry(service_name: str) -> None:
         PeriodicExportingMetricReader(e, export_interval_millis=every_ms)
         for e in _metric_exporters()
     ]
-    # Pulled as well as pushed: Prometheus scrapes `/metrics` (jpu.metrics_endpoint)
+    # Pulled as well as pushed: Prometheus scrapes `/metrics` (jpu.runtime.metrics_endpoint)
     readers.append(prometheus_reader())
     serve_from_env(os.environ)
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from jpu.embedded.base import free_port
-from jpu.metrics_endpoint import HOST_ENV, PORT_ENV
+from jpu.runtime.metrics_endpoint import HOST_ENV, PORT_ENV
 from jpu.stack.supervisor import Child
 
 FILE = "metrics-targets.json"

@@ -10,7 +10,7 @@ import asyncio
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from jpu.metrics_endpoint import render
+from jpu.runtime.metrics_endpoint import render
 
 router = APIRouter(tags=["health"])
 
