@@ -29,6 +29,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -196,6 +197,7 @@ class ContainerEngine:
                 capture_output=True,
                 text=True,
                 cwd=ROOT,
+                env={**os.environ, "PY": sys.executable},  # its nats-server is beside it
             )
             if out.returncode != 0:
                 raise RuntimeError(f"scripts/images nats postgres failed:\n{out.stderr[-3000:]}")
