@@ -106,8 +106,14 @@ def chosen(var: str, default: str) -> Backend:
     want = os.environ.get(var, default).strip().lower() or default
     if want not in CHOICES:
         raise ValueError(f"{var}={want!r}: one of {', '.join(CHOICES)}")
-    if want == "auto":
-        return "containers" if engine_available() else "embedded"
+    if want == "auto":  # an engine that answers: a DOCKER_HOST, or podman's service started
+        if not engine_available():
+            return "embedded"
+        try:
+            ENGINE.start()  # kept for the provider that acquires it next
+        except NoContainerEngine:
+            return "embedded"
+        return "containers"
     return want  # type: ignore[return-value]
 
 
