@@ -780,7 +780,7 @@ def launch_violations(stack: Stack, check: LogCheck) -> list[str]:
 
 async def run_replay(stack: Stack, config: Config) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "jpu.replay",
+        sys.executable, "-P", "-m", "jpu.tools.replay",
         "--nats", config.nats_url, "--db", config.database_url,
         "--stream", config.stream_name, "--prefix", config.subject_prefix,
         env=stack.env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -818,7 +818,7 @@ async def verify(
     """Once the workload is over: wait until every charge the log owes is written and every
     projection is at the log's end, then check the log's invariants, the API against the log's
     fold, each job's outcome and launches, projection faults, parked messages and
-    `python -m jpu.replay` (E3, E6, F5, O5, S2)."""
+    `python -m jpu.tools.replay` (E3, E6, F5, O5, S2)."""
     log: list[Delivered] = []
 
     async def settled() -> bool:
@@ -857,7 +857,7 @@ async def verify(
         + outcome_bad
         + [f"projection fault: {dict(r)}" for r in live_faults]
         + [f"parked message: {p}" for p in parked]
-        + ([f"python -m jpu.replay exited {replay_rc}:\n{replay_out}"] if replay_rc else [])
+        + ([f"python -m jpu.tools.replay exited {replay_rc}:\n{replay_out}"] if replay_rc else [])
     )
     return Verdict(log, check, accepted, violations, replay_out)
 

@@ -7,7 +7,7 @@ cluster whose event stream and buckets have 3 replicas, while:
   (b) then the node leading it is stopped and stays down until the end (one node of three lost).
 With a quorum left that is a leader election, not an outage: no service process may exit (the
 supervisor's log shows no restart), every job ends terminal and is charged once, the API and
-`python -m jpu.replay` agree with the log. Measured for each loss: stream-leader loss → first
+`python -m jpu.tools.replay` agree with the log. Measured for each loss: stream-leader loss → first
 event appended again (by anyone), → first submit accepted over REST (the figures are printed;
 BENCHMARKS.md carries them; the test asserts correctness, not speed).
 
