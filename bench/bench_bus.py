@@ -1,6 +1,9 @@
 """Event bus throughput against raw JetStream, measured in the same run on an embedded server.
 
-    python bench/bench_bus.py [--n 20000]
+    python bench/bench_bus.py [--n 20000] [--cluster]
+
+--cluster: the same three figures again, in the same run, on a 3-node cluster of the same
+nats-server with every stream replicated 3× (SPEC O3: the deployment's `make cluster` shape).
 
 (a) raw JetStream async publish of payloads the size of an encoded event (the reference),
 (b) EventBus.append_many (msgspec encode, Nats-Msg-Id, trace headers, pipelined acks),
@@ -20,6 +23,7 @@ from pathlib import Path
 from jpu.bus import EventBus
 from jpu.embedded.nats import EmbeddedNats
 from jpu.events import JobPromoted, encode, new_event_id
+from jpu.testing.nats_cluster import NatsCluster, wait_jetstream
 
 
 def progress(msg: str) -> None:
@@ -38,8 +42,13 @@ def events(n: int, jobs: int) -> list[JobPromoted]:
     ]
 
 
+REPLICAS = 1  # 3 for the cluster's figures
+
+
 async def fresh_bus(url: str, tag: str) -> EventBus:
-    bus = await EventBus.connect(url, stream=f"BENCH_{tag}", prefix=f"bench_{tag}")
+    bus = await EventBus.connect(
+        url, stream=f"BENCH_{tag}", prefix=f"bench_{tag}", replicas=REPLICAS
+    )
     await bus.ensure_stream()
     return bus
 
@@ -83,25 +92,49 @@ async def bus_append_expected(url: str, n: int) -> float:
     return n / dt
 
 
-async def main(n: int, n_seq: int) -> None:
+async def figures(url: str, n: int, n_seq: int, size: int) -> tuple[float, float, float]:
+    await raw_publish(url, min(n, 2000), size)  # warm-up
+    progress("(a) raw JetStream publish_async ...")
+    raw = await raw_publish(url, n, size)
+    progress("(b) EventBus.append_many ...")
+    many = await bus_append_many(url, n)
+    progress("(c) EventBus.append with expected seq, sequential ...")
+    seq = await bus_append_expected(url, n_seq)
+    return raw, many, seq
+
+
+def report(title: str, raw: float, many: float, seq: float, ref: float) -> None:
+    print(title)
+    print(f"(a) raw JetStream publish_async      {raw:10,.0f} msgs/s   {raw / ref:5.2f}x")
+    print(f"(b) EventBus.append_many              {many:10,.0f} events/s {many / ref:5.2f}x")
+    print(f"(c) EventBus.append, expected seq     {seq:10,.0f} events/s {seq / ref:5.2f}x")
+
+
+async def main(n: int, n_seq: int, cluster: bool) -> None:
+    global REPLICAS
     size = len(encode(events(1, 1)[0]))
     with tempfile.TemporaryDirectory() as tmp, EmbeddedNats(Path(tmp)) as server:
         progress(f"nats-server at {server.url}; payload {size} B; n={n}, sequential n={n_seq}")
-        await raw_publish(server.url, min(n, 2000), size)  # warm-up
-        progress("(a) raw JetStream publish_async ...")
-        raw = await raw_publish(server.url, n, size)
-        progress("(b) EventBus.append_many ...")
-        many = await bus_append_many(server.url, n)
-        progress("(c) EventBus.append with expected seq, sequential ...")
-        seq = await bus_append_expected(server.url, n_seq)
-    print(f"(a) raw JetStream publish_async      {raw:10,.0f} msgs/s   1.00x")
-    print(f"(b) EventBus.append_many              {many:10,.0f} events/s {many / raw:5.2f}x")
-    print(f"(c) EventBus.append, expected seq     {seq:10,.0f} events/s {seq / raw:5.2f}x")
+        single = await figures(server.url, n, n_seq, size)
+    report("one server, 1 replica (ratios to its (a))", *single, single[0])
+    if not cluster:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        nodes = NatsCluster(Path(tmp))
+        try:
+            await wait_jetstream(nodes.start())
+            progress(f"3-node cluster at {nodes.urls}, streams with 3 replicas")
+            REPLICAS = 3
+            replicated = await figures(nodes.urls, n, n_seq, size)
+        finally:
+            nodes.stop()
+    report("3 nodes, 3 replicas (ratios to the single server's (a))", *replicated, single[0])
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=20000, help="events for (a) and (b)")
     ap.add_argument("--n-seq", type=int, default=3000, help="events for (c), one ack each")
+    ap.add_argument("--cluster", action="store_true", help="also on a 3-node R3 cluster")
     args = ap.parse_args()
-    asyncio.run(main(args.n, args.n_seq))
+    asyncio.run(main(args.n, args.n_seq, args.cluster))

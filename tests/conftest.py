@@ -1,5 +1,6 @@
-"""Shared fixtures: real servers (NATS JetStream, PostgreSQL) started per session unless
-JPU_TEST_NATS_URL / JPU_TEST_DATABASE_URL point at running ones; a real Slurm test cluster for
+"""Shared fixtures: real servers (NATS JetStream, PostgreSQL) started per session — embedded
+processes or containers (jpu.testing.servers, docs/testing.md) — unless JPU_TEST_NATS_URL /
+JPU_TEST_DATABASE_URL point at running ones; a real Slurm test cluster for
 the tests that ask for `slurm_cluster` (started on first use, stopped at the end)."""
 
 import os
@@ -7,6 +8,7 @@ import os
 import pytest
 
 pytest_plugins = [
+    "jpu.testing.servers",  # embedded or containers: JPU_TEST_SERVERS, JPU_TEST_CLUSTER_SERVERS
     "jpu.testing.nats_fixtures",
     "jpu.testing.pg_fixtures",
     "jpu.testing.slurm_fixtures",

@@ -40,7 +40,7 @@ from jpu.testing.crash import (
     compare_api,
     wait_exited,
 )
-from jpu.testing.nats_cluster import NatsCluster
+from jpu.testing.servers import NatsServers
 from jpu.testing.stack_process import alive
 
 SEED = int(os.environ.get("JPU_CRASH_SEED") or random.SystemRandom().randrange(10**6))
@@ -117,10 +117,11 @@ class Servers:
 
 
 @contextlib.contextmanager
-def own_servers(root: Path, nats: KillableNats | NatsCluster) -> Iterator[KillablePostgres]:
-    """The test's own NATS (one server or a cluster) and PostgreSQL under `root`, both started;
-    stopped and removed at the end (JPU_E2E_KEEP=1 keeps them)."""
-    pg = KillablePostgres(root / "pg", port=free_port())  # durable, like make run's
+def own_servers(root: Path, nats: KillableNats | NatsServers, pg: Any = None) -> Iterator[Any]:
+    """The test's own NATS (one server or a cluster) and PostgreSQL (`pg`, or an embedded one
+    under `root`), both started; stopped and removed at the end (JPU_E2E_KEEP=1 keeps them)."""
+    if pg is None:
+        pg = KillablePostgres(root / "pg", port=free_port())  # durable, like make run's
     try:
         nats.start()
         pg.start()

@@ -11,7 +11,9 @@ supervisor's log shows no restart), every job ends terminal and is charged once,
 event appended again (by anyone), → first submit accepted over REST (the figures are printed;
 BENCHMARKS.md carries them; the test asserts correctness, not speed).
 
-Its own cluster and PostgreSQL, its own stack; a few minutes on a 2-core machine.
+Its own cluster and PostgreSQL, its own stack; a few minutes on a 2-core machine. The servers
+are containers started through testcontainers when a container engine answers, embedded processes
+otherwise (JPU_TEST_CLUSTER_SERVERS, jpu.testing.servers; CI says `containers`).
 """
 
 from __future__ import annotations
@@ -42,8 +44,8 @@ from e2e_support import Stack
 
 from jpu.bus import EventBus
 from jpu.config import load_config
-from jpu.testing.crash import KillablePostgres
-from jpu.testing.nats_cluster import NatsCluster, stream_leader, wait_jetstream
+from jpu.testing.nats_cluster import stream_leader, wait_jetstream
+from jpu.testing.servers import NatsServers, PgServer, ServerProvider
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 pytestmark = pytest.mark.timeout(480)
@@ -54,17 +56,18 @@ TERMINAL_BOUND_S = 150.0
 
 
 class Servers(NamedTuple):
-    cluster: NatsCluster
-    pg: KillablePostgres
+    cluster: NatsServers
+    pg: PgServer
     root: Path
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[Servers]:
+def servers(cluster_server_provider: ServerProvider) -> Iterator[Servers]:
     """Three NATS nodes (the event stream and buckets get 3 replicas) and PostgreSQL."""
     root = world_searchable_tmpdir("jpu-cluster-")
-    nodes = NatsCluster(root / "nats")
-    with own_servers(root, nodes) as pg:
+    nodes = cluster_server_provider.nats(root / "nats", size=3)
+    print(f"servers: {cluster_server_provider.backend}")
+    with own_servers(root, nodes, cluster_server_provider.postgres(root / "pg")) as pg:
         asyncio.run(wait_jetstream(nodes.urls))
         yield Servers(nodes, pg, root)
 

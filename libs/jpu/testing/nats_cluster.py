@@ -28,7 +28,8 @@ _READY_TIMEOUT_S = 30.0
 
 
 class NatsCluster:
-    """`size` clustered nats-servers named n1..nN, all routed to each other."""
+    """`size` clustered nats-servers named n1..nN, all routed to each other (size 1: one plain
+    server named n1)."""
 
     def __init__(self, data_dir: Path, size: int = 3, host: str = "127.0.0.1") -> None:
         self.host = host
@@ -37,8 +38,10 @@ class NatsCluster:
         self.nodes: dict[str, KillableNats] = {}
         for i, route_port in enumerate(route_ports, start=1):
             name = f"n{i}"
-            args = ["-n", name, "--cluster_name", CLUSTER_NAME]
-            args += ["--cluster", f"nats://{host}:{route_port}", "--routes", routes]
+            args = ["-n", name]
+            if size > 1:  # one node: a plain server, no cluster of one
+                args += ["--cluster_name", CLUSTER_NAME]
+                args += ["--cluster", f"nats://{host}:{route_port}", "--routes", routes]
             self.nodes[name] = KillableNats(Path(data_dir) / name, host=host, extra_args=args)
 
     @property

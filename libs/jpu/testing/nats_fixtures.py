@@ -1,7 +1,9 @@
 """pytest plugin: a real JetStream server per session and an isolated EventBus per test.
 
-List it in tests/conftest.py: `pytest_plugins = ["jpu.testing.nats_fixtures"]`.
-JPU_TEST_NATS_URL points the suite at an existing server instead (e.g. in CI or a cluster).
+List it in tests/conftest.py with the servers plugin: `pytest_plugins = ["jpu.testing.servers",
+"jpu.testing.nats_fixtures"]`. The servers are embedded processes or containers as
+JPU_TEST_SERVERS chooses (jpu.testing.servers); JPU_TEST_NATS_URL points the suite at an existing
+server instead (e.g. in CI or a cluster).
 """
 
 from __future__ import annotations
@@ -15,17 +17,18 @@ import pytest
 import pytest_asyncio
 
 from jpu.bus import EventBus
-from jpu.embedded.nats import EmbeddedNats
-from jpu.testing.nats_cluster import NatsCluster
+from jpu.testing.servers import NatsServers, ServerProvider
 
 
 @pytest.fixture(scope="session")
-def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def nats_url(
+    tmp_path_factory: pytest.TempPathFactory, server_provider: ServerProvider
+) -> Iterator[str]:
     url = os.environ.get("JPU_TEST_NATS_URL")
     if url:
         yield url
         return
-    server = EmbeddedNats(tmp_path_factory.mktemp("nats"))
+    server = server_provider.nats(tmp_path_factory.mktemp("nats"))
     try:
         yield server.start()
     finally:
@@ -51,10 +54,10 @@ async def bus(nats_url: str) -> AsyncIterator[EventBus]:
 
 
 @pytest.fixture
-def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+def nats_cluster(tmp_path: Path, server_provider: ServerProvider) -> Iterator[NatsServers]:
     """A fresh 3-node JetStream cluster per test (tests kill its nodes); see
     jpu.testing.nats_cluster. `await wait_jetstream(cluster.urls)` before creating streams."""
-    cluster = NatsCluster(tmp_path / "nats-cluster")
+    cluster = server_provider.nats(tmp_path / "nats-cluster", size=3)
     try:
         cluster.start()
         yield cluster

@@ -1,8 +1,10 @@
 """pytest plugin: a real PostgreSQL server per session and a fresh database per test.
 
-List it in tests/conftest.py: `pytest_plugins = ["jpu.testing.pg_fixtures"]`.
-JPU_TEST_DATABASE_URL points the suite at an existing server instead (any database on it; the
-fixtures create and drop their own databases there, so the role needs CREATEDB).
+List it in tests/conftest.py with the servers plugin: `pytest_plugins = ["jpu.testing.servers",
+"jpu.testing.pg_fixtures"]`. The server is an embedded process or a container as
+JPU_TEST_SERVERS chooses (jpu.testing.servers); JPU_TEST_DATABASE_URL points the suite at an
+existing server instead (any database on it; the fixtures create and drop their own databases
+there, so the role needs CREATEDB).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.events import (
     AnyEvent,
     BackfillEnded,
@@ -46,12 +47,13 @@ from jpu.events import (
     new_event_id,
 )
 from jpu.store import create_database, create_pool, drop_database, migrate
+from jpu.testing.servers import ServerProvider
 
 DatabaseFactory = Callable[[], Awaitable[str]]
 
 
 @pytest.fixture(scope="session")
-def pg_server_dsn() -> Iterator[str]:
+def pg_server_dsn(server_provider: ServerProvider) -> Iterator[str]:
     dsn = os.environ.get("JPU_TEST_DATABASE_URL")
     if dsn:
         yield dsn
@@ -59,7 +61,7 @@ def pg_server_dsn() -> Iterator[str]:
     # Not pytest's tmp_path: its parents are mode 0700 and, as root, postgres runs as `postgres`.
     root = Path(tempfile.mkdtemp(prefix="jpu-test-pg-"))
     root.chmod(0o755)
-    server = EmbeddedPostgres(root / "pg", durable=False)  # tests don't need fsync
+    server = server_provider.postgres(root / "pg", durable=False)  # tests don't need fsync
     try:
         yield server.start()
     finally:
