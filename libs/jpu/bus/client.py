@@ -17,7 +17,7 @@ from nats.js.errors import APIError, NotFoundError
 from jpu.bus import streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
-from jpu.bus.election import TRY_S, ride_out_election
+from jpu.bus.election import ride_out_election
 from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
@@ -28,9 +28,6 @@ from jpu.telemetry import inject_headers
 log = logging.getLogger(__name__)
 
 _ACK_TIMEOUT_S = 10.0  # a JetStream API request (stream/consumer info, reads, many acks)
-# One append's ack: when the stream's leader dies, its answer never comes; the append is sent
-# again (same msg id) to the new leader rather than waiting out a long timeout (SPEC O3).
-_APPEND_ATTEMPT_S = TRY_S
 _RETRY_MAX_DELAY_S = 5.0  # append_retrying: backoff 0.2 s doubling up to this
 CLOSE_TIMEOUT_S = 5.0  # close(): the drain, then the close itself, each at most this long
 
@@ -120,14 +117,21 @@ class EventBus:
         While no stream leader answers (an election after a node's loss, a server restarting)
         the same event is resent for up to ELECTION_S, then the last error is raised."""
         return await ride_out_election(
-            lambda: self._append_once(event, expected_last_subject_seq, headers),
+            lambda try_s: self._append_once(event, expected_last_subject_seq, headers, try_s),
             "append",
             give_up=self._closing,
-            try_s=None,  # the publish bounds its own wait for the ack
+            # The publish bounds its own wait for the ack: when the stream's leader dies its
+            # answer never comes, and the append is sent again (same msg id) to the new leader
+            # rather than waiting out a long timeout (SPEC O3).
+            bounds_itself=True,
         )
 
     async def _append_once(
-        self, event: Event, expected_last_subject_seq: int | None, headers: dict[str, str] | None
+        self,
+        event: Event,
+        expected_last_subject_seq: int | None,
+        headers: dict[str, str] | None,
+        try_s: float,
     ) -> int:
         subject = subject_for(event, self.prefix)
         hdrs = self._headers(event, headers)
@@ -135,7 +139,7 @@ class EventBus:
             hdrs[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
         try:
             ack = await self.js.publish(
-                subject, encode(event), headers=hdrs, stream=self.stream, timeout=_APPEND_ATTEMPT_S
+                subject, encode(event), headers=hdrs, stream=self.stream, timeout=try_s
             )
         except APIError as e:
             if expected_last_subject_seq is not None and is_wrong_last_sequence(e):
