@@ -38,6 +38,7 @@ import httpx
 from stackbench import BenchStack
 
 from jpu.bus import EventBus
+from jpu.bus.errors import is_unreachable
 from jpu.bus.ordered import follow_ordered
 from jpu.events import JobPromoted, new_event_id
 from jpu.testing.nats_cluster import NatsCluster, stream_leader, wait_jetstream
@@ -88,7 +89,14 @@ async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
                 else:
                     await asyncio.to_thread(cluster.kill, node)
                 t0 = time.monotonic()
-                seq = await bus.append(promoted(1000 + i))
+                event = promoted(1000 + i)
+                try:
+                    seq = await bus.append(event)
+                except Exception as e:  # no leader within ELECTION_S: say so, keep measuring
+                    if not is_unreachable(e):
+                        raise
+                    print(f"round {i + 1}: append gave up after {time.monotonic() - t0:.2f} s")
+                    seq = await bus.append_retrying(event)  # same event, same msg id
                 appended = time.monotonic() - t0
                 while seq not in seen:
                     await asyncio.sleep(0.02)

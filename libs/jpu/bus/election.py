@@ -23,7 +23,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ELECTION_S = 10.0  # longer than an election after a node's SIGKILL (measured 4–9 s)
+# Longer than an election after a node's SIGKILL. nats-server's followers campaign when their
+# election timer runs out: 4–9 s, randomised, from the last heartbeat (1 s apart), then a
+# campaign of 0.1–0.8 s (server/raft.go, compile-time constants, not configurable): up to
+# ~10.8 s, more on a loaded machine. Measured 4.1–8.0 s; with 10 s here, 2 appends in 7
+# SIGKILLs gave up (bench/bench_failover.py, 2026-12-02, load average 4–5).
+ELECTION_S = 12.0
 TRY_S = 2.5  # the first try: an answer from a live leader comes in milliseconds
 RETRY_S = 0.5  # each later try, once one went unanswered (an election is likely under way)
 _PAUSE_S, _MAX_PAUSE_S = 0.05, 0.4  # between tries: no responders fails at once
