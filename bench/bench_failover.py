@@ -5,10 +5,14 @@ append is accepted), and dispatcher-leader loss (how long until the standby disp
     python bench/bench_failover.py --dispatcher [--rounds 5]
 
 A 3-node cluster from the project's nats-server, the event stream with 3 replicas. Each round:
-SIGKILL the node leading the stream (or, with --stop, stop it with SIGTERM), then time one plain
-`EventBus.append` (it resends while no leader answers, SPEC O3) until it is accepted, and the
+SIGKILL the node leading the stream (or, with --stop, stop it with SIGTERM; with --freeze,
+SIGSTOP it: alive but silent, its sockets stay open, as when a host is lost), then time one plain
+`EventBus.append` from a client connected to that very node (it resends while no leader answers,
+SPEC O3; with --freeze it must first notice the dead connection by its pings) until it is
+accepted, and the
 time until an ordered reader (jpu.bus.ordered, what every service's fold and the projections use)
-hands that event out; restart the node on its store and wait until it is a current replica again.
+hands that event out; restart (or thaw) the node on its store and wait until it is a current
+replica again.
 Prints each round, the medians and the maxima.
 
 --dispatcher: a stack on one NATS server (gateway, intake, slurm-agent on the local backend,
@@ -63,7 +67,7 @@ async def current(bus: EventBus, node: str) -> None:
         await asyncio.sleep(0.2)
 
 
-async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
+async def run(rounds: int, how: str) -> list[tuple[float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         cluster = NatsCluster(Path(tmp))
         cluster.start()
@@ -84,20 +88,30 @@ async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
             for i in range(rounds):
                 await bus.append(promoted(i))
                 node = await stream_leader(bus.js, bus.stream)
-                if graceful:
-                    await asyncio.to_thread(cluster.node(node).stop)
+                # The appending client is connected to the node that is lost (the worst case).
+                lost = cluster.node(node)
+                others = [n.url for n in cluster.nodes.values() if n is not lost]
+                writer = await EventBus.connect(
+                    ",".join([lost.url, *others]), stream="BENCH", prefix="bench", randomize=False
+                )
+                await writer.append(promoted(500 + i))  # connected, to the node still leading
+                if how == "stop":
+                    await asyncio.to_thread(lost.stop)
+                elif how == "freeze":  # alive but silent: no socket closes (a host lost)
+                    lost.freeze()
                 else:
                     await asyncio.to_thread(cluster.kill, node)
                 t0 = time.monotonic()
                 event = promoted(1000 + i)
                 try:
-                    seq = await bus.append(event)
+                    seq = await writer.append(event)
                 except Exception as e:  # no leader within ELECTION_S: say so, keep measuring
                     if not is_unreachable(e):
                         raise
                     print(f"round {i + 1}: append gave up after {time.monotonic() - t0:.2f} s")
-                    seq = await bus.append_retrying(event)  # same event, same msg id
+                    seq = await writer.append_retrying(event)  # same event, same msg id
                 appended = time.monotonic() - t0
+                await writer.close()
                 while seq not in seen:
                     await asyncio.sleep(0.02)
                 took.append((appended, seen[seq] - t0))
@@ -105,7 +119,10 @@ async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
                     f"round {i + 1}: leader {node} lost -> append accepted in {appended:.2f} s, "
                     f"read by an ordered reader in {took[-1][1]:.2f} s"
                 )
-                await asyncio.to_thread(cluster.node(node).start)
+                if how == "freeze":  # thawed, it finds it lost its leadership
+                    lost.freeze(False)
+                else:
+                    await asyncio.to_thread(lost.start)
                 await asyncio.wait_for(current(bus, node), 60)
             stop.set()
             await reader
@@ -234,6 +251,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--stop", action="store_true", help="SIGTERM instead of SIGKILL")
     parser.add_argument(
+        "--freeze", action="store_true", help="SIGSTOP instead of SIGKILL (no socket closes)"
+    )
+    parser.add_argument(
         "--dispatcher", action="store_true", help="dispatcher leader SIGKILL -> standby"
     )
     args = parser.parse_args()
@@ -246,8 +266,9 @@ def main() -> int:
                 f"max {max(xs):.2f} s ({len(xs)} rounds)"
             )
         return 0
-    took = asyncio.run(run(args.rounds, args.stop))
-    how = "stopped (SIGTERM)" if args.stop else "SIGKILLed"
+    mode = "stop" if args.stop else "freeze" if args.freeze else "kill"
+    took = asyncio.run(run(args.rounds, mode))
+    how = {"stop": "stopped (SIGTERM)", "freeze": "frozen (SIGSTOP)", "kill": "SIGKILLed"}[mode]
     for k, what in enumerate(("next append accepted", "read by an ordered reader")):
         xs = [t[k] for t in took]
         print(
