@@ -126,6 +126,7 @@ async def submit_and_drain(
 ) -> tuple[float, dict[str, float]]:
     """POST the jobs, then wait (bounded) until each has its UsageCharged; (submit/s, job -> t)."""
     submitted: dict[str, float] = {}
+    refused: list[str] = []  # the first few answers that were not an acceptance
 
     async def post(c: RawClient, i: int) -> tuple[int, bytes]:
         t = time.time()
@@ -135,6 +136,8 @@ async def submit_and_drain(
         )
         if status in (200, 201):
             submitted[json.loads(body)["id"]] = t
+        elif len(refused) < 3:
+            refused.append(f"{status} {body[:300]!r}")
         return status, body
 
     progress(f"submitting {args.jobs} jobs with {args.clients} clients ...")
@@ -146,6 +149,8 @@ async def submit_and_drain(
         max_seconds=args.timeout,
         label="submit",
     )
+    for answer in refused:
+        progress(f"  refused: {answer}")
     while time.time() < t0 + args.timeout:
         charged = observer.count("UsageCharged", submitted)
         progress(
@@ -255,5 +260,7 @@ if __name__ == "__main__":
     ap.add_argument(
         "--cluster-compare", action="store_true", help="one server, then a 3-node R3 cluster"
     )
+    ap.add_argument("--cluster", action="store_true", help="only the 3-node R3 cluster")
     parsed = ap.parse_args()
-    sys.exit(asyncio.run(compare(parsed) if parsed.cluster_compare else main(parsed)))
+    run = compare(parsed) if parsed.cluster_compare else main(parsed, cluster=parsed.cluster)
+    sys.exit(asyncio.run(run))
