@@ -15,7 +15,7 @@ The claims tested:
       projections are at the log's end both gateways give the same body;
   (c) (the dispatcher's standby: test_e2e_failover.py; its time: bench/bench_failover.py);
   (d) with two accounting and two projection writers, every charge is appended once and the
-      projections equal a rebuild from the log (`python -m jpu.replay`, E3, E6, F5).
+      projections equal a rebuild from the log (`python -m jpu.tools.replay`, E3, E6, F5).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ async def test_F5_E3_two_accounting_and_two_projection_writers_never_double_appl
     assert {d.event.job_id for d in ended} == set(ids)  # every job charged, each once (above)
 
     # The projections (two gateways projecting, two accountings keeping lab usage) equal a
-    # rebuild from sequence 1 (E3, E6): jpu.replay rebuilds and diffs, exit 0 = no difference.
+    # rebuild from sequence 1 (E3, E6): jpu.tools.replay rebuilds and diffs, exit 0 = no difference.
     # It compares each projection at the position it applied: wait until all are at the log's end.
     last = log[-1].seq
     conn = await asyncpg.connect(config.database_url)

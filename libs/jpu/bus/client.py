@@ -23,7 +23,7 @@ from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, Park
 from jpu.bus.reader import read_range
 from jpu.domain.arrays import split_task_id, task_of
 from jpu.events import Event, JobSubmitted, decode, encode, subject_for
-from jpu.telemetry import inject_headers
+from jpu.runtime.telemetry import inject_headers
 
 log = logging.getLogger(__name__)
 

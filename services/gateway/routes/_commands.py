@@ -18,8 +18,9 @@ import nats.errors
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
-from jpu import commands, limits
-from jpu.edges import Edges
+from jpu import commands
+from jpu.domain import limits
+from jpu.runtime.edges import Edges
 from jpu.store.positions import PositionWatch
 from jpu.store.projection import wait_applied
 from jpu_services.gateway.errors import ApiError, unreachable_dependency
