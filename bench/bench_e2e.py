@@ -2,6 +2,7 @@
 same NATS server, in the same run.
 
     python bench/bench_e2e.py [--jobs 600] [--clients 32] [--nodes 16] [--timeout 75]
+    python bench/bench_e2e.py --cluster-compare    # one server, then a 3-node R3 cluster
 
 The stack as `make run` builds it (embedded NATS JetStream + durable PostgreSQL, prepare, the
 services under the stack's supervisor): gateway (2 processes, JPU_GATEWAY_WORKERS), intake,
@@ -17,6 +18,10 @@ median/p99 of submit→RUNNING and submit→charged (submit = the POST was sent)
 Reference: (r) EventBus.append_many of the same number of events × 6 (about the events a job
 causes) on another stream of the same server, consumed by a durable consumer: events/s
 round trip, and jobs/s as events/s ÷ events per job. Progress on stderr.
+
+--cluster-compare runs the whole measurement twice in one run: on one embedded nats-server, then
+on a 3-node JetStream cluster with the event stream and every bucket replicated 3× (SPEC O3),
+and prints both with the cluster's ratio to the single server (append rate, jobs/s, submit p99).
 """
 
 from __future__ import annotations
@@ -121,6 +126,7 @@ async def submit_and_drain(
 ) -> tuple[float, dict[str, float]]:
     """POST the jobs, then wait (bounded) until each has its UsageCharged; (submit/s, job -> t)."""
     submitted: dict[str, float] = {}
+    refused: list[str] = []  # the first few answers that were not an acceptance
 
     async def post(c: RawClient, i: int) -> tuple[int, bytes]:
         t = time.time()
@@ -130,6 +136,8 @@ async def submit_and_drain(
         )
         if status in (200, 201):
             submitted[json.loads(body)["id"]] = t
+        elif len(refused) < 3:
+            refused.append(f"{status} {body[:300]!r}")
         return status, body
 
     progress(f"submitting {args.jobs} jobs with {args.clients} clients ...")
@@ -141,6 +149,8 @@ async def submit_and_drain(
         max_seconds=args.timeout,
         label="submit",
     )
+    for answer in refused:
+        progress(f"  refused: {answer}")
     while time.time() < t0 + args.timeout:
         charged = observer.count("UsageCharged", submitted)
         progress(
@@ -150,12 +160,22 @@ async def submit_and_drain(
         if charged >= len(submitted):
             break
         await asyncio.sleep(1.0)
-    return load.rate, submitted
+    return load, submitted
 
 
-async def main(args: argparse.Namespace) -> int:
-    progress(f"starting the stack ({', '.join(SERVICES)}; {args.nodes} nodes x 8 GPUs) ...")
-    async with BenchStack(SERVICES, overrides(args.nodes)) as stack:
+async def main(args: argparse.Namespace, cluster: bool = False) -> int:
+    return (await measure(args, cluster)).code
+
+
+class Figures:
+    def __init__(self, code: int, raw: float, jobs_s: float, submit_p99_ms: float) -> None:
+        self.code, self.raw, self.jobs_s, self.submit_p99_ms = code, raw, jobs_s, submit_p99_ms
+
+
+async def measure(args: argparse.Namespace, cluster: bool = False) -> Figures:
+    what = "3-node JetStream cluster, R3" if cluster else "one nats-server"
+    progress(f"starting the stack ({', '.join(SERVICES)}; {args.nodes} nodes x 8 GPUs; {what}) ...")
+    async with BenchStack(SERVICES, overrides(args.nodes), cluster=cluster) as stack:
         assert stack.config is not None
         url = stack.env["JPU_NATS_URL"]
         progress("(r) raw append_many + durable consumer on the same server ...")
@@ -167,11 +187,30 @@ async def main(args: argparse.Namespace) -> int:
         watching = asyncio.create_task(observer.run(bus, stop))
         t0 = time.time()
         with profiling(args.profile, stack.pids(), args.timeout, "e2e"):
-            submit_rate, submitted = await submit_and_drain(args, stack, observer, t0)
+            load, submitted = await submit_and_drain(args, stack, observer, t0)
         stop.set()
         await watching
         await bus.close()
-    return report(args, raw, submit_rate, submitted, observer, t0)
+    print(f"== {what}")
+    code, jobs_s = report(args, raw, load.rate, submitted, observer, t0)
+    print(
+        f"submit (POST) latency  median {load.pct(50):8.0f} ms   p99 {load.pct(99):8.0f} ms"
+        f"   (n={load.ok}; errors {load.errors})"
+    )
+    return Figures(code, raw, jobs_s, load.pct(99))
+
+
+async def compare(args: argparse.Namespace) -> int:
+    one = await measure(args, cluster=False)
+    three = await measure(args, cluster=True)
+    print("== one nats-server vs 3-node cluster (R3), same run")
+    for label, a, b, unit in (
+        ("append_many + consume", one.raw, three.raw, "events/s"),
+        ("end to end, submit -> charged", one.jobs_s, three.jobs_s, "jobs/s"),
+        ("submit p99", one.submit_p99_ms, three.submit_p99_ms, "ms"),
+    ):
+        print(f"{label:<32} {a:10,.1f} -> {b:10,.1f} {unit:<9} ({b / a if a else 0:5.2f}x)")
+    return one.code or three.code
 
 
 def report(
@@ -181,7 +220,7 @@ def report(
     submitted: dict[str, float],
     observer: Observer,
     t0: float,
-) -> int:
+) -> tuple[int, float]:
     def lat(kind: str) -> list[float]:
         return [
             observer.at[j][kind] - t for j, t in submitted.items() if kind in observer.at.get(j, {})
@@ -208,7 +247,7 @@ def report(
         f"   p99 {pct(charged, 99):8.0f} ms   (n={len(charged)})"
     )
     print(f"events seen: {dict(observer.types)}")
-    return 0 if ends and len(ends) == len(submitted) == args.jobs else 1
+    return (0 if ends and len(ends) == len(submitted) == args.jobs else 1), rate
 
 
 if __name__ == "__main__":
@@ -218,4 +257,10 @@ if __name__ == "__main__":
     ap.add_argument("--nodes", type=int, default=16, help="nodes of 8 GPUs each")
     ap.add_argument("--timeout", type=float, default=75.0, help="seconds for submit + drain")
     ap.add_argument("--profile", metavar="PY_SPY", help="py-spy binary: profile the services")
-    sys.exit(asyncio.run(main(ap.parse_args())))
+    ap.add_argument(
+        "--cluster-compare", action="store_true", help="one server, then a 3-node R3 cluster"
+    )
+    ap.add_argument("--cluster", action="store_true", help="only the 3-node R3 cluster")
+    parsed = ap.parse_args()
+    run = compare(parsed) if parsed.cluster_compare else main(parsed, cluster=parsed.cluster)
+    sys.exit(asyncio.run(run))

@@ -1,26 +1,48 @@
-"""Stream-leader loss on a 3-node JetStream cluster: how long until the next append is accepted.
+"""Failover times: stream-leader loss on a 3-node JetStream cluster (how long until the next
+append is accepted), and dispatcher-leader loss (how long until the standby dispatches).
 
-    python bench/bench_failover.py [--rounds 5]
+    python bench/bench_failover.py [--rounds 5] [--stop]
+    python bench/bench_failover.py --dispatcher [--rounds 5]
 
 A 3-node cluster from the project's nats-server, the event stream with 3 replicas. Each round:
-SIGKILL the node leading the stream (or, with --stop, stop it with SIGTERM), then time one plain
-`EventBus.append` (it resends while no leader answers, SPEC O3) until it is accepted, and the
+SIGKILL the node leading the stream (or, with --stop, stop it with SIGTERM; with --freeze,
+SIGSTOP it: alive but silent, its sockets stay open, as when a host is lost), then time one plain
+`EventBus.append` from a client connected to that very node (it resends while no leader answers,
+SPEC O3; with --freeze it must first notice the dead connection by its pings) until it is
+accepted, and the
 time until an ordered reader (jpu.bus.ordered, what every service's fold and the projections use)
-hands that event out; restart the node on its store and wait until it is a current replica again.
+hands that event out; restart (or thaw) the node on its store and wait until it is a current
+replica again.
 Prints each round, the medians and the maxima.
+
+--dispatcher: a stack on one NATS server (gateway, intake, slurm-agent on the local backend,
+accounting) and two dispatcher processes started here, one leading, one standby (SPEC E4). Each
+round: a job is dispatched (the leader is active), the leader is SIGKILLed and a job is submitted
+at once; measured from the kill to that job's `JobDispatched` (its event time, written by the new
+leader) and to the standby's "leading" line. The killed dispatcher is started again as the next
+standby. The bound is the lease: TTL 3 s, renewed every 1 s (services/dispatcher/lease.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import httpx
+from stackbench import BenchStack
+
 from jpu.bus import EventBus
+from jpu.bus.errors import is_unreachable
 from jpu.bus.ordered import follow_ordered
 from jpu.events import JobPromoted, new_event_id
 from jpu.testing.nats_cluster import NatsCluster, stream_leader, wait_jetstream
@@ -45,7 +67,7 @@ async def current(bus: EventBus, node: str) -> None:
         await asyncio.sleep(0.2)
 
 
-async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
+async def run(rounds: int, how: str) -> list[tuple[float, float]]:
     with tempfile.TemporaryDirectory() as tmp:
         cluster = NatsCluster(Path(tmp))
         cluster.start()
@@ -66,13 +88,30 @@ async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
             for i in range(rounds):
                 await bus.append(promoted(i))
                 node = await stream_leader(bus.js, bus.stream)
-                if graceful:
-                    await asyncio.to_thread(cluster.node(node).stop)
+                # The appending client is connected to the node that is lost (the worst case).
+                lost = cluster.node(node)
+                others = [n.url for n in cluster.nodes.values() if n is not lost]
+                writer = await EventBus.connect(
+                    ",".join([lost.url, *others]), stream="BENCH", prefix="bench", randomize=False
+                )
+                await writer.append(promoted(500 + i))  # connected, to the node still leading
+                if how == "stop":
+                    await asyncio.to_thread(lost.stop)
+                elif how == "freeze":  # alive but silent: no socket closes (a host lost)
+                    lost.freeze()
                 else:
                     await asyncio.to_thread(cluster.kill, node)
                 t0 = time.monotonic()
-                seq = await bus.append(promoted(1000 + i))
+                event = promoted(1000 + i)
+                try:
+                    seq = await writer.append(event)
+                except Exception as e:  # no leader within ELECTION_S: say so, keep measuring
+                    if not is_unreachable(e):
+                        raise
+                    print(f"round {i + 1}: append gave up after {time.monotonic() - t0:.2f} s")
+                    seq = await writer.append_retrying(event)  # same event, same msg id
                 appended = time.monotonic() - t0
+                await writer.close()
                 while seq not in seen:
                     await asyncio.sleep(0.02)
                 took.append((appended, seen[seq] - t0))
@@ -80,7 +119,10 @@ async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
                     f"round {i + 1}: leader {node} lost -> append accepted in {appended:.2f} s, "
                     f"read by an ordered reader in {took[-1][1]:.2f} s"
                 )
-                await asyncio.to_thread(cluster.node(node).start)
+                if how == "freeze":  # thawed, it finds it lost its leadership
+                    lost.freeze(False)
+                else:
+                    await asyncio.to_thread(lost.start)
                 await asyncio.wait_for(current(bus, node), 60)
             stop.set()
             await reader
@@ -90,13 +132,143 @@ async def run(rounds: int, graceful: bool) -> list[tuple[float, float]]:
             cluster.stop()
 
 
+USERS = ("bcg-alice", "kdg-carol", "osl-erin")
+
+
+def _leading(log: Path) -> list[float]:
+    """Times at which the dispatcher writing `log` logged taking the lead."""
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            if entry.get("msg") == "leading":
+                out.append(float(entry["ts"]))
+    return out
+
+
+async def _until(cond: Callable[[], Awaitable[bool]], bound_s: float, what: str) -> None:
+    deadline = time.monotonic() + bound_s
+    while not await cond():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {bound_s:.0f} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def dispatcher_rounds(rounds: int) -> list[tuple[float, float]]:
+    services = ("gateway", "intake", "slurm_agent", "accounting")
+    async with BenchStack(services, {"JPU_CYCLE_S": "0.5", "JPU_GATEWAY_WORKERS": "1"}) as st:
+        logs = st.root / "logs"
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+
+        def start(name: str) -> None:
+            with open(logs / f"{name}.log", "ab") as out:
+                procs[name] = subprocess.Popen(
+                    [sys.executable, "-P", "-m", "jpu_services.dispatcher"],
+                    env={**st.env, "PYTHONUNBUFFERED": "1"},
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    start_new_session=True,
+                )
+
+        def leader() -> str | None:
+            latest = {n: max(_leading(logs / f"{n}.log"), default=0.0) for n in procs}
+            name = max(latest, key=lambda n: latest[n])
+            return name if latest[name] > 0 and procs[name].poll() is None else None
+
+        async with httpx.AsyncClient(base_url=st.url, timeout=30) as http:
+            turn = iter(range(10**6))
+
+            async def submit() -> str:
+                user = USERS[next(turn) % len(USERS)]
+                r = await http.post(
+                    "/v1/jobs",
+                    json={"name": "failover", "command": "true", "num_gpus": 1},
+                    headers={"Authorization": f"Bearer demo-{user}"},
+                )
+                r.raise_for_status()
+                return f"{r.json()['id']} {user}"
+
+            async def dispatched_at(ref: str) -> float | None:
+                job_id, user = ref.split()
+                r = await http.get(
+                    f"/v1/jobs/{job_id}/events", headers={"Authorization": f"Bearer demo-{user}"}
+                )
+                ts = [e["ts"] for e in r.json()["events"] if e["type"] == "JobDispatched"]
+                return float(ts[0]) if ts else None
+
+            async def has_leader() -> bool:
+                return leader() is not None
+
+            async def is_dispatched(ref: str) -> bool:
+                return await dispatched_at(ref) is not None
+
+            try:
+                start("dispatcher-a")
+                await _until(has_leader, 30, "a leading dispatcher")
+                start("dispatcher-b")
+                took: list[tuple[float, float]] = []
+                for i in range(rounds):
+                    await asyncio.sleep(2.0)  # the new standby connects and tries the lease
+                    warm = await submit()
+                    await _until(lambda w=warm: is_dispatched(w), 30, "a dispatch by the leader")
+                    name = leader()
+                    assert name is not None
+                    standby = next(n for n in procs if n != name)
+                    before = len(_leading(logs / f"{standby}.log"))
+                    os.kill(procs[name].pid, signal.SIGKILL)
+                    killed = time.time()
+                    procs[name].wait()
+                    job = await submit()
+                    await _until(lambda j=job: is_dispatched(j), 60, "the standby's dispatch")
+                    at = await dispatched_at(job)
+                    assert at is not None
+                    led = _leading(logs / f"{standby}.log")
+                    assert len(led) > before, f"{standby} did not take the lead"
+                    took.append((led[-1] - killed, at - killed))
+                    print(
+                        f"round {i + 1}: {name} SIGKILLed -> {standby} leading after "
+                        f"{took[-1][0]:.2f} s, first dispatch after {took[-1][1]:.2f} s"
+                    )
+                    start(name)  # back as the standby
+                return took
+            finally:
+                for p in procs.values():
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGTERM)
+                for p in procs.values():
+                    try:
+                        p.wait(timeout=15)
+                    except subprocess.TimeoutExpired:
+                        os.killpg(p.pid, signal.SIGKILL)
+                        p.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--stop", action="store_true", help="SIGTERM instead of SIGKILL")
+    parser.add_argument(
+        "--freeze", action="store_true", help="SIGSTOP instead of SIGKILL (no socket closes)"
+    )
+    parser.add_argument(
+        "--dispatcher", action="store_true", help="dispatcher leader SIGKILL -> standby"
+    )
     args = parser.parse_args()
-    took = asyncio.run(run(args.rounds, args.stop))
-    how = "stopped (SIGTERM)" if args.stop else "SIGKILLed"
+    if args.dispatcher:
+        took = asyncio.run(dispatcher_rounds(args.rounds))
+        for k, what in enumerate(("standby leading", "first dispatch by the standby")):
+            xs = [t[k] for t in took]
+            print(
+                f"dispatcher leader SIGKILLed -> {what}: median {statistics.median(xs):.2f} s, "
+                f"max {max(xs):.2f} s ({len(xs)} rounds)"
+            )
+        return 0
+    mode = "stop" if args.stop else "freeze" if args.freeze else "kill"
+    took = asyncio.run(run(args.rounds, mode))
+    how = {"stop": "stopped (SIGTERM)", "freeze": "frozen (SIGSTOP)", "kill": "SIGKILLed"}[mode]
     for k, what in enumerate(("next append accepted", "read by an ordered reader")):
         xs = [t[k] for t in took]
         print(

@@ -30,6 +30,7 @@ from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.stack.prepare import prepare
 from jpu.stack.run import wait_ready
 from jpu.stack.supervisor import Supervisor
+from jpu.testing.nats_cluster import NatsCluster, wait_jetstream
 
 DEMO_TOKENS = [
     f"demo-{u}" for u in ("bcg-alice", "bcg-bob", "kdg-carol", "kdg-dave", "osl-erin", "osl-frank")
@@ -43,12 +44,19 @@ def progress(msg: str) -> None:
 class BenchStack:
     """Servers + selected services in a temporary data dir; everything stops on exit."""
 
-    def __init__(self, services: tuple[str, ...], overrides: Mapping[str, str]) -> None:
+    def __init__(
+        self, services: tuple[str, ...], overrides: Mapping[str, str], *, cluster: bool = False
+    ) -> None:
+        """`cluster`: a 3-node JetStream cluster (the stream and buckets with 3 replicas, SPEC
+        O3) instead of one embedded server."""
         self.services = services
         self.overrides = dict(overrides)
         self.root = Path(tempfile.mkdtemp(prefix="jpu-bench-"))
         self.root.chmod(0o755)  # as root, PostgreSQL runs as `postgres` and must reach it
-        self.nats = EmbeddedNats(self.root / "nats")
+        self.cluster = cluster
+        self.nats: EmbeddedNats | NatsCluster = (
+            NatsCluster(self.root / "nats") if cluster else EmbeddedNats(self.root / "nats")
+        )
         self.postgres = EmbeddedPostgres(self.root / "pg")
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -67,6 +75,9 @@ class BenchStack:
 
     async def _start(self) -> None:
         nats_url = self.nats.start()
+        if self.cluster:
+            await wait_jetstream(nats_url)
+            self.overrides.setdefault("JPU_STREAM_REPLICAS", "3")
         db_url = self.postgres.start()
         self.env = {
             **os.environ,

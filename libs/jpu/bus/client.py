@@ -17,7 +17,7 @@ from nats.js.errors import APIError, NotFoundError
 from jpu.bus import streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
-from jpu.bus.election import TRY_S, ride_out_election
+from jpu.bus.election import ride_out_election
 from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
@@ -28,11 +28,14 @@ from jpu.runtime.telemetry import inject_headers
 log = logging.getLogger(__name__)
 
 _ACK_TIMEOUT_S = 10.0  # a JetStream API request (stream/consumer info, reads, many acks)
-# One append's ack: when the stream's leader dies, its answer never comes; the append is sent
-# again (same msg id) to the new leader rather than waiting out a long timeout (SPEC O3).
-_APPEND_ATTEMPT_S = TRY_S
 _RETRY_MAX_DELAY_S = 5.0  # append_retrying: backoff 0.2 s doubling up to this
 CLOSE_TIMEOUT_S = 5.0  # close(): the drain, then the close itself, each at most this long
+# A node that dies without closing its sockets (a host lost, a frozen process) is noticed only by
+# pings: nats-py's defaults (every 120 s, 2 unanswered) left a client on it for minutes, every
+# request timing out, while the cluster had long elected new leaders (SPEC O3). Every 2 s with
+# 2 unanswered: a dead connection is given up within about 6 s, close to the election itself.
+PING_INTERVAL_S = 2.0
+MAX_OUTSTANDING_PINGS = 2
 
 
 class EventBus:
@@ -54,8 +57,10 @@ class EventBus:
         prefix: str = "jpu",
         name: str | None = None,
         replicas: int | None = None,
+        randomize: bool = True,
     ) -> EventBus:
-        """Connect, reconnecting forever once connected; `url` may list servers (a,b,c)."""
+        """Connect, reconnecting forever once connected; `url` may list servers (a,b,c), tried
+        in a random order unless `randomize` is False (then the first one first)."""
         closing = asyncio.Event()  # a drain on close() is not worth a warning
 
         async def disconnected() -> None:
@@ -67,6 +72,9 @@ class EventBus:
             name=name,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
+            ping_interval=PING_INTERVAL_S,
+            max_outstanding_pings=MAX_OUTSTANDING_PINGS,
+            dont_randomize=not randomize,
             error_cb=_log_error,
             disconnected_cb=disconnected,
             reconnected_cb=_reconnected,
@@ -120,14 +128,21 @@ class EventBus:
         While no stream leader answers (an election after a node's loss, a server restarting)
         the same event is resent for up to ELECTION_S, then the last error is raised."""
         return await ride_out_election(
-            lambda: self._append_once(event, expected_last_subject_seq, headers),
+            lambda try_s: self._append_once(event, expected_last_subject_seq, headers, try_s),
             "append",
             give_up=self._closing,
-            try_s=None,  # the publish bounds its own wait for the ack
+            # The publish bounds its own wait for the ack: when the stream's leader dies its
+            # answer never comes, and the append is sent again (same msg id) to the new leader
+            # rather than waiting out a long timeout (SPEC O3).
+            bounds_itself=True,
         )
 
     async def _append_once(
-        self, event: Event, expected_last_subject_seq: int | None, headers: dict[str, str] | None
+        self,
+        event: Event,
+        expected_last_subject_seq: int | None,
+        headers: dict[str, str] | None,
+        try_s: float,
     ) -> int:
         subject = subject_for(event, self.prefix)
         hdrs = self._headers(event, headers)
@@ -135,7 +150,7 @@ class EventBus:
             hdrs[H_EXPECTED_LAST_SUBJECT_SEQ] = str(expected_last_subject_seq)
         try:
             ack = await self.js.publish(
-                subject, encode(event), headers=hdrs, stream=self.stream, timeout=_APPEND_ATTEMPT_S
+                subject, encode(event), headers=hdrs, stream=self.stream, timeout=try_s
             )
         except APIError as e:
             if expected_last_subject_seq is not None and is_wrong_last_sequence(e):

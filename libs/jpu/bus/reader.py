@@ -14,21 +14,22 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import NotFoundError, ServiceUnavailableError
 from nats.nuid import NUID
 
-from jpu.bus.election import TRY_S, ride_out_election
+from jpu.bus.election import ELECTION_S, TRY_S, ride_out_election
 
 _FETCH = 512
 nuid = NUID()
 _FETCH_TIMEOUT_S = 2.0
+_UNAVAILABLE_PAUSE_S = 0.1
 
 
 async def read_range(
     js: JetStreamContext, stream: str, filter_subject: str, start_seq: int = 1
 ) -> AsyncGenerator[Msg, None]:
     """Messages of `stream` matching `filter_subject` from `start_seq` to the current last seq."""
-    last = (await ride_out_election(lambda: js.stream_info(stream), "read")).state.last_seq
+    last = (await ride_out_election(lambda _: js.stream_info(stream), "read")).state.last_seq
     if last < max(start_seq, 1):
         return
     config = ConsumerConfig(
@@ -41,7 +42,7 @@ async def read_range(
         num_replicas=1,
         name=nuid.next().decode(),
     )
-    info = await ride_out_election(lambda: js.add_consumer(stream, config), "read")
+    info = await ride_out_election(lambda _: js.add_consumer(stream, config), "read")
     if info.num_pending == 0:
         await _delete(js, stream, info.name)
         return
@@ -56,11 +57,20 @@ async def read_range(
 
 
 async def _until(sub: JetStreamContext.PullSubscription, last: int) -> AsyncGenerator[Msg, None]:
+    loop = asyncio.get_running_loop()
+    unavailable_until = loop.time() + ELECTION_S
     while True:
         try:
             msgs = await sub.fetch(_FETCH, timeout=_FETCH_TIMEOUT_S)
         except TimeoutError:  # nats.errors.TimeoutError or a bare asyncio one from fetch
             return  # nothing more arrived: the filtered range is exhausted
+        except ServiceUnavailableError:
+            # A consumer created right after a leader election may answer 503 until its
+            # assignment settles (SPEC O3): ask again within the election window.
+            if loop.time() > unavailable_until:
+                raise
+            await asyncio.sleep(_UNAVAILABLE_PAUSE_S)
+            continue
         for msg in msgs:
             meta = msg.metadata
             if meta.sequence.stream > last:

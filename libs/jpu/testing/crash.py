@@ -71,6 +71,12 @@ class KillableNats(EmbeddedNats):
             proc.send_signal(signal.SIGKILL)
         return proc
 
+    def freeze(self, frozen: bool = True) -> None:
+        """SIGSTOP (or, `frozen=False`, SIGCONT): alive but silent, no socket closes — what a
+        lost host looks like to its peers and clients."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
+
 
 class KillablePostgres(EmbeddedPostgres):
     """An embedded PostgreSQL on a fixed port: `stop_immediate()` is `pg_ctl stop -m immediate`

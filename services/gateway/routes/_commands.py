@@ -32,7 +32,7 @@ log = logging.getLogger("jpu.gateway.commands")
 # Intake answers in milliseconds, but its append rides out a NATS leader election (up to
 # EventBus ELECTION_S, SPEC O3): waiting that long answers the command instead of a 503 the
 # client would have to retry.
-COMMAND_TIMEOUT_S: Final = 12.0
+COMMAND_TIMEOUT_S: Final = 14.0
 READ_YOUR_WRITES_TIMEOUT_S: Final = 5.0
 NO_RESPONDERS_RETRY_S: Final = 3.0  # an intake reconnecting to another NATS node
 _NO_RESPONDERS_PAUSE_S: Final = 0.2
