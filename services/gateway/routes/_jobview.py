@@ -28,7 +28,7 @@ _LIST_COLUMNS: Final = (
     "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
     "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
     "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by, "
-    "chdir, workspace, array_id, array_task, "
+    "chdir, workspace, array_id, array_task, (view->>'array_throttle')::int AS array_throttle, "
     "view->>'dependency' AS dependency, "  # Q8, Q9: kept in the row's JobView
     "coalesce((view->>'held')::boolean, false) AS held"
 )
@@ -248,6 +248,7 @@ def job_out(
         "workspace": row["workspace"],  # X4a: the workspace it runs in (None: the base image)
         "array_id": row["array_id"],  # Q7: the array this job is a task of (None: single)
         "array_task": row["array_task"],
+        "array_throttle": row.get("array_throttle"),  # ... its array's %N (None: no cap)
         "terminal": row["state"] in TERMINAL,
     }
     if detail:
