@@ -55,8 +55,10 @@ class Log:
 
 def _submit(job_id: str, user: str, array: JobArray | None = None) -> JobSubmitted:
     lab = f"lab{int(user[1:]) % 20:02d}"
-    return JobSubmitted(event_id=f"s-{job_id}", ts=NOW - 600, job_id=job_id, lab=lab, user=user,
-                        name="sweep", command="true", num_gpus=1, time_limit_s=3600, array=array)  # fmt: skip
+    return JobSubmitted(
+        event_id=f"s-{job_id}", ts=NOW - 600, job_id=job_id, lab=lab, user=user, name="sweep",
+        command="true", num_gpus=1, time_limit_s=3600, array=array,
+    )  # fmt: skip
 
 
 def _running(log: Log, c: Cluster) -> None:
@@ -83,8 +85,9 @@ def submits(shape: str, jobs: int, users: int, throttle: int | None) -> list[Job
     if shape == "singles":
         return [_submit(f"j{u:03d}x{i:05d}", f"u{u}") for u in range(users) for i in range(per)]
     spec = f"0-{per - 1}" + (f"%{throttle}" if throttle else "")
+    tasks = list(range(per))
     return [
-        _submit(f"a{u:03d}", f"u{u}", JobArray(tasks=list(range(per)), throttle=throttle, spec=spec))
+        _submit(f"a{u:03d}", f"u{u}", JobArray(tasks=tasks, throttle=throttle, spec=spec))
         for u in range(users)
     ]
 
