@@ -487,3 +487,12 @@ def test_U4_Q7_the_array_throttle_is_honoured_in_the_forward():
         "A_2": (T0 + 10 + H, "limits"),  # not before two of the array's tasks end
         "A_3": (T0 + 10 + H, "limits"),
     }
+
+
+def test_U4_Q9_a_held_job_has_no_estimated_start_and_says_why():
+    log = Log(_one_node(2))
+    log.submit("h", "A", "a", 1, T0, time_limit_s=H, hold=True)
+    result = estimate(log.state, log.config, T0 + 10, log.runtimes, EstimateParams())
+    e = result.estimates["h"]
+    assert (e.start, e.basis) == (None, "unknown")
+    assert e.why == "it is held: it can start only once released (jpu release)"

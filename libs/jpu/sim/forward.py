@@ -295,10 +295,13 @@ class ForwardSim(Simulator):
         return self._result()
 
     def _why_unknown(self, job_id: str) -> str:
-        """Why `job_id` got no start: the first of maintenance, GPUs held for ever, the cap."""
+        """Why `job_id` got no start: the first of maintenance, a hold (Q9), GPUs held for ever,
+        the cap."""
         if self.state.maintenance.state != "NORMAL":
             return "maintenance is in progress and nobody has announced its end"
         job = self.state.jobs[job_id]
+        if job.held:  # Q9: nothing in the estimate releases it
+            return "it is held: it can start only once released (jpu release)"
         held: list[str] = []
         for other in sorted(self.endless - {job_id}):
             view = self.state.jobs.get(other)
