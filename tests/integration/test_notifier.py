@@ -325,3 +325,31 @@ async def test_an_array_notifies_once_unless_asked_per_task_Q10_Q7(
     ])  # fmt: skip
     subjects = sorted(m["subject"] for m in smtp[1].items)
     assert subjects[:2] == ["[JPU-Share] n-arr (arr) BEGIN", "[JPU-Share] n-arr (arr) FAIL"]
+
+
+async def test_an_array_restarted_notifier_sends_its_begin_and_end_once_each_Q10_Q7(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], webhook: Webhook, notifier: Notifier
+) -> None:
+    """The notifier stops after the array's BEGIN went out and two of its three tasks ended;
+    restarted, it folds the log again from the start (the BEGIN is not owed twice) and sends the
+    END once the last task ends, counting the tasks that ended while it was down."""
+    webhook.start()
+    await started(notifier, pg_dsn)
+    t = 6_000.0
+    await _append(bus, [
+        _settings(webhook.url, ["BEGIN", "END"]),
+        _job("sw", t, array=JobArray(tasks=[0, 1, 2], spec="0-2")),
+        _start("sw_0", t + 1), _end("sw_0", t + 5, "COMPLETED", exit_code=0, usage=10.0),
+    ])  # fmt: skip
+    await until(await _all_sent(pg_dsn, 2), "the array's BEGIN by e-mail and webhook")
+    notifier.stop()
+    await _append(bus, [_start("sw_1", t + 6), _end("sw_1", t + 9, "COMPLETED", usage=10.0)])
+    notifier.start()
+    await _append(bus, [_end("sw_2", t + 20, "CANCELLED")])
+    await until(await _all_sent(pg_dsn, 4), "the array's END by e-mail and webhook")
+    assert sorted(webhook.got.texts()) == [
+        "Array sw (n-sw) ended: 2 COMPLETED, 1 CANCELLED of 3 tasks in 19s from first start to "
+        f"last end, charged 20 TFLOP-s: {CONSOLE}/#/job/sw",
+        "Array sw (n-sw) started: task sw_0 is the first of its 3 tasks to run: "
+        f"{CONSOLE}/#/job/sw",
+    ]
