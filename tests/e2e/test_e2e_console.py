@@ -729,3 +729,8 @@ async def test_Q7_Q8_jobs_view_shows_an_array_as_one_expandable_row_and_a_jobs_d
     array = parent.locator(f"li[data-parent='{sweep}']")
     await expect(array).to_contain_text("COMPLETED:3")
     await _shot(page, "job-dependency-chain.png")
+
+    await array.locator(f"a[href='#/job/{sweep}']").click()  # the array's own page
+    await expect(page.locator("#job-fields dd[data-field=states]")).to_have_text("COMPLETED:3")
+    await expect(page.locator("#job-fields dd[data-field=tasks] a")).to_have_count(3)
+    await expect(page.locator("#job-run-panes")).to_be_hidden()  # each task has its own

@@ -839,7 +839,7 @@ function describe(key, v, job) {
   if (key.endsWith("_at")) return fmtTime(v);
   if (key === "usage_charged") return fmtNum(v) + " TFLOP-s";
   if (key === "states") return Object.entries(v).map(([st, n]) => `${st}:${n}`).join(", ");
-  if (key === "tasks") return h("span", {}, v.map((id, i) => [i ? ", " : "", jobLink(id)]));
+  if (key === "tasks") return h("span", {}, v.flatMap((id, i) => [i ? ", " : "", jobLink(id)]));
   if (key === "array_id") return jobLink(v);
   if (key === "held") return v ? t("f.held") : null;
   if (Array.isArray(v)) return v.join(", ");
@@ -1051,7 +1051,9 @@ function chainNodes(chain) {
 async function loadJob(id) {
   const [job, ev] = await Promise.all([
     api("/v1/jobs/" + encodeURIComponent(id)),
-    api("/v1/jobs/" + encodeURIComponent(id) + "/events")]);
+    api("/v1/jobs/" + encodeURIComponent(id) + "/events").catch((e) => e)]);
+  const array = Array.isArray(job.tasks);  // Q7: an array's page: its fields and tasks
+  if (ev instanceof Error && !array) throw ev;
   const deps = job.dependency ? await dependencyChain(job.dependency, new Set([job.id])) : [];
   const chain = deps.length ? h("span", {}, job.dependency, chainNodes(deps)) : null;
   return () => {
@@ -1077,6 +1079,8 @@ async function loadJob(id) {
         alert(t("job.cancel_sent")); render({ poll: true });
       } catch (e) { showError(e); }
     };
+    $("job-run-panes").hidden = array;
+    if (array) return;  // each task has its own output, files, events and wait
     const events = ev.events || [];
     setRows($("job-events"), events.map((e) => e.seq).join(","), () => timeline(events));
     drawWhy(job.id);  // why.js (U4)
