@@ -568,7 +568,7 @@ async def test_U4_queue_and_job_page_show_the_dispatchers_estimated_start(
         stack.api("admin").wait(job_id, ["RUNNING"], timeout=30)
     waiting = dave.submit("echo later", 2, name="eta-wait", **limit)["id"]
     # limits, or "predicted" when earlier tests' jobs of these users ended well before their
-    # limits (jpu.estimate.RunTimes scales the limits then)
+    # limits (jpu.explain.estimate.RunTimes scales the limits then)
     body = dave.wait(waiting, lambda j: j.get("estimated_start") is not None, timeout=30)
     assert body["estimate_basis"] in ("limits", "predicted"), body
     assert body["estimated_start"] >= body["estimated_at"]  # never in the past

@@ -1,7 +1,7 @@
 """Estimated start (SPEC U4) on small hand-made clusters where the answer is known exactly.
 
 The state is built from real events through the services' fold (ClusterState), then played
-forward by `jpu.estimate` with the policy core (D1–D8, R1–R5, F3/F4, Q5, D6)."""
+forward by `jpu.explain.estimate` with the policy core (D1–D8, R1–R5, F3/F4, Q5, D6)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from jpu.config import Config, load_config
 from jpu.domain import codec
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.runs import KEEP
-from jpu.estimate import RunTimes, estimate
 from jpu.events import (
     Event,
     JobArray,
@@ -29,6 +28,7 @@ from jpu.events import (
     UsageCharged,
     new_event_id,
 )
+from jpu.explain.estimate import RunTimes, estimate
 from jpu.sim.forward import EstimateParams
 
 T0 = 1_000_000.0
@@ -347,8 +347,8 @@ def test_U4_forward_starts_from_the_fold_of_the_present():
     cycle it first runs sees what the dispatcher's own cycle sees (queue records with their
     reservation join times, running jobs, GPU rows, usage, personal queues and slots)."""
     from jpu.domain.dispatch import snapshot
-    from jpu.estimate import present
     from jpu.events import ReservationGrown, ReservationReleased
+    from jpu.explain.estimate import present
     from jpu.sim.forward import ForwardSim
 
     config = _config(

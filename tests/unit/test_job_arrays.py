@@ -210,7 +210,7 @@ def test_Q7_why_of_a_task_starts_at_its_arrays_submit() -> None:
 
 
 def test_Q7_jpu_cancel_of_an_array_says_so() -> None:
-    from jpu.cli.rest_cancel import cancelled
+    from jpu.cli.rest.cancel import cancelled
 
     array = {"id": "a1", "tasks": ["a1_0", "a1_1"], "state": "ARRAY", "cancel_grace_s": 30}
     assert cancelled([array]) == "Cancel requested for array a1 (2 tasks)"

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
-from jpu.cli import rest
-from jpu.cli.rest_client import RestClient, resolve_target
+from jpu.cli.rest import subcommands as rest
+from jpu.cli.rest.client import RestClient, resolve_target
 
 USER_ERRORS: tuple[type[Exception], ...] = ()
 

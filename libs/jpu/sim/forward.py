@@ -3,7 +3,7 @@ it stands now, runs the services' own policy core forward on a virtual clock. Pu
 `Present`'s, no I/O.
 
 The `Present` holds copies of what the dispatcher's fold holds (`taken`) and what the estimate
-assumes of every job in it (`jpu.estimate.assume`); the forward's fold is rebuilt from them as a
+assumes of every job in it (`jpu.explain.estimate.assume`); the forward's fold is rebuilt from them as a
 snapshot's load rebuilds one (`own_fold`); from there on the simulator is the
 plain one: the same `cycle()` (D1–D8, R1–R5), the same charging at attempt
 ends (F3, F4) and at R3 releases, the same promotion from personal queues (Q5), D6 while
@@ -50,7 +50,7 @@ from jpu.domain.states import PLACED, QUEUED, JobView
 from jpu.events import JobDispatched, JobSubmitted, MaintenanceChanged
 from jpu.policy.charging import Charge
 from jpu.policy.model import LabUsage, MaintenanceState
-from jpu.sim import attempts
+from jpu.sim import backend as attempts
 from jpu.sim.cluster import SimCluster
 from jpu.sim.engine import Simulator
 from jpu.sim.eventlog import EventLog
@@ -63,7 +63,7 @@ BASES: tuple[Basis, ...] = ("limits", "predicted", "unknown")
 
 
 class Assumed(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """What the estimate assumes of one job it plays (`jpu.estimate.assume`)."""
+    """What the estimate assumes of one job it plays (`jpu.explain.estimate.assume`)."""
 
     duration_s: float | None = None  # how long it runs once started: its limit, else predicted
     basis: Basis = "unknown"  # where duration_s comes from

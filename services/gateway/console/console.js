@@ -347,7 +347,7 @@ function clearRows(el) { delete el.dataset.sig; el.replaceChildren(); }
 const locale = () => (state.lang === "ko" ? "ko-KR" : undefined);
 const fmtNum = (x) => (x === null || x === undefined ? "" : Number(x).toLocaleString(locale(), { maximumFractionDigits: 1 }));
 const pad = (n) => String(n).padStart(2, "0");
-// One date format everywhere, the CLI's (jpu.cli.rest_render.fmt_ts): "2026-12-01 09:03:10", local.
+// One date format everywhere, the CLI's (jpu.cli.rest.render.fmt_ts): "2026-12-01 09:03:10", local.
 function fmtTime(s) {
   if (!s) return "";
   const d = new Date(s * 1000);
@@ -373,7 +373,7 @@ function fmtDur(seconds) {
   return tf(hh ? "dur.dh" : "dur.d", { d, h: hh });
 }
 
-// Like squeue's TIME and `jpu show` (jpu.cli.rest_render.fmt_duration): [D-]HH:MM:SS.
+// Like squeue's TIME and `jpu show` (jpu.cli.rest.render.fmt_duration): [D-]HH:MM:SS.
 function fmtSlurm(seconds) {
   if (seconds === null || seconds === undefined) return "";
   let s = Math.round(seconds);
@@ -382,7 +382,7 @@ function fmtSlurm(seconds) {
   return days ? `${days}-${out}` : out;
 }
 
-// sbatch --time, the rules of the CLI's parser (jpu.cli.rest_render.parse_time_limit):
+// sbatch --time, the rules of the CLI's parser (jpu.cli.rest.render.parse_time_limit):
 // "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S" → seconds; "UNLIMITED"/"infinite" → null.
 const TIME_RE = /^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$/;
 function parseTimeLimit(text) {

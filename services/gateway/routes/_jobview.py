@@ -14,9 +14,9 @@ from typing import Any, Final
 
 import asyncpg
 
-from jpu import auth
 from jpu.domain.dependencies import ArrayProgress, array_verdict, parsed, verdict
 from jpu.domain.states import PLACED, QUEUED, SLOT_STATES, TERMINAL, in_order  # SPEC §1.4
+from jpu.store import auth
 from jpu_services.gateway.errors import ApiError
 
 QUEUED_STATES: Final = in_order(QUEUED)

@@ -343,7 +343,7 @@ def test_why_the_console_says_every_cause_as_the_cli_does(lang: str) -> None:
 
 
 def test_D7_jpu_queue_and_show_name_the_VRAM_floor() -> None:
-    from jpu.cli.rest_jobviews import job, queue
+    from jpu.cli.rest.jobviews import job, queue
 
     entry = {"rank": 1, "job_id": "m", "name": "m", "lab": "BCG", "user": "bcg-alice",
              "num_gpus": 1, "tiers": None, "min_vram_gb": 13, "state": "GLOBAL_QUEUE_WAIT",
