@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 BENCHES: dict[str, tuple[list[str], list[str]]] = {
     # name: (default args, --full args)
     "cycle": ([], []),
+    "cycle_arrays": ([], []),
     "bus": ([], ["--n", "50000"]),
     "projection": ([], ["--n", "100000"]),
     "sim": ([], ["--jobs", "0"]),

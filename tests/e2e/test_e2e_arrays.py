@@ -105,6 +105,24 @@ def test_Q7_task_environment_names_array_and_index(stack: Stack) -> None:
     assert "Tasks" in shown.stdout and f"{aid}_[3,5]" in shown.stdout, shown.stdout
 
 
+def test_Q7_jpu_queue_groups_waiting_tasks_with_the_throttle_ID_brackets_percent_N(
+    stack: Stack,
+) -> None:
+    """squeue's form: the tasks %N holds back in the personal queue are one row `ID_[1-2%1]`."""
+    dave = stack.api("kdg-dave")
+    r = dave.post_job({"command": stack.hold("q7-queue"), "num_gpus": 1, "array": "0-2%1"})
+    assert r.status_code == 201, r.text
+    aid = r.json()["id"]
+    dave.wait(f"{aid}_0", ["RUNNING"])
+    assert dave.job(f"{aid}_1")["array_throttle"] == 1
+    queue = jpu_cli(stack, "kdg-dave", "queue")
+    assert queue.returncode == 0, queue.stderr
+    rows = [line.split() for line in queue.stdout.splitlines() if aid in line]
+    assert any(f"{aid}_[1-2%1]" in row for row in rows), queue.stdout
+    stack.release("q7-queue")
+    wait_until(lambda: array_states(stack, "kdg-dave", aid) == {"COMPLETED": 3}, 60, "3 tasks")
+
+
 async def test_Q7_array_refusals_are_422_naming_array_nothing_appended(stack: Stack) -> None:
     carol = stack.api("kdg-carol")
     before = len(await whole_log(stack))

@@ -689,3 +689,48 @@ async def test_X4a_workspaces_view_lists_state_and_shows_the_build_log(
     await _login(page, stack, "kdg-carol")  # another lab: not listed
     await _go(page, stack, "workspaces")
     await expect(page.locator("#ws-rows")).to_contain_text("No workspaces")
+
+
+async def test_Q7_Q8_jobs_view_shows_an_array_as_one_expandable_row_and_a_jobs_dependency_chain(
+    stack: Stack, browser_page: Page
+) -> None:
+    """A sweep (`0-2%2`) is one row `ID_[0-2%2]` with its tasks per state, expanded to its
+    three tasks on a click; the job page of `eval` (afterok:train, train afterok:the sweep) shows
+    the chain up to the whole array with each parent's state."""
+    page = browser_page
+    bob = stack.api("bcg-bob")
+    sweep = bob.submit("true", name="sweep", array="0-2%2")["id"]
+    train = bob.submit("true", name="train", dependency=f"afterok:{sweep}")["id"]
+    evaluate = bob.submit("true", name="eval", dependency=f"afterok:{train}")["id"]
+    assert bob.wait(evaluate, ["COMPLETED", "FAILED", "CANCELLED"], timeout=60)["state"] == (
+        "COMPLETED"
+    )
+    await _login(page, stack, "bcg-bob")
+    await _english(page)
+    await _go(page, stack, "jobs")
+    row = page.locator(f"#job-rows tr.array-row[data-array='{sweep}']")
+    await expect(row).to_contain_text(f"{sweep}_[0-2%2]")
+    await expect(row).to_contain_text("COMPLETED:3")
+    tasks = page.locator("#job-rows tr.task-row")
+    await expect(tasks).to_have_count(0)
+    await row.locator("button.expand").click()
+    await expect(tasks).to_have_count(3)
+    await expect(tasks.first).to_contain_text(f"{sweep}_0")
+    await _shot(page, "jobs-array-expanded.png")
+    await page.locator(f"#job-rows tr.array-row[data-array='{sweep}'] button.expand").click()
+    await expect(tasks).to_have_count(0)
+
+    await _go(page, stack, f"job/{evaluate}")
+    chain = page.locator("#job-fields dd[data-field=dependency]")
+    await expect(chain).to_contain_text(f"afterok:{train}")
+    parent = chain.locator(f"li[data-parent='{train}']")
+    await expect(parent).to_contain_text("train")
+    await expect(parent).to_contain_text("COMPLETED")
+    array = parent.locator(f"li[data-parent='{sweep}']")
+    await expect(array).to_contain_text("COMPLETED:3")
+    await _shot(page, "job-dependency-chain.png")
+
+    await array.locator(f"a[href='#/job/{sweep}']").click()  # the array's own page
+    await expect(page.locator("#job-fields dd[data-field=states]")).to_have_text("COMPLETED:3")
+    await expect(page.locator("#job-fields dd[data-field=tasks] a")).to_have_count(3)
+    await expect(page.locator("#job-run-panes")).to_be_hidden()  # each task has its own

@@ -69,6 +69,31 @@ def test_Q8_pipeline_first_fails_the_others_end_dependency_never_satisfied(stack
         assert len(ends) == 1 and not by_type(dave.events(job["id"]), "JobPromoted"), ends
 
 
+def test_Q8_pipeline_array_then_afterok_on_the_whole_array(stack: Stack) -> None:
+    """Slurm's sweep → collect: `afterok:<array id>` waits for every task, then runs; on an
+    array with a failed task it ends DEPENDENCY_NEVER_SATISFIED."""
+    bob = stack.api("bcg-bob")
+    sweep = bob.submit(stack.hold("q8-sweep"), name="sweep", array="0-2")
+    collect = bob.submit("true", name="collect", dependency=f"afterok:{sweep['id']}")
+    assert collect["pending_reason"] == "Dependency", collect
+    tasks = [f"{sweep['id']}_{k}" for k in range(3)]
+    for task in tasks:
+        bob.wait(task, ["RUNNING"])
+    assert bob.job(collect["id"])["pending_reason"] == "Dependency"  # every task still runs
+    stack.release("q8-sweep")
+    ended = [bob.wait(task, TERMINAL) for task in tasks]
+    assert {t["state"] for t in ended} == {"COMPLETED"}, ended
+    done = bob.wait(collect["id"], TERMINAL, timeout=30)
+    assert done["state"] == "COMPLETED", done
+    assert done["started_at"] >= max(t["ended_at"] for t in ended), (ended, done)
+
+    bad = bob.submit('test "$JPU_ARRAY_TASK_ID" != 1', name="sweep2", array="0-2")
+    never = bob.submit("true", name="collect2", dependency=f"afterok:{bad['id']}")
+    ended2 = bob.wait(never["id"], TERMINAL, timeout=60)
+    assert (ended2["state"], ended2["reason"]) == ("CANCELLED", NEVER), ended2
+    assert bob.wait(f"{bad['id']}_1", TERMINAL)["state"] == "FAILED"
+
+
 def test_Q8_afternotok_runs_after_a_failure_and_another_users_job_of_the_lab(
     stack: Stack,
 ) -> None:

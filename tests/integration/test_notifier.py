@@ -27,6 +27,7 @@ import pytest_asyncio
 from jpu.bus import EventBus
 from jpu.events import (
     Event,
+    JobArray,
     JobEnded,
     JobRetryScheduled,
     JobStarted,
@@ -286,3 +287,69 @@ async def test_a_hanging_webhook_delays_no_other_notification_Q10(
         assert [(r["state"], r["attempts"]) for r in hooks] == [("pending", 0)] * 5  # still hung
     finally:
         hung.close()
+
+
+async def test_an_array_notifies_once_unless_asked_per_task_Q10_Q7(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], webhook: Webhook, notifier: Notifier
+) -> None:
+    """An array of four: one BEGIN and one END on the webhook (and by e-mail), not one per task;
+    asked per task (ARRAY_TASKS) its two tasks notify one by one. A single job ended last is the
+    positive signal that everything before it was decided (the log is followed in order)."""
+    webhook.start()
+    await started(notifier, pg_dsn)
+    t = 5_000.0
+    events: list[Event] = [
+        _settings(webhook.url, ["BEGIN", "END", "FAIL"]),
+        _job("arr", t, array=JobArray(tasks=[0, 1, 2, 3], throttle=2, spec="0-3%2")),
+        _job("per", t, mail_type=["END", "ARRAY_TASKS"], array=JobArray(tasks=[0, 1], spec="0-1")),
+    ]
+    for k in range(4):
+        state = "FAILED" if k == 3 else "COMPLETED"
+        end = _end(f"arr_{k}", t + 10 * k + 5, state, exit_code=k // 3, usage=100.0)
+        events += [_start(f"arr_{k}", t + 10 * k), end]
+    events += [_end(f"per_{k}", t + 50, "COMPLETED", exit_code=0) for k in range(2)]
+    events += [_job("last", t, mail_type=["END"]), _end("last", t + 60, "CANCELLED")]
+    await _append(bus, events)
+    # arr: BEGIN + FAIL, per: END twice, last: END — each by e-mail and webhook
+    await until(await _all_sent(pg_dsn, 10), "ten notifications sent")
+    hooks = sorted(webhook.got.texts())
+    idle = "without running on attempt 1, charged 0 TFLOP-s"
+    assert hooks == sorted([
+        f"Array arr (n-arr) started: task arr_0 is the first of its 4 tasks to run: {CONSOLE}"
+        "/#/job/arr",
+        "Array arr (n-arr) ended: 3 COMPLETED, 1 FAILED of 4 tasks in 35s from first start to last "
+        f"end, charged 400 TFLOP-s: {CONSOLE}/#/job/arr",
+        f"Job per_0 (n-per) ended COMPLETED with exit code 0 {idle}: {CONSOLE}/#/job/per_0",
+        f"Job per_1 (n-per) ended COMPLETED with exit code 0 {idle}: {CONSOLE}/#/job/per_1",
+        f"Job last (n-last) ended CANCELLED {idle}: {CONSOLE}/#/job/last",
+    ])  # fmt: skip
+    subjects = sorted(m["subject"] for m in smtp[1].items)
+    assert subjects[:2] == ["[JPU-Share] n-arr (arr) BEGIN", "[JPU-Share] n-arr (arr) FAIL"]
+
+
+async def test_an_array_restarted_notifier_sends_its_begin_and_end_once_each_Q10_Q7(
+    bus: EventBus, pg_dsn: str, smtp: tuple[int, Received], webhook: Webhook, notifier: Notifier
+) -> None:
+    """The notifier stops after the array's BEGIN went out and two of its three tasks ended;
+    restarted, it folds the log again from the start (the BEGIN is not owed twice) and sends the
+    END once the last task ends, counting the tasks that ended while it was down."""
+    webhook.start()
+    await started(notifier, pg_dsn)
+    t = 6_000.0
+    await _append(bus, [
+        _settings(webhook.url, ["BEGIN", "END"]),
+        _job("sw", t, array=JobArray(tasks=[0, 1, 2], spec="0-2")),
+        _start("sw_0", t + 1), _end("sw_0", t + 5, "COMPLETED", exit_code=0, usage=10.0),
+    ])  # fmt: skip
+    await until(await _all_sent(pg_dsn, 2), "the array's BEGIN by e-mail and webhook")
+    notifier.stop()
+    await _append(bus, [_start("sw_1", t + 6), _end("sw_1", t + 9, "COMPLETED", usage=10.0)])
+    notifier.start()
+    await _append(bus, [_end("sw_2", t + 20, "CANCELLED")])
+    await until(await _all_sent(pg_dsn, 4), "the array's END by e-mail and webhook")
+    assert sorted(webhook.got.texts()) == [
+        "Array sw (n-sw) ended: 2 COMPLETED, 1 CANCELLED of 3 tasks in 19s from first start to "
+        f"last end, charged 20 TFLOP-s: {CONSOLE}/#/job/sw",
+        "Array sw (n-sw) started: task sw_0 is the first of its 3 tasks to run: "
+        f"{CONSOLE}/#/job/sw",
+    ]

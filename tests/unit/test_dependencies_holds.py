@@ -15,11 +15,18 @@ from jpu.cli.why import render
 from jpu.config import Cluster
 from jpu.domain import codec
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.dependencies import NEVER_SATISFIED, parse, verdict
+from jpu.domain.dependencies import (
+    NEVER_SATISFIED,
+    ArrayProgress,
+    array_verdict,
+    parse,
+    verdict,
+)
 from jpu.domain.promotion import never_satisfied, personal_reason, to_promote
 from jpu.domain.states import request_digest
 from jpu.events import (
     Event,
+    JobArray,
     JobDispatched,
     JobEnded,
     JobHeld,
@@ -261,3 +268,85 @@ def test_Q8_finals_are_bounded_oldest_first_and_survive_a_snapshot(
     assert list(restored.finals) == ["p2", "p3", "p4"]
     log.submit("late", dependency="afterok:p0")  # forgotten: never met (intake refuses it)
     assert never_satisfied(log.state, None) == ["late"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "started", "ended", "completed", "expected"),
+    [
+        ("after", 2, 0, 0, "wait"),
+        ("after", 3, 1, 1, "met"),  # every task started (Slurm: none pending)
+        ("afterany", 3, 2, 2, "wait"),
+        ("afterany", 3, 3, 1, "met"),
+        ("afterok", 3, 2, 2, "wait"),
+        ("afterok", 3, 3, 3, "met"),
+        ("afterok", 2, 1, 0, "never"),  # one task failed: never all ok, known at once
+        ("afternotok", 3, 2, 1, "wait"),  # Slurm waits for every task to end
+        ("afternotok", 3, 3, 2, "met"),
+        ("afternotok", 3, 3, 3, "never"),
+    ],
+)
+def test_Q8_each_kind_of_dependency_on_a_whole_array(
+    kind: str, started: int, ended: int, completed: int, expected: str
+) -> None:
+    p = ArrayProgress("A", "L", total=3, started=started, ended=ended, completed=completed)
+    assert array_verdict(kind, p) == expected
+
+
+def _submit_array(log: Log, jid: str, n: int, **kw: Any) -> None:
+    log.submit(jid, array=JobArray(tasks=list(range(n)), spec=f"0-{n - 1}"), **kw)
+
+
+def test_Q8_afterok_on_an_array_waits_for_every_task_then_is_promoted() -> None:
+    log = Log()
+    _submit_array(log, "A", 3)
+    log.submit("b", dependency="afterok:A")  # the array's id: all its tasks
+    b = log.state.jobs["b"]
+    assert b.never is None and personal_reason(log.state, b) == "Dependency"
+    for k in range(3):
+        assert "b" not in log.promote(limit=5)
+        log.run(f"A_{k}")
+        log.end(f"A_{k}", "COMPLETED")
+    assert "A" not in log.state.arrays and log.state.finals["A"] == ("L", "COMPLETED", True)
+    assert personal_reason(log.state, b) == "ConcurrencyLimit"
+    assert log.promote(limit=5) == ["b"]
+    log.submit("c", dependency="afterok:A")  # after the array ended: remembered
+    assert log.promote(limit=5) == ["b", "c"]
+
+
+def test_Q8_afterok_on_an_array_is_never_satisfied_once_a_task_fails() -> None:
+    log = Log()
+    _submit_array(log, "A", 3)
+    log.submit("b", dependency="afterok:A")
+    log.submit("n", dependency="afternotok:A")
+    log.run("A_1")
+    log.end("A_1", "FAILED", exit_code=1)
+    assert never_satisfied(log.state, None) == ["b"]  # at once, the other tasks still run
+    assert log.state.jobs["n"].waiting == [("afternotok", "A")]  # Slurm: until every task ended
+    for k in (0, 2):
+        log.run(f"A_{k}")
+        log.end(f"A_{k}", "COMPLETED")
+    assert log.state.jobs["n"].waiting == [] and log.state.jobs["n"].never is None
+
+
+def test_Q8_after_on_an_array_is_met_once_every_task_started() -> None:
+    log = Log()
+    _submit_array(log, "A", 2)
+    log.submit("b", dependency="after:A")
+    log.run("A_0")
+    assert log.state.jobs["b"].waiting == [("after", "A")]
+    log.add(JobEnded, job_id="A_1", attempt=1, state="CANCELLED")  # ended without starting
+    assert log.state.jobs["b"].waiting == []
+
+
+def test_Q8_array_progress_survives_a_snapshot() -> None:
+    log = Log()
+    _submit_array(log, "A", 2)
+    log.submit("b", dependency="afterok:A")
+    log.run("A_0")
+    log.end("A_0", "COMPLETED")
+    _, restored = codec.unpack(codec.pack(log.state, "JPU", 0.0), Cluster(tiers=[], nodes=[]))
+    restored.keep_ended = False
+    assert restored.arrays == log.state.arrays
+    for s in (log.state, restored):
+        evolve(s, Delivered(seq=100, subject="s", event=_end("A_1"), headers={}))
+    assert never_satisfied(restored, None) == never_satisfied(log.state, None) == ["b"]

@@ -17,6 +17,7 @@ from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.runs import KEEP
 from jpu.events import (
     Event,
+    JobArray,
     JobDispatched,
     JobEnded,
     JobPromoted,
@@ -445,3 +446,53 @@ def test_U4_unknown_says_why_maintenance_and_horizon():
     why = got.estimates["q"].why
     assert why is not None and "horizon" in why
     assert estimate(log.state, log.config, T0 + 10).estimates["q"].why is None  # known start
+
+
+def test_U4_Q8_a_dependent_job_starts_after_its_parents_estimated_end():
+    log = Log(_one_node(2))  # a free GPU: only the dependency holds it back
+    log.config = _config(nodes=log.config.nodes, max_active_jobs=4)
+    log.run("r", "A", "a", "n1", "rtx4090", [0], T0, time_limit_s=H)
+    log.submit("d", "A", "a", 1, T0 + 5, time_limit_s=H, dependency="afterok:r")
+    log.submit("e", "A", "a", 1, T0 + 6, time_limit_s=H, dependency="afterok:d")
+    est = log.estimate(T0 + 10)
+    assert est == {"d": (T0 + H, "limits"), "e": (T0 + 2 * H, "limits")}
+
+
+def test_U4_Q8_a_job_waiting_on_a_whole_array_starts_after_its_last_task_ends():
+    log = Log(_one_node(1))
+    log.config = _config(nodes=log.config.nodes, max_active_jobs=4)
+    log.submit("A", "A", "a", 1, T0, time_limit_s=H, array=JobArray(tasks=[0, 1], spec="0-1"))
+    for k in (0, 1):  # as intake promotes them at the submit (Q5: four slots)
+        log.add(JobPromoted, T0, job_id=f"A_{k}", queue_entered_at=T0)
+    log.submit("d", "A", "a", 1, T0 + 5, time_limit_s=H, dependency="afterok:A")
+    est = log.estimate(T0 + 10)
+    assert est == {
+        "A_0": (T0 + 10, "limits"),
+        "A_1": (T0 + 10 + H, "limits"),
+        "d": (T0 + 10 + 2 * H, "limits"),
+    }
+
+
+def test_U4_Q7_the_array_throttle_is_honoured_in_the_forward():
+    log = Log(_one_node(4))  # four free GPUs, four slots: only %2 holds tasks back
+    log.config = _config(nodes=log.config.nodes, max_active_jobs=4)
+    spec = JobArray(tasks=[0, 1, 2, 3], throttle=2, spec="0-3%2")
+    log.submit("A", "A", "a", 1, T0, time_limit_s=H, array=spec)
+    for k in (0, 1):  # as intake promotes them at the submit: %2 keeps A_2, A_3 waiting
+        log.add(JobPromoted, T0, job_id=f"A_{k}", queue_entered_at=T0)
+    est = log.estimate(T0 + 10)
+    assert est == {
+        "A_0": (T0 + 10, "limits"),
+        "A_1": (T0 + 10, "limits"),
+        "A_2": (T0 + 10 + H, "limits"),  # not before two of the array's tasks end
+        "A_3": (T0 + 10 + H, "limits"),
+    }
+
+
+def test_U4_Q9_a_held_job_has_no_estimated_start_and_says_why():
+    log = Log(_one_node(2))
+    log.submit("h", "A", "a", 1, T0, time_limit_s=H, hold=True)
+    result = estimate(log.state, log.config, T0 + 10, log.runtimes, EstimateParams())
+    e = result.estimates["h"]
+    assert (e.start, e.basis) == (None, "unknown")
+    assert e.why == "it is held: it can start only once released (jpu release)"

@@ -181,6 +181,9 @@ def test_Q7_cli_groups_an_arrays_tasks_as_one_row_with_counts_per_state() -> Non
     # only the rows `keep` accepts are folded (the queue keeps ranked tasks on their own)
     kept = group(rows, "id", keep=lambda r: r["state"] == "COMPLETED")
     assert [r["id"] for r in kept] == ["single", "a1_[0-2]", "a1_7"]
+    throttled = [{"job_id": f"a2_{k}", "state": "PERSONAL_QUEUE_WAIT", "array_throttle": 8}
+                 for k in range(100)]  # fmt: skip
+    assert [r["job_id"] for r in group(throttled, "job_id")] == ["a2_[0-99%8]"]  # squeue's form
 
 
 def test_Q7_why_of_a_task_starts_at_its_arrays_submit() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from jpu.domain.notify import NotifyState, job_link, step
 from jpu.events import (
     Event,
+    JobArray,
     JobCancelRequested,
     JobEnded,
     JobRetryDeclined,
@@ -128,6 +129,7 @@ def test_mail_type_refusals_name_the_field_Q10() -> None:
     assert mail.parse_kinds("end,FAIL") == (["END", "FAIL"], None)
     assert mail.parse_kinds(["ALL"]) == (["BEGIN", "END", "FAIL", "REQUEUE"], None)
     assert mail.parse_kinds("NONE") == ([], None)
+    assert mail.parse_kinds("END,array_tasks") == (["END", "ARRAY_TASKS"], None)
     for bad in ("END,SOMETIMES", 3, "NONE,END", ["END", 1]):
         assert mail.parse_kinds(bad)[1] is not None
     body = {"command": "true", "num_gpus": 1, "mail_type": "SOMETIMES", "mail_user": "nobody"}
@@ -135,3 +137,66 @@ def test_mail_type_refusals_name_the_field_Q10() -> None:
     assert mail.webhook_problem("ftp://x.example/") is not None
     assert mail.webhook_problem("http://:99999/") is not None
     assert mail.webhook_problem("https://hooks.slack.com/services/T/B/x") is None
+
+
+def _array(kinds: list[str], tasks: int = 3) -> list[Event]:
+    spec = JobArray(tasks=list(range(tasks)), spec=f"0-{tasks - 1}%2")
+    return [_submitted("A", mail_type=kinds, mail_user="a@lab.example", array=spec)]
+
+
+def _task_run(k: int, t0: float, state: str, usage: float, **kw: object) -> list[Event]:
+    job = f"A_{k}"
+    return [
+        JobStarted(event_id=f"s{k}", ts=t0, job_id=job, attempt=1, backend_job_id="b"),
+        JobEnded(event_id=f"e{k}", ts=t0 + 10, job_id=job, attempt=1, state=state,  # type: ignore[arg-type]
+                 usage=usage, **kw),  # type: ignore[arg-type]
+    ]  # fmt: skip
+
+
+def test_an_array_notifies_once_begin_at_first_start_end_at_last_end_Q10_Q7() -> None:
+    got = _run([
+        *_array(["BEGIN", "END", "FAIL", "REQUEUE"]),
+        *_task_run(1, 100.0, "COMPLETED", 10.0, exit_code=0),
+        *_task_run(0, 105.0, "FAILED", 20.0, exit_code=1, reason="NonZeroExitCode"),
+        JobEnded(event_id="e2", ts=120.0, job_id="A_2", attempt=1, state="CANCELLED",
+                 reason="CancelledByUser"),
+    ])  # fmt: skip
+    assert got == [
+        ("BEGIN", "email", "a@lab.example",
+         f"Array A (train) started: task A_1 is the first of its 3 tasks to run: {URL}/#/job/A"),
+        ("FAIL", "email", "a@lab.example",
+         "Array A (train) ended: 1 COMPLETED, 1 FAILED, 1 CANCELLED of 3 tasks in 20s from first "
+         f"start to last end, charged 30 TFLOP-s: {URL}/#/job/A"),
+    ]  # fmt: skip
+
+
+def test_an_array_counts_its_tasks_oom_retries_in_its_one_end_Q10_X8() -> None:
+    got = _run([
+        *_array(["END", "REQUEUE"], tasks=2),
+        *_task_run(0, 0.0, "FAILED", 5.0, oom=True, reason="OOM"),
+        JobRetryScheduled(event_id="r", ts=11.0, job_id="A_0", attempt=2, min_vram_gb=48),
+        JobEnded(event_id="e0b", ts=30.0, job_id="A_0", attempt=2, state="COMPLETED", usage=7.0),
+        *_task_run(1, 40.0, "COMPLETED", 1.0),
+    ])  # fmt: skip
+    assert [(k, t) for k, _, _, t in got] == [
+        ("END", "Array A (train) ended: 2 COMPLETED of 2 tasks in 50s from first start to last "
+         f"end, 1 OOM retry (X8), charged 13 TFLOP-s: {URL}/#/job/A"),
+    ]  # fmt: skip
+
+
+def test_array_tasks_asks_every_task_to_notify_as_a_job_Q10() -> None:
+    runs = [*_task_run(0, 0.0, "COMPLETED", 1.0), *_task_run(1, 0.0, "COMPLETED", 1.0)]
+    got = _run([*_array(["END", "ARRAY_TASKS"], tasks=2), *runs])
+    assert [(k, t.split(" ended")[0]) for k, _, _, t in got] == [
+        ("END", "Job A_0 (train)"), ("END", "Job A_1 (train)"),
+    ]  # fmt: skip
+
+
+def test_an_array_never_started_ends_once_without_running_Q10() -> None:
+    cancel = [JobEnded(event_id=f"e{k}", ts=5.0, job_id=f"A_{k}", attempt=1, state="CANCELLED",
+                       reason="DEPENDENCY_NEVER_SATISFIED") for k in range(3)]  # fmt: skip
+    got = _run([*_array(["BEGIN", "END"]), *cancel])
+    assert [(k, t) for k, _, _, t in got] == [
+        ("END", "Array A (train) ended: 3 CANCELLED of 3 tasks without running, charged 0 "
+         f"TFLOP-s: {URL}/#/job/A"),
+    ]  # fmt: skip

@@ -1,7 +1,8 @@
 """An array's tasks as one line for people (SPEC Q7), like squeue's `ID_[0-99]`. Pure.
 
 A task's job id is `<array id>_<index>` (jpu.domain.arrays); rows of the same array are folded
-into one whose id names the indices (`ID_[0-3,7]`) and whose state counts the tasks per state
+into one whose id names the indices and the `%N` throttle when it has one (`ID_[0-3,7]`,
+`ID_[0-99%8]`, the API's `array_throttle`) and whose state counts the tasks per state
 (`COMPLETED:96,RUNNING:4`). Numbers that add up (GPU-seconds, usage) are summed.
 """
 
@@ -68,7 +69,9 @@ def group(
 def _folded(array_id: str, members: list[Row], id_key: str) -> Row:
     indices = [split_task_id(str(m[id_key])) for m in members]
     row = dict(members[0])
-    row[id_key] = f"{array_id}_[{ranges(i[1] for i in indices if i is not None)}]"
+    throttle = members[0].get("array_throttle")
+    cap = f"%{throttle}" if throttle else ""  # Q7: at most N tasks hold slots at once
+    row[id_key] = f"{array_id}_[{ranges(i[1] for i in indices if i is not None)}{cap}]"
     row["state"] = state_counts(str(m.get("state")) for m in members)
     for key in ("gpu_seconds", "usage_charged"):
         values = [m.get(key) for m in members if m.get(key) is not None]

@@ -62,6 +62,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "(D7)",
         "reason.Dependency": "it waits for the jobs it depends on, holding no slot (Q8)",
         "reason.Held": "it is held: `jpu release ID` lets it run (Q9)",
+        "reason.ArrayThrottle": "waiting for its array's %N: the tasks {jobs} hold every slot "
+        "the array may use at once; the next of them to end lets it run (Q7)",
         "reason.none": "GPUs free: dispatched in this cycle",
         "release.demoted": "demoted, it was no longer rank 1",
         "release.swap": "it ran elsewhere (swap)",
@@ -189,6 +191,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "reason.MinVram": "{min_vram} GB 이상인 GPU를 기다림: 더 작은 GPU만 비어 있습니다 (D7)",
         "reason.Dependency": "의존하는 작업을 기다립니다 — 슬롯은 차지하지 않습니다 (Q8)",
         "reason.Held": "보류되어 있습니다: `jpu release ID`로 풀 수 있습니다 (Q9)",
+        "reason.ArrayThrottle": "배열의 %N을 기다림: 작업 {jobs}이(가) 배열이 동시에 쓸 수 있는 "
+        "슬롯을 모두 쓰고 있습니다 — 그중 하나가 끝나면 실행됩니다 (Q7)",
         "reason.none": "GPU가 비어 이번 주기에 배정됩니다",
         "release.demoted": "강등 — 더 이상 1위가 아니었습니다",
         "release.swap": "다른 곳에서 실행됨 (교체)",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from jpu.config import Cluster
 from jpu.domain.arrays import tasks_of
-from jpu.domain.dependencies import Condition, parsed, verdict
+from jpu.domain.dependencies import ArrayProgress, Condition, array_verdict, parsed, verdict
 from jpu.domain.runs import RecentRuns, observe
 from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, queued_job
 from jpu.events import (
@@ -95,6 +95,9 @@ class ClusterState:
     # Q8: jobs that ended for good, oldest first: id -> (lab, final state, ever started); an
     # OrderedDict because the oldest leaves at every end (a dict's first key is O(deleted))
     finals: OrderedDict[str, tuple[str, str, bool]] = field(default_factory=OrderedDict)
+    # Q8: arrays with a task not ended for good -> what their tasks did (a whole-array parent);
+    # once every task ended the array joins `finals` like a job
+    arrays: dict[str, ArrayProgress] = field(default_factory=dict)
     # Q8 singleton: (user, name) -> slot-holding jobs (S1)
     named: dict[tuple[str, str], int] = field(default_factory=dict)
     # the job the last event dropped (for on_event callbacks); not part of the state proper
@@ -227,7 +230,10 @@ def hold(holders: dict[GpuKey, str], before: dict[GpuKey, str], after: dict[GpuK
 def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
     """Q4; an array's one event creates every task (Q7), each a job in the personal queue;
     a dependency (Q8) is resolved now or waits for its parents."""
-    for job_event in tasks_of(event):
+    tasks = tasks_of(event)
+    if tasks[0].job_id != event.job_id and event.job_id not in state.arrays:
+        state.arrays[event.job_id] = ArrayProgress(event.job_id, event.lab, len(tasks))
+    for job_event in tasks:
         if job_event.job_id in state.jobs:
             continue  # a duplicate submit can only be refused by expected seq 0; keep the first
         job = JobView.submitted(job_event, seq)
@@ -240,18 +246,28 @@ def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
 
 
 def parent_facts(state: ClusterState, job_id: str) -> tuple[str, bool, str | None] | None:
-    """Q8: (lab, ever started, final state) of a job the state knows; None: unknown."""
+    """Q8: (lab, ever started, final state) of a job — or a whole array — the state knows;
+    None: unknown."""
     job = state.jobs.get(job_id)
     if job is not None:
-        return job.lab, job.ever_started or job.attempt > 1, job.final
+        return job.lab, _started(job), job.final
+    array = state.arrays.get(job_id)
+    if array is not None:
+        return array.lab, array.started >= array.total, array.final
     known = state.finals.get(job_id)
     return None if known is None else (known[0], known[2], known[1])
 
 
 def _condition(state: ClusterState, job: JobView, c: Condition) -> None:
     """Q8: resolve one condition of `job` now, or wait for its parent's next step."""
-    facts = None if c[1] == job.job_id else parent_facts(state, c[1])
-    v = "never" if facts is None else verdict(c[0], facts[1], facts[2])  # unknown: never met
+    array = state.arrays.get(c[1])
+    if c[1] in (job.job_id, job.array_id):
+        v = "never"  # on itself (or its own array): it would wait for ever
+    elif array is not None:
+        v = array_verdict(c[0], array)  # all its tasks (Slurm's semantics)
+    else:
+        facts = parent_facts(state, c[1])
+        v = "never" if facts is None else verdict(c[0], facts[1], facts[2])  # unknown: never
     if v == "never" and job.never is None:
         job.never = f"{c[0]}:{c[1]}"
     elif v == "wait" and job.waiting is not None:
@@ -261,9 +277,14 @@ def _condition(state: ClusterState, job: JobView, c: Condition) -> None:
             waiting.append(job.job_id)
 
 
-def _parent_moved(state: ClusterState, parent: JobView) -> None:
-    """Q8: the parent started or ended for good: look again at what waits on it."""
-    children = state.dependents.pop(parent.job_id, None)
+def _started(job: JobView) -> bool:
+    return job.ever_started or job.attempt > 1
+
+
+def _parent_moved(state: ClusterState, parent_id: str) -> None:
+    """Q8: the parent (a job or an array) started or ended for good: look again at what waits
+    on it."""
+    children = state.dependents.pop(parent_id, None)
     if not children:
         return
     for child_id in children:
@@ -271,8 +292,8 @@ def _parent_moved(state: ClusterState, parent: JobView) -> None:
         if child is None or child.waiting is None or child.state != "PERSONAL_QUEUE_WAIT":
             continue  # it left the personal queue meanwhile: nothing to decide
         state.just_woken.add(child.user)
-        mine = [c for c in child.waiting if c[1] == parent.job_id]
-        child.waiting = [c for c in child.waiting if c[1] != parent.job_id]
+        mine = [c for c in child.waiting if c[1] == parent_id]
+        child.waiting = [c for c in child.waiting if c[1] != parent_id]
         for c in mine:
             _condition(state, child, c)
 
@@ -281,9 +302,31 @@ def _remember_final(state: ClusterState, job: JobView) -> None:
     """Q8: a job that ended for good, for dependencies submitted after it ended."""
     if job.final is None:
         return
-    state.finals[job.job_id] = (job.lab, job.final, job.ever_started or job.attempt > 1)
+    _remember(state, job.job_id, (job.lab, job.final, _started(job)))
+
+
+def _remember(state: ClusterState, parent_id: str, facts: tuple[str, str, bool]) -> None:
+    state.finals[parent_id] = facts
     while len(state.finals) > MAX_FINALS:
         state.finals.popitem(last=False)
+
+
+def _task_moved(state: ClusterState, job: JobView, was_started: bool, ended: bool) -> None:
+    """Q8: a task of an array started for the first time or ended for good: its array's
+    progress as a whole-array parent; the array is remembered once its last task ended."""
+    array = state.arrays.get(job.array_id or "")
+    if array is None:
+        return
+    if not was_started and (ended or _started(job)):
+        array.started += 1
+    if ended:
+        array.ended += 1
+        array.completed += job.final == "COMPLETED"
+    if array.final is not None:
+        del state.arrays[array.array_id]
+        _remember(state, array.array_id, (array.lab, array.final, True))
+    if array.array_id in state.dependents:
+        _parent_moved(state, array.array_id)
 
 
 def count_slot(counts: dict[str, int], key: str, delta: int) -> None:
@@ -335,15 +378,19 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
         return  # events of a job whose submit we never saw (foreign writer): ignore
     was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
     may_end = isinstance(event, _FINAL_EVENTS) and job.final is None
+    was_started = _started(job)
     before = job.gpu_holdings()
     apply_job_event(job, delivered)
     hold(state.holders, before, job.gpu_holdings())
-    if may_end and job.final is not None:
+    ended = may_end and job.final is not None
+    if ended:
         _remember_final(state, job)
         if job.job_id in state.dependents:
-            _parent_moved(state, job)
+            _parent_moved(state, job.job_id)
     elif type(event) is JobStarted and job.job_id in state.dependents:
-        _parent_moved(state, job)  # `after` is met; other kinds wait on (re-registered)
+        _parent_moved(state, job.job_id)  # `after` is met; other kinds wait on (re-registered)
+    if job.array_id is not None and (ended or was_started != _started(job)):
+        _task_moved(state, job, was_started, ended)
     if job.state in QUEUED:
         state.queue.put(queued_job(job))  # entered, or its record (reservation, attempt) changed
     else:

@@ -24,6 +24,7 @@ import msgspec
 
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, Maintenance, count_named, count_slot, forget
+from jpu.domain.dependencies import ArrayProgress
 from jpu.domain.runs import RecentRuns
 from jpu.domain.states import QUEUED, JobView, queued_job
 from jpu.policy.charging import Charge
@@ -33,8 +34,8 @@ from jpu.policy.model import LabUsage
 # Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
 # another version are ignored (a full replay rebuilds the state under the new rules).
 # 2: charge ids carry their job (bounded dedup); 3: recent runs; 4: dependencies, holds (Q8,
-# Q9), array tasks (JobView.array_*, Q7)
-SCHEMA_VERSION: Final = 4
+# Q9), array tasks (JobView.array_*, Q7); 5: arrays as parents (ClusterState.arrays, Q8)
+SCHEMA_VERSION: Final = 5
 MAGIC: Final = b"JPUSNAP\n"
 
 
@@ -64,6 +65,7 @@ class _Payload(msgspec.Struct):
     maintenance: Maintenance
     runs: RecentRuns
     finals: list[tuple[str, str, str, bool]] = []  # Q8: (job id, lab, final state, started)
+    arrays: list[ArrayProgress] = []  # Q8: arrays with a task left, as whole-array parents
 
 
 def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
@@ -81,6 +83,7 @@ def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
             maintenance=state.maintenance,
             runs=state.runs,
             finals=[(j, lab, f, s) for j, (lab, f, s) in state.finals.items()],
+            arrays=list(state.arrays.values()),
         )
     )
     header = Header(
@@ -146,6 +149,7 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
     state.maintenance = p.maintenance
     state.runs = p.runs
     state.finals = OrderedDict((j, (lab, f, s)) for j, lab, f, s in p.finals)
+    state.arrays = {a.array_id: a for a in p.arrays}
     with_jobs(state, p.jobs)
     return state
 

@@ -10,6 +10,11 @@ What each kind makes of a parent (Q8):
   afterok     met when it ended COMPLETED, never when it ended FAILED or CANCELLED;
   afternotok  met when it ended FAILED or CANCELLED, never when it ended COMPLETED.
 "Ended for good" is terminal and no OOM retry pending (X8): a retry may still complete it.
+
+A parent may be a whole array (Q7, its id without `_<index>`), as in Slurm: `after` is met once
+every task started (or ended), `afterany` once every task ended, `afterok` once every task
+COMPLETED (never once one ended otherwise), `afternotok` once every task ended and one did not
+complete (never when all completed). A task `ID_7` is a parent like any job.
 A job whose dependency can never be met is ended CANCELLED with reason
 `DEPENDENCY_NEVER_SATISFIED` (intake appends it); none waits forever.
 """
@@ -100,6 +105,35 @@ def verdict(kind: str, started: bool, final: str | None) -> Verdict:
     if kind == "afterok":
         return "met" if ok else "never"
     return "never" if ok else "met"  # afternotok
+
+
+class ArrayProgress(msgspec.Struct):
+    """Q8: what the tasks of an array did so far, counted by the fold (jpu.domain.cluster)."""
+
+    array_id: str
+    lab: str
+    total: int
+    started: int = 0  # tasks that started, or ended without starting (`after`)
+    ended: int = 0  # tasks ended for good
+    completed: int = 0  # ... of them COMPLETED
+
+    @property
+    def final(self) -> str | None:
+        """The array's outcome once every task ended for good (None before): COMPLETED when all
+        did, else FAILED — what a remembered parent keeps (afterok never, afternotok met)."""
+        if self.ended < self.total:
+            return None
+        return "COMPLETED" if self.completed == self.total else "FAILED"
+
+
+def array_verdict(kind: str, p: ArrayProgress) -> Verdict:
+    """Q8: one condition on a whole array (Slurm's semantics, above)."""
+    if kind == "after":
+        return "met" if p.started >= p.total else "wait"
+    if kind == "afterok" and p.ended > p.completed:
+        return "never"  # a task ended FAILED or CANCELLED: the array can no longer be all ok
+    final = p.final
+    return "wait" if final is None else verdict(kind, True, final)
 
 
 def foreign_lab(conditions: tuple[Condition, ...], lab_of: dict[str, str | None], lab: str) -> str:

@@ -10,6 +10,11 @@ Kinds (Slurm's `--mail-type`):
 An OOM end (`JobEnded(oom=True)`) waits for the dispatcher's decision: `JobRetryScheduled` is a
 REQUEUE, `JobRetryDeclined` (or a cancel before the decision) makes it the job's FAIL.
 
+An array (Q7) notifies once for the whole array (Slurm's default): BEGIN when its first task
+starts, END (FAIL when a task failed) when its last task ended for good, in one sentence counting
+the tasks per final state with the array's charge; a task's REQUEUE is counted in that sentence.
+Asked per task (`ARRAY_TASKS`, Slurm's `--mail-type` modifier), every task notifies as a job.
+
 Who: the job's own `mail_type`/`mail_user` when it has them, else the user's defaults from the
 last `NotificationSettingsChanged`; e-mail to `mail_user` or the registered address, and the
 registered webhook. The charge is the TFLOP-s the log already recorded for the job (each
@@ -21,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from jpu.domain.arrays import tasks_of
 from jpu.events import (
     Event,
     JobCancelRequested,
@@ -32,6 +38,7 @@ from jpu.events import (
     NotificationSettingsChanged,
     UsageCharged,
 )
+from jpu.policy.mail import ARRAY_TASKS
 
 Channel = Literal["email", "webhook"]
 CHANNELS: Final[tuple[Channel, ...]] = ("email", "webhook")
@@ -54,12 +61,29 @@ class JobFacts:
     charged: float = 0.0  # TFLOP-s recorded so far (F4)
     oom_retries: int = 0
     pending_oom: JobEnded | None = None  # X8: an OOM end awaiting the retry decision
+    array_id: str | None = None  # Q7: the array this job is a task of
+
+
+@dataclass(slots=True)
+class ArrayFacts:
+    """An array as one notification (Q10): what its tasks did so far."""
+
+    facts: JobFacts  # the array's request: user, name, kinds, mail_user
+    total: int
+    left: int  # tasks not ended for good
+    began: bool = False
+    first_start: float | None = None
+    last_end: float | None = None
+    ended: dict[str, int] = field(default_factory=dict)  # final state -> tasks
+    charged: float = 0.0
+    oom_retries: int = 0
 
 
 @dataclass(slots=True)
 class NotifyState:
     users: dict[str, UserSettings] = field(default_factory=dict)
     jobs: dict[str, JobFacts] = field(default_factory=dict)  # jobs not ended for good
+    arrays: dict[str, ArrayFacts] = field(default_factory=dict)  # arrays with a task left
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +114,14 @@ def step(state: NotifyState, seq: int, event: Event, console_url: str) -> list[N
         return []
     if isinstance(event, JobSubmitted):
         own = tuple(event.mail_type) if event.mail_type is not None else None
-        state.jobs[event.job_id] = JobFacts(event.user, event.name, own, event.mail_user)
+        tasks = tasks_of(event)  # Q7: an array's one event creates every task
+        array_id = event.job_id if tasks[0].job_id != event.job_id else None
+        for task in tasks:
+            facts = JobFacts(event.user, event.name, own, event.mail_user, array_id=array_id)
+            state.jobs[task.job_id] = facts
+        if array_id is not None:
+            request = JobFacts(event.user, event.name, own, event.mail_user)
+            state.arrays[array_id] = ArrayFacts(request, len(tasks), len(tasks))
         return []
     job = state.jobs.get(getattr(event, "job_id", None) or "")
     if isinstance(event, UsageCharged):
@@ -102,7 +133,14 @@ def step(state: NotifyState, seq: int, event: Event, console_url: str) -> list[N
     job_id: str = event.job_id  # type: ignore[attr-defined]  # every event below is a JobEvent
     if isinstance(event, JobStarted):
         job.started_at = event.ts
-        return _owed(state, job, seq, event, job_id, "BEGIN", _began(job, job_id, event))
+        array = _as_one(state, job)
+        if array is None:
+            return _owed(state, job, seq, event, job_id, "BEGIN", _began(job, job_id, event))
+        if array.began:
+            return []
+        array.began, array.first_start = True, event.ts
+        text = _array_began(array, job.array_id or "", job_id, console_url)
+        return _owed(state, array.facts, seq, event, job.array_id or "", "BEGIN", text)
     if isinstance(event, JobEnded):
         job.charged += event.usage
         runtime = event.ts - job.started_at if job.started_at is not None else None
@@ -116,6 +154,8 @@ def step(state: NotifyState, seq: int, event: Event, console_url: str) -> list[N
         return []
     if isinstance(event, JobRetryScheduled):
         job.pending_oom, job.oom_retries = None, job.oom_retries + 1
+        if _as_one(state, job) is not None:
+            return []  # counted in the array's END (Q10: the array notifies once)
         text = _requeued(job, job_id, end, event, console_url)
         return _owed(state, job, seq, event, job_id, "REQUEUE", text)
     if isinstance(event, JobRetryDeclined | JobCancelRequested):
@@ -133,11 +173,44 @@ def _final(
     runtime: float | None,
     console_url: str,
 ) -> list[Notification]:
-    """The job ended for good: END (and FAIL when it failed); it leaves the fold."""
+    """The job ended for good: END (and FAIL when it failed); it leaves the fold. A task of an
+    array notified as one counts toward it, and the last one's end is the array's END."""
     del state.jobs[job_id]
+    array = state.arrays.get(job.array_id) if job.array_id is not None else None
+    if array is not None:
+        array.left -= 1
+        array.ended[end.state] = array.ended.get(end.state, 0) + 1
+        array.charged += job.charged
+        array.oom_retries += job.oom_retries
+        array.last_end = end.ts
+        if array.left <= 0:
+            del state.arrays[job.array_id or ""]
+        if not _per_task(state, array.facts):
+            if array.left > 0:
+                return []
+            kinds = ("END", "FAIL") if array.ended.get("FAILED") else ("END",)
+            text = _array_ended(array, job.array_id or "", console_url)
+            return _owed(state, array.facts, seq, event, job.array_id or "", kinds, text)
     kinds = ("END", "FAIL") if end.state == "FAILED" else ("END",)
     text = _ended(job, job_id, end, runtime, console_url)
     return _owed(state, job, seq, event, job_id, kinds, text)
+
+
+def _per_task(state: NotifyState, job: JobFacts) -> bool:
+    """Q10: the array's tasks notify one by one (`ARRAY_TASKS`, the job's or the user's)."""
+    return ARRAY_TASKS in _wanted(state, job)
+
+
+def _as_one(state: NotifyState, job: JobFacts) -> ArrayFacts | None:
+    """The array `job` is a task of when the array notifies as one; None: `job` notifies."""
+    array = state.arrays.get(job.array_id) if job.array_id is not None else None
+    return None if array is None or _per_task(state, array.facts) else array
+
+
+def _wanted(state: NotifyState, job: JobFacts) -> tuple[str, ...]:
+    if job.kinds is not None:
+        return job.kinds
+    return state.users.get(job.user, UserSettings()).kinds
 
 
 def _owed(
@@ -151,7 +224,7 @@ def _owed(
 ) -> list[Notification]:
     kinds = (kinds,) if isinstance(kinds, str) else kinds
     user = state.users.get(job.user, UserSettings())
-    wanted = job.kinds if job.kinds is not None else user.kinds
+    wanted = _wanted(state, job)
     kind = next((k for k in reversed(kinds) if k in wanted), None)  # FAIL says more than END
     if kind is None:
         return []
@@ -186,6 +259,29 @@ def _ended(job: JobFacts, job_id: str, e: JobEnded, runtime: float | None, conso
     if job.oom_retries:
         parts.append(f"(retried {_times(job.oom_retries)} after running out of GPU memory)")
     return " ".join(parts) + f", charged {tflops_s(job.charged)}: {job_link(console_url, job_id)}"
+
+
+def _array_began(array: ArrayFacts, array_id: str, task_id: str, console_url: str) -> str:
+    return (
+        f"Array {array_id} ({array.facts.name}) started: task {task_id} is the first of its "
+        f"{array.total} tasks to run: {job_link(console_url, array_id)}"
+    )
+
+
+def _array_ended(array: ArrayFacts, array_id: str, console_url: str) -> str:
+    counts = ", ".join(
+        f"{array.ended[s]} {s}" for s in ("COMPLETED", "FAILED", "CANCELLED") if s in array.ended
+    )
+    parts = [f"Array {array_id} ({array.facts.name}) ended: {counts} of {array.total} tasks"]
+    if array.first_start is not None and array.last_end is not None:
+        span = duration(array.last_end - array.first_start)
+        parts.append(f"in {span} from first start to last end")
+    else:
+        parts.append("without running")
+    text = " ".join(parts)
+    if array.oom_retries:
+        text += f", {array.oom_retries} OOM {'retry' if array.oom_retries == 1 else 'retries'} (X8)"
+    return text + f", charged {tflops_s(array.charged)}: {job_link(console_url, array_id)}"
 
 
 def _requeued(

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import statistics
 
+import msgspec
+
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
 from jpu.domain.promotion import configured_limits
@@ -144,6 +146,7 @@ def present(
         max_active_jobs=config.max_active_jobs,
         reservation_demotion=config.reservation_demotion,
         reservation_demotion_margin=config.reservation_demotion_margin,
+        arrays=[msgspec.structs.replace(a) for a in state.arrays.values()],  # the forward's own
     )
 
 

@@ -457,6 +457,8 @@ def _step(
             reason = personal_reason(state, job)  # D7: Held (Q9), Dependency (Q8), or a slot
             if reason == "ConcurrencyLimit":  # until a promotion with no slot freed says not
                 holders = _slot_holders(state, job)  # (none: a limit of 0, or intake not yet)
+            elif reason == "ArrayThrottle":  # Q7: the array's tasks holding its %N slots
+                holders = _array_holders(state, job)
         own = decayed(usage.get(job.lab, ZERO_USAGE), now, hl)
         return Step(
             seq=d.seq, at=now, state=job.state, rank=None, pending_reason=reason,
@@ -508,6 +510,28 @@ def _slot_holders(state: ClusterState, job: JobView) -> list[str]:
         return []
     mine = [j for j in state.jobs.values() if j.user == job.user and j.holds_slot]
     mine.sort(key=lambda j: (j.submitted_at, j.job_id))
+    return [j.job_id for j in mine[:SLOT_HOLDERS_SHOWN]]
+
+
+def _sibling(job: JobView, e: Event) -> bool:
+    """Another task of `job`'s array took or left a slot while `job` waits in the personal queue:
+    its `%N` (Q7, ArrayThrottle) may have changed."""
+    if job.array_id is None or job.state != "PERSONAL_QUEUE_WAIT":
+        return False
+    if not isinstance(e, JobPromoted | JobEnded | JobRetryDeclined):
+        return False
+    return e.job_id != job.job_id and e.job_id.startswith(f"{job.array_id}_")
+
+
+def _array_holders(state: ClusterState, job: JobView) -> list[str]:
+    """The tasks of `job`'s array holding its `%N` slots (Q7), lowest index first (at most
+    SLOT_HOLDERS_SHOWN)."""
+    mine = [
+        j
+        for j in state.jobs.values()
+        if j.array_id is not None and j.array_id == job.array_id and j.holds_slot
+    ]
+    mine.sort(key=lambda j: j.array_task or 0)
     return [j.job_id for j in mine[:SLOT_HOLDERS_SHOWN]]
 
 
@@ -602,7 +626,7 @@ class WaitFold:
             _reservation(self.spans, e, d.seq)
             if isinstance(e, ReservationReleased) and e.reason == "demoted" and self.spans:
                 _blame(self.spans[-1], self.lost_rank1)
-        if ours or (job.state in QUEUED and isinstance(e, QUEUE_EVENTS)):
+        if ours or (job.state in QUEUED and isinstance(e, QUEUE_EVENTS)) or _sibling(job, e):
             if not ours and self._far(job, e):
                 self.skipped = True
                 return

@@ -10,17 +10,20 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 KINDS: Final = ("BEGIN", "END", "FAIL", "REQUEUE")  # REQUEUE: an OOM retry (X8)
+# Slurm's modifier: an array's tasks notify one by one, not the array once (Q10); not in ALL
+ARRAY_TASKS: Final = "ARRAY_TASKS"
 ALIASES: Final = {"ALL": KINDS, "NONE": ()}
 MAX_ADDRESS: Final = 254  # RFC 5321's longest forward path
 MAX_URL: Final = 2048
 # One address, no display name: what SMTP's RCPT TO takes (no spaces, one '@', a dotted domain).
 _EMAIL_RE: Final = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
-_PROBLEM_KINDS: Final = f"each of {', '.join(KINDS)}, ALL or NONE"
+_PROBLEM_KINDS: Final = f"each of {', '.join(KINDS)}, ALL, {ARRAY_TASKS} or NONE"
 
 
 def parse_kinds(value: Any) -> tuple[list[str] | None, str | None]:
     """`value` (a list of names or one comma-separated string, like `--mail-type=END,FAIL`)
-    → (the kinds in KINDS order, None) or (None, why it is refused). NONE alone is []."""
+    → (the kinds in KINDS order, then ARRAY_TASKS if asked; None) or (None, why it is
+    refused). NONE alone is []."""
     if isinstance(value, str):
         names = [n.strip() for n in value.split(",")]
     elif isinstance(value, list) and all(isinstance(n, str) for n in value):
@@ -32,13 +35,13 @@ def parse_kinds(value: Any) -> tuple[list[str] | None, str | None]:
         upper = name.upper()
         if upper in ALIASES:
             chosen.update(ALIASES[upper])
-        elif upper in KINDS:
+        elif upper in KINDS or upper == ARRAY_TASKS:
             chosen.add(upper)
         else:
             return None, f"unknown kind {name[:40]!r}: {_PROBLEM_KINDS}"
     if "NONE" in (n.upper() for n in names) and len(names) > 1:
         return None, "NONE cannot be combined with other kinds"
-    return [k for k in KINDS if k in chosen], None
+    return [k for k in (*KINDS, ARRAY_TASKS) if k in chosen], None
 
 
 def email_problem(value: Any) -> str | None:

@@ -12,6 +12,9 @@ maintenance is not NORMAL. What is assumed:
 - a running job ends at its start + time limit; without a limit, after its predicted duration;
   with neither it never ends within the estimate (the GPUs it holds stay held);
 - a queued job, once started, runs as long as its limit (else its predicted duration);
+- a job waiting on its dependencies (Q8) is promoted when its parents (jobs or whole arrays)
+  start or end in the forward, so its estimate starts after its parents' estimated ends; an
+  array's `%N` (Q7) and holds (Q9, never released: unknown) are honoured by the same promotion;
 - nothing new is submitted and nothing is cancelled, no GPU goes down, no OOM;
 - cycles are coalesced more coarsely than the live D8 gap: at least `resolution_s` apart, and
   `growth` × the distance from now (a week ahead costs a few hundred cycles, not thousands);
@@ -42,6 +45,7 @@ import msgspec
 from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
 from jpu.domain.cluster import ClusterState, GpuKey, Maintenance
 from jpu.domain.codec import with_jobs
+from jpu.domain.dependencies import ArrayProgress
 from jpu.domain.states import PLACED, QUEUED, JobView
 from jpu.events import JobDispatched, JobSubmitted, MaintenanceChanged
 from jpu.policy.charging import Charge
@@ -86,6 +90,9 @@ class Present(msgspec.Struct, frozen=True, kw_only=True):
     # R6: the dispatcher's demotion mode, so the estimate plays the R3 the services play
     reservation_demotion: DemotionMode = "strict"
     reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN
+    # Q8: copies of the fold's arrays with a task left, so a job waiting on a whole array is
+    # promoted when the array's last task ends in the forward (its parents' estimated ends)
+    arrays: list[ArrayProgress] = []
 
 
 class EstimateParams(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,6 +142,7 @@ def own_fold(present: Present) -> ClusterState:
     fold.down = set(present.down)
     fold.usage = dict(present.usage)
     fold.maintenance = Maintenance(state=present.maintenance)
+    fold.arrays = {a.array_id: a for a in present.arrays}
     with_jobs(fold, present.jobs)
     return fold
 
@@ -287,10 +295,13 @@ class ForwardSim(Simulator):
         return self._result()
 
     def _why_unknown(self, job_id: str) -> str:
-        """Why `job_id` got no start: the first of maintenance, GPUs held for ever, the cap."""
+        """Why `job_id` got no start: the first of maintenance, a hold (Q9), GPUs held for ever,
+        the cap."""
         if self.state.maintenance.state != "NORMAL":
             return "maintenance is in progress and nobody has announced its end"
         job = self.state.jobs[job_id]
+        if job.held:  # Q9: nothing in the estimate releases it
+            return "it is held: it can start only once released (jpu release)"
         held: list[str] = []
         for other in sorted(self.endless - {job_id}):
             view = self.state.jobs.get(other)

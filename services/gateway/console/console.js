@@ -58,6 +58,10 @@ const STRINGS = {
     "est.limits": "from time limits", "est.predicted": "from predicted run times",
     "est.unknown": "unknown", "est.at": "estimated at",
     "f.oom_retry": "OOM retry", "f.raised_by_oom": "raised by the OOM retry, not set by you",
+    "f.dependency": "Depends on", "f.states": "Tasks by state", "f.tasks": "Tasks",
+    "f.array_id": "Task of array", "f.held": "Held",
+    "jobs.expand": "Show the array's tasks", "jobs.collapse": "Hide the array's tasks",
+    "dep.unknown": "not visible to you, or no longer known",
     "job.output": "Output", "log.attempt": "Attempt", "log.none": "No output yet for this attempt.",
     "log.running": "Updating while the attempt runs…", "log.ended": "The attempt has ended.",
     "log.truncated": "Showing the last part only; `jpu logs ID` prints all of it.",
@@ -196,6 +200,10 @@ const STRINGS = {
     "est.limits": "시간 제한 기준", "est.predicted": "예측 실행 시간 기준",
     "est.unknown": "알 수 없음", "est.at": "추정 시각",
     "f.oom_retry": "OOM 재시도", "f.raised_by_oom": "OOM 재시도로 올라간 값이며 사용자가 정한 값이 아닙니다",
+    "f.dependency": "의존 대상", "f.states": "상태별 작업 수", "f.tasks": "작업",
+    "f.array_id": "배열의 작업", "f.held": "보류",
+    "jobs.expand": "배열의 작업 보기", "jobs.collapse": "배열의 작업 숨기기",
+    "dep.unknown": "볼 수 없거나 더 이상 알 수 없는 작업",
     "job.output": "출력", "log.attempt": "시도", "log.none": "이 시도의 출력이 아직 없습니다.",
     "log.running": "실행 중인 동안 자동으로 갱신됩니다…", "log.ended": "이 시도는 끝났습니다.",
     "log.truncated": "마지막 부분만 표시합니다. 전체는 `jpu logs ID`로 볼 수 있습니다.",
@@ -305,6 +313,7 @@ const state = {
   log: null,       // the log pane of the job page (see refreshLog)
   me: null,        // GET /v1/me: the caller's lab (their charges) and role
   files: null,     // the files pane of the job page (files.js)
+  openArrays: new Set(),  // arrays shown with their tasks in the jobs view (Q7)
 };
 const $ = (id) => document.getElementById(id);
 const t = (key) => (STRINGS[state.lang] || STRINGS.en)[key] ?? STRINGS.en[key] ?? key;
@@ -716,15 +725,65 @@ async function loadCharges(lab) {
   };
 }
 
+// Q7: an array's indices as squeue writes them, `ID_[0-3,7%2]`
+function arrayLabel(id, tasks) {
+  const ks = tasks.map((j) => j.array_task).sort((a, b) => a - b), parts = [];
+  for (let i = 0; i < ks.length; i++) {
+    let k = i;
+    while (k + 1 < ks.length && ks[k + 1] === ks[k] + 1) k++;
+    parts.push(k > i ? `${ks[i]}-${ks[k]}` : `${ks[i]}`);
+    i = k;
+  }
+  const cap = tasks[0].array_throttle ? `%${tasks[0].array_throttle}` : "";
+  return `${id}_[${parts.join(",")}${cap}]`;
+}
+
+// "COMPLETED:3, RUNNING:1" (in the order the API gives them, lifecycle order)
+const stateCounts = (tasks) => {
+  const n = {};
+  tasks.forEach((j) => { n[j.state] = (n[j.state] || 0) + 1; });
+  return Object.entries(n).map(([s, c]) => `${s}:${c}`).join(", ");
+};
+
+const jobRow = (j, cls) => h("tr", { class: cls },
+  h("td", {}, jobLink(j.id)), h("td", { class: "wrap" }, j.name), h("td", {}, j.user),
+  h("td", { class: "num" }, j.num_gpus), h("td", {}, codeSpan("state", j.state)),
+  h("td", { class: "num" }, j.attempt));
+
+// Q7: the tasks of one array as one row (its indices and %N, its tasks per state), expanded to
+// the tasks' own rows on request; an array with one task in the page is that task's row
+function jobRows(jobs, draw) {
+  const tasks = new Map();
+  jobs.forEach((j) => { if (j.array_id) tasks.set(j.array_id, [...(tasks.get(j.array_id) || []), j]); });
+  const out = [], shown = new Set();
+  for (const j of jobs) {
+    const members = j.array_id ? tasks.get(j.array_id) : null;
+    if (!members || members.length < 2) { out.push(jobRow(j)); continue; }
+    if (shown.has(j.array_id)) continue;
+    shown.add(j.array_id);
+    const open = state.openArrays.has(j.array_id);
+    const toggle = h("button", { class: "expand", type: "button", "aria-expanded": String(open),
+      title: t(open ? "jobs.collapse" : "jobs.expand"), "data-array": j.array_id }, open ? "▾" : "▸");
+    toggle.addEventListener("click", () => {
+      if (open) state.openArrays.delete(j.array_id); else state.openArrays.add(j.array_id);
+      draw();
+    });
+    out.push(h("tr", { class: "array-row", "data-array": j.array_id },
+      h("td", {}, toggle, " ", h("a", { href: "#/job/" + encodeURIComponent(j.array_id) }, arrayLabel(j.array_id, members))),
+      h("td", { class: "wrap" }, j.name), h("td", {}, j.user), h("td", { class: "num" }, j.num_gpus),
+      h("td", {}, stateCounts(members)), h("td", { class: "num" }, "–")));
+    if (open) [...members].sort((a, b) => a.array_task - b.array_task).forEach((m) => out.push(jobRow(m, "task-row")));
+  }
+  return out;
+}
+
 async function loadJobs() {
   const r = await api("/v1/jobs?limit=100");
-  return () => setRows($("job-rows"), JSON.stringify(r.jobs), () => {
-    const rows = (r.jobs || []).map((j) => h("tr", {},
-      h("td", {}, jobLink(j.id)), h("td", { class: "wrap" }, j.name), h("td", {}, j.user),
-      h("td", { class: "num" }, j.num_gpus), h("td", {}, codeSpan("state", j.state)),
-      h("td", { class: "num" }, j.attempt)));
+  const draw = () => setRows($("job-rows"), JSON.stringify([r.jobs, [...state.openArrays]]), () => {
+    const rows = jobRows(r.jobs || [], draw);
     return rows.length ? rows : [h("tr", {}, h("td", { colspan: 6 }, t("jobs.empty")))];
   });
+  return draw;
 }
 
 // SPEC X4a: workspaces (own and the lab's) with their state; `#/workspaces/<scope>:<name>` shows
@@ -779,11 +838,15 @@ function describe(key, v, job) {
   if (key === "elapsed_s") return fmtSlurm(v);
   if (key.endsWith("_at")) return fmtTime(v);
   if (key === "usage_charged") return fmtNum(v) + " TFLOP-s";
+  if (key === "states") return Object.entries(v).map(([st, n]) => `${st}:${n}`).join(", ");
+  if (key === "tasks") return h("span", {}, v.flatMap((id, i) => [i ? ", " : "", jobLink(id)]));
+  if (key === "array_id") return jobLink(v);
+  if (key === "held") return v ? t("f.held") : null;
   if (Array.isArray(v)) return v.join(", ");
   return String(v);
 }
 
-const JOB_FIELDS = ["state", "attempt", "user", "lab", "num_gpus", "tiers", "min_vram_gb", "rank",
+const JOB_FIELDS = ["state", "states", "tasks", "array_id", "held", "attempt", "user", "lab", "num_gpus", "tiers", "min_vram_gb", "rank",
   "pending_reason", "estimated_start", "placement", "reservation", "time_limit_s", "elapsed_s",
   "usage_charged", "backend_job_id", "isolation", "exit_code", "reason", "submitted_at",
   "queue_entered_at", "ended_at", "workdir", "account"];
@@ -957,14 +1020,46 @@ function clearJob(id) {
   clearRows($("job-files-rows"));
 }
 
+// Q8: the parents a job's `dependency` names (Slurm syntax; `singleton` names none)
+const parentsOf = (dep) => (dep || "").split(",").flatMap((part) => {
+  const [kind, ...ids] = part.split(":");
+  return ids.filter(Boolean).map((id) => ({ kind, id }));
+});
+
+// Q8: the dependency chain up from a job: each parent (a job, a task or a whole array) with its
+// state, then its own parents, a few levels up (one GET each, at most DEP_MAX)
+const DEP_DEPTH = 4, DEP_MAX = 20;
+async function dependencyChain(dep, seen = new Set(), depth = 0) {
+  const parents = parentsOf(dep).filter((p) => !seen.has(p.id) && seen.size < DEP_MAX);
+  parents.forEach((p) => seen.add(p.id));
+  return Promise.all(parents.map(async (p) => {
+    const job = await api("/v1/jobs/" + encodeURIComponent(p.id)).catch(() => null);
+    const up = job && job.dependency && depth + 1 < DEP_DEPTH
+      ? await dependencyChain(job.dependency, seen, depth + 1) : [];
+    return { ...p, job, up };
+  }));
+}
+
+function chainNodes(chain) {
+  if (!chain.length) return null;
+  return h("ul", { class: "dep-chain" }, chain.map((p) => h("li", { "data-parent": p.id },
+    `${p.kind} → `, jobLink(p.id), p.job ? ` ${p.job.name} ` : ` (${t("dep.unknown")})`,
+    p.job ? (p.job.states ? `(${describe("states", p.job.states)})` : codeSpan("state", p.job.state)) : null,
+    chainNodes(p.up))));
+}
+
 async function loadJob(id) {
   const [job, ev] = await Promise.all([
     api("/v1/jobs/" + encodeURIComponent(id)),
-    api("/v1/jobs/" + encodeURIComponent(id) + "/events")]);
+    api("/v1/jobs/" + encodeURIComponent(id) + "/events").catch((e) => e)]);
+  const array = Array.isArray(job.tasks);  // Q7: an array's page: its fields and tasks
+  if (ev instanceof Error && !array) throw ev;
+  const deps = job.dependency ? await dependencyChain(job.dependency, new Set([job.id])) : [];
+  const chain = deps.length ? h("span", {}, job.dependency, chainNodes(deps)) : null;
   return () => {
     $("job-body").hidden = false;
     $("job-title").textContent = job.id;
-    setRows($("job-fields"), JSON.stringify(job), () => {
+    setRows($("job-fields"), JSON.stringify([job, deps]), () => {
       const items = JOB_FIELDS.flatMap((k) => {
         let v = describe(k, job[k], job);
         // X8 raises min_vram_gb after an OOM: never show it as if the user had set it
@@ -974,6 +1069,7 @@ async function loadJob(id) {
       });
       (job.oom_explanation || []).forEach((s) => items.push(h("dt", {}, t("f.oom_retry")), h("dd", {}, s)));
       if (job.command) items.push(h("dt", {}, t("f.command")), h("dd", {}, h("pre", {}, job.command)));
+      if (chain) items.push(h("dt", {}, t("f.dependency")), h("dd", { "data-field": "dependency" }, chain));
       return items;
     });
     $("job-cancel").hidden = Boolean(job.terminal) || ["COMPLETED", "FAILED", "CANCELLED"].includes(job.state);
@@ -983,6 +1079,8 @@ async function loadJob(id) {
         alert(t("job.cancel_sent")); render({ poll: true });
       } catch (e) { showError(e); }
     };
+    $("job-run-panes").hidden = array;
+    if (array) return;  // each task has its own output, files, events and wait
     const events = ev.events || [];
     setRows($("job-events"), events.map((e) => e.seq).join(","), () => timeline(events));
     drawWhy(job.id);  // why.js (U4)

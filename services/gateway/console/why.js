@@ -29,6 +29,7 @@ Object.assign(STRINGS.en, {
   "why.reason.MinVram": "waits for a GPU with at least {min_vram} GB; only smaller GPUs are idle (D7)",
   "why.reason.Dependency": "it waits for the jobs it depends on, holding no slot (Q8)",
   "why.reason.Held": "it is held: `jpu release ID` lets it run (Q9)",
+  "why.reason.ArrayThrottle": "waiting for its array's %N: the tasks {jobs} hold every slot the array may use at once; the next of them to end lets it run (Q7)",
   "why.cause.submitted": "it was submitted; every job enters its user's personal queue first (Q4)",
   "why.cause.promoted_free_slot": "{user} had a free slot ({count} of their other jobs held slots): promoted {after}",
   "why.cause.promoted_slot_freed": "job {jobs} ended and freed one of {user}'s slots: promoted after {waited} (Q5)",
@@ -107,6 +108,7 @@ Object.assign(STRINGS.ko, {
   "why.reason.MinVram": "{min_vram} GB 이상인 GPU를 기다림: 더 작은 GPU만 비어 있습니다 (D7)",
   "why.reason.Dependency": "의존하는 작업을 기다립니다 — 슬롯은 차지하지 않습니다 (Q8)",
   "why.reason.Held": "보류되어 있습니다: `jpu release ID`로 풀 수 있습니다 (Q9)",
+  "why.reason.ArrayThrottle": "배열의 %N을 기다림: 작업 {jobs}이(가) 배열이 동시에 쓸 수 있는 슬롯을 모두 쓰고 있습니다 — 그중 하나가 끝나면 실행됩니다 (Q7)",
   "why.cause.submitted": "제출됨 — 모든 작업은 먼저 사용자의 개인 대기열에 들어갑니다 (Q4)",
   "why.cause.promoted_free_slot": "{user}에게 빈 슬롯이 있어 ({count}개의 다른 작업이 슬롯 사용) {after} 전역 대기열로 올라감",
   "why.cause.promoted_slot_freed": "{jobs} 작업이 끝나 {user}의 슬롯이 비어 {waited} 뒤 전역 대기열로 올라감 (Q5)",
@@ -193,12 +195,12 @@ function whyCause(c) {
   return text;
 }
 
-// The step's pending reason; the personal queue's names the jobs holding the slots (S1), MinVram
-// the VRAM floor (D7).
+// The step's pending reason; the personal queue's names the jobs holding the slots (S1) or the
+// array's tasks holding its %N (Q7), MinVram the VRAM floor (D7).
 function whyReason(s, w) {
   if (!s.pending_reason) return t("why.dispatching");
   const jobs = (s.slot_holders || []).join(", ");
-  if (s.pending_reason === "ConcurrencyLimit" || s.pending_reason === "MinVram") {
+  if (["ConcurrencyLimit", "MinVram", "ArrayThrottle"].includes(s.pending_reason)) {
     const key = s.pending_reason === "ConcurrencyLimit" && !jobs ? "ConcurrencyLimit.none" : s.pending_reason;
     return tf("why.reason." + key, { user: w.user, jobs, min_vram: s.min_vram_gb });
   }

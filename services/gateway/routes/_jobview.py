@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import asyncpg
 
-from jpu.domain.dependencies import parsed, verdict
+from jpu.domain.dependencies import ArrayProgress, array_verdict, parsed, verdict
 from jpu.domain.states import PLACED, QUEUED, SLOT_STATES, TERMINAL, in_order  # SPEC §1.4
 from jpu.store import auth
 from jpu_services.gateway.errors import ApiError
@@ -28,7 +28,7 @@ _LIST_COLUMNS: Final = (
     "queue_entered_at, submitted_at, node, tier, gpus, dispatched_at, started_at, ended_at, "
     "reservation_node, reservation_tier, reservation_gpus, reservation_since, backend_job_id, "
     "isolation, exit_code, end_reason, oom, usage_charged, kill_failed, cancel_requested_by, "
-    "chdir, workspace, array_id, array_task, "
+    "chdir, workspace, array_id, array_task, (view->>'array_throttle')::int AS array_throttle, "
     "view->>'dependency' AS dependency, "  # Q8, Q9: kept in the row's JobView
     "coalesce((view->>'held')::boolean, false) AS held"
 )
@@ -144,6 +144,15 @@ _PARENTS_SQL: Final = (
     "coalesce((view->>'ever_started')::boolean, false) OR attempt > 1 AS started "
     "FROM jobs WHERE job_id = ANY($1::text[])"
 )
+# Q8: a whole-array parent, counted from its tasks' rows as the fold counts them
+_ARRAYS_SQL: Final = (
+    "SELECT array_id, min(lab) AS lab, count(*) AS total, "
+    "count(*) FILTER (WHERE coalesce((view->>'ever_started')::boolean, false) OR attempt > 1 "
+    "OR (state = ANY($2::text[]) AND NOT oom_pending)) AS started, "
+    "count(*) FILTER (WHERE state = ANY($2::text[]) AND NOT oom_pending) AS ended, "
+    "count(*) FILTER (WHERE state = 'COMPLETED') AS completed "
+    "FROM jobs WHERE array_id = ANY($1::text[]) GROUP BY array_id"
+)
 _NAMED_SQL: Final = (
     'SELECT 1 FROM jobs WHERE "user" = $1 AND name = $2 AND job_id <> $3 '
     "AND (state = ANY($4::text[]) OR oom_pending) LIMIT 1"
@@ -158,11 +167,19 @@ async def personal_reason(pool: asyncpg.Pool, row: Any) -> str:
         return "Held"
     dep = parsed(row.get("dependency"))
     if dep.conditions:
-        parents = {
-            r["job_id"]: r for r in await pool.fetch(_PARENTS_SQL, [p for _, p in dep.conditions])
+        ids = [p for _, p in dep.conditions]
+        parents = {r["job_id"]: r for r in await pool.fetch(_PARENTS_SQL, ids)}
+        missing = [p for p in ids if p not in parents]
+        arrays = {
+            r["array_id"]: ArrayProgress(**dict(r))
+            for r in (await pool.fetch(_ARRAYS_SQL, missing, list(TERMINAL)) if missing else [])
         }
         for kind, parent in dep.conditions:
             r = parents.get(parent)
+            if parent in arrays:
+                if array_verdict(kind, arrays[parent]) != "met":
+                    return "Dependency"
+                continue
             if r is None:
                 return "Dependency"
             final = r["state"] if r["state"] in TERMINAL and not r["oom_pending"] else None
@@ -231,6 +248,7 @@ def job_out(
         "workspace": row["workspace"],  # X4a: the workspace it runs in (None: the base image)
         "array_id": row["array_id"],  # Q7: the array this job is a task of (None: single)
         "array_task": row["array_task"],
+        "array_throttle": row.get("array_throttle"),  # ... its array's %N (None: no cap)
         "terminal": row["state"] in TERMINAL,
     }
     if detail:

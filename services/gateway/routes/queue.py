@@ -56,6 +56,7 @@ def _entry(
         "submitted_at": row["submitted_at"],
         "pending_reason": reason,
         "reservation": reservation,
+        "array_throttle": row["array_throttle"],  # Q7: its array's %N (None: no cap)
     }
 
 

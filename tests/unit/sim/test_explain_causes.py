@@ -22,6 +22,7 @@ from jpu.config import Config, load_config
 from jpu.events import (
     EVENT_TYPES,
     Event,
+    JobArray,
     JobCancelRequested,
     JobDispatched,
     JobEnded,
@@ -144,6 +145,31 @@ def test_why_still_in_the_personal_queue_with_no_slot_held_is_the_limit_S1(
     assert "waiting for a slot: no job of bcg-zoe holds one, yet their limit (max_active_jobs) " \
         "admits no more now (S1)" in en  # fmt: skip
     assert t.phases["personal_queue"] == 600.0
+
+
+def test_why_a_task_beyond_its_arrays_throttle_names_the_tasks_holding_it_Q7_D7(
+    config: Config,
+) -> None:
+    """An array `0-2%2`: task 2 waits for the array's %2 (ArrayThrottle), not for the user's
+    slots; the story names the two tasks holding them, and once one ends it is promoted."""
+    log = Log()
+    log.submit("A", "bcg-alice", "BCG", 0.0, array=JobArray(tasks=[0, 1, 2], throttle=2,
+                                                             spec="0-2%2"))  # fmt: skip
+    for k, gpu in ((0, 0), (1, 1)):
+        log.promote(f"A_{k}", 0.0)
+        log.run(f"A_{k}", 0.1, N4090[0], "rtx4090", [gpu])
+    t, wait = story(log, "A_2", config, 30.0)
+    step = t.steps[-1]
+    assert (step.pending_reason, step.slot_holders) == ("ArrayThrottle", ["A_0", "A_1"])
+    en = render(wait, "en")
+    assert "waiting for its array's %N: the tasks A_0, A_1 hold every slot the array may use at " \
+        "once; the next of them to end lets it run (Q7)" in en  # fmt: skip
+    no_event_names(en)
+    log.end("A_0", 40.0, N4090[0], "rtx4090", [0], exit_code=0)
+    log.promote("A_2", 40.1)
+    t, wait = story(log, "A_2", config, 50.0)
+    reasons = [s.pending_reason for s in t.steps]
+    assert "ArrayThrottle" in reasons and reasons[-1] is None and t.steps[-1].rank == 1
 
 
 def oom_story(config: Config) -> Log:
@@ -310,6 +336,7 @@ def test_why_the_console_says_every_cause_as_the_cli_does(lang: str) -> None:
     for key, sentence in cli.items():
         assert js.get(f"why.{key}") == sentence, key
     shared = ("reason.ConcurrencyLimit", "reason.ConcurrencyLimit.none", "reason.MinVram",
+              "reason.Dependency", "reason.Held", "reason.ArrayThrottle",
               "at_once", "after", "freed_by", "message", "usage")  # fmt: skip
     for key in shared:
         assert js.get(f"why.{key}") == _T[lang][key], key
