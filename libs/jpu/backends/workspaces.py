@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from jpu.backends.base import BackendError
-from jpu.backends.isolation import Podman, podman_base
+from jpu.backends.isolation import WORKSPACE_IMAGE_PREFIX, Podman, podman_base
 from jpu.backends.process import is_alive, start_ticks
 
 State = Literal["BUILDING", "READY", "FAILED"]
@@ -89,7 +89,7 @@ class Workspaces:
         self.pip = pip or PipSite()
 
     def image_of(self, user: str, name: str) -> str:
-        return f"localhost/jpu-ws-{user.lower()}-{name}:latest"
+        return f"{WORKSPACE_IMAGE_PREFIX}{user.lower()}-{name}:latest"
 
     def dir(self, user: str, name: str) -> Path:
         return self.root / user / name

@@ -21,6 +21,7 @@ where it matches the cluster's Slurm (pyslurm_api.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -121,7 +122,7 @@ class SlurmBackend(SlurmBackfill):
             if existing is not None:
                 return str(existing)  # idempotent per (job_id, attempt)
             account = self.accounts.account_for(spec.user)
-            isolation = await self._isolation_for(account)
+            isolation = self._in_workspace(spec, await self._isolation_for(account))
             try:
                 await asyncio.to_thread(jobs_.prepare_output, spec, account)
             except OSError as e:
@@ -345,6 +346,17 @@ class SlurmBackend(SlurmBackfill):
             rc, _, _ = await self.cli.run([*self._as(account), *prefix, "true"], check=False)
             self._isolation[account.name] = iso_.netns(prefix if rc == 0 else [])
         return self._isolation[account.name]
+
+    def _in_workspace(self, spec: LaunchSpec, isolation: iso_.Isolation) -> iso_.Isolation:
+        """X4a: a job naming a workspace runs in the image resolved at submit, only in podman
+        (the node's helper refuses any image that is not the base or a workspace's)."""
+        if spec.workspace is None:
+            return isolation
+        if isolation.podman is None:
+            raise BackendError("workspace: needs isolation: container (podman)")
+        if not spec.workspace_image:
+            raise BackendError(f"workspace: no image resolved for {spec.workspace!r}")
+        return iso_.podman(dataclasses.replace(isolation.podman, image=spec.workspace_image))
 
     def _as(self, account: Account) -> list[str]:
         """Run a command as the job's account (root agent) or as ourselves."""
