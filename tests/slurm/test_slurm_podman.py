@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import SlurmEnv, wait_end, wait_file
 
+from jpu.backends import BackendError
 from jpu.backends.isolation import BASE_IMAGE, Podman
 from jpu.backends.podman_job import container_of
 from jpu.backends.workspaces import PipSite, Workspaces
@@ -149,3 +150,20 @@ async def test_X5_slurm_container_ignoring_sigterm_is_removed_with_its_job(
     while _exists(container_of(bid)):  # after the grace reached only the podman client)
         assert time.monotonic() < deadline, "the container outlived its job"
         time.sleep(0.2)
+
+
+async def test_X4a_slurm_job_naming_a_workspace_it_cannot_use_is_refused(
+    slurm: SlurmEnv, podman_helper: None
+) -> None:
+    container = slurm.new_backend(isolation="container")
+    assert container.builds_workspaces  # the slurm-agent's workspace-builder role
+    missing = slurm.spec("true", workspace="nope")
+    with pytest.raises(BackendError, match=r"^workspace: 'nope' does not exist for alice$"):
+        await container.submit(missing)
+    plain = slurm.new_backend(isolation="uid-netns")
+    assert not plain.builds_workspaces
+    outside = slurm.spec("true", workspace="six", workspace_image=BASE_IMAGE)
+    with pytest.raises(BackendError, match=r"^workspace: needs isolation: container"):
+        await plain.submit(outside)
+    for spec in (missing, outside):  # refused before anything was made or submitted
+        assert not Path(spec.output_dir).exists()
