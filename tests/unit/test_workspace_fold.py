@@ -6,6 +6,7 @@ from __future__ import annotations
 from jpu.domain.workspaces import (
     can_manage,
     can_read,
+    containerfile_problem,
     fold,
     quota_problem,
     usable_problem,
@@ -138,3 +139,26 @@ def test_X4a_intake_refuses_a_workspace_the_gateway_did_not_resolve() -> None:
     reply = invalid(SubmitCommand(user="u", lab="L", body=bad, workspace_image="x"), tiers)
     assert reply is not None and reply.error is not None
     assert reply.error.details["field"] == "workspace"
+
+
+BASE = "localhost/jpu-base:bookworm"
+
+
+def test_X4a_a_containerfile_builds_one_stage_on_the_configured_base_image() -> None:
+    ok = f"# comment\nFROM {BASE}\nENV A=1\nRUN python3 -m venv /opt/venv \\\n && true\n"
+    assert containerfile_problem(ok, BASE) is None
+    refusals = {
+        "FROM docker.io/library/debian\n": "only the platform's base image",
+        f"FROM {BASE} AS build\n": "only the platform's base image",
+        "RUN true\n": f"first instruction must be `FROM {BASE}`",
+        f"FROM {BASE}\nFROM {BASE}\n": "one stage only",
+        f"FROM {BASE}\nCOPY . /src\n": "COPY needs a build context",
+        f"FROM {BASE}\nADD https://example.org/x /x\n": "ADD needs a build context",
+        f"FROM {BASE}\nRUN --mount=type=bind,source=/,target=/h ls\n": "options are not accepted",
+        f"# escape=`\nFROM {BASE}\n": "parser directives",
+        "": "a non-empty Containerfile text",
+        f"FROM {BASE}\n!!\n": "not an instruction",
+    }
+    for text, why in refusals.items():
+        problem = containerfile_problem(text, BASE)
+        assert problem is not None and why in problem, (text, problem)

@@ -1,7 +1,8 @@
 """`jpu workspace build|list|show|logs|rm` (SPEC X4a) over `/v1/workspaces`.
 
-A workspace is built on the platform's base image from a `requirements.txt` (`-r`) or a
-conda-style `environment.yml` (`-e`: its pip section and plain dependencies), the only time the
+A workspace is built on the platform's base image from a `requirements.txt` (`-r`), a
+conda-style `environment.yml` (`-e`: its pip section and plain dependencies) or a Containerfile
+(`-f`: one stage, `FROM` the platform's base image, no COPY/ADD), the only time the
 network is allowed; a job runs in it with `jpu submit --workspace NAME` (or `#JPU --workspace`,
 or JPU_WORKSPACE as the user's default). `--lab` builds the lab's shared one (lab admins).
 """
@@ -31,6 +32,9 @@ def add_parsers(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     src = b.add_mutually_exclusive_group()
     src.add_argument("-r", "--requirements", metavar="FILE", help="a requirements.txt")
     src.add_argument("-e", "--environment", metavar="FILE", help="a conda-style environment.yml")
+    src.add_argument(
+        "-f", "--containerfile", metavar="FILE", help="a Containerfile FROM the base image"
+    )
     b.add_argument("--lab", action="store_true", help="the lab's shared workspace (lab admins)")
     b.add_argument("--rebuild", action="store_true", help="build an existing one again")
     b.add_argument("--wait", action="store_true", help="wait until READY or FAILED")
@@ -82,10 +86,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.rebuild:
             ws = c.post(_path(args, "/rebuild") + ("?scope=lab" if args.lab else ""), {})
         else:
-            if not (args.requirements or args.environment):
-                raise RestError("give -r requirements.txt or -e environment.yml")
-            key = "requirements" if args.requirements else "environment"
-            body = {"name": args.name, key: Path(args.requirements or args.environment).read_text()}
+            given = [(k, f) for k in ("requirements", "environment", "containerfile")
+                     if (f := getattr(args, k))]  # fmt: skip
+            if not given:
+                raise RestError("give -r requirements.txt, -e environment.yml or -f Containerfile")
+            key, file = given[0]
+            body = {"name": args.name, key: Path(file).read_text()}
             if args.lab:
                 body["scope"] = "lab"
             ws = c.post("/v1/workspaces", body)
