@@ -321,6 +321,15 @@ class WorkspaceDeleted(WorkspaceEvent, frozen=True, kw_only=True, tag="Workspace
     by: str
 
 
+class WorkspaceDefaultChanged(Event, frozen=True, kw_only=True, tag="WorkspaceDefaultChanged"):
+    """A user's default workspace (X4a): the one a job that names none runs in; None clears it.
+    On the user's own subject for it (`<prefix>.user.<user>.workspace`): the last one is
+    current."""
+
+    user: str
+    workspace: str | None = None
+
+
 AnyEvent = (
     JobSubmitted
     | JobPromoted
@@ -346,6 +355,7 @@ AnyEvent = (
     | WorkspaceBuilt
     | WorkspaceBuildFailed
     | WorkspaceDeleted
+    | WorkspaceDefaultChanged
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__
@@ -392,6 +402,8 @@ def subject_for(event: Event, prefix: str = "jpu") -> str:
         return f"{prefix}.inventory.{event.node}"
     if isinstance(event, NotificationSettingsChanged):
         return f"{prefix}.user.{event.user}"
+    if isinstance(event, WorkspaceDefaultChanged):
+        return f"{prefix}.user.{event.user}.workspace"
     if isinstance(event, WorkspaceEvent):
         return f"{prefix}.workspace.{event.workspace_id}"
     raise TypeError(f"no subject for {type(event).__name__}")

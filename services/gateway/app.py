@@ -21,6 +21,7 @@ from jpu_services.gateway.openapi import install_openapi
 from jpu_services.gateway.routes import (
     admin,
     console,
+    default_workspace,
     explain,
     health,
     jobs,
@@ -68,6 +69,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         maintenance,
         me,
         notifications,
+        default_workspace,
         jobs,
         explain,
         queue,

@@ -7,9 +7,11 @@ from jpu.domain.workspaces import (
     can_manage,
     can_read,
     containerfile_problem,
+    default_problem,
     fold,
     quota_problem,
     usable_problem,
+    with_default,
     workspace_id,
 )
 from jpu.events import (
@@ -162,3 +164,14 @@ def test_X4a_a_containerfile_builds_one_stage_on_the_configured_base_image() -> 
     for text, why in refusals.items():
         problem = containerfile_problem(text, BASE)
         assert problem is not None and why in problem, (text, problem)
+
+
+def test_X4a_a_users_default_workspace_applies_only_when_a_job_names_none() -> None:
+    assert with_default({"command": "c"}, "six") == {"command": "c", "workspace": "six"}
+    assert with_default({"workspace": None}, "six") == {"workspace": "six"}  # null is absent
+    assert with_default({"workspace": "torch"}, "six") == {"workspace": "torch"}
+    assert with_default({"command": "c"}, None) == {"command": "c"}
+    building = fold(_seq(_req()))
+    assert default_problem(building, "six", "alice", "BCG") is None  # may still be building
+    assert default_problem(None, "six", "alice", "BCG") == "no workspace 'six' for alice"
+    assert default_problem(building, "six", "bob", "BCG") == "no workspace 'six' for bob"

@@ -210,6 +210,22 @@ def usable_problem(ws: Workspace | None, name: str, user: str, lab: str) -> str 
     return None
 
 
+def with_default(body: dict[str, object], default: str | None) -> dict[str, object]:
+    """X4a: a job that names no workspace (absent or null, Q1) runs in its user's default, if
+    one is set; a job naming one keeps it."""
+    if body.get("workspace") is not None or default is None:
+        return body
+    return {**body, "workspace": default}
+
+
+def default_problem(ws: Workspace | None, name: str, user: str, lab: str) -> str | None:
+    """X4a: a user's default names a workspace the user may use (it may still be BUILDING: a
+    job is checked for READY when it is submitted)."""
+    if ws is None or not can_use(ws, user, lab):
+        return f"no workspace {name!r} for {user}"
+    return None
+
+
 def log_tail(text: str) -> str:
     data = text.encode(errors="replace")
     if len(data) <= LOG_TAIL_BYTES:
