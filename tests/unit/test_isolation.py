@@ -29,6 +29,7 @@ from jpu.backends.isolation import (
     wants,
 )
 from jpu.backends.podman_job import HelperConfig, allowed_image, container_of, run_argv
+from jpu.backends.podman_job import main as podman_job_main
 from jpu.backends.process import LOADER, launch_argv
 from jpu.backends.slurm.jobs import comment_for, parse_comment
 from jpu.backends.slurm.submit import wrapper
@@ -239,3 +240,16 @@ def test_X4a_the_slurm_helper_runs_the_same_podman_argv_as_the_local_backend() -
     assert not allowed_image(config, "localhost/jpu-ws-x/../evil")
     with pytest.raises(ValueError, match="Slurm job id"):
         container_of("1; rm -rf /")
+
+
+def test_X4a_the_slurm_helper_takes_its_podman_settings_only_from_roots_config() -> None:
+    """Through sudo the caller gives `run …` only (the sudoers rule): a `--config` after it,
+    or any podman option, is refused before anything runs."""
+    for argv in (
+        ["run", "1", OUT, OUT, "localhost/ws:1", "--config", "/tmp/mine.json"],
+        ["run", "--config=/tmp/mine.json", "1", OUT, OUT, "localhost/ws:1"],
+        ["run", "1", OUT, OUT, "localhost/ws:1", "--privileged"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            podman_job_main(argv)
+        assert exited.value.code == 2
