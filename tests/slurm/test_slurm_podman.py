@@ -11,7 +11,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from jpu.backends import BackendError
 from jpu.backends.isolation import BASE_IMAGE, Podman
 from jpu.backends.podman_job import container_of
 from jpu.backends.workspaces import PipSite, Workspaces
-from jpu.testing.slurm_fixtures import SCRIPT
 
 SITE = PipSite(ca_bundle="/etc/ssl/certs/ca-certificates.crt")  # the site's index configuration
 IMPORT = (
@@ -50,17 +48,6 @@ def _host_addresses() -> list[str]:
     """This machine's own IPv4 addresses (loopback and its interfaces): the only probe targets."""
     found = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False)
     return ["127.0.0.1", *(a for a in found.stdout.split() if "." in a)]
-
-
-@pytest.fixture(scope="module")
-def podman_helper() -> None:
-    """The node's helper, installed as a site would (scripts/slurm-testcluster podman-helper)."""
-    assert shutil.which("podman"), "podman is missing: run scripts/install-podman"
-    done = subprocess.run(
-        ["bash", str(SCRIPT), "podman-helper", sys.executable],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
 
 
 @pytest.fixture(scope="module")
