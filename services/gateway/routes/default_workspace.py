@@ -30,8 +30,9 @@ router = APIRouter(prefix="/v1/me", tags=["users"])
 class DefaultWorkspaceIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     workspace: str | None = Field(
-        None, description="the workspace a job that names none runs in; null clears it"
-    )
+        None, min_length=1, max_length=64, pattern=limits.WORKSPACE_NAME.pattern,
+        description="the workspace a job that names none runs in; null clears it",
+    )  # fmt: skip
 
 
 class DefaultWorkspaceOut(BaseModel):
