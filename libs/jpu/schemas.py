@@ -1,8 +1,8 @@
 """The language-neutral event contract in proto-schemas/ (SPEC E1).
 
-`python -m jpu.schemas write` regenerates `proto-schemas/events/<Type>.json` from the msgspec
+`python -m jpu.tools.schemas write` regenerates `proto-schemas/events/<Type>.json` from the msgspec
 structs and freezes a copy per schema version in `proto-schemas/history/<Type>.v<N>.json`.
-`python -m jpu.schemas check` fails when code and files drift, or when the code breaks an
+`python -m jpu.tools.schemas check` fails when code and files drift, or when the code breaks an
 evolution rule against any frozen version: a field never disappears or changes type, and a field
 that is new since that version must have a default (not be required).
 """
@@ -115,7 +115,7 @@ def check(root: Path = ROOT) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jpu.schemas", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m jpu.tools.schemas", description=__doc__)
     parser.add_argument("action", choices=["write", "check"])
     args = parser.parse_args(argv)
     if args.action == "write":

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from jpu.service import run_workers
+from jpu.runtime.service import run_workers
 from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
 from jpu_services.gateway.config import GatewayConfig

@@ -26,7 +26,6 @@ from jpu.backends.isolation import podman_base
 from jpu.backends.workspaces import Workspace as Scratch
 from jpu.backends.workspaces import Workspaces
 from jpu.bus import Delivered, EventBus
-from jpu.clock import Clock
 from jpu.domain.workspaces import Workspace, apply, log_tail
 from jpu.events import (
     WorkspaceBuildFailed,
@@ -35,6 +34,7 @@ from jpu.events import (
     WorkspaceEvent,
     new_event_id,
 )
+from jpu.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0  # how often a build this agent did not start (a restart) is looked at

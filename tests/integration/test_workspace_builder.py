@@ -27,11 +27,11 @@ from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
 from jpu.backends.workspaces import PipSite
 from jpu.bus import EventBus
-from jpu.clock import SystemClock
 from jpu.config import Config, load_config
 from jpu.domain.workspaces import workspace_id
-from jpu.edges import Edges
 from jpu.events import WorkspaceBuildFailed, WorkspaceBuildRequested, new_event_id
+from jpu.runtime.clock import SystemClock
+from jpu.runtime.edges import Edges
 from jpu.testing.api import assert_error
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.local_world import root_dir

@@ -30,8 +30,8 @@ from jpu.backends.slurm.backend import SlurmBackend
 from jpu.bus import EventBus
 from jpu.config import Config, load_config
 from jpu.domain.cluster import ClusterState
-from jpu.edges import Edges
 from jpu.events import Event, NodeInventoryObserved
+from jpu.runtime.edges import Edges
 from jpu.testing.api import bearer
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers

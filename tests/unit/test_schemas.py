@@ -3,7 +3,7 @@ and every change keeps the evolution rules (new fields have defaults, types neve
 
 import copy
 
-from jpu import schemas
+from jpu.tools import schemas
 
 
 def test_E1_proto_schemas_match_the_code() -> None:

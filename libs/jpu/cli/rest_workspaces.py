@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from jpu.cli.rest_client import RestClient, RestError, resolve_target
+from jpu.cli.rest.client import RestClient, RestError, resolve_target
 
 
 def add_parsers(sub: Any, common: list[argparse.ArgumentParser]) -> None:

@@ -14,8 +14,8 @@ from fastapi import APIRouter, Request
 from nats.js.errors import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
-from jpu import limits
 from jpu.bus import EventBus
+from jpu.domain import limits
 from jpu.domain.workspaces import default_problem, lookup_ids
 from jpu.events import WorkspaceDefaultChanged, decode, new_event_id, subject_for
 from jpu.store.projections.workspaces import read_first

@@ -15,7 +15,9 @@ import msgspec
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from jpu import commands, joblogs, limits
+from jpu import commands
+from jpu.backends import joblogs
+from jpu.domain import limits
 from jpu.domain.states import PENDING
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.policy.workdir import chdir_problem
@@ -41,7 +43,7 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 MAX_IDEMPOTENCY_KEY: Final = limits.MAX_IDEMPOTENCY_KEY
 # What the routes of a job answer besides 2xx (the OpenAPI document; 422 and 503 are added to
-# every operation by jpu_services.gateway.openapi, and the submit body is jpu.limits').
+# every operation by jpu_services.gateway.openapi, and the submit body is jpu.domain.limits').
 _PREFIX: Final = "VALIDATION_ERROR: the id given is the start of several jobs (`candidates`)"
 _ERRORS: Final = responses(401, 403, 404, 422, s422=_PREFIX)
 _SUBMIT_ERRORS: Final = {
@@ -69,9 +71,9 @@ def _limiter(request: Request) -> RateLimiter:
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
-    """Shape only: a JSON object of sane size that every store can hold (jpu.limits: no NUL or
+    """Shape only: a JSON object of sane size that every store can hold (jpu.domain.limits: no NUL or
     unpaired surrogate, finite numbers, 64-bit integers, bounded nesting), so the command to
-    intake can be encoded at all. Field rules (Q1) are intake's, on the same jpu.limits."""
+    intake can be encoded at all. Field rules (Q1) are intake's, on the same jpu.domain.limits."""
     raw = await cmd.read_body(request, limits.MAX_BODY_BYTES)
     if raw is None:
         raise cmd.shape_error("body", f"request body over {limits.MAX_BODY_BYTES} bytes")

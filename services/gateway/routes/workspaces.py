@@ -14,11 +14,12 @@ from typing import Annotated, Any, Final, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse, Response
 
-from jpu import auth, limits
 from jpu.bus import ConcurrencyConflict
 from jpu.config import Config
+from jpu.domain import limits
 from jpu.domain import workspaces as dw
 from jpu.events import Event, WorkspaceBuildRequested, WorkspaceDeleted, new_event_id
+from jpu.store import auth
 from jpu.store.projection import wait_applied
 from jpu.store.projections import workspaces as store
 from jpu_services.gateway.deps import CurrentUser
