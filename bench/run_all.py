@@ -30,6 +30,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "gateway": ([], ["--requests", "10000", "--seconds", "60"]),
     "e2e": ([], ["--jobs", "3000", "--timeout", "240"]),
     "slurm": ([], ["--preempt-rounds", "20", "--watch-s", "60"]),
+    "slurm_container": ([], ["--jobs", "100"]),
     "failover": ([], ["--rounds", "10"]),
 }
 

@@ -2,7 +2,8 @@
 
 Evolution rules (checked by tests/unit/test_schemas.py against proto-schemas/):
   * a tag (the `type` on the wire) never changes, even when a class is renamed;
-  * a field's type never changes; a new field must have a default;
+  * a field's type never changes (an enum may only gain values); a new field must have a
+    default;
   * `schema_version` is bumped when a struct gains fields.
 Times (`ts`, `as_of`, `since`, ...) are seconds from the service's injectable clock.
 """
@@ -279,7 +280,7 @@ class NodeInventoryObserved(Event, frozen=True, kw_only=True, tag="NodeInventory
 # --- workspaces (SPEC X4a): one subject per workspace, `<prefix>.workspace.<workspace_id>` ---
 
 WorkspaceScope = Literal["user", "lab"]
-WorkspaceSource = Literal["requirements", "environment"]
+WorkspaceSource = Literal["requirements", "environment", "containerfile"]
 
 
 class WorkspaceEvent(Event, frozen=True, kw_only=True):
@@ -297,7 +298,9 @@ class WorkspaceBuildRequested(
     name: str
     scope: WorkspaceScope
     source_kind: WorkspaceSource
-    source: str  # the pip requirements the build installs (an environment.yml's, converted)
+    # the pip requirements the build installs (an environment.yml's, converted), or the
+    # Containerfile it builds (source_kind "containerfile")
+    source: str
 
 
 class WorkspaceBuilt(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceBuilt"):
@@ -316,6 +319,15 @@ class WorkspaceBuildFailed(WorkspaceEvent, frozen=True, kw_only=True, tag="Works
 
 class WorkspaceDeleted(WorkspaceEvent, frozen=True, kw_only=True, tag="WorkspaceDeleted"):
     by: str
+
+
+class WorkspaceDefaultChanged(Event, frozen=True, kw_only=True, tag="WorkspaceDefaultChanged"):
+    """A user's default workspace (X4a): the one a job that names none runs in; None clears it.
+    On the user's own subject for it (`<prefix>.user.<user>.workspace`): the last one is
+    current."""
+
+    user: str
+    workspace: str | None = None
 
 
 AnyEvent = (
@@ -343,6 +355,7 @@ AnyEvent = (
     | WorkspaceBuilt
     | WorkspaceBuildFailed
     | WorkspaceDeleted
+    | WorkspaceDefaultChanged
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__
@@ -389,6 +402,8 @@ def subject_for(event: Event, prefix: str = "jpu") -> str:
         return f"{prefix}.inventory.{event.node}"
     if isinstance(event, NotificationSettingsChanged):
         return f"{prefix}.user.{event.user}"
+    if isinstance(event, WorkspaceDefaultChanged):
+        return f"{prefix}.user.{event.user}.workspace"
     if isinstance(event, WorkspaceEvent):
         return f"{prefix}.workspace.{event.workspace_id}"
     raise TypeError(f"no subject for {type(event).__name__}")

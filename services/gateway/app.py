@@ -24,6 +24,7 @@ from jpu_services.gateway.ratelimit import from_settings
 from jpu_services.gateway.routes import (
     admin,
     console,
+    default_workspace,
     explain,
     health,
     jobs,
@@ -81,6 +82,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         maintenance,
         me,
         notifications,
+        default_workspace,
         jobs,
         explain,
         queue,

@@ -98,7 +98,9 @@ class WorkspaceBuilder:
         try:
             local = await asyncio.to_thread(self.spaces.get, *key)
             if local is None:  # never started: start it now
-                child = await asyncio.to_thread(self.spaces.start_build, *key, ws.source)
+                child = await asyncio.to_thread(
+                    self.spaces.start_build, *key, ws.source, ws.source_kind
+                )
                 await asyncio.to_thread(child.wait)
             while (local := await asyncio.to_thread(self.spaces.get, *key)) is not None:
                 if local.state != "BUILDING":

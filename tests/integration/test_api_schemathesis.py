@@ -50,6 +50,10 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "409",
 [[operations]]
 include-name = "PUT /v1/me/notifications"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "422"]
+# X4a: a default must name a workspace the caller may use (422 naming `workspace` otherwise)
+[[operations]]
+include-name = "PUT /v1/me/workspace"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "422"]
 [[operations]]
 include-name = "GET /v1/jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "422"]

@@ -6,17 +6,26 @@ would append it."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
 
 import msgspec
 import pytest
 
-from jpu.events import JobSubmitted, WorkspaceBuildFailed, WorkspaceBuilt, WorkspaceEvent
+from jpu.events import (
+    JobSubmitted,
+    WorkspaceBuildFailed,
+    WorkspaceBuilt,
+    WorkspaceDefaultChanged,
+    WorkspaceEvent,
+)
 from jpu.testing.api import Api, assert_error, bearer, job_body
+from jpu.testing.cli import failed, jpu, ok
 
 SIX = {"name": "six", "requirements": "six\n"}
 
 
-async def _build(api: Api, who: str, body: dict[str, object]) -> dict[str, object]:
+async def _build(api: Api, who: str, body: Mapping[str, object]) -> dict[str, object]:
     r = await api.client.post("/v1/workspaces", json=body, headers=bearer(who))
     assert r.status_code == 202, r.text
     return dict(r.json())
@@ -155,3 +164,56 @@ async def test_X4a_environment_yml_becomes_pip_requirements(api: Api) -> None:
     assert ws["source_kind"] == "environment"
     row = await api.pool.fetchrow("SELECT source FROM workspaces WHERE name = 'envy'")
     assert row["source"] == "six==1.16.0\ntomli\n"
+
+
+async def test_X4a_a_users_default_workspace_applies_to_jobs_that_name_none(api: Api) -> None:
+    h = bearer("alice")
+    assert (await api.client.get("/v1/me/workspace", headers=h)).json() == {
+        "user": "bcg-alice", "workspace": None, "seq": 0,
+    }  # fmt: skip
+    # a default must name a workspace the user may use: 422 naming `workspace`, nothing appended
+    before = await _events(api)
+    r = await api.client.put("/v1/me/workspace", json={"workspace": "six"}, headers=h)
+    assert assert_error(r, 422, "VALIDATION_ERROR")["details"]["field"] == "workspace"
+    assert await _events(api) == before
+    ws = await _build(api, "alice", SIX)
+    put = await api.client.put("/v1/me/workspace", json={"workspace": "six"}, headers=h)
+    assert put.status_code == 200, put.text  # still BUILDING: a default may be set already
+    got = (await api.client.get("/v1/me/workspace", headers=h)).json()
+    assert got == {"user": "bcg-alice", "workspace": "six", "seq": put.json()["seq"]}
+    (last,) = [d.event async for d in api.bus.replay() if d.seq == got["seq"]]
+    assert isinstance(last, WorkspaceDefaultChanged) and last.user == "bcg-alice"
+    r = await api.submit("alice", job_body())  # names none while the default is BUILDING
+    assert assert_error(r, 422, "VALIDATION_ERROR")["details"]["field"] == "workspace"
+
+    await _outcome(api, ws)
+    r = await api.submit("alice", job_body())  # names none: runs in the default
+    assert r.status_code == 201, r.text
+    first = (await api.bus.job_events(r.json()["id"]))[0].event
+    assert isinstance(first, JobSubmitted) and first.workspace == "six"
+    assert first.workspace_image and first.workspace_image.startswith("localhost/jpu-ws-")
+    r = await api.submit("bob", job_body())  # another user's default is not his
+    first = (await api.bus.job_events(r.json()["id"]))[0].event
+    assert isinstance(first, JobSubmitted) and first.workspace is None
+
+    cleared = await api.client.put("/v1/me/workspace", json={"workspace": None}, headers=h)
+    assert cleared.status_code == 200 and cleared.json()["workspace"] is None
+    r = await api.submit("alice", job_body())
+    first = (await api.bus.job_events(r.json()["id"]))[0].event
+    assert isinstance(first, JobSubmitted) and first.workspace is None  # the base image again
+
+
+async def test_X4a_jpu_workspace_default_sets_shows_and_clears_it(server: str, api: Api) -> None:
+    assert ok(await jpu(server, "alice", "workspace", "default")) == "no default workspace\n"
+    err = failed(await jpu(server, "alice", "workspace", "default", "six"), "VALIDATION_ERROR")
+    assert "workspace" in err  # no such workspace yet: refused, nothing appended
+    await _build(api, "alice", SIX)
+    out = ok(await jpu(server, "alice", "workspace", "default", "six"))
+    assert out == "default workspace: six\n"
+    got = json.loads(ok(await jpu(server, "alice", "workspace", "default", "--json")))
+    assert (got["user"], got["workspace"]) == ("bcg-alice", "six") and got["seq"] > 0
+    out = ok(await jpu(server, "alice", "workspace", "default", "--clear"))
+    assert out == "no default workspace\n"
+    defaults = [d.event async for d in api.bus.replay()
+                if isinstance(d.event, WorkspaceDefaultChanged)]  # fmt: skip
+    assert [e.workspace for e in defaults] == ["six", None]

@@ -32,6 +32,7 @@ from jpu.domain.workspaces import workspace_id
 from jpu.events import WorkspaceBuildFailed, WorkspaceBuildRequested, new_event_id
 from jpu.runtime.clock import SystemClock
 from jpu.runtime.edges import Edges
+from jpu.testing.api import assert_error
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.local_world import root_dir
 from jpu.testing.nats_fixtures import unique_names
@@ -175,6 +176,44 @@ async def test_X4a_a_lab_member_builds_a_workspace_and_runs_a_job_in_it(
     assert rc == 0 and "deleted" in out
     rc, _, err = await _jpu(client, project, "submit", "job.sh")
     assert rc != 0 and "workspace" in err  # 422 naming `workspace`
+    shutil.rmtree(project, ignore_errors=True)
+
+
+CONTAINERFILE = """# a workspace from a Containerfile: one stage on the platform's base image
+FROM localhost/jpu-base:bookworm
+ENV GREETING=from-the-containerfile
+RUN python3 -m venv /opt/venv \\
+ && /opt/venv/bin/pip install --no-cache-dir six
+"""
+
+
+async def test_X4a_a_workspace_is_built_from_a_Containerfile_on_the_base_image(
+    stack: tuple[httpx.AsyncClient, Path],
+) -> None:
+    client, _ = stack
+    project = root_dir("jpu-wsc-")
+    name = f"cf-{os.getpid()}"
+    # FROM another image: a 422 naming `containerfile`, and nothing is appended
+    other = CONTAINERFILE.replace("localhost/jpu-base:bookworm", "docker.io/library/debian")
+    r = await client.post("/v1/workspaces", json={"name": name, "containerfile": other},
+                          headers=_as("bcg-alice"))  # fmt: skip
+    error = assert_error(r, 422, "VALIDATION_ERROR")
+    assert error["details"]["field"] == "containerfile"
+    assert "only the platform's base image" in error["message"]
+    assert (await client.get(f"/v1/workspaces/{name}", headers=_as("bcg-alice"))).status_code == 404
+    (project / "Containerfile").write_text(CONTAINERFILE)
+    rc, out, err = await _jpu(client, project, "workspace", "build", name, "-f", "Containerfile",
+                              "--wait")  # fmt: skip
+    logs = (await _jpu(client, project, "workspace", "logs", name))[1]
+    assert rc == 0 and "READY" in out, (out, err, logs)
+    assert "Successfully installed six" in logs  # the build reached the package index
+    ws = json.loads((await _jpu(client, project, "workspace", "show", name, "--json"))[1])
+    assert ws["source_kind"] == "containerfile" and ws["size"] > 0
+    probe = IMPORT + 'echo "greeting=$GREETING"\n'
+    job, out = await _run(client, "bcg-alice", {"command": probe, "workspace": name})
+    assert job["state"] == "COMPLETED" and "six 1." in out, out
+    assert "greeting=from-the-containerfile" in out  # the image's own ENV reaches the job
+    assert job["isolation"] == "container:podman"
     shutil.rmtree(project, ignore_errors=True)
 
 

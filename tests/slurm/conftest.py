@@ -12,17 +12,20 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 
 from jpu.backends import BackendStatus, LaunchSpec
 from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
-from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.slurm_fixtures import SCRIPT, SlurmCluster
 from jpu.testing.waits import wait_end as _wait_end
 
 TIERS = {"rtx4090": (8, 32), "rtx3080ti": (6, 24)}  # cpus_per_gpu, mem_gb_per_gpu (default.yaml)
@@ -126,3 +129,15 @@ async def native_timeout_job(slurm_cluster: SlurmCluster) -> AsyncIterator[Nativ
         yield NativeTimeout(env, backend, bid, spec, time.time())
     finally:
         await env.close()
+
+
+@pytest.fixture(scope="session")
+def podman_helper() -> None:
+    """The nodes' podman helper (SPEC X4a), installed as a site would: sudo, the shim, its
+    config, the sudoers rule (scripts/slurm-testcluster podman-helper). No podman: a failure."""
+    assert shutil.which("podman"), "podman is missing: run scripts/install-podman"
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "podman-helper", sys.executable],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr

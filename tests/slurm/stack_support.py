@@ -54,7 +54,9 @@ ACTIVE_SLURM = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", 
 CAROL = bearer("kdg-carol")
 
 
-def stack_config(nats_url: str, pg_dsn: str, data_dir: Path) -> Config:
+def stack_config(
+    nats_url: str, pg_dsn: str, data_dir: Path, extra: dict[str, str] | None = None
+) -> Config:
     stream, prefix = unique_names()
     return load_config(
         env={
@@ -62,7 +64,7 @@ def stack_config(nats_url: str, pg_dsn: str, data_dir: Path) -> Config:
             "JPU_SUBJECT_PREFIX": prefix, "JPU_DATA_DIR": str(data_dir), "JPU_NODES": NODES,
             "JPU_SLURM_BACKEND": "slurm", "JPU_CYCLE_S": "1", "JPU_MIN_CYCLE_GAP_S": "0.05",
             "JPU_BACKFILL_SETTLE_S": "1", "JPU_CANCEL_GRACE_S": "2",
-            "JPU_SUBMIT_RATE_PER_S": "0",
+            "JPU_SUBMIT_RATE_PER_S": "0", **(extra or {}),
         }
     )  # fmt: skip
 
@@ -179,11 +181,16 @@ class SlurmStack:
 
 @contextlib.asynccontextmanager
 async def slurm_stack(
-    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, cluster: SlurmCluster
+    nats_url: str,
+    pool: asyncpg.Pool,
+    pg_dsn: str,
+    cluster: SlurmCluster,
+    extra: dict[str, str] | None = None,
 ) -> AsyncIterator[SlurmStack]:
-    """The whole stack in-process with a gateway client; everything torn down after."""
+    """The whole stack in-process with a gateway client; everything torn down after. `extra`:
+    more configuration (JPU_* variables)."""
     data_dir = root_dir("jpu-slurm-stack-")
-    config = stack_config(nats_url, pg_dsn, data_dir)
+    config = stack_config(nats_url, pg_dsn, data_dir, extra)
     stats, dispatcher_stats = BackfillStats(), DispatcherStats()
     workers = stack_workers(config, cluster, data_dir / "outputs", stats, dispatcher_stats)
     try:

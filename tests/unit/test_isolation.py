@@ -3,6 +3,7 @@ asks for, the `apptainer exec` argv, the environment it gets, the Slurm wrapper 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from jpu.backends.isolation import (
     NONE,
     PODMAN,
     RUNTIME_PATH,
+    SLURM_HELPER,
     Apptainer,
     Podman,
     container,
@@ -26,6 +28,8 @@ from jpu.backends.isolation import (
     slurm_wrapper_line,
     wants,
 )
+from jpu.backends.podman_job import HelperConfig, allowed_image, container_of, run_argv
+from jpu.backends.podman_job import main as podman_job_main
 from jpu.backends.process import LOADER, launch_argv
 from jpu.backends.slurm.jobs import comment_for, parse_comment
 from jpu.backends.slurm.submit import wrapper
@@ -207,15 +211,45 @@ def test_X4a_container_isolation_is_configured_in_the_config_file() -> None:
         load_config(env={"JPU_CONTAINER_SHARED_PATHS": '["data:/x"]'})
 
 
-def test_X4a_slurm_wrapper_runs_the_job_in_rootless_podman_without_network() -> None:
+def test_X4a_slurm_wrapper_runs_the_job_through_the_nodes_podman_helper() -> None:
     lines = wrapper(podman(POD)).decode().splitlines()
     assert lines[2:4] == ENTER_WORKDIR.splitlines()  # entered as the user first (U5)
+    # the step's environment goes to the job through OUT/.jpu-env (0600), never to root's podman
+    assert lines[-2] == (
+        'umask 077; env -0 -u _ -u SHLVL -u OLDPWD > "$JOB_OUTPUT_DIR/.jpu-env" || exit 126'
+    )
     words = shlex.split(lines[-1])
-    assert words[:5] == ["exec", "podman", "--root", "/srv/images", "run"]
-    for flag in ("--network=none", "--read-only", "--init", "--userns=keep-id", "--env-host"):
-        assert flag in words
-    assert words[words.index("--user") + 1] == "$(id -u):$(id -g)"  # expanded by bash there
-    assert "/datasets:/datasets:ro" in words and "nvidia.com/gpu=0" in words
-    assert words[-4:] == ["$JPU_WORKDIR", "localhost/ws:1", "/bin/bash", "$JOB_OUTPUT_DIR/job.sh"]
+    assert words == ["exec", "sudo", "-n", "--", SLURM_HELPER, "run", "$SLURM_JOB_ID",
+                     "$JOB_OUTPUT_DIR", "$JPU_WORKDIR", "localhost/ws:1"]  # fmt: skip
     assert comment_for(PODMAN, 90.0).startswith("jpu isolation=container:podman ")
     assert parse_comment(comment_for(PODMAN, 90.0)) == (PODMAN, 90.0)
+
+
+def test_X4a_the_slurm_helper_runs_the_same_podman_argv_as_the_local_backend() -> None:
+    config = HelperConfig(POD, 29.5)
+    argv = run_argv(config, 1001, 1002, "77", OUT, "/home/alice/proj", "localhost/jpu-ws-a-b:1")
+    inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{OUT}/.jpu-env", "/bin/bash", f"{OUT}/job.sh"]
+    same = podman_argv(
+        dataclasses.replace(POD, image="localhost/jpu-ws-a-b:1"), "jpu-slurm-77", 1001, 1002,
+        OUT, "/home/alice/proj", inner, 29.5, {"jpu.slurm-job": "77"},
+    )  # fmt: skip
+    assert argv == same
+    assert allowed_image(config, "localhost/ws:1")  # the configured base image
+    assert allowed_image(config, "localhost/jpu-ws-alice-six:latest")  # a workspace's
+    assert not allowed_image(config, "docker.io/library/debian")
+    assert not allowed_image(config, "localhost/jpu-ws-x/../evil")
+    with pytest.raises(ValueError, match="Slurm job id"):
+        container_of("1; rm -rf /")
+
+
+def test_X4a_the_slurm_helper_takes_its_podman_settings_only_from_roots_config() -> None:
+    """Through sudo the caller gives `run …` only (the sudoers rule): a `--config` after it,
+    or any podman option, is refused before anything runs."""
+    for argv in (
+        ["run", "1", OUT, OUT, "localhost/ws:1", "--config", "/tmp/mine.json"],
+        ["run", "--config=/tmp/mine.json", "1", OUT, OUT, "localhost/ws:1"],
+        ["run", "1", OUT, OUT, "localhost/ws:1", "--privileged"],
+    ):
+        with pytest.raises(SystemExit) as exited:
+            podman_job_main(argv)
+        assert exited.value.code == 2

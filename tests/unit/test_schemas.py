@@ -30,3 +30,13 @@ def test_E1_evolution_requires_defaults_for_new_fields() -> None:
     new["required"] = old["required"]
     new["properties"]["added"]["default"] = 0
     assert schemas.evolution_errors(old, new) == []
+
+
+def test_E1_evolution_lets_an_enum_gain_values_only() -> None:
+    old = {"properties": {"kind": {"enum": ["a", "b"]}}, "required": ["kind"]}
+    wider = {"properties": {"kind": {"enum": ["a", "b", "c"]}}, "required": ["kind"]}
+    assert schemas.evolution_errors(old, wider) == []
+    narrower = {"properties": {"kind": {"enum": ["a"]}}, "required": ["kind"]}
+    assert any("changed type" in e for e in schemas.evolution_errors(old, narrower))
+    other = {"properties": {"kind": {"enum": ["a", "b"], "type": "integer"}}, "required": ["kind"]}
+    assert any("changed type" in e for e in schemas.evolution_errors(old, other))

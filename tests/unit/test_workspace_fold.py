@@ -6,9 +6,12 @@ from __future__ import annotations
 from jpu.domain.workspaces import (
     can_manage,
     can_read,
+    containerfile_problem,
+    default_problem,
     fold,
     quota_problem,
     usable_problem,
+    with_default,
     workspace_id,
 )
 from jpu.events import (
@@ -138,3 +141,37 @@ def test_X4a_intake_refuses_a_workspace_the_gateway_did_not_resolve() -> None:
     reply = invalid(SubmitCommand(user="u", lab="L", body=bad, workspace_image="x"), tiers)
     assert reply is not None and reply.error is not None
     assert reply.error.details["field"] == "workspace"
+
+
+BASE = "localhost/jpu-base:bookworm"
+
+
+def test_X4a_a_containerfile_builds_one_stage_on_the_configured_base_image() -> None:
+    ok = f"# comment\nFROM {BASE}\nENV A=1\nRUN python3 -m venv /opt/venv \\\n && true\n"
+    assert containerfile_problem(ok, BASE) is None
+    refusals = {
+        "FROM docker.io/library/debian\n": "only the platform's base image",
+        f"FROM {BASE} AS build\n": "only the platform's base image",
+        "RUN true\n": f"first instruction must be `FROM {BASE}`",
+        f"FROM {BASE}\nFROM {BASE}\n": "one stage only",
+        f"FROM {BASE}\nCOPY . /src\n": "COPY needs a build context",
+        f"FROM {BASE}\nADD https://example.org/x /x\n": "ADD needs a build context",
+        f"FROM {BASE}\nRUN --mount=type=bind,source=/,target=/h ls\n": "options are not accepted",
+        f"# escape=`\nFROM {BASE}\n": "parser directives",
+        "": "a non-empty Containerfile text",
+        f"FROM {BASE}\n!!\n": "not an instruction",
+    }
+    for text, why in refusals.items():
+        problem = containerfile_problem(text, BASE)
+        assert problem is not None and why in problem, (text, problem)
+
+
+def test_X4a_a_users_default_workspace_applies_only_when_a_job_names_none() -> None:
+    assert with_default({"command": "c"}, "six") == {"command": "c", "workspace": "six"}
+    assert with_default({"workspace": None}, "six") == {"workspace": "six"}  # null is absent
+    assert with_default({"workspace": "torch"}, "six") == {"workspace": "torch"}
+    assert with_default({"command": "c"}, None) == {"command": "c"}
+    building = fold(_seq(_req()))
+    assert default_problem(building, "six", "alice", "BCG") is None  # may still be building
+    assert default_problem(None, "six", "alice", "BCG") == "no workspace 'six' for alice"
+    assert default_problem(building, "six", "bob", "BCG") == "no workspace 'six' for bob"

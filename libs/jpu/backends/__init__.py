@@ -111,6 +111,7 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 apptainer=apptainer_of(config),
                 container_runtime=config.container_runtime,
                 podman=podman_of(config),
+                pip=PipSite(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
                 account_template=env.get("JPU_SLURM_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),

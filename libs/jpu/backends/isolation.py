@@ -43,10 +43,14 @@ MODES = ("container", "uid-netns", "none", "auto", "apptainer")
 RUNTIMES = ("podman", "apptainer")
 BASE_IMAGE = "localhost/jpu-base:bookworm"  # what scripts/install-podman builds
 CONTAINER_PREFIX = "jpu-"  # podman containers are named after the attempt: jpu-<backend id>
+WORKSPACE_IMAGE_PREFIX = "localhost/jpu-ws-"  # the builder's images (workspaces.image_of)
+# the node's root helper a Slurm batch script runs podman through (podman_job.py)
+SLURM_HELPER = "/usr/local/libexec/jpu-podman-job"
 ENV_PREFIX = "APPTAINERENV_"
 # apptainer's own environment: what it needs to run, and JOB_OUTPUT_DIR for the Slurm wrapper;
 # its PATH is ours, never the user's (the user's PATH goes in as APPTAINERENV_PATH)
 RUNTIME_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENV_FILE = ".jpu-env"  # the job's variables, NUL-separated, read by process.LOADER
 RUNTIME_KEYS = ("LANG", "USER", "LOGNAME", "SHELL", "JOB_OUTPUT_DIR", "JPU_WORKDIR")
 # the runtime refuses to override these from APPTAINERENV_ (it sets HOME itself)
 NOT_FORWARDED = frozenset({"HOME"})
@@ -77,6 +81,7 @@ class Podman:
     storage: str = ""  # podman's --root; "": its default store
     shared: tuple[str, ...] = ()  # admin-declared host paths, mounted read-only
     args: tuple[str, ...] = ()  # extra `run` options, e.g. ("--device", "nvidia.com/gpu=0")
+    helper: str = SLURM_HELPER  # on Slurm nodes: the root helper that runs podman_argv
 
 
 @dataclass(frozen=True)
@@ -214,24 +219,16 @@ def slurm_wrapper_line(isolation: Isolation) -> str:
 
 
 def _slurm_podman_lines(p: Podman) -> list[str]:
-    """X4a in the allocation: the batch step runs as the user, so podman is rootless there
-    (`--userns=keep-id`: the user's own UID inside); the job's environment is the step's
-    (`--env-host`: Slurm's CUDA_VISIBLE_DEVICES and the export file's variables). The container
-    is named after the Slurm job; its processes stay in the step's cgroup, so Slurm's own
-    SIGTERM/KillWait/SIGKILL reach them."""
-    words = [
-        *podman_base(p), "run", "--rm", "--init", "--network=none", "--pid=private",
-        "--ipc=private", "--userns=keep-id", "--read-only", "--security-opt", "no-new-privileges",
-        "--cap-drop=all", "--log-driver=passthrough", "--env-host",
-        *(w for path in p.shared for w in ("--volume", f"{path}:{path}:ro")), *p.args,
-    ]  # fmt: skip
+    """X4a in the allocation: the batch step runs as the user, so the node's root helper
+    (podman_job.py, through sudo) runs the one `podman run` of the platform as the caller's
+    UID/GID. The step's environment (the export file's variables, Slurm's CUDA_VISIBLE_DEVICES
+    and SLURM_JOB_ID) goes to the job through OUT/.jpu-env, written here as the user (0600) and
+    read inside by the loader: none of it reaches root's podman. exec: Slurm's signals reach
+    sudo, which relays them to podman, which passes them into the container."""
     return [
-        'set -- --volume "$JOB_OUTPUT_DIR:$JOB_OUTPUT_DIR:rw"',
-        f'if [ "{WORK_VAR}" != "{OUT_VAR}" ]; then '
-        f'set -- "$@" --volume "{WORK_VAR}:{WORK_VAR}:rw"; fi',
-        f"exec {' '.join(shlex.quote(w) for w in words)}"
-        ' --name "jpu-slurm-$SLURM_JOB_ID" --user "$(id -u):$(id -g)" "$@"'
-        f' --workdir "{WORK_VAR}" {shlex.quote(p.image)} /bin/bash "{OUT_VAR}/job.sh"',
+        f'umask 077; env -0 -u _ -u SHLVL -u OLDPWD > "{OUT_VAR}/{ENV_FILE}" || exit 126',
+        f"exec sudo -n -- {shlex.quote(p.helper)} run"
+        f' "$SLURM_JOB_ID" "{OUT_VAR}" "{WORK_VAR}" {shlex.quote(p.image)}',
     ]
 
 

@@ -50,7 +50,7 @@ WRAPPER = (
 )
 DEFAULT_PATH = iso_.RUNTIME_PATH
 ROOT_ENV = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"}
-ENV_FILE = ".jpu-env"
+ENV_FILE = iso_.ENV_FILE
 # runs as the job's account: reads the whole file before exporting anything (the user's PATH
 # must not find `rm`), removes it, exports each record verbatim (`export -- "$kv"` is no eval),
 # then enters the job's working directory as the user (U5: JPU_WORKDIR, its chdir or OUT)

@@ -16,8 +16,10 @@ host's pip configuration is invisible in a container: the site's package index a
 passed in explicitly (`PipSite`), as arguments of the build script (they never stay in the
 image). `podman run` + `podman commit` rather than `podman build`: podman 4.3's build cannot use
 slirp4netns, and its default bridge needs iptables.
-Not done yet: environment.yml / Containerfile sources, labs' shared workspaces and quotas,
-REST/CLI/console, the submit-time check (422 naming `workspace`).
+A Containerfile source (checked by jpu.domain.workspaces.containerfile_problem: one stage on the
+base image, no build context) is built with `podman build` on podman's default build network
+(netavark's bridge); pip inside sees the site's index and CA through a pip.conf and the CA file
+mounted only while the RUN steps run (empty mount points are what stays of them in the image).
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ from pathlib import Path
 from typing import Literal
 
 from jpu.backends.base import BackendError
-from jpu.backends.isolation import Podman, podman_base
+from jpu.backends.isolation import WORKSPACE_IMAGE_PREFIX, Podman, podman_base
 from jpu.backends.process import is_alive, start_ticks
 
 State = Literal["BUILDING", "READY", "FAILED"]
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")  # also a valid part of an image tag
 CA_IN_BUILD = "/run/jpu-site-ca.crt"
 REQS_IN_BUILD = "/run/jpu-requirements.txt"
+CONTAINERFILE = "Containerfile"  # the scratch's source when the workspace is built from one
 VENV = "/opt/venv"  # where a workspace's packages are: first on a job's PATH (venv_env)
 VENV_PATH = f"PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # run in the build container; $1 the index URL, $2 the CA file ("" each: pip's defaults). They
@@ -89,7 +92,7 @@ class Workspaces:
         self.pip = pip or PipSite()
 
     def image_of(self, user: str, name: str) -> str:
-        return f"localhost/jpu-ws-{user.lower()}-{name}:latest"
+        return f"{WORKSPACE_IMAGE_PREFIX}{user.lower()}-{name}:latest"
 
     def dir(self, user: str, name: str) -> Path:
         return self.root / user / name
@@ -118,8 +121,11 @@ class Workspaces:
         exists = [*podman_base(self.podman), "image", "exists", image]
         return subprocess.run(exists, capture_output=True, check=False).returncode == 0
 
-    def start_build(self, user: str, name: str, requirements: str) -> subprocess.Popen[bytes]:
-        """BUILDING at once; the build itself runs in a process of its own (`build`)."""
+    def start_build(
+        self, user: str, name: str, requirements: str, kind: str = "requirements"
+    ) -> subprocess.Popen[bytes]:
+        """BUILDING at once; the build itself runs in a process of its own (`build`). `kind`
+        "containerfile": `requirements` is a Containerfile (checked beforehand)."""
         if not NAME.match(name) or not re.match(r"^[A-Za-z0-9_.-]{1,64}$", user):
             raise BackendError(f"workspace: {name!r} is not a valid name ([a-z0-9_.-], 64)")
         ws = self.get(user, name)
@@ -127,7 +133,10 @@ class Workspaces:
             raise BackendError(f"workspace: {name!r} is already building")
         d = self.dir(user, name)
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
-        (d / "requirements.txt").write_text(requirements)
+        (d / CONTAINERFILE).unlink(missing_ok=True)
+        (d / (CONTAINERFILE if kind == "containerfile" else "requirements.txt")).write_text(
+            requirements
+        )
         (d / "build.log").write_bytes(b"")
         self._write(user, name, "BUILDING", builder=None)
         p, pip = self.podman, self.pip
@@ -152,6 +161,8 @@ class Workspaces:
         (slirp4netns: outbound only), then `podman commit` to the workspace's tag — READY (tagged,
         sized) — or FAILED with the build log. The build container is removed either way."""
         d, base = self.dir(user, name), podman_base(self.podman)
+        if (d / CONTAINERFILE).exists():
+            return self._build_containerfile(user, name)
         box = self.build_container(user, name)
         subprocess.run([*base, "rm", "--force", "--ignore", box], capture_output=True, check=False)
         mounts = ["--volume", f"{d / 'requirements.txt'}:{REQS_IN_BUILD}:ro"]
@@ -178,6 +189,40 @@ class Workspaces:
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         return self._write(user, name, "READY", size=int(size.stdout.strip() or 0) or None)
+
+    def _build_containerfile(self, user: str, name: str) -> Workspace:
+        """`podman build` of the owner's Containerfile, from an empty context, with the network
+        (podman's default build network), never pulling (the base is local)."""
+        d, base = self.dir(user, name), podman_base(self.podman)
+        context = d / "context"
+        context.mkdir(exist_ok=True)
+        mounts: list[str] = []
+        pip_conf = "[global]\n" + (
+            f"index-url = {self.pip.index_url}\n" if self.pip.index_url else ""
+        )
+        if self.pip.ca_bundle:
+            pip_conf += f"cert = {CA_IN_BUILD}\n"
+            mounts += ["--volume", f"{self.pip.ca_bundle}:{CA_IN_BUILD}:ro"]
+        (d / "pip.conf").write_text(pip_conf)
+        mounts += ["--volume", f"{d / 'pip.conf'}:/etc/pip.conf:ro"]
+        argv = [*base, "build", "--pull=never", "--layers=false", "--force-rm", *mounts,
+                "--file", str(d / CONTAINERFILE), "--tag", self.image_of(user, name),
+                str(context)]  # fmt: skip
+        with open(d / "build.log", "ab") as log:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                  stderr=subprocess.STDOUT, check=False)  # fmt: skip
+        if done.returncode != 0:
+            reason = f"build exited {done.returncode} (see the build log)"
+            return self._write(user, name, "FAILED", reason=reason)
+        return self._write(user, name, "READY", size=self._size(user, name))
+
+    def _size(self, user: str, name: str) -> int | None:
+        size = subprocess.run(
+            [*podman_base(self.podman), "image", "inspect", "--format", "{{.Size}}",
+             self.image_of(user, name)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        return int(size.stdout.strip() or 0) or None
 
     def log(self, user: str, name: str) -> str:
         return (self.dir(user, name) / "build.log").read_text(errors="replace")

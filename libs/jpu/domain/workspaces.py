@@ -210,8 +210,72 @@ def usable_problem(ws: Workspace | None, name: str, user: str, lab: str) -> str 
     return None
 
 
+def with_default(body: dict[str, object], default: str | None) -> dict[str, object]:
+    """X4a: a job that names no workspace (absent or null, Q1) runs in its user's default, if
+    one is set; a job naming one keeps it."""
+    if body.get("workspace") is not None or default is None:
+        return body
+    return {**body, "workspace": default}
+
+
+def default_problem(ws: Workspace | None, name: str, user: str, lab: str) -> str | None:
+    """X4a: a user's default names a workspace the user may use (it may still be BUILDING: a
+    job is checked for READY when it is submitted)."""
+    if ws is None or not can_use(ws, user, lab):
+        return f"no workspace {name!r} for {user}"
+    return None
+
+
 def log_tail(text: str) -> str:
     data = text.encode(errors="replace")
     if len(data) <= LOG_TAIL_BYTES:
         return text
     return "…\n" + data[-LOG_TAIL_BYTES:].decode(errors="replace")
+
+
+# A Containerfile source (SPEC X4a): one stage on the platform's configured base image, built
+# with the network by the builder. There is no build context (only the file is sent), so COPY and
+# ADD cannot work; instruction options (`RUN --mount=…`, `FROM --platform`) could reach past the
+# build's sandbox, and a parser directive (`# escape=`) would change how this check reads it.
+_INSTRUCTION: Final = re.compile(r"^\s*([A-Za-z]+)(?:\s+(.*))?$", re.DOTALL)
+_NO_CONTEXT: Final = frozenset({"COPY", "ADD"})
+_DIRECTIVE: Final = re.compile(r"^#\s*(escape|syntax|check)\s*=", re.IGNORECASE)
+
+
+def containerfile_problem(text: object, base_image: str) -> str | None:
+    """Why a Containerfile cannot be built as a workspace, or None. Its first instruction must
+    be `FROM <base_image>` (exactly the configured image), the only FROM."""
+    if (why := requirements_problem(text)) is not None:
+        return why.replace("requirements.txt", "Containerfile")
+    lines: list[str] = []
+    pending = ""
+    for raw in str(text).splitlines():
+        if not pending and (not raw.strip() or raw.lstrip().startswith("#")):
+            if _DIRECTIVE.match(raw.strip()):
+                return "parser directives (# escape=, # syntax=) are not accepted"
+            continue
+        if raw.rstrip().endswith("\\"):  # a continued line: one instruction with the next
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        lines.append(pending + raw)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    instructions = []
+    for line in lines:
+        m = _INSTRUCTION.match(line)
+        if m is None:
+            return f"not an instruction: {line.strip()[:80]!r}"
+        instructions.append((m.group(1).upper(), (m.group(2) or "").strip()))
+    if not instructions or instructions[0][0] != "FROM":
+        return f"its first instruction must be `FROM {base_image}`"
+    for op, args in instructions:
+        if op == "FROM" and args != base_image:
+            return f"`FROM {args}`: only the platform's base image {base_image!r}, once"
+        if op in _NO_CONTEXT:
+            return f"{op} needs a build context, which a workspace has none of: install with RUN"
+        if args.startswith("--"):
+            return f"{op} {args.split()[0]}: instruction options are not accepted"
+    if sum(op == "FROM" for op, _ in instructions) > 1:
+        return f"one stage only: a single `FROM {base_image}`"
+    return None

@@ -55,11 +55,22 @@ def evolution_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             errors.append(f"field {field!r} removed")
         elif field == "schema_version" and _bumped(spec, new_props[field]):
             continue  # bumped when the struct gains fields (jpu.events): the one allowed change
+        elif _widened(spec, new_props[field]):
+            continue  # an enum gained values: every recorded event still decodes
         elif new_props[field] != spec:
             errors.append(f"field {field!r} changed type: {spec} -> {new_props[field]}")
     for field in set(new.get("required", [])) - old_required:
         errors.append(f"new field {field!r} has no default")
     return errors
+
+
+def _widened(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """The same field with an enum that only gained values (a Literal with one more member)."""
+    if "enum" not in old or "enum" not in new:
+        return False
+    rest_old = {k: v for k, v in old.items() if k != "enum"}
+    rest_new = {k: v for k, v in new.items() if k != "enum"}
+    return rest_old == rest_new and set(old["enum"]) <= set(new["enum"])
 
 
 def _bumped(old: dict[str, Any], new: dict[str, Any]) -> bool:

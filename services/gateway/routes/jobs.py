@@ -19,7 +19,7 @@ from jpu import commands
 from jpu.backends import joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING
-from jpu.domain.workspaces import lookup_ids, usable_problem
+from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.policy.workdir import chdir_problem
 from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
@@ -36,6 +36,7 @@ from jpu_services.gateway.routes._jobview import (
     personal_reason,
 )
 from jpu_services.gateway.routes._queueview import shared_view
+from jpu_services.gateway.routes.default_workspace import current_default
 from jpu_services.gateway.workdir import job_accounts
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -199,6 +200,8 @@ async def submit(
         raise cmd.shape_error("Idempotency-Key", key_problem)
     body = await _json_object(request)
     warnings = await _workdir_warnings(request, user.name, body)
+    default, _ = await current_default(edges.bus, user.name)  # X4a: the user's default
+    body = with_default(body, default)
     image = await _workspace_image(edges.pool, user, body)
     reply = await cmd.send(
         edges,

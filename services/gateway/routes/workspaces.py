@@ -115,9 +115,13 @@ _BUILD_SCHEMA: Final = {
         "environment": {"type": "string", "maxLength": dw.MAX_SOURCE_BYTES,
                         "description": "a conda-style environment.yml: its pip section and "
                         "plain dependencies become pip requirements"},
+        "containerfile": {"type": "string", "maxLength": dw.MAX_SOURCE_BYTES,
+                          "description": "a Containerfile: one stage, `FROM` the platform's "
+                          "base image (container_image), RUN/ENV/WORKDIR…, no COPY/ADD"},
         "scope": {"type": "string", "enum": ["user", "lab"], "default": "user"},
     },
 }  # fmt: skip
+_SOURCES: Final = ("requirements", "environment", "containerfile")
 
 
 @router.post(
@@ -133,12 +137,13 @@ _BUILD_SCHEMA: Final = {
 )
 async def build(request: Request, who: CurrentUser) -> dict[str, Any]:
     """Build a workspace: `{"name", "requirements": "<requirements.txt>"}` or `"environment":
-    "<environment.yml>"` (its pip section and plain dependencies), `"scope": "user" | "lab"`
+    "<environment.yml>"` (its pip section and plain dependencies) or `"containerfile":
+    "<Containerfile>"` (FROM the platform's base image), `"scope": "user" | "lab"`
     (a lab's: lab_admin, admin). 202 BUILDING; the build runs on the agent."""
     body = await _json_object(request)
-    unknown = sorted(set(body) - {"name", "requirements", "environment", "scope"})
+    unknown = sorted(set(body) - {"name", "scope", *_SOURCES})
     if unknown:
-        raise cmd.shape_error(unknown[0], "unknown field (name, requirements, environment, scope)")
+        raise cmd.shape_error(unknown[0], f"unknown field (name, {', '.join(_SOURCES)}, scope)")
     name, scope_ = body.get("name"), body.get("scope") or "user"
     if (why := limits.workspace_name_problem(name)) is not None:
         raise cmd.shape_error("name", why)
@@ -146,9 +151,14 @@ async def build(request: Request, who: CurrentUser) -> dict[str, Any]:
     if scope_ not in ("user", "lab"):
         raise cmd.shape_error("scope", "user or lab")
     scope: Scope = "lab" if scope_ == "lab" else "user"
-    if ("requirements" in body) == ("environment" in body):
-        raise cmd.shape_error("requirements", "give one of requirements or environment")
-    if "environment" in body:
+    if sum(k in body for k in _SOURCES) != 1:
+        raise cmd.shape_error("requirements", f"give one of {', '.join(_SOURCES)}")
+    if "containerfile" in body:  # X4a: on the configured base image, or refused
+        base = request.app.state.settings.base.container_image
+        source, kind = body["containerfile"], "containerfile"
+        if (why := dw.containerfile_problem(source, base)) is not None:
+            raise cmd.shape_error("containerfile", why)
+    elif "environment" in body:
         source, why = dw.requirements_from_environment(body["environment"])
         if why is not None:
             raise cmd.shape_error("environment", why)

@@ -21,6 +21,7 @@ where it matches the cluster's Slurm (pyslurm_api.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -53,6 +54,7 @@ from jpu.backends.slurm.parse import (
 )
 from jpu.backends.slurm.pyslurm_api import cluster_version, load_jobs, pyslurm_usable
 from jpu.backends.slurm.records import SlurmRecord, SlurmRecordStore
+from jpu.backends.workspaces import PipSite, Workspaces
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,7 @@ class SlurmSettings:
     apptainer: iso_.Apptainer | None = None  # set: Apptainer is configured
     container_runtime: str = "podman"  # X4a: for isolation: container
     podman: iso_.Podman = field(default_factory=lambda: iso_.Podman(iso_.BASE_IMAGE))
+    pip: PipSite = field(default_factory=PipSite)  # X4a: what a workspace build passes to pip
     account_template: str = "jpu-{user}"
     create_accounts: bool = True
     fallback_account: str = "nobody"
@@ -99,6 +102,11 @@ class SlurmBackend(SlurmBackfill):
             iso_.check_apptainer(settings.apptainer)  # X4: unusable is an error at start
         if self._wanted == "podman":  # X4a: checked where the agent runs (the nodes: docs)
             iso_.check_podman(settings.podman)
+        # X4a: the agent's workspace-builder role; its images go to the podman store the nodes'
+        # helper runs them from (on one machine, or a shared `container_storage`: docs)
+        self.builds_workspaces = self._wanted == "podman"
+        self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
+                                     settings.pip)  # fmt: skip
         self._records: dict[str, SlurmRecord] = {}  # by Slurm job name
         self._by_id: dict[int, str] = {}
         self._loaded = False
@@ -121,7 +129,7 @@ class SlurmBackend(SlurmBackfill):
             if existing is not None:
                 return str(existing)  # idempotent per (job_id, attempt)
             account = self.accounts.account_for(spec.user)
-            isolation = await self._isolation_for(account)
+            isolation = self._in_workspace(spec, await self._isolation_for(account))
             try:
                 await asyncio.to_thread(jobs_.prepare_output, spec, account)
             except OSError as e:
@@ -345,6 +353,16 @@ class SlurmBackend(SlurmBackfill):
             rc, _, _ = await self.cli.run([*self._as(account), *prefix, "true"], check=False)
             self._isolation[account.name] = iso_.netns(prefix if rc == 0 else [])
         return self._isolation[account.name]
+
+    def _in_workspace(self, spec: LaunchSpec, isolation: iso_.Isolation) -> iso_.Isolation:
+        """X4a: a job naming a workspace runs in the image resolved at submit, only in podman
+        (the node's helper refuses any image that is not the base or a workspace's)."""
+        if spec.workspace is None:
+            return isolation
+        if isolation.podman is None:
+            raise BackendError("workspace: needs isolation: container (podman)")
+        image = spec.workspace_image or self.workspaces.require_ready(spec.user, spec.workspace)
+        return iso_.podman(dataclasses.replace(isolation.podman, image=image))
 
     def _as(self, account: Account) -> list[str]:
         """Run a command as the job's account (root agent) or as ourselves."""

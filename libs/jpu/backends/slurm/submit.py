@@ -12,6 +12,9 @@
 * U5: `--chdir` stays JOB_OUTPUT_DIR (Slurm's WorkDir is how a restarted agent finds an adopted
   attempt's files); the wrapper then enters JPU_WORKDIR — the job's chdir — as the user, and
   fails the job with a clear line on stderr when it cannot (Slurm would silently use /tmp).
+* X4a: under podman the wrapper hands the step's environment to the node's root helper
+  (podman_job.py) through OUT/.jpu-env and execs it through sudo; a job naming a workspace runs
+  in the image resolved at submit, with its packages first on PATH.
 * X4: under Apptainer the wrapper execs `apptainer exec --containall … /bin/bash job.sh` and the
   export file carries the job's variables as APPTAINERENV_<NAME> (isolation.py).
 """
@@ -24,6 +27,7 @@ from collections.abc import Mapping
 from jpu.backends import isolation as iso_
 from jpu.backends.base import LaunchSpec
 from jpu.backends.process import DEFAULT_PATH, env_records
+from jpu.backends.workspaces import venv_env
 
 NAME_PREFIX = "jpu-"
 _PLATFORM = ("JOB_ATTEMPT", "JOB_OUTPUT_DIR", "JPU_JOB_ID", "JPU_WORKDIR")
@@ -68,6 +72,8 @@ def job_env(
             "JPU_WORKDIR": spec.workdir,  # U5: the wrapper enters it as the user
         }
     )
+    if spec.workspace is not None:  # X4a: the workspace's packages first on PATH
+        env = venv_env(env, spec.env)
     return iso_.job_env(isolation, env)
 
 

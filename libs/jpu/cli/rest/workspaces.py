@@ -1,9 +1,11 @@
 """`jpu workspace build|list|show|logs|rm` (SPEC X4a) over `/v1/workspaces`.
 
-A workspace is built on the platform's base image from a `requirements.txt` (`-r`) or a
-conda-style `environment.yml` (`-e`: its pip section and plain dependencies), the only time the
+A workspace is built on the platform's base image from a `requirements.txt` (`-r`), a
+conda-style `environment.yml` (`-e`: its pip section and plain dependencies) or a Containerfile
+(`-f`: one stage, `FROM` the platform's base image, no COPY/ADD), the only time the
 network is allowed; a job runs in it with `jpu submit --workspace NAME` (or `#JPU --workspace`,
-or JPU_WORKSPACE as the user's default). `--lab` builds the lab's shared one (lab admins).
+or the user's default: `jpu workspace default NAME`, kept by the platform; JPU_WORKSPACE is the
+CLI's own). `--lab` builds the lab's shared one (lab admins).
 """
 
 from __future__ import annotations
@@ -31,10 +33,19 @@ def add_parsers(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     src = b.add_mutually_exclusive_group()
     src.add_argument("-r", "--requirements", metavar="FILE", help="a requirements.txt")
     src.add_argument("-e", "--environment", metavar="FILE", help="a conda-style environment.yml")
+    src.add_argument(
+        "-f", "--containerfile", metavar="FILE", help="a Containerfile FROM the base image"
+    )
     b.add_argument("--lab", action="store_true", help="the lab's shared workspace (lab admins)")
     b.add_argument("--rebuild", action="store_true", help="build an existing one again")
     b.add_argument("--wait", action="store_true", help="wait until READY or FAILED")
     b.set_defaults(func=cmd_build)
+    d = verbs.add_parser(
+        "default", parents=common, help="your default workspace: jobs naming none run in it"
+    )
+    d.add_argument("name", metavar="NAME", nargs="?", help="set it (own, else the lab's)")
+    d.add_argument("--clear", action="store_true", help="jobs naming none use the base image")
+    d.set_defaults(func=cmd_default)
     ls = verbs.add_parser("list", parents=common, help="own and the lab's workspaces")
     ls.set_defaults(func=cmd_list)
     for verb, helptext, func in (
@@ -82,10 +93,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         if args.rebuild:
             ws = c.post(_path(args, "/rebuild") + ("?scope=lab" if args.lab else ""), {})
         else:
-            if not (args.requirements or args.environment):
-                raise RestError("give -r requirements.txt or -e environment.yml")
-            key = "requirements" if args.requirements else "environment"
-            body = {"name": args.name, key: Path(args.requirements or args.environment).read_text()}
+            given = [(k, f) for k in ("requirements", "environment", "containerfile")
+                     if (f := getattr(args, k))]  # fmt: skip
+            if not given:
+                raise RestError("give -r requirements.txt, -e environment.yml or -f Containerfile")
+            key, file = given[0]
+            body = {"name": args.name, key: Path(file).read_text()}
             if args.lab:
                 body["scope"] = "lab"
             ws = c.post("/v1/workspaces", body)
@@ -95,6 +108,19 @@ def cmd_build(args: argparse.Namespace) -> int:
     code = 1 if ws["state"] == "FAILED" else 0
     _emit(args, ws, render(ws) + ("\n(see: jpu workspace logs NAME)" if code else ""))
     return code
+
+
+def cmd_default(args: argparse.Namespace) -> int:
+    """Show, set or clear the user's default workspace (server-side: GET/PUT /v1/me/workspace)."""
+    if args.name and args.clear:
+        raise RestError("give NAME or --clear, not both")
+    with _client(args) as c:
+        if args.name or args.clear:
+            data = c.put("/v1/me/workspace", {"workspace": None if args.clear else args.name})
+        else:
+            data = c.get("/v1/me/workspace")
+    name = data["workspace"]
+    return _emit(args, data, f"default workspace: {name}" if name else "no default workspace")
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -1,0 +1,180 @@
+"""The node's root helper that runs a Slurm job's container (SPEC X4a on the Slurm backend).
+
+A batch script runs as the job's user, and rootless podman would need, for every mapped account,
+subordinate UID ranges, a home, a runtime directory and its own copy of every workspace image.
+Sites do what they do for other privileged steps instead: a small root-owned helper, allowed to
+everyone through sudo, that can do exactly one thing — run the platform's `podman run` (the same
+argv as the local backend's, isolation.podman_argv) as the CALLER's UID/GID:
+
+    sudo -n /usr/local/libexec/jpu-podman-job run SLURM_JOB_ID OUT WORKDIR IMAGE
+    /usr/local/libexec/jpu-podman-job cleanup SLURM_JOB_ID      (root: Slurm's Epilog)
+
+The shim at /usr/local/libexec/jpu-podman-job execs `python -I -m jpu.backends.podman_job
+--config /etc/jpu/podman-job.json …` (scripts/slurm-testcluster podman-helper writes all three).
+What the caller chooses is checked, never trusted:
+  * the UID/GID are sudo's SUDO_UID/SUDO_GID (the real caller), never root;
+  * IMAGE is the configured base image or a workspace image (WORKSPACE_IMAGE_PREFIX);
+  * OUT and WORKDIR are absolute directories the caller itself can open (checked in a child
+    that has dropped to the caller's account): a bind mount must not reach what the user cannot;
+  * podman's own options (store, shared paths, devices) come from the root-owned config only.
+The job's variables travel in OUT/.jpu-env, written by the batch script as the user and read
+inside by the loader (process.LOADER), as on the local backend: none reaches root's podman.
+The helper execs podman: Slurm's SIGTERM (and sudo's relay of it) reach the podman client,
+which passes it into the container, where `--init` passes it to the job (X5). A SIGKILL ends
+only the client, so the Epilog removes the container by name (`cleanup`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from jpu.backends import isolation as iso_
+from jpu.backends.process import ENV_FILE, LOADER
+
+CONFIG = "/etc/jpu/podman-job.json"
+SHIM = "/usr/local/libexec/jpu-podman-job"
+SLURM_PREFIX = "jpu-slurm-"  # container name: jpu-slurm-<Slurm job id>
+
+
+@dataclass(frozen=True)
+class HelperConfig:
+    podman: iso_.Podman  # base image, bin, store, shared paths, site args (CDI devices)
+    stop_timeout_s: float = 30.0
+
+
+def load(path: str) -> HelperConfig:
+    raw = json.loads(Path(path).read_text())
+    p = iso_.Podman(
+        raw["image"], bin=raw.get("bin", "podman"), storage=raw.get("storage", ""),
+        shared=tuple(raw.get("shared", ())), args=tuple(raw.get("args", ())),
+    )  # fmt: skip
+    return HelperConfig(p, float(raw.get("stop_timeout_s", 30.0)))
+
+
+def container_of(slurm_job_id: str) -> str:
+    if not slurm_job_id.isdigit():
+        raise ValueError(f"bad Slurm job id {slurm_job_id!r}")
+    return SLURM_PREFIX + slurm_job_id
+
+
+def allowed_image(config: HelperConfig, image: str) -> bool:
+    """The base image or a workspace's (built by the platform's builder): never an image the
+    caller names freely."""
+    return image == config.podman.image or (
+        image.startswith(iso_.WORKSPACE_IMAGE_PREFIX) and "/" not in image[len("localhost/") :]
+    )
+
+
+def run_argv(
+    config: HelperConfig, uid: int, gid: int, slurm_job_id: str, out: str, workdir: str,
+    image: str,
+) -> list[str]:  # fmt: skip
+    """The one `podman run` of the platform (isolation.podman_argv) for a Slurm job."""
+    p = iso_.Podman(image, config.podman.bin, config.podman.storage, config.podman.shared,
+                    config.podman.args)  # fmt: skip
+    inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{out}/{ENV_FILE}", "/bin/bash",
+             f"{out}/job.sh"]  # fmt: skip
+    wd = None if workdir == out else workdir
+    labels = {"jpu.slurm-job": slurm_job_id}
+    return iso_.podman_argv(
+        p, container_of(slurm_job_id), uid, gid, out, wd, inner, config.stop_timeout_s, labels
+    )
+
+
+def _caller() -> tuple[int, int]:
+    uid, gid = int(os.environ.get("SUDO_UID", "-1")), int(os.environ.get("SUDO_GID", "-1"))
+    if os.getuid() != 0 or uid <= 0 or gid < 0:
+        raise PermissionError("run through sudo by the job's own (non-root) account")
+    return uid, gid
+
+
+def _openable_as(uid: int, gid: int, path: str) -> bool:
+    """Whether the caller's account itself can open `path` as a directory (a forked child drops
+    to it first), and it is the same directory root sees."""
+    try:
+        mine = os.stat(path)
+    except OSError:
+        return False
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            name = pwd.getpwuid(uid).pw_name
+            os.setgroups(os.getgrouplist(name, gid))
+            os.setgid(gid)
+            os.setuid(uid)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            st = os.fstat(fd)
+            os._exit(0 if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino) else 1)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def run(config: HelperConfig, slurm_job_id: str, out: str, workdir: str, image: str) -> int:
+    uid, gid = _caller()
+    container_of(slurm_job_id)
+    if not allowed_image(config, image):
+        print(f"jpu-podman-job: image {image!r} is not the base image or a workspace's",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    dirs = []
+    for path in (out, workdir):
+        real = os.path.realpath(path)
+        if not path.startswith("/") or not _openable_as(uid, gid, real):
+            print(f"jpu-podman-job: cannot use {path!r} (not a directory you can open)",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        dirs.append(real)
+    argv = run_argv(config, uid, gid, slurm_job_id, dirs[0], dirs[1], image)
+    # root's podman gets our own environment, never the caller's
+    os.execve(_which(config.podman.bin), argv, {"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"})
+    return 127  # pragma: no cover
+
+
+def cleanup(config: HelperConfig, slurm_job_id: str) -> int:
+    """Slurm's Epilog (root): the job's container is gone when the job is (a SIGKILL after the
+    grace reaches only the podman client)."""
+    if os.getuid() != 0 or "SUDO_UID" in os.environ:
+        print("jpu-podman-job: cleanup is the Epilog's (root)", file=sys.stderr)
+        return 2
+    from jpu.backends.containers import remove
+
+    return 0 if remove(iso_.podman_base(config.podman), container_of(slurm_job_id)) else 1
+
+
+def _which(program: str) -> str:
+    from shutil import which
+
+    return which(program, path=iso_.RUNTIME_PATH) or program
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jpu-podman-job")
+    parser.add_argument("--config", default=CONFIG)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    for name in ("slurm_job_id", "out", "workdir", "image"):
+        r.add_argument(name)
+    c = sub.add_parser("cleanup")
+    c.add_argument("slurm_job_id")
+    args = parser.parse_args(argv)
+    config = load(args.config)
+    try:
+        if args.cmd == "run":
+            return run(config, args.slurm_job_id, args.out, args.workdir, args.image)
+        return cleanup(config, args.slurm_job_id)
+    except (PermissionError, ValueError) as e:
+        print(f"jpu-podman-job: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
