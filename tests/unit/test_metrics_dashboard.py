@@ -1,5 +1,6 @@
 """SPEC O4: the Grafana dashboard in the repo reads only metrics the services export — names
-derived from jpu.runtime.metrics' instruments through the real Prometheus exporter, not a hand list —
+derived from jpu.runtime.metrics' instruments through the real Prometheus exporter, not a hand
+list —
 and shows what operators watch: queue by state, cycle p99, lab usage, projection lag,
 dispatch → running latency, failovers."""
 

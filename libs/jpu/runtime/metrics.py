@@ -22,13 +22,13 @@ agent (JobDispatched → JobStarted, once the start is appended), every durable 
 The gauges read sources the edges register for as long as they run (or values set directly); the
 SDK calls them from its export thread, so a source only copies plain data.
 
-Prometheus reads the same instruments (jpu.runtime.metrics_endpoint: `/metrics`); its names follow from
-these by the exporter's rules, e.g. jpu_queue_length, jpu_dispatch_cycle_duration_seconds_bucket,
-jpu_dispatches_total.
+Prometheus reads the same instruments (jpu.runtime.metrics_endpoint: `/metrics`); its names follow
+from these by the exporter's rules, e.g. jpu_queue_length,
+jpu_dispatch_cycle_duration_seconds_bucket, jpu_dispatches_total.
 
-Instruments live on the global MeterProvider (installed by jpu.runtime.telemetry.setup_telemetry); a test
-records on its own SDK provider with `use_meter_provider(provider)` instead, since the global one
-can be set only once per process. The pure core never imports this module.
+Instruments live on the global MeterProvider (installed by jpu.runtime.telemetry.setup_telemetry); a
+test records on its own SDK provider with `use_meter_provider(provider)` instead, since the global
+one can be set only once per process. The pure core never imports this module.
 """
 
 from __future__ import annotations

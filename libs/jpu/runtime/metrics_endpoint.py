@@ -10,7 +10,8 @@ default registry at scrape time (with the process_* / python_* collectors it alr
 
 Names follow the exporter's rules: dots become underscores, the unit `s` adds `_seconds`, units
 in braces (`{job}`) add nothing, counters end in `_total`. `exported_names()` derives them from
-the instruments jpu.runtime.metrics creates, so a dashboard is checked against what the code exports.
+the instruments jpu.runtime.metrics creates, so a dashboard is checked against what the code
+exports.
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ def render(registry: CollectorRegistry | None = None) -> tuple[bytes, str]:
 
 
 def exported_names() -> set[str]:
-    """Every sample name the services export for jpu.runtime.metrics' instruments, e.g. jpu_queue_length,
-    jpu_dispatch_cycle_duration_seconds_bucket, jpu_dispatches_total: each instrument created on
-    a scratch provider, given one value, and read back through the real exporter."""
+    """Every sample name the services export for jpu.runtime.metrics' instruments, e.g.
+    jpu_queue_length, jpu_dispatch_cycle_duration_seconds_bucket, jpu_dispatches_total: each
+    instrument created on a scratch provider, given one value, and read back through the real
+    exporter."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 

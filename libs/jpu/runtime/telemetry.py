@@ -3,11 +3,10 @@
 Exporters: console when JPU_OTEL_CONSOLE=1; OTLP when its package is installed (the `otlp`
 extra) and OTEL_EXPORTER_OTLP_ENDPOINT is set; metrics (instruments in jpu.runtime.metrics) every
 OTEL_METRIC_EXPORT_INTERVAL ms, default 15000; metrics always to Prometheus too, which scrapes
-`/metrics` (jpu.runtime.metrics_endpoint: JPU_METRICS_PORT, and the gateway's own port). Otherwise spans
-are not recorded at all (a sampler that samples nothing new: spans cost almost nothing) while W3C
-trace context still flows through event headers (SPEC E5): trace ids are still created and
-propagated, only not recorded.
-The pure core never imports this module.
+`/metrics` (jpu.runtime.metrics_endpoint: JPU_METRICS_PORT, and the gateway's own port). Otherwise
+spans are not recorded at all (a sampler that samples nothing new: spans cost almost nothing) while
+W3C trace context still flows through event headers (SPEC E5): trace ids are still created and
+propagated, only not recorded. The pure core never imports this module.
 """
 
 from __future__ import annotations
