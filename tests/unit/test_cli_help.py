@@ -26,3 +26,11 @@ def test_U1_every_command_has_a_help_that_says_what_it_does() -> None:
     undescribed = [name for name, p in commands.items() if not (p.description or "").strip()]
     assert undescribed == []
     assert "like scancel" in commands["jpu cancel"].format_help()
+
+
+def test_Q10_mail_type_help_names_ARRAY_TASKS_and_the_once_per_array_default() -> None:
+    commands = dict(_commands(build_parser()))
+    for name in ("jpu submit", "jpu notify"):
+        text = " ".join(commands[name].format_help().split())  # argparse wraps lines
+        assert "ARRAY_TASKS for a notification per task of an array" in text, name
+        assert "(default: once per array)" in text, name

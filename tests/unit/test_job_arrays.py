@@ -11,7 +11,7 @@ from jpu.config import load_config
 from jpu.domain import arrays
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.codec import pack, unpack
-from jpu.domain.promotion import promoted, to_promote
+from jpu.domain.promotion import personal_reason, promoted, to_promote
 from jpu.domain.submission import array_refused, submitted
 from jpu.events import Delivered, JobEnded, JobSubmitted, subject_for
 
@@ -123,6 +123,24 @@ def test_Q7_throttle_within_user_limit_Q5() -> None:
     log = _Log()
     log.add(_array_submit("0-9%8"))
     assert log.promote(1.0) == ["a1_0", "a1_1", "a1_2"]  # max_active_jobs 3 < %8
+
+
+def test_Q7_D7_personal_reason_counts_the_tasks_promoted_at_once() -> None:
+    """Right after an array's submit, before the JobPromoted intake appends: a task beyond %N
+    reads ArrayThrottle once the tasks about to be promoted are counted; beyond the user's own
+    slots (Q5) it stays ConcurrencyLimit."""
+    log = _Log()
+    log.add(_array_submit("0-3%2"))
+    state = log.state
+    promoting = to_promote(state, None, {}, CONFIG.max_active_jobs)
+    assert promoting == ["a1_0", "a1_1"]
+    assert personal_reason(state, state.jobs["a1_3"]) == "ConcurrencyLimit"  # nothing held yet
+    assert personal_reason(state, state.jobs["a1_3"], promoting) == "ArrayThrottle"
+    assert personal_reason(state, state.jobs["a1_0"], promoting) == "ConcurrencyLimit"
+    wide = _Log()
+    wide.add(_array_submit("0-9%8"))
+    promoting = to_promote(wide.state, None, {}, CONFIG.max_active_jobs)  # 3 < %8
+    assert personal_reason(wide.state, wide.state.jobs["a1_5"], promoting) == "ConcurrencyLimit"
 
 
 def test_Q7_never_more_than_N_tasks_hold_slots_S1() -> None:

@@ -9,7 +9,7 @@ instead: it holds no slot while it waits. services/intake/promote.py appends the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import Literal
 
@@ -23,19 +23,39 @@ from jpu.policy.queue import promotions
 PersonalReason = Literal["Held", "Dependency", "ArrayThrottle", "ConcurrencyLimit"]
 
 
-def personal_reason(state: ClusterState, job: JobView) -> PersonalReason:
+def personal_reason(
+    state: ClusterState, job: JobView, promoting: Sequence[str] = ()
+) -> PersonalReason:
     """D7 for a personal-queue job: `Held` (Q9) before `Dependency` (Q8: a condition not met,
     or a singleton whose name already holds a slot), then `ArrayThrottle` (Q7: its array's
-    tasks hold `%N` slots), else `ConcurrencyLimit` (Q5)."""
+    tasks hold `%N` slots), else `ConcurrencyLimit` (Q5). `promoting`: the jobs intake promotes
+    at once (`to_promote`), e.g. an array's first tasks right after its submit, before their
+    JobPromoted: the slots they take count toward `%N`, so a task beyond it already reads
+    `ArrayThrottle` at its submit."""
     if job.held:
         return "Held"
     if job.waiting or job.never is not None:
         return "Dependency"
     if job.singleton and state.named.get((job.user, job.name), 0) > 0:
         return "Dependency"
-    if held_back(job.array_id, job.array_throttle, state.array_slots):
+    if held_back(job.array_id, job.array_throttle, array_slots(state, job, promoting)):
         return "ArrayThrottle"
     return "ConcurrencyLimit"
+
+
+def array_slots(state: ClusterState, job: JobView, promoting: Sequence[str] = ()) -> dict[str, int]:
+    """Q7: the slots `job`'s array holds (S1) and those its other tasks in `promoting` are about
+    to take (`job` itself is never counted: a task promotion lets through fits its `%N`)."""
+    if job.array_id is None:
+        return {}
+    about = sum(
+        1
+        for jid in promoting
+        if jid != job.job_id
+        and (other := state.jobs.get(jid)) is not None
+        and other.array_id == job.array_id
+    )
+    return {job.array_id: state.array_slots.get(job.array_id, 0) + about}
 
 
 def _eligible(state: ClusterState, queue: list[str]) -> list[str]:

@@ -29,10 +29,10 @@ from typing import Final, Literal
 
 import msgspec
 
-from jpu.config import Cluster
+from jpu.config import Cluster, Config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
-from jpu.domain.promotion import personal_reason
+from jpu.domain.promotion import configured_limits, personal_reason, to_promote
 from jpu.domain.states import QUEUED, JobView
 from jpu.events import (
     BackfillEnded,
@@ -80,6 +80,10 @@ QUEUE_EVENTS: Final = (
     JobCancelRequested,
     JobHeld,  # Q9: Held, then ConcurrencyLimit or Dependency (D7)
     JobReleased,
+)
+# Q5: the services' default max_active_jobs, for a `cluster` that is not a whole Config
+_DEFAULT_MAX_ACTIVE_JOBS: Final = next(
+    f.default for f in msgspec.structs.fields(Config) if f.name == "max_active_jobs"
 )
 NEAR: Final = 3  # ranks from the head within which every queue event is a step
 SAMPLES: Final = 64  # far back: at most one step per 1/SAMPLES of the wait so far
@@ -454,11 +458,13 @@ def _step(
         holders: list[str] = []
         reason: str | None = None
         if job.state == "PERSONAL_QUEUE_WAIT":  # S1: the user's jobs that hold slots now
-            reason = personal_reason(state, job)  # D7: Held (Q9), Dependency (Q8), or a slot
+            promoting = _promoting(state, cluster, job)  # Q7: what intake promotes at once
+            # D7: Held (Q9), Dependency (Q8), ArrayThrottle (Q7), or a slot
+            reason = personal_reason(state, job, promoting)
             if reason == "ConcurrencyLimit":  # until a promotion with no slot freed says not
                 holders = _slot_holders(state, job)  # (none: a limit of 0, or intake not yet)
             elif reason == "ArrayThrottle":  # Q7: the array's tasks holding its %N slots
-                holders = _array_holders(state, job)
+                holders = _array_holders(state, job, promoting)
         own = decayed(usage.get(job.lab, ZERO_USAGE), now, hl)
         return Step(
             seq=d.seq, at=now, state=job.state, rank=None, pending_reason=reason,
@@ -523,13 +529,26 @@ def _sibling(job: JobView, e: Event) -> bool:
     return e.job_id != job.job_id and e.job_id.startswith(f"{job.array_id}_")
 
 
-def _array_holders(state: ClusterState, job: JobView) -> list[str]:
-    """The tasks of `job`'s array holding its `%N` slots (Q7), lowest index first (at most
-    SLOT_HOLDERS_SHOWN)."""
+def _promoting(state: ClusterState, cluster: Cluster, job: JobView) -> list[str]:
+    """The jobs of `job`'s user that intake promotes at once (jpu.domain.promotion, Q5), e.g.
+    an array's first tasks right after its submit, before their JobPromoted follow; only for a
+    task under a `%N` (Q7), the one reason they change."""
+    if job.array_id is None or job.array_throttle is None:
+        return []
+    default = int(getattr(cluster, "max_active_jobs", _DEFAULT_MAX_ACTIVE_JOBS))
+    return to_promote(state, {job.user}, configured_limits(cluster), default)
+
+
+def _array_holders(state: ClusterState, job: JobView, promoting: Iterable[str] = ()) -> list[str]:
+    """The tasks of `job`'s array holding its `%N` slots (Q7), or taking one at once
+    (`promoting`), lowest index first (at most SLOT_HOLDERS_SHOWN)."""
+    about = set(promoting)
     mine = [
         j
         for j in state.jobs.values()
-        if j.array_id is not None and j.array_id == job.array_id and j.holds_slot
+        if j.array_id is not None
+        and j.array_id == job.array_id
+        and (j.holds_slot or j.job_id in about)
     ]
     mine.sort(key=lambda j: j.array_task or 0)
     return [j.job_id for j in mine[:SLOT_HOLDERS_SHOWN]]

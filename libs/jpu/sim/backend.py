@@ -6,7 +6,12 @@ cancels. What each of them appends is decided by the service that appends it liv
   (jpu.domain.ending.job_ended); after a GPU OOM the dispatcher's X8 decision
   is its next cycle's duty (`Simulator.duties`);
 * a cancel: `JobCancelRequested`, then the agent's end of a dispatched attempt, or the
-  dispatcher's end of a queued one, again a duty of its next cycle.
+  dispatcher's end of a queued one, again a duty of its next cycle;
+* a release (Q9): the owner's `JobReleased`, then intake's promotion.
+
+An array (Q7) is one `JobSubmitted`; its tasks are the jobs the fold derives from it
+(jpu.domain.arrays.tasks_of), each with its own attempts, end and charge, promoted under `%N` by
+jpu.domain.promotion like any job.
 
 Only the outcome of an attempt is the simulator's own (SPEC §10 workload: duration, peak VRAM,
 time limit).
@@ -16,6 +21,9 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
+from jpu.domain import arrays
 from jpu.domain.ending import job_ended
 from jpu.domain.execution import AgentJob
 from jpu.domain.holdings import gpus
@@ -24,11 +32,12 @@ from jpu.domain.states import PLACED, JobView
 from jpu.events import (
     JobCancelRequested,
     JobDispatched,
+    JobReleased,
     JobStarted,
     JobSubmitted,
 )
 from jpu.policy.placements import ever_fits
-from jpu.sim.state import CANCEL, END
+from jpu.sim.state import CANCEL, END, RELEASE
 from jpu.sim.workload import WorkloadJob
 from jpu.sim.world import World
 
@@ -36,30 +45,52 @@ _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]")
 OOM_OUTPUT = "torch.OutOfMemoryError: CUDA out of memory (simulated)"  # what X7 recognises
 
 
-def submit(sim: World, s: WorkloadJob) -> bool:
-    """Q2: a job no placement can ever run is rejected (no event); else JobSubmitted (Q4)."""
-    if not _ever_fits(sim, s):
-        sim.reject(s)
-        return False
-    event = sim.append(
-        JobSubmitted(
-            event_id="",
-            ts=sim.now,
-            job_id=s.id,
-            lab=s.lab,
-            user=s.user,
-            name=_NAME_BAD.sub("_", s.id)[:128],
-            command=f"# simulated: {s.duration_s} s",
-            num_gpus=s.num_gpus,
-            tiers=s.tiers,
-            min_vram_gb=s.min_vram_gb,
-            time_limit_s=None if s.time_limit_s is None else int(s.time_limit_s),
-            dependency=s.dependency,  # Q8: the fold resolves it as the services' does
-        )
+def request(s: WorkloadJob, now: float) -> JobSubmitted:
+    """The submit intake appends for a workload line (Q4): one event, also for an array (Q7)."""
+    return JobSubmitted(
+        event_id="",
+        ts=now,
+        job_id=s.id,
+        lab=s.lab,
+        user=s.user,
+        name=_NAME_BAD.sub("_", s.id)[:128],
+        command=f"# simulated: {s.duration_s} s",
+        num_gpus=s.num_gpus,
+        tiers=s.tiers,
+        min_vram_gb=s.min_vram_gb,
+        time_limit_s=None if s.time_limit_s is None else int(s.time_limit_s),
+        dependency=s.dependency,  # Q8: the fold resolves it as the services' does
+        hold=s.hold,  # Q9
+        array=None if s.array is None else arrays.parse(s.array, arrays.MAX_INDEX + 1),
     )
-    sim.submitted[s.id] = event
-    if s.cancel_s is not None:
-        sim.at(sim.now + s.cancel_s, CANCEL, s.id)
+
+
+def jobs_of(s: WorkloadJob) -> list[WorkloadJob]:
+    """The jobs a workload line creates: itself, or each task of its array (Q7) under the id
+    the fold gives it (jpu.domain.arrays.tasks_of); a task runs, ends and is charged as its
+    line says."""
+    if s.array is None:
+        return [s]
+    return [
+        msgspec.structs.replace(s, id=t.job_id, array=None)
+        for t in arrays.tasks_of(request(s, s.submit_s))
+    ]
+
+
+def submit(sim: World, s: WorkloadJob) -> bool:
+    """Q2: a job no placement can ever run is rejected (no event); else JobSubmitted (Q4), one
+    event for a whole array (Q7). A cancel or a release applies to every task."""
+    if not _ever_fits(sim, s):
+        for job in jobs_of(s):
+            sim.reject(job)
+        return False
+    event = sim.append(request(s, sim.now))
+    for task in arrays.tasks_of(event):
+        sim.submitted[task.job_id] = task
+        if s.cancel_s is not None:
+            sim.at(sim.now + s.cancel_s, CANCEL, task.job_id)
+        if s.release_s is not None:
+            sim.at(sim.now + s.release_s, RELEASE, task.job_id)
     return True
 
 
@@ -149,3 +180,13 @@ def on_cancel(sim: World, job_id: str) -> None:
         end(sim, job, status)
     else:
         sim.duties_due = True
+
+
+def on_release(sim: World, job_id: str) -> None:
+    """Q9: the owner releases a held job still in the personal queue; intake promotes it (Q5)
+    when a slot is free."""
+    job = sim.state.jobs.get(job_id)
+    if job is None or job.terminal or not job.held:
+        return
+    sim.append(JobReleased(event_id="", ts=sim.now, job_id=job_id, by=job.user))
+    sim.promote(job.user)

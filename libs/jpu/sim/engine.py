@@ -49,8 +49,18 @@ from jpu.sim import backend, backfill, cycles
 from jpu.sim.cluster import SimCluster
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
-from jpu.sim.state import ARRIVAL, BACKFILL, CANCEL, CYCLE, END, REJECTED, Outcome, Totals
-from jpu.sim.workload import WorkloadJob
+from jpu.sim.state import (
+    ARRIVAL,
+    BACKFILL,
+    CANCEL,
+    CYCLE,
+    END,
+    REJECTED,
+    RELEASE,
+    Outcome,
+    Totals,
+)
+from jpu.sim.workload import WorkloadError, WorkloadJob
 from jpu.sim.world import FitKey
 
 E = TypeVar("E", bound=Event)
@@ -86,6 +96,17 @@ def services_config(cluster: Cluster, params: SimParams) -> Config:
     )
 
 
+def jobs_by_id(lines: list[WorkloadJob]) -> dict[str, WorkloadJob]:
+    """Every job of the workload by id; an array's task ids must not clash with another id."""
+    out: dict[str, WorkloadJob] = {}
+    for line in lines:
+        for job in backend.jobs_of(line):
+            if job.id in out:
+                raise WorkloadError(f"job id {job.id!r} appears twice (an array's task?)")
+            out[job.id] = job
+    return out
+
+
 class Simulator:
     def __init__(
         self,
@@ -106,8 +127,9 @@ class Simulator:
         self.progress = progress
         self.on_cycle = on_cycle
         self.workload = jobs
-        self.specs: dict[str, WorkloadJob] = {j.id: j for j in jobs}
-        self.outcomes: dict[str, Outcome] = {j.id: Outcome() for j in jobs}
+        # every job the workload creates, an array's tasks each on their own (Q7)
+        self.specs: dict[str, WorkloadJob] = jobs_by_id(jobs)
+        self.outcomes: dict[str, Outcome] = {i: Outcome() for i in self.specs}
         # the simulated backend's record of in-flight jobs (what the agent folds per job)
         self.submitted: dict[str, JobSubmitted] = {}
         self.running: dict[str, JobDispatched] = {}  # job id -> the attempt it runs
@@ -237,6 +259,7 @@ class Simulator:
         return {
             END: backend.on_end,
             CANCEL: backend.on_cancel,
+            RELEASE: backend.on_release,
             ARRIVAL: Simulator._on_arrival,
             BACKFILL: backfill.on_check,
             CYCLE: Simulator._on_cycle,

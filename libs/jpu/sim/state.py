@@ -12,7 +12,7 @@ from dataclasses import dataclass
 REJECTED = "REJECTED"  # SPEC Q2: never queued, no events (a summary state only)
 
 # kinds of timed happenings, also their order within one instant: a cycle sees all of its time
-END, CANCEL, ARRIVAL, BACKFILL, CYCLE = range(5)
+END, CANCEL, RELEASE, ARRIVAL, BACKFILL, CYCLE = range(6)
 
 
 @dataclass(slots=True)

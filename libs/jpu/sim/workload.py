@@ -2,7 +2,11 @@
 
 Required keys: `id, lab, user, submit_s, num_gpus, duration_s`; optional `tiers`, `min_vram_gb`,
 `peak_vram_gb` (an attempt on a tier with less VRAM ends in a GPU OOM after `oom_after_s`),
-`oom_after_s` (default 60), `cancel_s` (seconds after submission), `time_limit_s`.
+`oom_after_s` (default 60), `cancel_s` (seconds after submission), `time_limit_s`,
+`dependency` (Q8, Slurm syntax on workload ids), `array` (Q7: Slurm's syntax, e.g. "0-9%2"; the
+line is one submit and each task a job of its own, `<id>_<index>`), `hold` with `release_s` (Q9:
+submitted held, released by its owner `release_s` seconds after submission; a workload hold
+always has a release time, so every job of a run ends).
 A bad line is reported with its line number, never silently skipped.
 """
 
@@ -12,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
+
+from jpu.domain import arrays
 
 DEFAULT_OOM_AFTER_S = 60.0
 
@@ -34,6 +40,9 @@ class WorkloadJob(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     cancel_s: float | None = None
     time_limit_s: float | None = None
     dependency: str | None = None  # Q8, Slurm syntax on workload ids (afterok:ID, singleton)
+    array: str | list[int] | None = None  # Q7: "0-99%8", "0-9:2", "1,5,9" or indices
+    hold: bool = False  # Q9: submitted held ...
+    release_s: float | None = None  # ... and released this many seconds after submission
 
 
 _decoder = msgspec.json.Decoder(WorkloadJob)
@@ -48,6 +57,15 @@ def _check(job: WorkloadJob) -> None:
         raise ValueError(f"num_gpus must be 1..8, got {job.num_gpus}")
     if job.oom_after_s < 0 or (job.cancel_s is not None and job.cancel_s < 0):
         raise ValueError("oom_after_s and cancel_s must be >= 0")
+    if job.hold != (job.release_s is not None):
+        raise ValueError("hold and release_s go together (a held job is released at release_s)")
+    if job.release_s is not None and job.release_s < 0:
+        raise ValueError("release_s must be >= 0")
+    if job.array is not None:
+        try:
+            arrays.parse(job.array, arrays.MAX_INDEX + 1)  # Q7, as intake parses it
+        except arrays.ArrayProblem as e:
+            raise ValueError(f"array: {e}") from e
 
 
 def parse_lines(lines: Iterable[bytes | str], source: str = "<workload>") -> Iterator[WorkloadJob]:
@@ -94,4 +112,6 @@ def _compact(job: WorkloadJob) -> dict[str, object]:
     d = msgspec.structs.asdict(job)
     if d["oom_after_s"] == DEFAULT_OOM_AFTER_S:
         del d["oom_after_s"]
+    if not d["hold"]:
+        del d["hold"]
     return {k: v for k, v in d.items() if v is not None}

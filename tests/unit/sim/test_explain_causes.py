@@ -172,6 +172,62 @@ def test_why_a_task_beyond_its_arrays_throttle_names_the_tasks_holding_it_Q7_D7(
     assert "ArrayThrottle" in reasons and reasons[-1] is None and t.steps[-1].rank == 1
 
 
+def test_why_Q7_a_task_beyond_the_throttle_reads_ArrayThrottle_from_its_submit(
+    config: Config,
+) -> None:
+    """An array `0-3%2`: at its submit, before intake's JobPromoted of A_0 and A_1 follow, task
+    A_3 already waits for the array's %2 (the tasks about to take it), never ConcurrencyLimit."""
+    log = Log()
+    log.submit("A", "bcg-alice", "BCG", 0.0, array=JobArray(tasks=[0, 1, 2, 3], throttle=2,
+                                                             spec="0-3%2"))  # fmt: skip
+    t, _ = story(log, "A_3", config, 0.0)
+    (first,) = t.steps
+    assert first.cause is not None and first.cause.kind == "submitted"
+    assert (first.pending_reason, first.slot_holders) == ("ArrayThrottle", ["A_0", "A_1"])
+    for k in (0, 1):
+        log.promote(f"A_{k}", 0.0)
+    t, _ = story(log, "A_3", config, 10.0)
+    assert {s.pending_reason for s in t.steps} == {"ArrayThrottle"}
+    t, _ = story(log, "A_0", config, 10.0)  # promoted at once: it waited for nothing (S1)
+    assert [s.pending_reason for s in t.steps if s.state == "PERSONAL_QUEUE_WAIT"] == [None]
+
+
+def test_why_Q7_a_throttle_above_the_users_slots_reads_ConcurrencyLimit_at_submit(
+    config: Config,
+) -> None:
+    """`0-4%4` with bcg-alice's 3 slots (Q5): the user's limit, not the %4, holds A_3 and A_4."""
+    assert config.max_active_jobs == 3
+    log = Log()
+    log.submit("A", "bcg-alice", "BCG", 0.0, array=JobArray(tasks=[0, 1, 2, 3, 4], throttle=4,
+                                                             spec="0-4%4"))  # fmt: skip
+    for task in ("A_3", "A_4"):
+        t, _ = story(log, task, config, 0.0)
+        assert [s.pending_reason for s in t.steps] == ["ConcurrencyLimit"], task
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_why_Q7_ArrayThrottle_at_submit_is_one_sentence_in_cli_and_console(
+    config: Config, lang: str
+) -> None:
+    """The CLI (jpu.cli.why) and the console (why.js `whyReason`: the step's slot_holders
+    joined by ", " into its why.reason.ArrayThrottle string, console.js `fill`) say the same
+    sentence for the submit step of a throttled task."""
+    log = Log()
+    log.submit("A", "bcg-alice", "BCG", 0.0, array=JobArray(tasks=[0, 1, 2], throttle=1,
+                                                             spec="0-2%1"))  # fmt: skip
+    _, wait = story(log, "A_2", config, 0.0)
+    step = wait["steps"][0]
+    assert step["pending_reason"] == "ArrayThrottle"
+    js_params = {"user": wait["user"], "jobs": ", ".join(step["slot_holders"])}
+    template = _js_strings(lang)["why.reason.ArrayThrottle"]
+    console = re.sub(r"\{(\w+)\}", lambda m: js_params.get(m.group(1), m.group(0)), template)
+    assert "A_0" in console and "{" not in console
+    assert console in render(wait, lang)
+    js = WHY_JS.read_text()
+    body = js[js.index("function whyReason") : js.index("function whyNodes")]
+    assert '"ArrayThrottle"].includes(s.pending_reason)' in body  # it fills {jobs} for it
+
+
 def oom_story(config: Config) -> Log:
     """M (BCG) runs out of memory on a 12 GB rtx3080ti while OSL fills every rtx4090; its retry
     (min_vram_gb 13, X8) waits beside idle 3080 Ti; OSL's o5 enters ahead and takes one;

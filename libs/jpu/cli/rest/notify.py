@@ -32,7 +32,8 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--mail-type",
         metavar="KINDS",
-        help="default kinds: BEGIN,END,FAIL,REQUEUE (an OOM retry), ALL or NONE",
+        help="default kinds: BEGIN,END,FAIL,REQUEUE (an OOM retry), ALL or NONE; add "
+        "ARRAY_TASKS for a notification per task of an array (default: once per array)",
     )
     p.add_argument("--off", action="store_true", help="no notifications by default (NONE)")
     p.set_defaults(func=cmd_notify)

@@ -65,7 +65,8 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         "--mail-type",
         metavar="KINDS",
         help="notify on BEGIN,END,FAIL,REQUEUE (an OOM retry), ALL or NONE, like sbatch "
-        "(default: your `jpu notify` settings)",
+        "(default: your `jpu notify` settings); add ARRAY_TASKS for a notification per task "
+        "of an array (default: once per array)",
     )
     s.add_argument("--mail-user", metavar="ADDRESS", help="e-mail address for this job")
     s.add_argument(
