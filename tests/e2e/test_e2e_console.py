@@ -691,6 +691,33 @@ async def test_X4a_workspaces_view_lists_state_and_shows_the_build_log(
     await expect(page.locator("#ws-rows")).to_contain_text("No workspaces")
 
 
+async def test_X4a_workspaces_view_shows_sets_and_clears_the_users_default_workspace(
+    stack: Stack, browser_page: Page
+) -> None:
+    """The workspaces page shows the user's default (PUT /v1/me/workspace), sets it from a row
+    and clears it; each change is the API's (GET /v1/me/workspace agrees)."""
+    page = browser_page
+    erin = stack.api("osl-erin")
+    r = erin.http.post("/v1/workspaces", json={"name": "console-def", "requirements": "six\n"})
+    assert r.status_code in (202, 409), r.text  # 409: built by an earlier run of this module
+    assert erin.http.put("/v1/me/workspace", json={"workspace": None}).status_code == 200
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, "workspaces")
+    await _english(page)
+    await expect(page.locator("#ws-default")).to_have_text("none (the base image)")
+    await expect(page.locator("#ws-default-clear")).to_be_hidden()
+    row = page.locator("#ws-rows tr", has_text="console-def")
+    await row.locator("button.ws-make-default").click()
+    await expect(page.locator("#ws-default")).to_have_text("console-def")
+    await expect(row.locator(".ws-is-default")).to_have_text("default")
+    assert erin.http.get("/v1/me/workspace").json()["workspace"] == "console-def"
+    await _shot(page, "workspaces-default.png")
+    await page.click("#ws-default-clear")
+    await expect(page.locator("#ws-default")).to_have_text("none (the base image)")
+    await expect(row.locator("button.ws-make-default")).to_be_visible()
+    assert erin.http.get("/v1/me/workspace").json()["workspace"] is None
+
+
 async def test_Q7_Q8_jobs_view_shows_an_array_as_one_expandable_row_and_a_jobs_dependency_chain(
     stack: Stack, browser_page: Page
 ) -> None:

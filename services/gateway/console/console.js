@@ -10,6 +10,8 @@ const STRINGS = {
     "nav.workspaces": "Workspaces", "ws.title": "Workspaces", "ws.empty": "No workspaces. Build one with `jpu workspace build NAME -r requirements.txt`.",
     "ws.scope": "Scope", "ws.owner": "Owner", "ws.reason": "Reason", "ws.size": "Size", "ws.created": "Created",
     "ws.log": "Build log of {name}", "ws.nolog": "(no build log yet: it is building)",
+    "ws.default": "Your default workspace (a job that names none runs in it)", "ws.default_none": "none (the base image)",
+    "ws.default_clear": "Clear default", "ws.make_default": "Make default", "ws.is_default": "default",
     "token.missing": "Type your API token (top right) to see the cluster.",
     "token.rejected": "This API token was not accepted: it is mistyped, revoked or expired. Paste a valid one top right (it starts as you received it, e.g. demo-bcg-alice); an admin creates tokens with `jpu-admin token create USER`.",
     "submit.env_bad": "Environment line {n} (\"{line}\") has no \"=\": write KEY=VALUE, one per line. Nothing was submitted.",
@@ -153,6 +155,8 @@ const STRINGS = {
     "nav.workspaces": "작업 환경", "ws.title": "작업 환경", "ws.empty": "작업 환경이 없습니다. `jpu workspace build NAME -r requirements.txt`로 만드세요.",
     "ws.scope": "범위", "ws.owner": "소유자", "ws.reason": "사유", "ws.size": "크기", "ws.created": "생성 시각",
     "ws.log": "{name}의 빌드 로그", "ws.nolog": "(아직 빌드 로그가 없습니다: 빌드 중입니다)",
+    "ws.default": "기본 작업 환경 (작업 환경을 지정하지 않은 작업이 여기서 실행됩니다)", "ws.default_none": "없음 (기본 이미지)",
+    "ws.default_clear": "기본값 해제", "ws.make_default": "기본값으로", "ws.is_default": "기본값",
     "token.missing": "오른쪽 위에 API 토큰을 입력하면 클러스터 현황을 볼 수 있습니다.",
     "token.rejected": "이 API 토큰은 받아들여지지 않았습니다: 잘못 입력했거나 폐기되었거나 만료되었습니다. 오른쪽 위에 올바른 토큰을 붙여 넣으세요 (받은 그대로, 예: demo-bcg-alice). 관리자는 `jpu-admin token create USER`로 토큰을 만듭니다.",
     "submit.env_bad": "환경 변수 {n}번째 줄(\"{line}\")에 \"=\"가 없습니다: 한 줄에 KEY=VALUE로 쓰세요. 아무것도 제출하지 않았습니다.",
@@ -786,10 +790,23 @@ async function loadJobs() {
   return draw;
 }
 
-// SPEC X4a: workspaces (own and the lab's) with their state; `#/workspaces/<scope>:<name>` shows
-// that one's build log below the list
+// SPEC X4a: the user's default workspace (PUT /v1/me/workspace; null clears it), then the view again
+async function setDefaultWorkspace(name) {
+  try {
+    await api("/v1/me/workspace", { method: "PUT", body: JSON.stringify({ workspace: name }) });
+    showError(null); render();
+  } catch (e) { showError(e); }
+}
+
+// The row a default name means: the user's own workspace of that name, else the lab's (X4a)
+const isDefault = (w, all, name) => w.name === name
+  && (w.scope === "user" || !all.some((o) => o.scope === "user" && o.name === name));
+
+// SPEC X4a: workspaces (own and the lab's) with their state, and the user's default (set from a
+// row, cleared above the list); `#/workspaces/<scope>:<name>` shows that one's build log below
 async function loadWorkspaces(arg) {
-  const r = await api("/v1/workspaces");
+  const [r, mine] = await Promise.all([api("/v1/workspaces"), api("/v1/me/workspace")]);
+  const all = r.workspaces || [], current = mine.workspace;
   const [scope, name] = arg ? arg.split(/:(.*)/s) : [];
   let log = null;
   if (name) {  // text/plain, not JSON: read as text (its errors are the §8 envelope)
@@ -797,15 +814,25 @@ async function loadWorkspaces(arg) {
     const resp = await fetch(`/v1/workspaces/${encodeURIComponent(name)}/log?scope=${scope}`, { headers });
     log = resp.ok ? await resp.text() : `(${resp.status} ${(await resp.json().catch(() => ({}))).error?.message || ""})`;
   }
+  const mark = (w) => {
+    if (isDefault(w, all, current)) return h("strong", { class: "ws-is-default" }, t("ws.is_default"));
+    if (!isDefault(w, all, w.name)) return "";  // a lab's workspace behind an own one of its name
+    const b = h("button", { type: "button", class: "ws-make-default" }, t("ws.make_default"));
+    b.onclick = () => setDefaultWorkspace(w.name);
+    return b;
+  };
   return () => {
-    setRows($("ws-rows"), JSON.stringify(r.workspaces), () => {
-      const rows = (r.workspaces || []).map((w) => h("tr", {},
+    $("ws-default").textContent = current || t("ws.default_none");
+    $("ws-default-clear").hidden = !current;
+    $("ws-default-clear").onclick = () => setDefaultWorkspace(null);
+    setRows($("ws-rows"), JSON.stringify([all, current]), () => {
+      const rows = all.map((w) => h("tr", {},
         h("td", {}, h("a", { href: `#/workspaces/${w.scope}:${encodeURIComponent(w.name)}` }, w.name)),
         h("td", {}, w.scope), h("td", {}, w.scope === "lab" ? w.lab : w.user),
         h("td", {}, w.state), h("td", { class: "wrap" }, w.reason || ""),
         h("td", { class: "num" }, w.size ? `${Math.round(w.size / 1048576)} MiB` : "–"),
-        h("td", {}, w.created_at ? fmtTime(w.created_at) : "–")));
-      return rows.length ? rows : [h("tr", {}, h("td", { colspan: 7 }, t("ws.empty")))];
+        h("td", {}, w.created_at ? fmtTime(w.created_at) : "–"), h("td", {}, mark(w))));
+      return rows.length ? rows : [h("tr", {}, h("td", { colspan: 8 }, t("ws.empty")))];
     });
     $("ws-log-title").textContent = name ? tf("ws.log", { name }) : "";
     $("ws-log").textContent = name ? (typeof log === "string" && log ? log : t("ws.nolog")) : "";
@@ -1149,7 +1176,7 @@ const CLEAR = {
   pool: () => { clearRows($("pool-cards")); },
   labs: () => { clearRows($("lab-rows")); $("usage-chart").replaceChildren(); },
   jobs: () => { clearRows($("job-rows")); },
-  workspaces: () => { clearRows($("ws-rows")); $("ws-log").textContent = ""; },
+  workspaces: () => { clearRows($("ws-rows")); $("ws-log").textContent = ""; $("ws-default").textContent = ""; },
   job: (id) => clearJob(id),
   charges: () => { clearRows($("charge-rows")); $("charges-summary").textContent = ""; $("charges-lab").textContent = ""; },
 };
