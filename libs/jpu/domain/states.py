@@ -196,13 +196,20 @@ class JobView:
         return self.state == "CANCELLING" and self.placement is not None
 
     def gpu_holdings(self) -> dict[GpuKey, str]:
-        held: dict[GpuKey, str] = {}
-        if self.reservation is not None:
-            r = self.reservation
-            held.update({(r.node, r.tier, i): f"reserved:{self.job_id}" for i in r.gpus})
-        if self.placement is not None:
-            node, tier, gpus = self.placement
-            held.update({(node, tier, i): f"job:{self.job_id}" for i in gpus})
+        # called several times per event by every fold (P1): one tag string per call, not per GPU
+        r, placement = self.reservation, self.placement
+        if r is None:
+            if placement is None:
+                return {}
+            node, tier, gpus = placement
+            tag = f"job:{self.job_id}"
+            return {(node, tier, i): tag for i in gpus}
+        reserved = f"reserved:{self.job_id}"
+        held = {(r.node, r.tier, i): reserved for i in r.gpus}
+        if placement is not None:
+            node, tier, gpus = placement
+            tag = f"job:{self.job_id}"
+            held.update({(node, tier, i): tag for i in gpus})
         return held
 
 

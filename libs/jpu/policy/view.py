@@ -94,9 +94,7 @@ class LabView:
             self._chunks.append(chunk)
             self.order += chunk.ids
             self.cid_rank += chunk.cids
-        self.present: set[int] = set()
-        for chunk in self._chunks:
-            self.present.update(chunk.cids)
+        self.present: set[int] = set(self.cid_rank)  # the same adds, in the same order
 
         def rank(j: QueuedJob) -> int:
             k = chunk_of[j.lab]

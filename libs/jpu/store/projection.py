@@ -11,10 +11,13 @@ and a batch that reaches the transaction again after a crash changes nothing.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from itertools import islice
+from operator import lt
 from typing import TYPE_CHECKING, Final, Protocol, cast, runtime_checkable
 
 import asyncpg
@@ -22,7 +25,7 @@ import msgspec
 from nats.aio.msg import Msg
 
 from jpu.bus.model import Delivered
-from jpu.bus.ordered import follow_ordered
+from jpu.bus.ordered import follow_ordered, sequences
 from jpu.events import decode
 from jpu.runtime.metrics import count_fault, sample_lag
 from jpu.store.faults import TRANSIENT, Fault, record_faults
@@ -83,6 +86,12 @@ async def _lock_positions(conn: asyncpg.Connection, names: Sequence[str]) -> dic
 
 
 def _fresh(batch: Sequence[Delivered], last: int, upto: int | None = None) -> list[Delivered]:
+    """The events after `last` (up to `upto`), once each, in seq order."""
+    seqs = [d.seq for d in batch]
+    if all(map(lt, seqs, islice(seqs, 1, None))):  # the log's order (a rebuild's chunks): a slice
+        lo = bisect.bisect_right(seqs, last)
+        hi = len(seqs) if upto is None else bisect.bisect_right(seqs, upto)
+        return list(batch[lo:hi])
     by_seq = {d.seq: d for d in batch if d.seq > last and (upto is None or d.seq <= upto)}
     return [by_seq[s] for s in sorted(by_seq)]
 
@@ -196,7 +205,7 @@ def decode_batch(msgs: Sequence[Msg], names: Sequence[str]) -> tuple[list[Delive
     ok: list[Delivered] = []
     bad: list[Fault] = []
     for m in msgs:
-        seq = m.metadata.sequence.stream
+        seq = sequences(m)[0]
         try:
             ok.append(Delivered(seq, m.subject, decode(m.data), dict(m.headers or {})))
         except (msgspec.DecodeError, msgspec.ValidationError) as e:

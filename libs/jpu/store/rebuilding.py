@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Final, cast
 import asyncpg
 
 from jpu.bus.model import Delivered
-from jpu.bus.ordered import follow_ordered
+from jpu.bus.ordered import follow_ordered, sequences
 from jpu.store.faults import TRANSIENT, Fault, record_faults
 from jpu.store.projection import (
     Projection,
@@ -119,7 +119,7 @@ async def _read_log(
     )  # fmt: skip
     async with contextlib.aclosing(reader) as batches:
         async for msgs in batches:
-            inside = [m for m in msgs if m.metadata.sequence.stream <= end]
+            inside = [m for m in msgs if sequences(m)[0] <= end]
             chunk, bad = decode_batch(inside, names)
             if until_ts is not None and any(d.event.ts > until_ts for d in chunk):
                 cut = next(d.seq for d in chunk if d.event.ts > until_ts)

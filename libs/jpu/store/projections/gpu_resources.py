@@ -102,8 +102,10 @@ class _Pool:
             before = job.gpu_holdings()
             apply_job_event(job, d)  # the services' own fold (jpu.domain.states)
             after = job.gpu_holdings()
-            hold(self.holders, before, after)
             self.changed_views.add(e.job_id)
+            if before == after and all(self.holders.get(k) == t for k, t in after.items()):
+                return  # most events move no GPU: `hold` and the rows (P1) would stay as they are
+            hold(self.holders, before, after)
             self._show([*before, *after], d.seq)
 
     def _show(self, keys: Iterable[GpuKey], seq: int) -> None:
