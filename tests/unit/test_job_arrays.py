@@ -14,6 +14,8 @@ from jpu.domain.codec import pack, unpack
 from jpu.domain.promotion import personal_reason, promoted, to_promote
 from jpu.domain.submission import array_refused, submitted
 from jpu.events import Delivered, JobEnded, JobSubmitted, subject_for
+from jpu.explain.queue_at import fold_until, queue_at
+from jpu.explain.wait import wait_timeline
 
 CONFIG = load_config(None)
 
@@ -141,6 +143,26 @@ def test_Q7_D7_personal_reason_counts_the_tasks_promoted_at_once() -> None:
     wide.add(_array_submit("0-9%8"))
     promoting = to_promote(wide.state, None, {}, CONFIG.max_active_jobs)  # 3 < %8
     assert personal_reason(wide.state, wide.state.jobs["a1_5"], promoting) == "ConcurrencyLimit"
+
+
+def test_Q7_D7_a_task_beyond_N_reads_ArrayThrottle_in_why_and_queue_at_at_its_submit() -> None:
+    """One truth (jpu.domain.promotion.personal_standing): at the submit instant of `0-3%2`,
+    before intake's JobPromoted follow, `jpu why` and the queue at that moment (F5) give every
+    task the same reason: a3 and a2 wait for the %2 the tasks about to be promoted take."""
+    event = _array_submit("0-3%2")
+    log = [Delivered(1, subject_for(event), event, {})]
+    q = queue_at(fold_until(log, event.ts, CONFIG), event.ts, CONFIG)
+    at_submit = {e.job_id: e.pending_reason for e in q.queue}
+    assert at_submit == {
+        "a1_0": "ConcurrencyLimit",
+        "a1_1": "ConcurrencyLimit",
+        "a1_2": "ArrayThrottle",
+        "a1_3": "ArrayThrottle",
+    }
+    for jid in ("a1_2", "a1_3"):
+        (step,) = wait_timeline(log, jid, CONFIG).steps
+        assert step.pending_reason == at_submit[jid] == "ArrayThrottle", jid
+        assert step.slot_holders == ["a1_0", "a1_1"]
 
 
 def test_Q7_never_more_than_N_tasks_hold_slots_S1() -> None:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import islice
-from typing import Literal
+from typing import Final, Literal
 
-from jpu.config import Cluster
+import msgspec
+
+from jpu.config import Cluster, Config
 from jpu.domain.arrays import held_back, throttle_allows
 from jpu.domain.cluster import ClusterState
 from jpu.domain.states import JobView
@@ -21,6 +23,29 @@ from jpu.events import JobPromoted
 from jpu.policy.queue import promotions
 
 PersonalReason = Literal["Held", "Dependency", "ArrayThrottle", "ConcurrencyLimit"]
+# Q5: the services' default max_active_jobs, for a `cluster` that is not a whole Config
+DEFAULT_MAX_ACTIVE_JOBS: Final = next(
+    f.default for f in msgspec.structs.fields(Config) if f.name == "max_active_jobs"
+)
+
+
+def personal_standing(
+    state: ClusterState, cluster: Cluster, job: JobView
+) -> tuple[PersonalReason, list[str]]:
+    """D7 for a personal-queue job as every view reads it (jpu why, the queue at a past moment):
+    its `personal_reason` counting what intake promotes at once (Q7), and those jobs."""
+    promoting = promoting_now(state, cluster, job)
+    return personal_reason(state, job, promoting), promoting
+
+
+def promoting_now(state: ClusterState, cluster: Cluster, job: JobView) -> list[str]:
+    """The jobs of `job`'s user that intake promotes at once (Q5, `to_promote`), e.g. an array's
+    first tasks right after its submit, before their JobPromoted follow; only for a task under
+    a `%N` (Q7), the one reason they change."""
+    if job.array_id is None or job.array_throttle is None:
+        return []
+    default = int(getattr(cluster, "max_active_jobs", DEFAULT_MAX_ACTIVE_JOBS))
+    return to_promote(state, {job.user}, configured_limits(cluster), default)
 
 
 def personal_reason(

@@ -14,7 +14,7 @@ import msgspec
 from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
-from jpu.domain.promotion import personal_reason  # D7 in the personal queue (Q5, Q8, Q9)
+from jpu.domain.promotion import personal_standing  # D7 in the personal queue (Q5, Q7-Q9)
 from jpu.domain.states import PLACED, JobView
 from jpu.events import Delivered
 from jpu.policy.cycle import cycle
@@ -114,7 +114,7 @@ def queue_at(
         _entry(
             state.jobs[jid],
             None,
-            personal_reason(state, state.jobs[jid]),
+            personal_standing(state, cluster, state.jobs[jid])[0],
             usage(state.jobs[jid].lab),
         )
         for user in sorted(state.personal)

@@ -29,10 +29,10 @@ from typing import Final, Literal
 
 import msgspec
 
-from jpu.config import Cluster, Config
+from jpu.config import Cluster
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
-from jpu.domain.promotion import configured_limits, personal_reason, to_promote
+from jpu.domain.promotion import personal_standing
 from jpu.domain.states import QUEUED, JobView
 from jpu.events import (
     BackfillEnded,
@@ -80,10 +80,6 @@ QUEUE_EVENTS: Final = (
     JobCancelRequested,
     JobHeld,  # Q9: Held, then ConcurrencyLimit or Dependency (D7)
     JobReleased,
-)
-# Q5: the services' default max_active_jobs, for a `cluster` that is not a whole Config
-_DEFAULT_MAX_ACTIVE_JOBS: Final = next(
-    f.default for f in msgspec.structs.fields(Config) if f.name == "max_active_jobs"
 )
 NEAR: Final = 3  # ranks from the head within which every queue event is a step
 SAMPLES: Final = 64  # far back: at most one step per 1/SAMPLES of the wait so far
@@ -458,9 +454,9 @@ def _step(
         holders: list[str] = []
         reason: str | None = None
         if job.state == "PERSONAL_QUEUE_WAIT":  # S1: the user's jobs that hold slots now
-            promoting = _promoting(state, cluster, job)  # Q7: what intake promotes at once
-            # D7: Held (Q9), Dependency (Q8), ArrayThrottle (Q7), or a slot
-            reason = personal_reason(state, job, promoting)
+            # D7: Held (Q9), Dependency (Q8), ArrayThrottle (Q7: counting what intake
+            # promotes at once), or a slot
+            reason, promoting = personal_standing(state, cluster, job)
             if reason == "ConcurrencyLimit":  # until a promotion with no slot freed says not
                 holders = _slot_holders(state, job)  # (none: a limit of 0, or intake not yet)
             elif reason == "ArrayThrottle":  # Q7: the array's tasks holding its %N slots
@@ -527,16 +523,6 @@ def _sibling(job: JobView, e: Event) -> bool:
     if not isinstance(e, JobPromoted | JobEnded | JobRetryDeclined):
         return False
     return e.job_id != job.job_id and e.job_id.startswith(f"{job.array_id}_")
-
-
-def _promoting(state: ClusterState, cluster: Cluster, job: JobView) -> list[str]:
-    """The jobs of `job`'s user that intake promotes at once (jpu.domain.promotion, Q5), e.g.
-    an array's first tasks right after its submit, before their JobPromoted follow; only for a
-    task under a `%N` (Q7), the one reason they change."""
-    if job.array_id is None or job.array_throttle is None:
-        return []
-    default = int(getattr(cluster, "max_active_jobs", _DEFAULT_MAX_ACTIVE_JOBS))
-    return to_promote(state, {job.user}, configured_limits(cluster), default)
 
 
 def _array_holders(state: ClusterState, job: JobView, promoting: Iterable[str] = ()) -> list[str]:

@@ -16,6 +16,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 import nats
 from nats.js import JetStreamContext
@@ -27,29 +28,33 @@ CLUSTER_NAME = "jpu"
 _READY_TIMEOUT_S = 30.0
 
 
-class NatsCluster:
-    """`size` clustered nats-servers named n1..nN, all routed to each other (size 1: one plain
-    server named n1)."""
+class NatsNode(Protocol):
+    """One node of `NodeCluster`: a client URL that survives a restart, started and stopped."""
 
-    def __init__(self, data_dir: Path, size: int = 3, host: str = "127.0.0.1") -> None:
-        self.host = host
-        route_ports = [free_port(host) for _ in range(size)]
-        routes = ",".join(f"nats://{host}:{p}" for p in route_ports)
-        self.nodes: dict[str, KillableNats] = {}
-        for i, route_port in enumerate(route_ports, start=1):
-            name = f"n{i}"
-            args = ["-n", name]
-            if size > 1:  # one node: a plain server, no cluster of one
-                args += ["--cluster_name", CLUSTER_NAME]
-                args += ["--cluster", f"nats://{host}:{route_port}", "--routes", routes]
-            self.nodes[name] = KillableNats(Path(data_dir) / name, host=host, extra_args=args)
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> str: ...
+
+    def stop(self) -> None: ...
+
+
+NodeT = TypeVar("NodeT", bound=NatsNode)
+
+
+class NodeCluster(Generic[NodeT]):
+    """Nodes n1..nN behind one interface (`jpu.testing.servers.NatsServers`), written once for
+    the embedded `NatsCluster` and the containers one; a subclass fills `nodes` and says how one
+    node is SIGKILLed (`_kill_node`) and put away at the end (`_end_node`)."""
+
+    nodes: dict[str, NodeT]
 
     @property
     def urls(self) -> str:
         """Every node's client URL, comma-separated (JPU_NATS_URL's form)."""
         return ",".join(n.url for n in self.nodes.values())
 
-    def node(self, name: str) -> KillableNats:
+    def node(self, name: str) -> NodeT:
         return self.nodes[name]
 
     def start(self) -> str:
@@ -58,12 +63,39 @@ class NatsCluster:
         return self.urls
 
     def kill(self, name: str) -> None:
-        """SIGKILL one node and wait until it is gone (its store stays for a restart)."""
-        wait_exited(self.nodes[name].kill())
+        """SIGKILL one node and return once it is gone (its store stays for a restart)."""
+        self._kill_node(self.nodes[name])
 
     def stop(self) -> None:
         for n in self.nodes.values():
-            n.stop()
+            self._end_node(n)
+
+    def _kill_node(self, node: NodeT) -> None:
+        raise NotImplementedError
+
+    def _end_node(self, node: NodeT) -> None:
+        node.stop()
+
+
+class NatsCluster(NodeCluster[KillableNats]):
+    """`size` clustered nats-servers named n1..nN, all routed to each other (size 1: one plain
+    server named n1)."""
+
+    def __init__(self, data_dir: Path, size: int = 3, host: str = "127.0.0.1") -> None:
+        self.host = host
+        route_ports = [free_port(host) for _ in range(size)]
+        routes = ",".join(f"nats://{host}:{p}" for p in route_ports)
+        self.nodes = {}
+        for i, route_port in enumerate(route_ports, start=1):
+            name = f"n{i}"
+            args = ["-n", name]
+            if size > 1:  # one node: a plain server, no cluster of one
+                args += ["--cluster_name", CLUSTER_NAME]
+                args += ["--cluster", f"nats://{host}:{route_port}", "--routes", routes]
+            self.nodes[name] = KillableNats(Path(data_dir) / name, host=host, extra_args=args)
+
+    def _kill_node(self, node: KillableNats) -> None:
+        wait_exited(node.kill())
 
 
 async def wait_jetstream(urls: str, timeout_s: float = _READY_TIMEOUT_S) -> None:

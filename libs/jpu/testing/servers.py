@@ -43,7 +43,7 @@ import pytest
 from jpu.embedded.base import free_port
 from jpu.embedded.nats import _accepts
 from jpu.testing.crash import KillablePostgres
-from jpu.testing.nats_cluster import CLUSTER_NAME, NatsCluster
+from jpu.testing.nats_cluster import CLUSTER_NAME, NatsCluster, NatsNode, NodeCluster
 
 if TYPE_CHECKING:
     from testcontainers.core.container import DockerContainer
@@ -61,15 +61,6 @@ class NoContainerEngine(RuntimeError):
 
 
 # --- the handles a test gets -------------------------------------------------------------------
-
-
-class NatsNode(Protocol):
-    @property
-    def url(self) -> str: ...
-
-    def start(self) -> str: ...
-
-    def stop(self) -> None: ...
 
 
 class NatsServers(Protocol):
@@ -293,7 +284,7 @@ class ContainerNatsNode:
             c.stop()  # testcontainers' stop: remove, with its volumes
 
 
-class ContainerNatsCluster:
+class ContainerNatsCluster(NodeCluster[ContainerNatsNode]):
     """`size` nats-server containers n1..nN on a private network, routed by name."""
 
     def __init__(self, image: str, size: int = 3) -> None:
@@ -312,24 +303,14 @@ class ContainerNatsCluster:
             for i in range(1, size + 1)
         }
 
-    @property
-    def urls(self) -> str:
-        return ",".join(n.url for n in self.nodes.values())
+    def _kill_node(self, node: ContainerNatsNode) -> None:
+        node.kill()  # returns once the container has exited
 
-    def node(self, name: str) -> ContainerNatsNode:
-        return self.nodes[name]
-
-    def start(self) -> str:
-        for n in self.nodes.values():
-            n.start()
-        return self.urls
-
-    def kill(self, name: str) -> None:
-        self.nodes[name].kill()
+    def _end_node(self, node: ContainerNatsNode) -> None:
+        node.remove()
 
     def stop(self) -> None:
-        for n in self.nodes.values():
-            n.remove()
+        super().stop()
         with contextlib.suppress(Exception):  # already gone
             self.network.remove()
 
