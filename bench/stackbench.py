@@ -41,6 +41,9 @@ def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+_LOG_TAIL = 20  # lines of a restarted service's log shown on exit
+
+
 class BenchStack:
     """Servers + selected services in a temporary data dir; everything stops on exit."""
 
@@ -104,6 +107,15 @@ class BenchStack:
             await self.supervisor.stop()
         self.postgres.stop()
         self.nats.stop()
+        restarted = [c for c in self.supervisor.children if c.restarts] if self.supervisor else []
+        if restarted:  # a service died mid-run: keep its log, the only account of why
+            for c in restarted:
+                progress(f"  {c.name} restarted {c.restarts}x; its log kept: {c.log_path}")
+                for line in c.log_path.read_text(errors="replace").splitlines()[-_LOG_TAIL:]:
+                    progress(f"    | {line[:300]}")
+            for sub in ("nats", "pg", "data"):
+                shutil.rmtree(self.root / sub, ignore_errors=True)
+            return
         shutil.rmtree(self.root, ignore_errors=True)
 
     def pids(self) -> dict[str, int]:

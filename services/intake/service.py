@@ -104,6 +104,19 @@ class Intake:
             await self.follower.wait_for(self.promoter.max_seq)  # see our own promotions
             return await self.promoter.promote(users, self.clock.now())
 
+    async def promotion_round(self) -> None:
+        """One round of the promotion loop over the users marked dirty (all users when none).
+        A round that fails — its follower wait or append timed out under load or during a NATS
+        leader election (SPEC O3) — must not stop intake: its users stay dirty and the next round,
+        a second later, decides again from the log (appends carry the expected sequence, E2, so
+        nothing is promoted twice)."""
+        users, self.dirty = self.dirty, set()
+        try:
+            await self.promote(users or None)
+        except Exception as e:
+            log.warning("promotion round failed; retried in the next round: %r", e)
+            self.dirty |= users
+
     async def promote_joined(self, user: str) -> list[str]:
         """Promote for `user` in the next round (single flight): submits arriving while a round
         runs share the following one, instead of one round (a follower wait and an append) each.
@@ -111,6 +124,8 @@ class Intake:
         self._round_users.add(user)
         if self._round is None:
             self._round = asyncio.get_running_loop().create_future()
+            # a submit that stopped waiting (PROMOTE_WAIT_S) leaves a failed round unread
+            self._round.add_done_callback(_retrieve)
             task = asyncio.create_task(self._run_round(self._round))
             self._rounds.add(task)  # a reference, so the task is not collected mid-round
             task.add_done_callback(self._rounds.discard)
@@ -181,6 +196,11 @@ class Intake:
         return reply
 
 
+def _retrieve(fut: asyncio.Future[list[str]]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # marks it retrieved; the loop re-decides its users (promotion_round)
+
+
 async def run_intake(
     bus: EventBus,
     config: Config,
@@ -202,13 +222,12 @@ async def run_intake(
         )
         for subject in subjects:
             subs.append(await bus.nc.subscribe(subject, queue=QUEUE_GROUP, cb=intake.handle))
-        await intake.promote(None)  # whatever waited while no intake ran
+        intake.wake.set()  # the first round promotes whatever waited while no intake ran
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(intake.wake.wait(), 1.0)
             intake.wake.clear()
-            users, intake.dirty = intake.dirty, set()
-            await intake.promote(users or None)
+            await intake.promotion_round()
     finally:
         for sub in subs:
             with contextlib.suppress(Exception):

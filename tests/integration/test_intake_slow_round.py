@@ -27,3 +27,33 @@ async def test_Q5_O3_submit_is_answered_while_its_promotion_round_is_held_up(bus
     finally:
         stop.set()
         await asyncio.wait_for(follow, 10)
+
+
+async def test_Q5_O3_a_failed_promotion_round_leaves_intake_running_and_promotes_later(
+    bus: EventBus,
+):
+    """The promotion loop's round times out (here: it waits to see a sequence the log has not
+    reached, as a round does when the follower lags under load); intake keeps running, the user
+    stays marked, and once rounds succeed again the job is promoted."""
+    intake = Intake(bus, config_with_limits(), FakeClock(1000.0), None)
+    stop = asyncio.Event()
+    follow = asyncio.create_task(intake.follower.run(stop))
+    try:
+        async with intake.lock:  # accepted while a round holds the lock: left to the loop
+            reply = await intake._decide(SubmitCommand(user="alice", lab="BCG", body=BODY))
+        assert reply.status == 201 and "alice" in intake.dirty, reply
+        real = intake.promoter.max_seq
+        intake.promoter.max_seq = real + 1_000_000  # a sequence the log will not reach in time
+        await intake.promotion_round()  # raised TimeoutError inside; must not propagate
+        assert "alice" in intake.dirty  # still owed a decision
+        assert reply.job_id is not None and intake.state.jobs[reply.job_id].state == (
+            "PERSONAL_QUEUE_WAIT"
+        )
+        intake.promoter.max_seq = real
+        await intake.promotion_round()
+        await intake.follower.wait_for(intake.promoter.max_seq)
+        assert intake.state.jobs[reply.job_id].state == "GLOBAL_QUEUE_WAIT"
+        assert not intake.dirty
+    finally:
+        stop.set()
+        await asyncio.wait_for(follow, 10)
