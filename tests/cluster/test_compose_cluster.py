@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 from jpu.domain import states
+from jpu.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "scripts" / "cluster"
@@ -43,12 +43,6 @@ asyncio.run(main())
 """
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(fn: Callable[[], Any], timeout: float, what: str) -> Any:

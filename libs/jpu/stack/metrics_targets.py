@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from pathlib import Path
 
 from jpu.embedded.base import free_port
@@ -26,11 +26,12 @@ FILE = "metrics-targets.json"
 HOST = "127.0.0.1"
 
 
-def assign(children: Iterable[Child], data_dir: Path) -> Path:
-    """Give each child a metrics port (kept across its restarts) and write the targets file."""
+def assign(children: Iterable[Child], data_dir: Path, avoid: Container[int] = ()) -> Path:
+    """Give each child a metrics port (kept across its restarts; never one in `avoid`, the
+    ports the stack's servers will listen on) and write the targets file."""
     targets = []
     for child in children:
-        port = free_port()
+        port = free_port(HOST, avoid)
         child.env.update({PORT_ENV: str(port), HOST_ENV: HOST})
         targets.append({"targets": [f"{HOST}:{port}"], "labels": {"service": child.name}})
     path = data_dir / FILE

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -78,7 +79,8 @@ async def run(
         local = config.slurm_backend == "local"
         users = await prepare(config)
         supervisor = Supervisor(child_env, data_dir / "logs")
-        metrics_targets.assign(supervisor.children, data_dir)  # SPEC O4: /metrics per child
+        taken = {config.gateway_port, *_ports(servers)}  # chosen elsewhere, not yet all bound
+        metrics_targets.assign(supervisor.children, data_dir, taken)  # SPEC O4: /metrics per child
         supervisor.start(stop)
         gateway = f"http://{config.gateway_host}:{config.gateway_port}"
         if await wait_ready(f"{gateway}/readyz", stop, ready_timeout_s):
@@ -95,6 +97,16 @@ async def run(
             await supervisor.stop()
             if local:  # only once no agent can re-adopt them: the services have exited
                 await asyncio.to_thread(terminate_all, data_dir, LOCAL_JOBS_GRACE_S)
+
+
+def _ports(servers: Servers) -> set[int]:
+    """The local ports of the stack's NATS and PostgreSQL (a URL without one has none here)."""
+    ports = set()
+    for url in [*servers.nats_url.split(","), servers.database_url]:
+        with contextlib.suppress(ValueError):
+            if port := urlsplit(url.strip()).port:
+                ports.add(port)
+    return ports
 
 
 def _check_port_free(host: str, port: int) -> None:
