@@ -167,8 +167,16 @@ class Escalator:
         await self.backend.cli.scancel(record.slurm_id)
 
     async def _kill_failed(self, record: SlurmRecord, now: float, started_at: float | None) -> None:
-        """X5: still there after SIGKILL + kill_failed_after_s: record it, drain the node."""
+        """X5: still there after SIGKILL + kill_failed_after_s: drain the node, then record it.
+        In that order: whoever reads the kill_failed status finds the node drained already (a
+        crash in between drains again on the next pass, which Slurm takes as a no-op)."""
         reason = f"kill_failed: Slurm job {record.slurm_id} survived SIGKILL"
+        self.backend.store.note_drained(record.node, reason)
+        try:
+            await self.backend.cli.drain(record.node, reason)
+        except BackendError as e:
+            log.error("could not drain %s: %s", record.node, e)
+        log.error("node %s drained: %s", record.node, reason)
         record.kill_failed = True
         record.final = BackendStatus(
             state="CANCELLED",
@@ -181,12 +189,6 @@ class Escalator:
             reason=reason,
         )
         self.backend.save(record)
-        self.backend.store.note_drained(record.node, reason)
-        try:
-            await self.backend.cli.drain(record.node, reason)
-        except BackendError as e:
-            log.error("could not drain %s: %s", record.node, e)
-        log.error("node %s drained: %s", record.node, reason)
 
 
 def _has_deadline(record: SlurmRecord) -> bool:
