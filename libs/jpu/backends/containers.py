@@ -31,6 +31,18 @@ def remove(podman: Sequence[str], name: str) -> bool:
     return done.returncode == 0
 
 
+def kill(podman: Sequence[str], name: str, sig: str = "TERM") -> bool:
+    """Send `sig` to the container's init, which passes it to the job (X5). False when it did
+    not arrive: the container is not (yet, or any more) running, or podman did not answer."""
+    argv = [*podman, "kill", "--signal", sig, name]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("cannot signal container %s: %s", name, e)
+        return False
+    return done.returncode == 0
+
+
 def owned(podman: Sequence[str], records: str) -> list[str] | None:
     """Names of the containers (running or not) a record store started; None when podman does
     not answer."""

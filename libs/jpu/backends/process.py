@@ -9,9 +9,9 @@ Under podman (X4a) the chain is
     bash -p -c WRAPPER jpu-job STATUS_FILE  podman run --user UID:GID … IMAGE
         /bin/bash -c LOADER jpu-env ENV_FILE  /bin/bash SCRIPT
 (the runtime, not setpriv, gives the user's UID; the loader runs inside, from the mounted OUT).
-A SIGTERM to the group reaches the podman client, which passes it into the container, where its
-init passes it on to the job; a SIGKILL ends only the client, so whoever ends an attempt
-removes its container by name too (containers.py).
+A cancel's SIGTERM goes to the container itself (`podman kill`, containers.py), whose init passes
+it on to the job; a SIGKILL to the group ends only the client, so whoever ends an attempt removes
+its container by name too.
 The wrapper stays root (when the agent is root) in the job's process group: it waits for the
 job and writes its exit status to a root-owned file, so a restarted agent that is no longer the
 parent still learns the exit code. It traps SIGTERM with a no-op (not an ignore, which the job

@@ -55,8 +55,10 @@ def terminate_all(data_dir: Path, grace_s: float = 5.0) -> list[str]:
     if not victims:
         return []
     groups = {r.pid for _, r in victims}  # each was started as a session (group) leader
-    for pgid in groups:
-        proc_.signal_group(pgid, signal.SIGTERM)
+    for _, r in victims:
+        if r.container and containers.kill(r.podman, r.container, "TERM"):
+            continue  # X5: straight to the job; its podman client follows it out
+        proc_.signal_group(r.pid, signal.SIGTERM)
     if not _wait_gone(groups, grace_s):
         left = {g for g in groups if _members(g)}
         log.warning("local jobs ignored SIGTERM; killing", extra={"groups": sorted(left)})

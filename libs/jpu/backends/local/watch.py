@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+_TERM_RETRY_S = 0.2
+
 
 class ProcessWatcher:
     def __init__(
@@ -45,6 +47,7 @@ class ProcessWatcher:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reaped: asyncio.Future[int] | None = None
+        self._term: asyncio.Future[None] | None = None
 
     def start(self) -> None:
         if self.process is not None:
@@ -52,7 +55,7 @@ class ProcessWatcher:
         self._task = asyncio.create_task(self._run(), name=f"watch-{self.record.backend_job_id}")
 
     async def stop(self) -> None:
-        for task in (self._task, self._reaped):
+        for task in (self._task, self._reaped, self._term):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -69,7 +72,10 @@ class ProcessWatcher:
             return
         r.intent, r.term_at, r.kill_at = intent, now, now + grace_s
         self.store.save(r)
-        proc_.signal_group(r.pid, signal.SIGTERM)
+        if r.container:
+            self._term = asyncio.ensure_future(self._term_container())
+        else:
+            proc_.signal_group(r.pid, signal.SIGTERM)
         log.info("%s: SIGTERM (%s), SIGKILL in %.1fs", r.backend_job_id, intent, grace_s)
         self._wake.set()
 
@@ -89,6 +95,18 @@ class ProcessWatcher:
                 await asyncio.to_thread(self._end_container)
                 self._finish(save=False)
                 await asyncio.to_thread(self.store.save, r)  # the fsync off the event loop
+
+    async def _term_container(self) -> None:
+        """X4a, X5: the SIGTERM goes straight to the container's init (`podman kill`), never
+        through the podman client's signal proxy: a proxy that finds the container not yet
+        marked running re-sends the signal to the client itself, the client dies, and the
+        container is then removed without its grace. Retried until it arrives, the attempt
+        ends, or the grace is over (the SIGKILL then goes to the group and the container)."""
+        r = self.record
+        while r.final is None and r.killed_at is None:
+            if await asyncio.to_thread(containers.kill, r.podman, r.container, "TERM"):
+                return
+            await asyncio.sleep(_TERM_RETRY_S)
 
     def _end_container(self) -> None:
         """X4a: the attempt ends with its container. Usually podman has removed it already
