@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from itertools import count
 
-from bench_cycle import TIERS, p99
+from bench_cycle import TIERS, p99, timed
 
 from jpu.bus import Delivered
 from jpu.config import Cluster, Node
@@ -108,14 +107,9 @@ def built(c: Cluster, events: list[JobSubmitted], promote: str) -> Log:
     return log
 
 
-def timed(fn: Callable[[], object], runs: int) -> tuple[float, float, float]:
-    """Median wall, p99 wall, median CPU (this thread) seconds."""
-    wall, cpu = [], []
-    for _ in range(runs):
-        c0, t0 = time.thread_time(), time.perf_counter()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.thread_time() - c0)
+def summary(fn: Callable[[], object], runs: int) -> tuple[float, float, float]:
+    """Median wall, p99 wall, median CPU (this thread) seconds of bench_cycle's `timed` runs."""
+    wall, cpu = timed(fn, runs)
     return statistics.median(wall), p99(wall), statistics.median(cpu)
 
 
@@ -140,17 +134,17 @@ def main() -> None:
     for shape in ("singles", "arrays"):
         print(f"{shape}: building …", file=sys.stderr)
         plain = submits(shape, args.jobs, args.users, None)
-        rows.setdefault("fold", {})[shape] = timed(fold_once(c, plain), max(3, args.runs // 4))
+        rows.setdefault("fold", {})[shape] = summary(fold_once(c, plain), max(3, args.runs // 4))
         queued = built(c, plain, "all")
         assert len(queued.state.queue) == args.jobs
         snap_cycle = lambda s=queued.state: cycle(snapshot(s, c), NOW)  # noqa: E731
         dispatched = len(snap_cycle().dispatches)
-        rows.setdefault("cycle", {})[shape] = timed(snap_cycle, args.runs)
+        rows.setdefault("cycle", {})[shape] = summary(snap_cycle, args.runs)
         personal = built(c, submits(shape, args.jobs, args.users, LIMIT), "limit")
         waiting = sum(len(q) for q in personal.state.personal.values())
         promote = lambda s=personal.state: to_promote(s, None, {}, LIMIT)  # noqa: E731
         assert promote() == []  # every user at their limit (and every array at its %8)
-        rows.setdefault("promote", {})[shape] = timed(promote, args.runs)
+        rows.setdefault("promote", {})[shape] = summary(promote, args.runs)
         print(f"  {shape}: cycle dispatches {dispatched}, personal queues hold {waiting}",
               file=sys.stderr)  # fmt: skip
     print(f"{args.jobs} queued, {args.users} users, 1,000 GPUs (98 % busy); ms: median / p99 / cpu")

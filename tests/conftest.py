@@ -3,9 +3,9 @@ processes or containers (jpu.testing.servers, docs/testing.md) — unless JPU_TE
 JPU_TEST_DATABASE_URL point at running ones; a real Slurm test cluster for
 the tests that ask for `slurm_cluster` (started on first use, stopped at the end)."""
 
-import os
-
 import pytest
+
+from jpu.testing.unavailable import needs_root
 
 pytest_plugins = [
     "jpu.testing.servers",  # embedded or containers: JPU_TEST_SERVERS, JPU_TEST_CLUSTER_SERVERS
@@ -19,8 +19,4 @@ pytest_plugins = [
 def as_root() -> None:
     """Tests that create Unix accounts or run the root side of the launch chain need root. As a
     user they skip with the reason; JPU_TEST_ROOT_REQUIRED=1 (CI) makes that a failure."""
-    if os.geteuid() == 0:
-        return
-    if os.environ.get("JPU_TEST_ROOT_REQUIRED") == "1":
-        pytest.fail("JPU_TEST_ROOT_REQUIRED=1 but the tests do not run as root", pytrace=False)
-    pytest.skip("needs root (creates Unix accounts, runs the root side of the launch chain)")
+    needs_root("creates Unix accounts, runs the root side of the launch chain")

@@ -27,6 +27,7 @@ import yaml
 from jpu.bus import EventBus
 from jpu.domain import states
 from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
+from jpu.testing.unavailable import skip_unless_required
 
 TERMINAL = states.in_order(states.TERMINAL)
 ACTIVE = states.in_order(states.PENDING | states.PLACED)
@@ -51,10 +52,7 @@ def chromium_or_skip() -> str:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is not None:
         return chromium
-    why = "no chromium on PATH (run scripts/install-browser)"
-    if os.environ.get("JPU_TEST_BROWSER_REQUIRED") == "1":
-        pytest.fail(f"JPU_TEST_BROWSER_REQUIRED=1 but {why}", pytrace=False)
-    pytest.skip(why, allow_module_level=True)
+    skip_unless_required("browser", "no chromium on PATH (run scripts/install-browser)")
 
 
 def wait_until(fn: Callable[[], T | None], timeout: float, what: Callable[[], str] | str) -> T:

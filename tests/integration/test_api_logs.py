@@ -14,11 +14,11 @@ from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 
 from jpu.testing.api import add_lab_admins, assert_error, bearer
 from jpu.testing.stack import OOM_ON_ATTEMPT_1, Stack, ended, logs_stack, wait_job
 from jpu.testing.stack_process import world_searchable_tmpdir
+from jpu.testing.unavailable import needs_root
 
 
 async def logs(s: Stack, user: str, job_id: str, **params: Any) -> httpx.Response:
@@ -155,8 +155,7 @@ async def test_U5_X4_a_chdir_its_account_cannot_write_is_warned_at_submit_and_na
     the error), and nothing had said so. Now the submit answer warns, naming the account and
     the fix, `GET /v1/jobs/{id}` names the account, and a directory it cannot even enter is
     refused (422 naming `chdir`)."""
-    if os.getuid() != 0:
-        pytest.skip("needs root: the jobs must run as another account than the directory's")
+    needs_root("the jobs must run as another account than the directory's")
     project = world_searchable_tmpdir("jpu-ckpt-project-")  # root's, 0755: enter, not write
     body = {"name": "train", "num_gpus": 1,
             "command": "echo step-1 > checkpoint.pt 2>/dev/null; echo trained"}  # fmt: skip

@@ -25,6 +25,7 @@ from jpu.backends.isolation import BASE_IMAGE, Podman, container_name
 from jpu.backends.local.stop import terminate_all
 from jpu.config import load_config
 from jpu.testing.local_world import LocalWorld, root_dir
+from jpu.testing.unavailable import needs_root
 from jpu.testing.waits import wait_end
 
 PROBE = """echo "att=$JOB_ATTEMPT cvd=$CUDA_VISIBLE_DEVICES out=$JOB_OUTPUT_DIR id=$JPU_JOB_ID"
@@ -36,7 +37,7 @@ touch /written-by-job 2>/dev/null && echo root=writable || echo root=read-only
 cat "$OTHER/stdout" >/dev/null 2>&1 && echo other=readable || echo other=unreadable
 cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' ' > procs.txt
 """
-pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="rootful podman: the agent is root")
+needs_root("rootful podman: the agent is root")
 
 
 def _exists(name: str) -> bool:

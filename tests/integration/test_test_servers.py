@@ -21,6 +21,7 @@ from jpu.store import create_database, create_pool, migrate
 from jpu.testing.nats_cluster import stream_leader, wait_jetstream
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.servers import Backend, ServerProvider, engine_available
+from jpu.testing.unavailable import skip_or_fail
 from tests.integration.test_bus_append import promoted, submitted
 
 pytestmark = pytest.mark.timeout(240)
@@ -30,9 +31,11 @@ pytestmark = pytest.mark.timeout(240)
 def provider(request: pytest.FixtureRequest) -> Iterator[ServerProvider]:
     backend: Backend = request.param
     if backend == "containers" and not engine_available():
-        if os.environ.get("JPU_TEST_CLUSTER_SERVERS") == "containers":
-            pytest.fail("JPU_TEST_CLUSTER_SERVERS=containers but no container engine answers")
-        pytest.skip("no container engine (podman: scripts/install-podman)")
+        insisted = os.environ.get("JPU_TEST_CLUSTER_SERVERS") == "containers"
+        skip_or_fail(
+            "no container engine answers (podman: scripts/install-podman)",
+            "JPU_TEST_CLUSTER_SERVERS=containers" if insisted else None,
+        )
     p = ServerProvider(backend)
     try:
         yield p

@@ -20,7 +20,6 @@ from typing import Any
 
 import asyncpg
 import httpx
-import pytest
 import pytest_asyncio
 
 from jpu.backends.local.backend import LocalBackend, LocalSettings
@@ -36,6 +35,7 @@ from jpu.testing.api import assert_error
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.local_world import root_dir
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.unavailable import needs_root
 from jpu_services.backfill.service import BackfillOptions
 from jpu_services.slurm_agent.builder import WorkspaceBuilder
 from jpu_services.slurm_agent.options import AgentOptions
@@ -43,7 +43,7 @@ from jpu_services.slurm_agent.options import AgentOptions
 SITE = PipSite(ca_bundle="/etc/ssl/certs/ca-certificates.crt")  # the site's index configuration
 NODE, TIER = "gpu-4090x2-01", "rtx4090"
 IMPORT = "python3 -c 'import six; print(\"six\", six.__version__)'\n"
-pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="rootful podman: the agent is root")
+needs_root("rootful podman: the agent is root")
 
 
 def _config(nats_url: str, pg_dsn: str, data_dir: Path) -> Config:

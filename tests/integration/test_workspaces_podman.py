@@ -18,12 +18,13 @@ import pytest_asyncio
 from jpu.backends import BackendError
 from jpu.backends.workspaces import PipSite, Workspace, Workspaces
 from jpu.testing.local_world import LocalWorld
+from jpu.testing.unavailable import needs_root
 from jpu.testing.waits import wait_end
 
 # the site's package-index configuration, passed in explicitly (the host's pip.conf is not seen)
 SITE = PipSite(ca_bundle="/etc/ssl/certs/ca-certificates.crt")
 IMPORT = "python3 -c 'import six; print(\"six\", six.__version__)'\n"
-pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="rootful podman: the agent is root")
+needs_root("rootful podman: the agent is root")
 
 
 @pytest_asyncio.fixture

@@ -23,6 +23,7 @@ from jpu.backends import BackendError
 from jpu.backends.isolation import BASE_IMAGE, Podman
 from jpu.backends.podman_job import container_of
 from jpu.backends.workspaces import PipSite, Workspaces
+from jpu.testing.unavailable import needs_root
 
 SITE = PipSite(ca_bundle="/etc/ssl/certs/ca-certificates.crt")  # the site's index configuration
 IMPORT = (
@@ -37,7 +38,7 @@ PROBE = IMPORT + (
     "done\n"
     "touch /written-by-job 2>/dev/null && echo root=writable || echo root=read-only\n"
 )
-pytestmark = pytest.mark.skipif(os.getuid() != 0, reason="the test cluster and podman need root")
+needs_root("the Slurm test cluster and podman")
 
 
 def _exists(name: str) -> bool:

@@ -146,7 +146,7 @@ def test_files_fifos_directories_and_files_in_the_wrong_place_are_refused(tmp_pa
     assert {e.name: e.type for e in entries}["pipe"] == "other"
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="needs root to own files as another account")
+@pytest.mark.usefixtures("as_root")  # to own files as another account
 def test_files_a_file_or_directory_not_owned_by_the_attempts_account_is_refused(
     tmp_path: Path,
 ) -> None:

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from jpu.embedded.base import free_port
+from jpu.testing.unavailable import skip_unless_required
 
 READY_TIMEOUT_S = 30.0
 
@@ -30,10 +31,7 @@ def prometheus_or_skip() -> str:
         found = "/usr/bin/prometheus"
     if found is not None:
         return found
-    why = "no prometheus binary (run scripts/install-prometheus)"
-    if os.environ.get("JPU_TEST_PROMETHEUS_REQUIRED") == "1":
-        pytest.fail(f"JPU_TEST_PROMETHEUS_REQUIRED=1 but {why}", pytrace=False)
-    pytest.skip(why, allow_module_level=True)
+    skip_unless_required("prometheus", "no prometheus binary (run scripts/install-prometheus)")
 
 
 class Prometheus:

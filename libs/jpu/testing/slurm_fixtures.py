@@ -21,8 +21,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
+
+from jpu.testing.unavailable import skip_unless_required
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "slurm-testcluster"
 NODES = {  # the script's default nodes: name → (tier, GPUs)
@@ -68,10 +71,8 @@ def _script(command: str, env: dict[str, str], timeout: float) -> subprocess.Com
     )  # fmt: skip
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("JPU_TEST_SLURM_REQUIRED") == "1":
-        pytest.fail(f"Slurm test cluster required but unavailable: {reason}")
-    pytest.skip(f"no Slurm test cluster: {reason}")
+def _unavailable(reason: str) -> NoReturn:
+    skip_unless_required("slurm", f"no Slurm test cluster: {reason}")
 
 
 @pytest.fixture(scope="session")
