@@ -19,9 +19,12 @@ What the caller chooses is checked, never trusted:
   * podman's own options (store, shared paths, devices) come from the root-owned config only.
 The job's variables travel in OUT/.jpu-env, written by the batch script as the user and read
 inside by the loader (process.LOADER), as on the local backend: none reaches root's podman.
-The helper execs podman: Slurm's SIGTERM (and sudo's relay of it) reach the podman client,
-which passes it into the container, where `--init` passes it to the job (X5). A SIGKILL ends
-only the client, so the Epilog removes the container by name (`cleanup`).
+The helper stays the podman client's parent: Slurm's SIGTERM (sudo relays it to the helper)
+goes into the container with `podman kill`, retried until the container runs, and `--init`
+passes it to the job (X5). Not through the client's own signal proxy: a proxy that finds the
+container not yet marked running re-sends the signal to the client, which dies, and the job
+then loses its grace. A SIGKILL ends only the helper and the client, so the Epilog removes the
+container by name (`cleanup`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import argparse
 import json
 import os
 import pwd
+import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,6 +46,7 @@ from jpu.backends.process import ENV_FILE, LOADER
 CONFIG = "/etc/jpu/podman-job.json"
 SHIM = "/usr/local/libexec/jpu-podman-job"
 SLURM_PREFIX = "jpu-slurm-"  # container name: jpu-slurm-<Slurm job id>
+_TERM_RETRY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -134,9 +140,28 @@ def run(config: HelperConfig, slurm_job_id: str, out: str, workdir: str, image: 
             return 2
         dirs.append(real)
     argv = run_argv(config, uid, gid, slurm_job_id, dirs[0], dirs[1], image)
-    # root's podman gets our own environment, never the caller's
-    os.execve(_which(config.podman.bin), argv, {"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"})
-    return 127  # pragma: no cover
+    argv[0] = _which(config.podman.bin)
+    return _supervise(config, argv, container_of(slurm_job_id))
+
+
+def _supervise(config: HelperConfig, argv: list[str], name: str) -> int:
+    """Run the podman client (root's podman gets our own environment, never the caller's) and
+    pass a SIGTERM or SIGINT to the container itself; the client's exit status is ours."""
+    from jpu.backends.containers import kill
+
+    asked: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda n, _: asked.append(signal.Signals(n).name[3:]))
+    client = subprocess.Popen(argv, env={"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"})
+    base = iso_.podman_base(config.podman)
+    while True:
+        try:
+            rc = client.wait(timeout=_TERM_RETRY_S)
+            return rc if rc >= 0 else 128 - rc  # killed by signal n: 128 + n, as a shell says
+        except subprocess.TimeoutExpired:
+            pass
+        if asked and kill(base, name, asked[0]):
+            asked.pop(0)
 
 
 def cleanup(config: HelperConfig, slurm_job_id: str) -> int:
