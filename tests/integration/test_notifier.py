@@ -198,14 +198,15 @@ async def test_killed_between_sending_and_recording_resends_at_most_once_loses_n
     sent-log does not. After the restart it comes once more; every other one arrives."""
     webhook.start()
     await started(notifier, pg_dsn)
-    killed = threading.Event()
+    first, killed = threading.Event(), threading.Event()
 
     def kill_first(_: dict[str, Any]) -> None:
-        if not killed.is_set():
-            killed.set()
+        if not first.is_set():
+            first.set()
             assert notifier.proc is not None
             os.kill(notifier.proc.pid, signal.SIGKILL)  # before answering: nothing recorded
             notifier.proc.wait()
+            killed.set()  # only now: the test goes on once the notifier is gone
 
     webhook.got.on_arrival = kill_first
     t = 2_000.0
