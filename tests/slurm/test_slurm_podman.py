@@ -6,9 +6,11 @@ grace) and the container is gone with the job (Slurm's Epilog). No podman is a f
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -122,6 +124,60 @@ async def test_X5_slurm_cancel_reaches_the_job_in_its_container_within_the_grace
     assert status.state == "CANCELLED", (out / "stderr").read_text()
     assert float((out / "ckpt").read_text()) - asked < 10.0  # the checkpoint, within the grace
     assert not _exists(container_of(bid))
+
+
+def _podman_client_of(name: str) -> int:
+    """The pid of the `podman run` client of container `name` (the helper's child)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"run" in argv and name.encode() in argv and b"--name" in argv:
+            return int(proc.name)
+    raise AssertionError(f"no podman client of {name}")
+
+
+async def test_X5_slurm_cancel_reaches_the_job_after_its_podman_client_died(
+    slurm: SlurmEnv, podman_helper: None
+) -> None:
+    """The client can die before its container (its signal proxy, meeting a container not yet
+    marked running, re-sends the signal to itself): the helper stays until the container ends
+    and still passes the cancel in, so the job checkpoints within the grace."""
+    backend = slurm.new_backend(isolation="container")
+    trap = (
+        "trap 'date +%s.%N > \"$JOB_OUTPUT_DIR/ckpt\"; exit 0' TERM\n"
+        'echo ready > "$JOB_OUTPUT_DIR/ready"\n'
+        "while :; do sleep 0.1; done\n"
+    )
+    spec = slurm.spec(trap)
+    bid = await backend.submit(spec)
+    out = Path(spec.output_dir)
+    await wait_file(out / "ready", 60)
+    client = _podman_client_of(container_of(bid))
+    os.kill(client, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{client}").exists() and b"Z" not in _proc_state(client):
+        assert time.monotonic() < deadline, "the podman client outlived its SIGKILL"
+        await asyncio.sleep(0.05)
+    assert _exists(container_of(bid))  # the job runs on without its client
+    asked = time.time()
+    await backend.cancel(bid, 10.0)
+    status = await wait_end(backend, bid, 60)
+    assert status.state == "CANCELLED", (out / "stderr").read_text()
+    assert float((out / "ckpt").read_text()) - asked < 10.0  # the checkpoint, within the grace
+    deadline = time.monotonic() + 30
+    while _exists(container_of(bid)):
+        assert time.monotonic() < deadline, "the container outlived its job"
+        await asyncio.sleep(0.2)
+
+
+def _proc_state(pid: int) -> bytes:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return b"X"
+    return stat[stat.rindex(b")") + 2 :][:1]
 
 
 async def test_X5_slurm_container_ignoring_sigterm_is_removed_with_its_job(

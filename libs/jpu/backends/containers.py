@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import subprocess
 from collections.abc import Sequence
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,26 @@ def kill(podman: Sequence[str], name: str, sig: str = "TERM") -> bool:
         log.warning("cannot signal container %s: %s", name, e)
         return False
     return done.returncode == 0
+
+
+class EngineError(Exception):
+    """podman did not answer (it timed out, failed or was killed)."""
+
+
+def state(podman: Sequence[str], name: str) -> Literal["running", "gone"] | int:
+    """ "running", the exit code once it has ended, or "gone" (`--rm` removed it, or it never
+    existed); EngineError when podman did not say."""
+    argv = [*podman, "container", "inspect", "--format", "{{.State.Running}} {{.State.ExitCode}}"]
+    try:
+        done = subprocess.run([*argv, name], capture_output=True, text=True, timeout=_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EngineError(str(e)) from e
+    if done.returncode != 0:
+        if "no such container" in done.stderr:
+            return "gone"
+        raise EngineError(done.stderr.strip() or f"podman exited {done.returncode}")
+    running, code = done.stdout.split()
+    return "running" if running == "true" else int(code)
 
 
 def owned(podman: Sequence[str], records: str) -> list[str] | None:

@@ -36,6 +36,7 @@ import pwd
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,23 +146,42 @@ def run(config: HelperConfig, slurm_job_id: str, out: str, workdir: str, image: 
 
 
 def _supervise(config: HelperConfig, argv: list[str], name: str) -> int:
-    """Run the podman client (root's podman gets our own environment, never the caller's) and
-    pass a SIGTERM or SIGINT to the container itself; the client's exit status is ours."""
-    from jpu.backends.containers import kill
+    """Run the podman client (root's podman gets our own environment, never the caller's), pass
+    a SIGTERM or SIGINT to the container itself, and return when the container has ended: with
+    the client's exit status (the job's), or the container's when the client died first."""
+    from jpu.backends import containers
 
     asked: list[str] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda n, _: asked.append(signal.Signals(n).name[3:]))
-    client = subprocess.Popen(argv, env={"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"})
     base = iso_.podman_base(config.podman)
+
+    def pass_on() -> None:
+        if asked and containers.kill(base, name, asked[0]):
+            asked.pop(0)
+
+    client = subprocess.Popen(argv, env={"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"})
     while True:
         try:
-            rc = client.wait(timeout=_TERM_RETRY_S)
-            return rc if rc >= 0 else 128 - rc  # killed by signal n: 128 + n, as a shell says
+            rc = client.wait(timeout=_TERM_RETRY_S)  # returns as the client ends
+            break
         except subprocess.TimeoutExpired:
-            pass
-        if asked and kill(base, name, asked[0]):
-            asked.pop(0)
+            pass_on()
+    if rc >= 0:
+        return rc
+    # `scancel --full` signals the client too, and its proxy may re-send a signal to itself:
+    # the client is gone, its container perhaps not. Stay until it ends, passing signals on.
+    while True:
+        try:
+            now = containers.state(base, name)
+        except containers.EngineError:
+            now = "running"  # podman did not say (a signal reached it too): ask again
+        if now == "gone":
+            return 128 - rc  # killed by signal n: 128 + n, as a shell says
+        if now != "running":
+            return now
+        pass_on()
+        time.sleep(_TERM_RETRY_S)
 
 
 def cleanup(config: HelperConfig, slurm_job_id: str) -> int:
