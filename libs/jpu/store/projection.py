@@ -69,19 +69,24 @@ class _Behind(Exception):
     """A projection's position is below the reader's start (a rebuild reset it): re-read."""
 
 
+_LOCK: Final = (
+    "SELECT projection, last_seq FROM projection_positions"
+    " WHERE projection = ANY($1::text[]) ORDER BY projection FOR UPDATE"
+)
+
+
 async def _lock_positions(conn: asyncpg.Connection, names: Sequence[str]) -> dict[str, int]:
-    """Lock the projections' tracking rows (in name order: no deadlock between two runners)."""
+    """Lock the projections' tracking rows (in name order: no deadlock between two runners).
+    The rows exist after a projection's first run, so the usual batch costs one statement."""
     ordered = sorted(set(names))
-    await conn.execute(
-        "INSERT INTO projection_positions (projection, last_seq)"
-        " SELECT unnest($1::text[]), 0 ON CONFLICT (projection) DO NOTHING",
-        ordered,
-    )
-    rows = await conn.fetch(
-        "SELECT projection, last_seq FROM projection_positions"
-        " WHERE projection = ANY($1::text[]) ORDER BY projection FOR UPDATE",
-        ordered,
-    )
+    rows = await conn.fetch(_LOCK, ordered)
+    if len(rows) < len(ordered):  # a projection's first run: create its row at 0
+        await conn.execute(
+            "INSERT INTO projection_positions (projection, last_seq)"
+            " SELECT unnest($1::text[]), 0 ON CONFLICT (projection) DO NOTHING",
+            ordered,
+        )
+        rows = await conn.fetch(_LOCK, ordered)
     return {r["projection"]: int(r["last_seq"]) for r in rows}
 
 
@@ -148,14 +153,21 @@ async def _apply_isolated(
 async def _save_positions(
     conn: asyncpg.Connection, before: dict[str, int], after: dict[str, int]
 ) -> None:
-    for name in sorted(after):
-        if after[name] != before.get(name):
-            await conn.execute(
-                "UPDATE projection_positions SET last_seq = $2 WHERE projection = $1",
-                name,
-                after[name],
-            )
-            await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, f"{name}:{after[name]}")
+    """Save the positions that moved and notify each (`<name>:<last_seq>`, delivered at commit),
+    all in one statement: a batch's five positions are one round trip, not ten."""
+    moved = sorted(name for name in after if after[name] != before.get(name))
+    if not moved:
+        return
+    await conn.execute(
+        "WITH saved AS ("
+        " UPDATE projection_positions p SET last_seq = v.last_seq"
+        " FROM unnest($1::text[], $2::bigint[]) AS v(projection, last_seq)"
+        " WHERE p.projection = v.projection RETURNING p.projection, p.last_seq)"
+        " SELECT count(pg_notify($3, projection || ':' || last_seq)) FROM saved",
+        moved,
+        [after[name] for name in moved],
+        NOTIFY_CHANNEL,
+    )
 
 
 async def apply_batch(pool: asyncpg.Pool, projection: Projection, batch: list[Delivered]) -> int:

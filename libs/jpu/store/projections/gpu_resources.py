@@ -147,7 +147,7 @@ class GpuResourcesProjection:
         nodes = _nodes(batch, views)
         if not nodes and not ids:
             return
-        rows = await conn.fetch(_LOAD, sorted(nodes))
+        rows = await conn.fetch(_LOAD, sorted(nodes)) if nodes else []  # a submit moves none
         pool = _Pool(
             {(r["node"], r["tier"], r["index"]): Row(r["state"], r["available"], r["holder"],
                                                      r["backfill_id"], r["updated_seq"])
