@@ -15,7 +15,8 @@ Closed loop on loopback, `--clients` keep-alive connections. Figures, with ratio
 (b) the gateway's GET /healthz, (c) GET /v1/me (bearer auth = one PostgreSQL query),
 (d) POST /v1/jobs: auth → intake over NATS request/reply (validate, append JobSubmitted, promote)
     → wait until the jobs projection applied it (read-your-writes) → the job with its rank.
-Progress on stderr.
+Under each line, the CPU each part of the stack used per request (from /proc; the bare app is
+`other`). Progress on stderr.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from stackbench import (
     LoadResult,
     RawClient,
     closed_loop,
+    cpu_use,
     profiling,
     progress,
 )
@@ -101,8 +103,9 @@ async def bare_reference(args: argparse.Namespace) -> LoadResult:
 async def run(
     port: int, req: object, args: argparse.Namespace, label: str, pids: dict[str, int] | None = None
 ) -> LoadResult:
-    with profiling(args.profile if pids else None, pids or {}, args.seconds, label):
-        return await closed_loop(
+    cpu: dict[str, float] = {}
+    with profiling(args.profile if pids else None, pids or {}, args.seconds, label), cpu_use(cpu):
+        result = await closed_loop(
             port,
             req,  # type: ignore[arg-type]
             clients=args.clients,
@@ -110,6 +113,8 @@ async def run(
             max_seconds=args.seconds,
             label=label,
         )
+    result.cpu_s = cpu
+    return result
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -144,6 +149,8 @@ async def main(args: argparse.Namespace) -> int:
     ref = results[0][1]
     for label, r in results:
         print(r.line(label, None if r is ref else ref))
+        if r.cpu_line():
+            print(r.cpu_line())
     return 0 if submit.ok and not submit.errors else 1
 
 

@@ -130,6 +130,7 @@ class LoadResult:
     errors: dict[str, int]
     elapsed_s: float
     latencies_ms: list[float] = field(repr=False)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # see cpu_use
 
     @property
     def rate(self) -> float:
@@ -148,6 +149,14 @@ class LoadResult:
             f"{label:<38} {self.rate:9,.0f} req/s {ratio}   p50 {self.pct(50):6.1f} ms"
             f"   p99 {self.pct(99):6.1f} ms   (n={self.ok}){errs}"
         )
+
+    def cpu_line(self) -> str:
+        """CPU per answered request of each part of the stack (empty when not measured)."""
+        if not self.cpu_s or not self.ok:
+            return ""
+        parts = [f"{k} {1000 * v / self.ok:.2f}" for k, v in sorted(self.cpu_s.items())]
+        total = 1000 * sum(self.cpu_s.values()) / self.ok
+        return f"{'':<38} CPU ms per request: {', '.join(parts)}; total {total:.2f}"
 
 
 class RawClient:
@@ -263,6 +272,52 @@ def profiling(py_spy: str | None, pids: dict[str, int], seconds: float, tag: str
         for p in procs:
             p.send_signal(signal.SIGINT)  # py-spy writes what it sampled so far
             p.wait(30)
+
+
+def _tree_cpu() -> dict[int, tuple[str, float]]:
+    """This process and its descendants: pid -> (what it is, CPU seconds used so far)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[str, int, float]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat.rpartition(")")[2].split()  # after the command name, which may hold spaces
+        procs[int(entry.name)] = (cmd, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    mine = {os.getpid()}
+    grew = True
+    while grew:
+        new = {pid for pid, (_, ppid, _) in procs.items() if ppid in mine and pid not in mine}
+        mine |= new
+        grew = bool(new)
+    return {pid: (_kind(pid, procs[pid][0]), procs[pid][2]) for pid in mine if pid in procs}
+
+
+def _kind(pid: int, cmd: str) -> str:
+    if pid == os.getpid():
+        return "client"
+    for name in ("nats-server", "postgres"):
+        if name in cmd:
+            return name
+    module = next((w for w in cmd.split() if w.startswith("jpu_services.")), None)
+    return module.removeprefix("jpu_services.") if module else "other"
+
+
+@contextlib.contextmanager
+def cpu_use(into: dict[str, float]) -> Iterator[None]:
+    """Add to `into` the CPU seconds each part of the stack used during the block, from /proc:
+    each service (its processes together), nats-server, PostgreSQL (every backend), this load
+    generator. On a shared machine CPU per request moves less than requests per second do."""
+    before = _tree_cpu()
+    yield
+    for pid, (kind, cpu) in _tree_cpu().items():
+        into[kind] = into.get(kind, 0.0) + cpu - before.get(pid, (kind, 0.0))[1]
 
 
 def median(xs: list[float]) -> float:
