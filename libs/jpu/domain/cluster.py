@@ -104,6 +104,11 @@ class ClusterState:
     just_ended: JobView | None = field(default=None, compare=False)
     # users whose jobs the last event's parent resolved (Q8), for on_event callbacks; likewise
     just_woken: set[str] = field(default_factory=set, compare=False)
+    # what the last job event's job held before and after it (P1), for on_event callbacks that
+    # follow the GPUs (the simulated cluster); None when the event was not a job's; likewise
+    just_held: tuple[dict[GpuKey, str], dict[GpuKey, str]] | None = field(
+        default=None, compare=False
+    )
 
     @classmethod
     def new(cls, cluster: Cluster, *, keep_ended: bool = True) -> ClusterState:
@@ -136,7 +141,7 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
     if delivered.seq <= state.seq:
         return
     state.seq = delivered.seq
-    state.just_ended = None
+    state.just_ended = state.just_held = None
     if state.just_woken:
         state.just_woken = set()
     event = delivered.event
@@ -381,7 +386,9 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
     was_started = _started(job)
     before = job.gpu_holdings()
     apply_job_event(job, delivered)
-    hold(state.holders, before, job.gpu_holdings())
+    after = job.gpu_holdings()
+    hold(state.holders, before, after)
+    state.just_held = (before, after)
     ended = may_end and job.final is not None
     if ended:
         _remember_final(state, job)

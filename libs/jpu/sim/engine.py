@@ -180,11 +180,10 @@ class Simulator:
         it at once (accounting's charge, the summary's record, a D8 cycle)."""
         event = self.log.append(event)
         state = self.state
-        before = self.cluster.holdings(event)
         evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
         if state.just_woken:  # Q8: a parent started or ended; its children's users promote
             self.woken |= state.just_woken
-        freed = self.cluster.folded(event, before, self.now, self.log.count)
+        freed = self.cluster.folded(event, self.now, self.log.count)
         self.folded(event)
         ended = state.just_ended
         if freed:

@@ -207,7 +207,7 @@ class ForwardSim(Simulator):
         """Take over the fold (nothing reacts to it: it is the past) and play on: the simulated
         backend's record of each job, each running job's end."""
         self.state = state
-        self.cluster = SimCluster(state, self.now)
+        self.cluster = SimCluster(state, self.now, idle_clocks=False)  # no backfill (B4)
         for j in state.jobs.values():
             self.submitted[j.job_id] = _submitted(j)
             if j.placement is None or j.state not in PLACED:
