@@ -383,10 +383,12 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
         return  # events of a job whose submit we never saw (foreign writer): ignore
     was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
     may_end = isinstance(event, _FINAL_EVENTS) and job.final is None
-    was_started = _started(job)
-    before = job.gpu_holdings()
+    was_started = job.array_id is not None and _started(job)  # (read for a task only)
+    placed, reserved, before = job.placement, job.reservation, job.gpu_holdings()
     apply_job_event(job, delivered)
-    after = job.gpu_holdings()
+    # what it holds derives from these two alone (most events leave both as they were)
+    same = job.placement is placed and job.reservation is reserved
+    after = before if same else job.gpu_holdings()
     hold(state.holders, before, after)
     state.just_held = (before, after)
     ended = may_end and job.final is not None
