@@ -165,6 +165,15 @@ def digest(params: EstimateParams) -> None:
         print(f"queue={q} gpus=1000 cycles={res.cycles} estimates={len(res.estimates)} sha256 {h}")
 
 
+def repeat(params: EstimateParams, n: int) -> None:
+    """10k × 1k only: the fold built, then `n` estimates, untimed — for a sampler, or for an
+    instruction count (`valgrind --tool=callgrind`: n=2 minus n=1 is one estimate), which the
+    load of a shared machine does not move."""
+    live = build(10_000, 1_000)
+    for _ in range(n):
+        forward(live.present(), params)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs")
@@ -177,10 +186,16 @@ def main() -> None:
     ap.add_argument(
         "--digest", action="store_true", help="hash the 1k and 10k estimates (no timing)"
     )
+    ap.add_argument(
+        "--repeat", type=int, metavar="N", help="10k × 1k only: N estimates, untimed (profilers)"
+    )
     args = ap.parse_args()
     params = EstimateParams(
         max_cycles=args.max_cycles, growth=args.growth, resolution_s=args.resolution
     )
+    if args.repeat is not None:
+        repeat(params, args.repeat)
+        return
     if args.digest:
         digest(params)
         return
