@@ -7,12 +7,14 @@ fifth without (predicted). The estimate is what the dispatcher recomputes every
 `estimate_every_s`: copy the fold into a `Present`, build the forward simulator from it and play
 it to the horizon or the cycle cap. Reference in the same run: one dispatch
 `cycle()` on the same state (the estimate plays a few hundred of them). Aim: ≤ 1 s CPU at 10k
-queued × 1k GPUs.
+queued × 1k GPUs. `--digest` hashes the estimates themselves (1k and 10k queues), to check that
+a change made for speed leaves every start as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import random
 import statistics
 import sys
@@ -154,6 +156,24 @@ def split(params: EstimateParams, runs: int) -> None:
     print(f"play forward:               min {min(play):.3f} s")
 
 
+def digest(params: EstimateParams) -> None:
+    """The full output of one estimate (every start, basis and why) on the 1k and 10k queues,
+    hashed: a change meant to make the estimate cheaper must leave these unchanged."""
+    for q in (1_000, 10_000):
+        res = forward(build(q, 1_000).present(), params)
+        h = hashlib.sha256(msgspec.json.encode(res)).hexdigest()[:16]
+        print(f"queue={q} gpus=1000 cycles={res.cycles} estimates={len(res.estimates)} sha256 {h}")
+
+
+def repeat(params: EstimateParams, n: int) -> None:
+    """10k × 1k only: the fold built, then `n` estimates, untimed — for a sampler, or for an
+    instruction count (`valgrind --tool=callgrind`: n=2 minus n=1 is one estimate), which the
+    load of a shared machine does not move."""
+    live = build(10_000, 1_000)
+    for _ in range(n):
+        forward(live.present(), params)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer runs")
@@ -163,10 +183,22 @@ def main() -> None:
     ap.add_argument(
         "--split", action="store_true", help="10k × 1k only: building the simulator vs the play"
     )
+    ap.add_argument(
+        "--digest", action="store_true", help="hash the 1k and 10k estimates (no timing)"
+    )
+    ap.add_argument(
+        "--repeat", type=int, metavar="N", help="10k × 1k only: N estimates, untimed (profilers)"
+    )
     args = ap.parse_args()
     params = EstimateParams(
         max_cycles=args.max_cycles, growth=args.growth, resolution_s=args.resolution
     )
+    if args.repeat is not None:
+        repeat(params, args.repeat)
+        return
+    if args.digest:
+        digest(params)
+        return
     if args.split:
         split(params, 3 if args.quick else 5)
         return

@@ -104,6 +104,11 @@ class ClusterState:
     just_ended: JobView | None = field(default=None, compare=False)
     # users whose jobs the last event's parent resolved (Q8), for on_event callbacks; likewise
     just_woken: set[str] = field(default_factory=set, compare=False)
+    # what the last job event's job held before and after it (P1), for on_event callbacks that
+    # follow the GPUs (the simulated cluster); None when the event was not a job's; likewise
+    just_held: tuple[dict[GpuKey, str], dict[GpuKey, str]] | None = field(
+        default=None, compare=False
+    )
 
     @classmethod
     def new(cls, cluster: Cluster, *, keep_ended: bool = True) -> ClusterState:
@@ -136,7 +141,7 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
     if delivered.seq <= state.seq:
         return
     state.seq = delivered.seq
-    state.just_ended = None
+    state.just_ended = state.just_held = None
     if state.just_woken:
         state.just_woken = set()
     event = delivered.event
@@ -378,10 +383,14 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
         return  # events of a job whose submit we never saw (foreign writer): ignore
     was_slot, was_personal = job.holds_slot, job.state == "PERSONAL_QUEUE_WAIT"
     may_end = isinstance(event, _FINAL_EVENTS) and job.final is None
-    was_started = _started(job)
-    before = job.gpu_holdings()
+    was_started = job.array_id is not None and _started(job)  # (read for a task only)
+    placed, reserved, before = job.placement, job.reservation, job.gpu_holdings()
     apply_job_event(job, delivered)
-    hold(state.holders, before, job.gpu_holdings())
+    # what it holds derives from these two alone (most events leave both as they were)
+    same = job.placement is placed and job.reservation is reserved
+    after = before if same else job.gpu_holdings()
+    hold(state.holders, before, after)
+    state.just_held = (before, after)
     ended = may_end and job.final is not None
     if ended:
         _remember_final(state, job)

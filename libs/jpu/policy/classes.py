@@ -7,7 +7,8 @@ A cycle therefore answers per class (a handful) instead of per job (up to 100k).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from functools import lru_cache
 from itertools import groupby
 
 from jpu.config import Tier
@@ -31,11 +32,9 @@ class RequestClass:
 
     def __init__(self, key: Key, tiers: Mapping[str, Tier], baseline: Mapping[str, int]) -> None:
         req = Req(key)
-        ok = sorted((t for t in tiers.values() if tier_admits(req, t)), key=_best_first)
         self.n = key[0]
         # T1: tiers best first; tiers of equal sort_order compete on fewest idle (D4)
-        self.levels = [[t.name for t in lvl] for _, lvl in groupby(ok, key=_sort_order)]
-        self.flat = [t.name for t in ok]
+        self.levels, self.flat = _tiers_of(key, tiers)
         # D7: Priority if some fit placement has enough GPUs idle or reserved by the (higher)
         # rank-1 job at the start of the walk; otherwise nothing could serve it: Resources —
         # unless a tier its VRAM floor alone excludes has enough (an OOM retry, X8, beside idle
@@ -50,6 +49,26 @@ class RequestClass:
                 if tier_admits(floor, t) and t.vram_gb < req.min_vram_gb
             ):
                 self.reason = "MinVram"
+
+
+def _tiers_of(key: Key, tiers: Mapping[str, Tier]) -> tuple[list[list[str]], list[str]]:
+    """The tiers admitting the request (D2), best first (T1): by levels of equal sort_order, and
+    flat. Read-only lists, shared by every cycle that asks for the same request and tiers."""
+    try:
+        return _tiers_cached(key, tuple(tiers.values()))
+    except TypeError:  # an unhashable tiers filter: not cached
+        return _admitting(key, tiers.values())
+
+
+@lru_cache(maxsize=1024)
+def _tiers_cached(key: Key, tiers: tuple[Tier, ...]) -> tuple[list[list[str]], list[str]]:
+    return _admitting(key, tiers)
+
+
+def _admitting(key: Key, tiers: Iterable[Tier]) -> tuple[list[list[str]], list[str]]:
+    req = Req(key)
+    ok = sorted((t for t in tiers if tier_admits(req, t)), key=_best_first)
+    return [[t.name for t in lvl] for _, lvl in groupby(ok, key=_sort_order)], [t.name for t in ok]
 
 
 def _best_first(t: Tier) -> tuple[int, str]:

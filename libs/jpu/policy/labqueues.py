@@ -43,9 +43,12 @@ class LabQueue:
         self.cids.insert(i, cid)
         self.jobs.insert(i, job)
 
-    def delete(self, key: EntryKey) -> None:
+    def delete(self, key: EntryKey) -> int:
+        """Remove the job at `key`; returns its class id."""
         i = bisect_left(self.keys, key)
+        cid = self.cids[i]
         del self.keys[i], self.ids[i], self.cids[i], self.jobs[i]
+        return cid
 
     def index(self, key: EntryKey) -> int:
         return bisect_left(self.keys, key)
@@ -68,6 +71,9 @@ class LabQueues:
         self.holders: dict[str, QueuedJob] = {}  # jobs holding a reservation (few, R2)
         self.class_keys: dict[int, Key] = {}  # interned class id (< 0) -> request key
         self._class_ids: dict[Key, int] = {}
+        # class id -> queued jobs of that class (> 0): the classes present, without a pass
+        # over the queue per cycle
+        self.class_count: dict[int, int] = {}
         for j in sorted(jobs, key=entry_key):
             self.put(j)
 
@@ -89,7 +95,11 @@ class LabQueues:
             if old.lab == job.lab and old.queue_entered_at == job.queue_entered_at:
                 lq = self.labs[job.lab]  # same place: replace in place
                 i = lq.index(entry_key(job))
-                lq.cids[i], lq.jobs[i] = self.class_id(job), job
+                cid = self.class_id(job)
+                if cid != lq.cids[i]:
+                    self._count(lq.cids[i], -1)
+                    self._count(cid, 1)
+                lq.cids[i], lq.jobs[i] = cid, job
                 self._hold(job)
                 self.by_id[job.job_id] = job
                 return
@@ -97,9 +107,18 @@ class LabQueues:
         lab = self.labs.get(job.lab)
         if lab is None:
             lab = self.labs[job.lab] = LabQueue()
-        lab.insert(entry_key(job), self.class_id(job), job)
+        cid = self.class_id(job)
+        lab.insert(entry_key(job), cid, job)
+        self._count(cid, 1)
         self._hold(job)
         self.by_id[job.job_id] = job
+
+    def _count(self, cid: int, delta: int) -> None:
+        n = self.class_count.get(cid, 0) + delta
+        if n:
+            self.class_count[cid] = n
+        else:
+            del self.class_count[cid]
 
     def _hold(self, job: QueuedJob) -> None:
         if job.reservation is not None:
@@ -113,7 +132,7 @@ class LabQueues:
         if job is None:
             return None
         lq = self.labs[job.lab]
-        lq.delete(entry_key(job))
+        self._count(lq.delete(entry_key(job)), -1)
         if not lq:
             del self.labs[job.lab]
         self.holders.pop(job_id, None)

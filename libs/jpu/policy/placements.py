@@ -91,16 +91,16 @@ def scan(
         if st == "down":
             continue
         s.capacity += 1
-        head = st[:2]
-        if head == "jo":  # job:<id> — the common case on a busy cluster
-            if running:
+        head = st[:1]  # one character: a cached string, no new one per row
+        if head == "j":  # job:<id> — the common case on a busy cluster
+            if running and st[:2] == "jo":
                 s.running[st[4:]] = None
         elif st == "free":
             s.idle.append(g.index)
-        elif head == "ba" and st.startswith("backfill:"):
+        elif head == "b" and st.startswith("backfill:"):
             s.idle.append(g.index)  # backfill always yields (P2, B4)
             s.backfill[g.index] = st[9:]
-        elif head == "re" and st.startswith("reserved:"):
+        elif head == "r" and st.startswith("reserved:"):
             s.reserved.setdefault(st[9:], []).append(g.index)
             if g.backfill:
                 s.backfill[g.index] = g.backfill  # R2: backfill may keep running

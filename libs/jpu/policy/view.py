@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from itertools import chain, groupby
-from operator import attrgetter
+from itertools import accumulate, chain, count, groupby, islice
+from operator import attrgetter, ne
 
 from jpu.policy.classes import ClassTable
 from jpu.policy.labqueues import LabQueue, LabQueues, entry_key
@@ -18,6 +18,7 @@ from jpu.policy.model import LabUsage, QueuedJob
 from jpu.policy.ordering import in_entry_order, lab_usage_at, rank_permutation
 
 _KEY = attrgetter("num_gpus", "tiers", "min_vram_gb")
+_IDS, _CIDS = attrgetter("ids"), attrgetter("cids")
 
 
 class CycleView:
@@ -81,20 +82,27 @@ class LabView:
     ) -> None:
         self.classes = classes
         at = lab_usage_at(queues.labs, usage, now, half_life_s)
-        self.order: list[str] = []
-        self.cid_rank: list[int] = []
-        self._starts: list[int] = []  # first rank of each chunk (a lab, or labs tied on usage)
-        self._chunks: list[LabQueue] = []
-        chunk_of: dict[str, int] = {}
-        for _, tied in groupby(sorted(queues.labs, key=at.__getitem__), key=at.__getitem__):
-            group = list(tied)
-            chunk = queues.labs[group[0]] if len(group) == 1 else _merged(queues, group)
-            chunk_of.update(dict.fromkeys(group, len(self._chunks)))
-            self._starts.append(len(self.order))
-            self._chunks.append(chunk)
-            self.order += chunk.ids
-            self.cid_rank += chunk.cids
-        self.present: set[int] = set(self.cid_rank)  # the same adds, in the same order
+        labs = sorted(queues.labs, key=at.__getitem__)
+        usages = list(map(at.__getitem__, labs))
+        # one chunk per lab, or per run of labs tied on usage (merged by entry)
+        self._chunks: list[LabQueue]
+        if all(map(ne, usages, islice(usages, 1, None))):  # the usual case: no ties
+            self._chunks = list(map(queues.labs.__getitem__, labs))
+            chunk_of = dict(zip(labs, count()))
+        else:
+            self._chunks, chunk_of = [], {}
+            for _, tied in groupby(labs, key=at.__getitem__):
+                group = list(tied)
+                chunk_of.update(dict.fromkeys(group, len(self._chunks)))
+                self._chunks.append(
+                    queues.labs[group[0]] if len(group) == 1 else _merged(queues, group)
+                )
+        # first rank of each chunk
+        self._starts: list[int] = list(accumulate(map(len, self._chunks), initial=0))[:-1]
+        self.order: list[str] = list(chain.from_iterable(map(_IDS, self._chunks)))
+        self.cid_rank: list[int] = list(chain.from_iterable(map(_CIDS, self._chunks)))
+        # the request classes in the queue, as the queue counts them (no pass over its jobs)
+        self.present: set[int] = set(queues.class_count)
 
         def rank(j: QueuedJob) -> int:
             k = chunk_of[j.lab]

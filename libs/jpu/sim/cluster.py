@@ -30,7 +30,6 @@ from jpu.events import (
 )
 from jpu.policy.model import Gpu, RunningJob
 
-Holdings = dict[GpuKey, str]
 # the job events that can change what a job holds (JobView.gpu_holdings) or whether it runs
 # (running_job): the others (submitted, promoted, started, cancel requested, retry) cannot.
 # By exact type (event classes are never subclassed): this runs for every event.
@@ -40,8 +39,10 @@ _BACKFILL = frozenset({BackfillStarted, BackfillEnded})
 
 
 class SimCluster:
-    def __init__(self, state: ClusterState, now: float = 0.0) -> None:
+    def __init__(self, state: ClusterState, now: float = 0.0, *, idle_clocks: bool = True) -> None:
         self.state = state
+        # keep `idle_since` (only backfill reads it: a run without backfill skips its upkeep)
+        self.idle_clocks = idle_clocks
         self.keys: list[GpuKey] = [
             (node, tier, i)
             for (node, tier), count in sorted(state.inventory.items())
@@ -57,7 +58,7 @@ class SimCluster:
         self.idle_since: dict[GpuKey, Idle] = {
             k: Idle(now, state.seq)
             for k in self.keys
-            if k not in state.holders and k not in state.down
+            if idle_clocks and k not in state.holders and k not in state.down
         }
         self.backfill_since: dict[GpuKey, float] = {}  # GPU -> when its backfill instance began
         # GPU -> when a job or reservation last let go of it (a forward estimate's start times)
@@ -76,16 +77,7 @@ class SimCluster:
 
     # --- the cycle's rows, event by event --------------------------------------------------
 
-    def holdings(self, event: Event) -> Holdings:
-        """What the event's job holds before the fold applies it."""
-        if type(event) in _HOLDS:
-            assert isinstance(event, JobEvent)
-            job = self.state.jobs.get(event.job_id)
-            if job is not None:
-                return job.gpu_holdings()
-        return {}
-
-    def folded(self, event: Event, before: Holdings, now: float, seq: int) -> list[GpuKey]:
+    def folded(self, event: Event, now: float, seq: int) -> list[GpuKey]:
         """The fold applied `event` (log seq `seq`): refresh the rows it may have changed, its
         job, and the idle clocks. Returns the GPUs its job let go of (idle again, to backfill if
         one kept running, SPEC R2)."""
@@ -94,16 +86,22 @@ class SimCluster:
         kind = type(event)
         if kind in _HOLDS:
             assert isinstance(event, JobEvent)
-            job = state.job_seen(event.job_id)
-            after = job.gpu_holdings() if job is not None else {}
-            for k in after:
-                self.idle_since.pop(k, None)  # went to a job or reservation
-            freed = [k for k in before if k not in after and k not in state.holders]
+            # what the fold's job held before and after the event (none: a job never seen)
+            before, after = state.just_held or ({}, {})
+            holders = state.holders
+            freed = [k for k in before if k not in after and k not in holders]
+            if self.idle_clocks:
+                idle = self.idle_since
+                for k in after:
+                    idle.pop(k, None)  # went to a job or reservation
+                for k in freed:
+                    idle[k] = Idle(now, seq)
+            freed_at = self.freed_at
             for k in freed:
-                self.idle_since[k] = Idle(now, seq)
-                self.freed_at[k] = now
+                freed_at[k] = now
             changed = before.keys() | after.keys()
             if kind in _RUNS:
+                job = state.job_seen(event.job_id)
                 r = running_job(job) if job is not None else None
                 if r is not None:
                     self.running[event.job_id] = r

@@ -72,6 +72,7 @@ CycleHook = Callable[[int, float, Snapshot, CycleResult], None]  # (state seq, t
 # did itself: a backfill its dispatch preempted (B2), a reservation `dispatched` into its job
 # (`append`). By exact type (event classes are never subclassed): this runs for every event.
 _TRIGGERS = frozenset(TRIGGERS) - {BackfillEnded}
+_NO_HEADERS: dict[str, str] = {}  # the simulated log's events carry none (the fold reads none)
 
 
 def services_config(cluster: Cluster, params: SimParams) -> Config:
@@ -180,11 +181,10 @@ class Simulator:
         it at once (accounting's charge, the summary's record, a D8 cycle)."""
         event = self.log.append(event)
         state = self.state
-        before = self.cluster.holdings(event)
-        evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), {}))
+        evolve(state, Delivered(self.log.count, "", cast(AnyEvent, event), _NO_HEADERS))
         if state.just_woken:  # Q8: a parent started or ended; its children's users promote
             self.woken |= state.just_woken
-        freed = self.cluster.folded(event, before, self.now, self.log.count)
+        freed = self.cluster.folded(event, self.now, self.log.count)
         self.folded(event)
         ended = state.just_ended
         if freed:

@@ -46,6 +46,7 @@ from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tie
 from jpu.domain.cluster import ClusterState, GpuKey, Maintenance
 from jpu.domain.codec import with_jobs
 from jpu.domain.dependencies import ArrayProgress
+from jpu.domain.runs import RecentRuns
 from jpu.domain.states import PLACED, QUEUED, JobView
 from jpu.events import JobDispatched, JobSubmitted, MaintenanceChanged
 from jpu.policy.charging import Charge
@@ -137,7 +138,7 @@ def own_fold(present: Present) -> ClusterState:
     (jpu.domain.codec.with_jobs, as a snapshot's load rebuilds it), inventory, down GPUs, usage
     and maintenance. No backfill (B4: it always yields, it never delays a start), no ended jobs,
     no log position or history: the forward's own log starts at 1."""
-    fold = ClusterState(keep_ended=False)
+    fold = ClusterState(keep_ended=False, runs=_Unread())
     fold.inventory = dict(present.inventory)
     fold.down = set(present.down)
     fold.usage = dict(present.usage)
@@ -145,6 +146,16 @@ def own_fold(present: Present) -> ClusterState:
     fold.arrays = {a.array_id: a for a in present.arrays}
     with_jobs(fold, present.jobs)
     return fold
+
+
+class _Unread(RecentRuns):
+    """The forward fold's run history: nobody reads it (every duration is assumed up front, in
+    the `Present`), so the fold's record of each end is dropped."""
+
+    def record(
+        self, user: str, lab: str, num_gpus: int, run_s: float, limit_s: float | None = None
+    ) -> None:
+        return None
 
 
 def _spec(j: JobView, a: Assumed, now: float) -> WorkloadJob:
@@ -207,7 +218,7 @@ class ForwardSim(Simulator):
         """Take over the fold (nothing reacts to it: it is the past) and play on: the simulated
         backend's record of each job, each running job's end."""
         self.state = state
-        self.cluster = SimCluster(state, self.now)
+        self.cluster = SimCluster(state, self.now, idle_clocks=False)  # no backfill (B4)
         for j in state.jobs.values():
             self.submitted[j.job_id] = _submitted(j)
             if j.placement is None or j.state not in PLACED:
@@ -240,9 +251,12 @@ class ForwardSim(Simulator):
         self.decided.setdefault(event.job_id, self.now)
         freed, job = self.cluster.freed_at, self.state.jobs.get(event.job_id)
         entered = job.queue_entered_at if job is not None else None
-        t = max(self.asked_at, self.origin if entered is None else entered)
-        for i in event.gpus:
-            t = max(t, freed.get((event.node, event.tier, i), self.origin))
+        node, tier, origin = event.node, event.tier, self.origin
+        t = max(
+            self.asked_at,
+            origin if entered is None else entered,
+            *[freed.get((node, tier, i), origin) for i in event.gpus],
+        )
         return event if t >= event.ts else msgspec.structs.replace(event, ts=t)
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
