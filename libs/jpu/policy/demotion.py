@@ -137,13 +137,21 @@ class DemotionCheck:
                     break
                 ranks.append((at, n))
                 at += 1
-        left, taken = idle + len(held), 0
+        # parked reservations here of jobs ranked below this one give theirs first: counting
+        # them, two parked jobs that together hold what a higher job needs here do not each
+        # keep theirs because neither alone is enough (the two and rank 1 would wait forever)
+        below = sum(
+            len(g)
+            for j, g in slot.reserved.items()
+            if j != job.job_id and j in self.holders and self.rank_of(j) > rank
+        )
+        left, taken = idle + below + len(held), 0
         for at, n in sorted(ranks):
             need = n - len(slot.reserved.get(self.order[at], ()))  # its own GPUs here (D2)
             if 0 < need <= left:
                 left -= need
                 taken += need
-        return max(0, taken - idle)
+        return min(len(held), max(0, taken - idle - below))
 
     def holds_back(
         self, job: QueuedJob, slot: Slot, held: Sequence[int], dispatched: Sequence[int] = ()

@@ -382,3 +382,28 @@ def test_D5_two_higher_jobs_competing_for_the_same_idle_gpus_demote_the_parked_o
         assert got == {"j0": ("n0", "t1", (0, 1)), "j1": ("n0", "t1", (2, 3)),
                        "h0": ("n1", "t0", (0, 1))}, mode  # fmt: skip
         assert r.pending == {"j2": "Priority"}, mode
+
+
+def test_R6_yield_two_parked_reservations_that_together_block_rank1_both_give_way():
+    """Found by the simulator's R6 property test: on an 8-GPU node with 3 idle GPUs, j1 (lab B)
+    parks 3 and j5 (lab C) parks 2; rank 1, j0 (lab A, 8 GPUs), fits only there. Counted one
+    reservation at a time neither was needed (3 + 3 and 3 + 2 < 8), both kept, rank 1 could
+    neither start nor reserve, and nothing ever ran on the node again. Counting the parked GPUs
+    of the jobs below, both give theirs back (all of them: R3) and rank 1 starts at once."""
+    states = {0: "free", 1: "free", 2: "free"} | {i: "reserved:j1" for i in (3, 4, 5)}
+    states |= {6: "reserved:j5", 7: "reserved:j5"}
+    gpus = [Gpu(N8, "t8", i, states[i]) for i in range(8)]
+    q = [
+        job("j0", "A", n=8, at=-10.0),
+        job("j1", "B", n=6, at=-20.0, res=reserved(N8, "t8", (3, 4, 5), since=-5.0)),
+        job("j5", "C", n=6, at=-30.0, res=reserved(N8, "t8", (6, 7), since=-5.0)),
+    ]
+    usage = {"A": LabUsage(9.0, 0.0), "B": LabUsage(12.0, 0.0), "C": LabUsage(14.0, 0.0)}
+    s = Snapshot(tiers={"t8": T8}, gpus=gpus, queue=q, usage=usage, reservation_demotion="yield")
+    r = cycle(s, now=0.0)
+    assert r.order == ["j0", "j1", "j5"]
+    assert sorted((x.job_id, x.reason) for x in r.releases) == [
+        ("j1", "demoted"),
+        ("j5", "demoted"),
+    ]
+    assert {d.job_id: (d.node, d.gpus) for d in r.dispatches} == {"j0": (N8, tuple(range(8)))}

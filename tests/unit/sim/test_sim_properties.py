@@ -206,3 +206,20 @@ def test_R6_yield_F5_conservation_and_no_double_booking_on_8gpu_nodes(
     )
     summary, _ = _conserved(WIDE, jobs, params)
     assert all(j["state"] in {"COMPLETED", "CANCELLED"} for j in summary["jobs"].values())
+
+
+def test_R6_yield_parked_reservations_that_together_block_rank1_never_stall_the_run():
+    """The workload the R6 property test found: j5 and j1 (6 GPUs each) parked 2 and 3 GPUs of
+    w8 and rank 1, j0 (8 GPUs), fitted only there; neither reservation alone was enough for it,
+    so both were kept and the run ended with j0, j1, j5 never started and their GPUs held."""
+    u = "u1"
+    jobs = [_w(f"j{i}", "A", u, 0.0, 1, 1.0) for i in (2, 3, 4, 6, 7, 8, 9)]
+    jobs += [_w("j10", "B", u, 0.0, 3, 4.0), _w("j11", "A", u, 0.0, 1, 1.0)]
+    jobs += [_w("j12", "A", u, 0.0, 1, 1.0), _w("j13", "C", u, 0.0, 3, 2.0)]
+    jobs += [_w("j14", "C", "u2", 0.0, 2, 4.0), _w("j5", "C", u, 1.0, 6, 1.0)]
+    jobs += [_w("j1", "B", u, 2.0, 6, 1.0), _w("j0", "A", u, 3.0, 8, 1.0)]
+    params = SimParams(max_active_jobs=3, half_life_s=900, reservation_demotion="yield")
+    summary, _ = _conserved(WIDE, jobs, params)
+    assert {j: summary["jobs"][j]["state"] for j in ("j0", "j1", "j5")} == dict.fromkeys(
+        ("j0", "j1", "j5"), "COMPLETED"
+    )
