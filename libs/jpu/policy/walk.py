@@ -175,13 +175,15 @@ class Walk:
                 alive[c] = next_of(c, i + 1)
                 if alive[c] >= total:
                     del alive[c]
+                if freed:  # its GPUs are idle again: classes dropped may be servable now
+                    self.rank1_first()
+                    self.revive(alive, cid, start, next_of)
+                # after rank 1 chose again: what it took may leave a class with no placement
+                # (the property test found a class kept alive here and then no slot for it)
                 for c2 in list(alive):
                     k2 = classes[c2]
                     if not pool.can_serve(k2.flat, k2.n):
                         del alive[c2]
-                if freed:  # its GPUs are idle again: classes dropped may be servable now
-                    self.rank1_first()
-                    self.revive(alive, cid, start, next_of)
                 continue
             slot = pool.best_fit(k.levels, k.n)
             assert slot is not None  # alive ⇒ servable

@@ -194,6 +194,40 @@ def test_invariants_single_cycle(mode, case):
     check_invariants(snap, cycle(snap, now), now)
 
 
+def test_R6_damped_a_parked_swap_then_rank1_leaves_no_class_alive_without_a_slot():
+    """Found by the property test above (the cycle asserted): j1, parked on n3/t0, swaps to n2/t1
+    and gives its two GPUs back mid-walk; rank 1 (j3, t0 only) then takes n3's; the walk still
+    counted the 1-GPU class as servable and found no placement for it. Every dispatcher cycle
+    with such a queue would have failed."""
+    t0, t1 = tier("t0", 12, 10.0, 0, max_gpus=3), tier("t1", 12, 10.0, 0, max_gpus=3)
+    t2 = tier("t2", 12, 10.0, 0, max_gpus=1)
+    layout = [
+        ("n0", "t0", ["reserved:j0", "free", "job:r0t02", "job:r0t03"]),
+        ("n1", "t1", ["free"]),
+        ("n1", "t0", ["free", "job:r1t01", "job:r1t02"]),
+        ("n2", "t1", ["free", "free", "free"]),
+        ("n3", "t0", ["reserved:j1", "reserved:j1", "job:r3t02"]),
+    ]
+    gpus = [Gpu(n, t, i, st_) for n, t, states in layout for i, st_ in enumerate(states)]
+
+    def q(j: str, n: int, at: float, **kw) -> QueuedJob:
+        return QueuedJob(job_id=j, lab="A", user="u", num_gpus=n, queue_entered_at=at, **kw)
+
+    queue = [
+        q("j0", 2, 2.0, reservation=Reservation(node="n0", tier="t0", gpus=(0,), since=0.0)),
+        q("j1", 3, 1.0, reservation=Reservation(node="n3", tier="t0", gpus=(0, 1), since=0.0)),
+        q("j2", 1, 1.0), q("j3", 2, 0.0, tiers=frozenset({"t0"})), q("j4", 1, 0.0),
+        q("j5", 1, 0.0),
+    ]  # fmt: skip
+    snap = Snapshot(
+        tiers={"t0": t0, "t1": t1, "t2": t2}, gpus=gpus, queue=queue, usage={},
+        half_life_s=3600.0, reservation_demotion="damped", reservation_demotion_margin=0.1,
+    )  # fmt: skip
+    res = cycle(snap, 1000.0)
+    check_invariants(snap, res, 1000.0)
+    assert res.order[0] == "j3" and [(x.job_id, x.reason) for x in res.releases] == [("j1", "swap")]
+
+
 @st.composite
 def partial_reservations(draw) -> tuple[Snapshot, float]:
     """R6 yield: wide placements where reservations hold several GPUs and higher jobs of 1-4
