@@ -214,8 +214,8 @@ async def _main(args: argparse.Namespace) -> int:
             end="", file=sys.stderr, flush=True,
         )  # fmt: skip
 
-    bus = await EventBus.connect(
-        args.nats, stream=args.stream, prefix=args.prefix, name="jpu-replay"
+    bus = await EventBus.connect(  # the events alone: the projections read no header
+        args.nats, stream=args.stream, prefix=args.prefix, name="jpu-replay", headers=False
     )
     live = await create_pool(args.db, max_size=2)
     scratch_name = None
