@@ -220,10 +220,14 @@ async def audit(
     projections: tuple[Projection, ...] = ALL,
     progress: Callable[[str, int], None] | None = None,
 ) -> Report:
-    """Rebuild `projections` into the (empty or disposable) scratch database and compare."""
+    """Rebuild `projections` into the (empty or disposable) scratch database and compare; its
+    projection tables are made UNLOGGED (not crash-safe: a scratch database is thrown away)."""
     scratch = await create_pool(scratch_dsn, max_size=2)
     try:
         await migrate(scratch)
+        for table in sorted({t for p in projections for t in p.tables}):
+            # disposable: its rows need no WAL (less for the server to write, a faster drop)
+            await scratch.execute(f"ALTER TABLE {table} SET UNLOGGED")
         step = (lambda seq: progress("projections", seq)) if progress else None
         audits = await _audit_all(bus, pool_live, scratch, projections, until_ts, step)
         for _ in range(2):  # a live projection that moved on during the comparison: again
