@@ -7,8 +7,10 @@ import contextlib
 import sys
 
 import asyncpg
+from nats.aio.msg import Msg
 
 from jpu.bus import EventBus
+from jpu.bus.ordered import follow_ordered, sequences
 from jpu.store import create_pool, last_applied, migrate, rebuild, run_projection, wait_applied
 from jpu.store.projections import ALL
 from jpu.testing.pg_fixtures import sample_log
@@ -80,6 +82,35 @@ async def test_E6_replay_reports_no_difference(bus, pool, pg_database_factory) -
     report = await audit(bus, pool, await pg_database_factory())
     assert report.compared and report.ok, report.summary()
     assert {p.projection for p in report.projections} == {p.name for p in ALL}
+
+
+async def test_E6_replay_reads_the_log_without_headers(
+    bus: EventBus, nats_url: str, pool, pg_database_factory
+) -> None:
+    """The replay's connection drops the messages' own headers (the projections read none)
+    but still reads the server's status lines: its ordered reader ends at the log's end, and
+    the rows it rebuilds are the live ones."""
+    last = await _fill_live(bus, pool, 20)
+    bare = await EventBus.connect(
+        nats_url, stream=bus.stream, prefix=bus.prefix, name="pytest-bare", headers=False
+    )
+    try:
+        seen: list[Msg] = []
+        stop = asyncio.Event()
+        async for msgs in follow_ordered(bare.js, bare.stream, f"{bare.prefix}.>", 1, stop):
+            seen += msgs
+            if len(seen) >= last:
+                stop.set()
+        assert [sequences(m)[0] for m in seen] == list(range(1, last + 1))
+        assert all(m.headers is None for m in seen)
+        kept = follow_ordered(bus.js, bus.stream, f"{bus.prefix}.>", 1, asyncio.Event())
+        async with contextlib.aclosing(kept) as batches:
+            first = (await anext(batches))[0]
+        assert first.headers  # the same message over a bus that keeps them: its Nats-Msg-Id
+        report = await audit(bare, pool, await pg_database_factory())
+        assert report.compared and report.ok, report.summary()
+    finally:
+        await bare.close()
 
 
 async def test_E6_replay_reports_a_tampered_row(bus, pool, pg_database_factory) -> None:

@@ -119,7 +119,9 @@ async def _read_log(
     )  # fmt: skip
     async with contextlib.aclosing(reader) as batches:
         async for msgs in batches:
-            inside = [m for m in msgs if sequences(m)[0] <= end]
+            inside = msgs
+            if sequences(msgs[-1])[0] > end:  # in stream order: only the last batch is cut
+                inside = [m for m in msgs if sequences(m)[0] <= end]
             chunk, bad = decode_batch(inside, names)
             if until_ts is not None and any(d.event.ts > until_ts for d in chunk):
                 cut = next(d.seq for d in chunk if d.event.ts > until_ts)

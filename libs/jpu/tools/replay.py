@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import asyncpg
 import msgspec
@@ -107,19 +107,27 @@ _DIGEST = """SELECT count(*), encode(sha256(convert_to(coalesce(string_agg(h, ''
     FROM {table} t) rows"""
 
 
-async def _digest(pool: asyncpg.Pool, table: str) -> tuple[int, str]:
-    row = await pool.fetchrow(_DIGEST.format(table=table))
+async def _digest(db: asyncpg.Pool | asyncpg.Connection, table: str) -> tuple[int, str]:
+    row = await db.fetchrow(_DIGEST.format(table=table))
     assert row is not None  # an aggregate always answers one row
     return int(row[0]), str(row[1])
 
 
-async def compare_table(live: asyncpg.Pool, rebuilt: asyncpg.Pool, table: str) -> TableDiff:
+async def compare_table(
+    live: asyncpg.Pool,
+    rebuilt: asyncpg.Pool,
+    table: str,
+    live_digest: tuple[int, str] | None = None,
+) -> TableDiff:
     """Equal digests: the same rows (the common case; PostgreSQL hashes the rows instead of
     Python fetching and comparing both tables); otherwise every row is fetched and compared to
-    show which differ."""
-    (n_live, d_live), (n_rebuilt, d_rebuilt) = await asyncio.gather(
-        _digest(live, table), _digest(rebuilt, table)
-    )
+    show which differ. `live_digest`: the live side's, when already taken."""
+    if live_digest is None:
+        (n_live, d_live), (n_rebuilt, d_rebuilt) = await asyncio.gather(
+            _digest(live, table), _digest(rebuilt, table)
+        )
+    else:
+        (n_live, d_live), (n_rebuilt, d_rebuilt) = live_digest, await _digest(rebuilt, table)
     if d_live == d_rebuilt:
         return TableDiff(table=table, live_rows=n_live, rebuilt_rows=n_rebuilt)
     a_recs = await live.fetch(f"SELECT * FROM {table}")
@@ -148,16 +156,30 @@ async def _audit_all(
 ) -> list[ProjectionAudit]:
     """One read of the log rebuilds every projection, each up to the seq its live twin has
     applied (a live projection that merely lags is not a difference)."""
-    live_seqs: dict[str, int | None] = {
-        p.name: None if until_ts is not None else await last_applied(live, p.name)
-        for p in projections
-    }
-    seqs = await rebuild_many(
-        bus, scratch, projections, until_ts=until_ts, until_seqs=live_seqs, progress=progress
-    )
+    live_seqs: dict[str, int | None] = dict.fromkeys((p.name for p in projections), None)
+    digests: dict[str, tuple[int, str]] = {}
+    live_side = None
+    if until_ts is None:  # compared: the live side is read while the log is replayed
+        known: asyncio.Future[dict[str, int]] = asyncio.get_running_loop().create_future()
+        live_side = asyncio.create_task(_live_state(live, projections, known))
+        first: list[asyncio.Future[Any]] = [known, live_side]
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        if not known.done():
+            await live_side  # failed before reading the positions: its error
+        live_seqs.update(known.result())
+    try:
+        seqs = await rebuild_many(
+            bus, scratch, projections, until_ts=until_ts, until_seqs=live_seqs, progress=progress
+        )
+        if live_side is not None:
+            digests = await live_side
+    finally:
+        if live_side is not None and not live_side.done():
+            live_side.cancel()
+            await asyncio.gather(live_side, return_exceptions=True)
     out = []
     for p in projections:
-        tables = [await compare_table(live, scratch, t) for t in p.tables]
+        tables = [await compare_table(live, scratch, t, digests.get(t)) for t in p.tables]
         if until_ts is not None:  # reported, not compared
             tables = [TableDiff(t.table, t.live_rows, t.rebuilt_rows) for t in tables]
         found = [
@@ -166,6 +188,27 @@ async def _audit_all(
         ]
         out.append(ProjectionAudit(p.name, live_seqs[p.name], seqs[p.name], tables, found))
     return out
+
+
+async def _live_state(
+    live: asyncpg.Pool, projections: Sequence[Projection], positions: asyncio.Future[dict[str, int]]
+) -> dict[str, tuple[int, str]]:
+    """The live projections' positions (set into `positions` first, for the rebuild to start)
+    and then the digests of their tables, all in one snapshot: the rows are those of exactly
+    these positions (a projection commits its rows and its position together, SPEC E3)."""
+    async with (
+        live.acquire() as proxy,
+        proxy.transaction(isolation="repeatable_read", readonly=True),
+    ):
+        conn = cast(asyncpg.Connection, proxy)
+        rows = await conn.fetch(
+            "SELECT projection, last_seq FROM projection_positions"
+            " WHERE projection = ANY($1::text[])",
+            [p.name for p in projections],
+        )
+        found = {r["projection"]: int(r["last_seq"]) for r in rows}
+        positions.set_result({p.name: found.get(p.name, 0) for p in projections})
+        return {t: await _digest(conn, t) for p in projections for t in p.tables}
 
 
 async def audit(
@@ -177,10 +220,14 @@ async def audit(
     projections: tuple[Projection, ...] = ALL,
     progress: Callable[[str, int], None] | None = None,
 ) -> Report:
-    """Rebuild `projections` into the (empty or disposable) scratch database and compare."""
+    """Rebuild `projections` into the (empty or disposable) scratch database and compare; its
+    projection tables are made UNLOGGED (not crash-safe: a scratch database is thrown away)."""
     scratch = await create_pool(scratch_dsn, max_size=2)
     try:
         await migrate(scratch)
+        for table in sorted({t for p in projections for t in p.tables}):
+            # disposable: its rows need no WAL (less for the server to write, a faster drop)
+            await scratch.execute(f"ALTER TABLE {table} SET UNLOGGED")
         step = (lambda seq: progress("projections", seq)) if progress else None
         audits = await _audit_all(bus, pool_live, scratch, projections, until_ts, step)
         for _ in range(2):  # a live projection that moved on during the comparison: again
@@ -214,8 +261,8 @@ async def _main(args: argparse.Namespace) -> int:
             end="", file=sys.stderr, flush=True,
         )  # fmt: skip
 
-    bus = await EventBus.connect(
-        args.nats, stream=args.stream, prefix=args.prefix, name="jpu-replay"
+    bus = await EventBus.connect(  # the events alone: the projections read no header
+        args.nats, stream=args.stream, prefix=args.prefix, name="jpu-replay", headers=False
     )
     live = await create_pool(args.db, max_size=2)
     scratch_name = None
