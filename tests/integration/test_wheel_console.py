@@ -1,0 +1,64 @@
+"""The web console ships in the wheel the images install (issue 34.1, SPEC U2).
+
+`make run` uses an editable install, which serves `services/gateway/console/` from the checkout
+and so hid that the package data left the console out: the images answered 500 on `/`. This test
+builds the real wheel, installs it (not editable) into a folder of its own, and serves every
+console asset from that installed copy in a process that cannot see the checkout.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ASSETS = ("index.html", "console.js", "why.js", "files.js", "console.css")
+
+# Run from an empty folder with -P: neither the cwd nor the checkout is on sys.path, so the only
+# `jpu_services` importable is the installed wheel's (first on PYTHONPATH).
+_SERVE = """
+import sys
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from jpu_services.gateway.routes import console
+target = sys.argv[1]
+assert str(console.CONSOLE_DIR).startswith(target), console.CONSOLE_DIR
+app = FastAPI()
+app.include_router(console.router)
+client = TestClient(app)
+for path in ["/"] + [f"/console/{name}" for name in sys.argv[2:]]:
+    response = client.get(path)
+    assert response.status_code == 200 and response.content, (path, response.status_code)
+print("served", len(sys.argv) - 1)
+"""
+
+
+def test_wheel_carries_and_serves_the_console(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(wheels), str(ROOT)],
+        check=True, cwd=tmp_path,
+    )  # fmt: skip
+    (wheel,) = wheels.glob("jpu_share-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [a for a in ASSETS if f"jpu_services/gateway/console/{a}" not in names]
+    assert not missing, f"console assets missing from the wheel: {missing}"
+
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+         str(wheel)],
+        check=True, cwd=tmp_path,
+    )  # fmt: skip
+    empty = tmp_path / "cwd"
+    empty.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", _SERVE, str(target), *ASSETS],
+        cwd=empty, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"served {len(ASSETS) + 1}"
