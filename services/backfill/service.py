@@ -54,7 +54,7 @@ from jpu.domain.idle import WAKE_EVENTS, GpuKey, Idle, Tracker, backfill_id
 from jpu.events import BackfillEnded, BackfillStarted, subject_for
 from jpu.policy.model import Gpu
 from jpu.runtime.clock import Clock
-from jpu.runtime.metrics import count_preemption
+from jpu.runtime.metrics import announce_backfill, count_preemption
 from jpu.runtime.service import wait_any
 from jpu_services.backfill.options import BackfillOptions, BackfillStats
 
@@ -92,6 +92,7 @@ class BackfillService:
             self.wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        announce_backfill(t.name for t in self.config.tiers)  # SPEC O4: at 0 from the start
         await self.follower.restore()  # SPEC O6: the newest snapshot, then only the tail
         follow = asyncio.create_task(self.follower.run(stop), name="backfill-follow")
         try:

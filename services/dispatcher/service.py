@@ -30,7 +30,12 @@ from jpu.domain.cluster import ClusterState
 from jpu.domain.dispatch import TRIGGERS, cycle_events, duties, snapshot
 from jpu.policy.cycle import cycle
 from jpu.runtime.clock import Clock
-from jpu.runtime.metrics import count_leading, observing_queue, record_cycle
+from jpu.runtime.metrics import (
+    announce_dispatcher,
+    count_leading,
+    observing_queue,
+    record_cycle,
+)
 from jpu.runtime.service import wait_any
 from jpu_services.dispatcher.estimates import Estimator
 from jpu_services.dispatcher.lease import Lease
@@ -102,6 +107,7 @@ async def run_dispatcher(
     stats: DispatcherStats | None = None,
 ) -> None:
     state = ClusterState.new(config, keep_ended=False)  # SPEC O6: in-flight jobs only
+    announce_dispatcher(t.name for t in config.tiers)  # SPEC O4: its counters at 0 from the start
     wake = asyncio.Event()
     follower = Follower(
         bus,

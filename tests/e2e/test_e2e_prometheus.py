@@ -123,3 +123,39 @@ def test_O4_every_dashboard_query_runs_on_prometheus(stack: Stack, prometheus: P
             answered[expr] = prometheus.query(expr)  # a PromQL error fails here, naming it
     for expr in ("max by (state) (jpu_queue_length)", "max by (projection) (jpu_projection_lag)"):
         assert answered[expr], expr
+
+
+def test_O4_rare_counters_read_zero_before_their_first_event(
+    stack: Stack, prometheus: Prometheus
+) -> None:
+    """Issue 34.7: a counter whose event has not happened (a projection fault, a parked message,
+    a backfill preemption) has a series at 0 from its service's start, per projection, durable
+    and tier, so an alert on its increase (compose/prometheus/alerts.yml) sees data, not a gap."""
+    tiers = {"rtx4090", "rtx3080ti"}
+
+    def labelled(metric: str, label: str, want: set[str]) -> dict[str, float] | None:
+        got = prometheus.values(f"max by ({label}) ({metric})", label)
+        return got if got.keys() >= want else None
+
+    faults = wait_until(
+        lambda: labelled("jpu_projection_faults_total", "projection", PROJECTIONS),
+        30,
+        lambda: f"a faults series per projection: {prometheus.query('jpu_projection_faults_total')}",
+    )
+    assert not any(faults.values()), faults
+    preemptions = wait_until(
+        lambda: labelled("jpu_backfill_preemptions_total", "tier", tiers),
+        30,
+        lambda: f"preemptions per tier: {prometheus.query('jpu_backfill_preemptions_total')}",
+    )
+    assert not any(preemptions.values()), preemptions
+    parked = wait_until(
+        lambda: prometheus.values("jpu_bus_parked_total", "durable") or None,
+        30,
+        "a parked series per durable consumer",
+    )
+    consumed = prometheus.values("max by (durable) (jpu_bus_consumed_total)", "durable")
+    assert parked.keys() == consumed.keys() and not any(parked.values()), (parked, consumed)
+    assert labelled("jpu_reservations_total", "tier", tiers), prometheus.query(
+        "jpu_reservations_total"
+    )

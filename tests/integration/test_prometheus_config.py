@@ -48,6 +48,18 @@ def test_O4_compose_prometheus_config_is_valid_to_promtool() -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_O4_alert_rules_are_valid_and_fire_on_their_faults() -> None:
+    """Issue 34.7: promtool checks compose/prometheus/alerts.yml and runs its unit tests
+    (alerts.test.yml): each alert fires on the fault it names and stays quiet otherwise."""
+    prometheus = prometheus_or_skip()
+    promtool = shutil.which("promtool") or str(Path(prometheus).with_name("promtool"))
+    for args in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts.test.yml"]):
+        out = subprocess.run(
+            [promtool, *args], cwd=CONFIG.parent, capture_output=True, text=True, timeout=60
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_O4_compose_prometheus_scrapes_every_service_where_it_serves_metrics() -> None:
     services, ports = jpu_services(), scraped()
     assert services.keys() == ports.keys(), set(services) ^ set(ports)

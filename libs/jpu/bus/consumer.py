@@ -90,6 +90,7 @@ async def run_consumer(
             log.warning("consumer %s: not created yet (%r); retrying", spec.durable, e)
             await _sleep_unless(stop, 1.0)
     sub = await js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
+    hooks.announce_consumer(spec.durable)  # SPEC O4: its counters at 0 from the start
     try:
         while not stop.is_set():
             try:

@@ -11,6 +11,7 @@ from opentelemetry import trace
 from jpu.bus.model import Delivered
 
 # The consumer metrics are instruments of jpu.runtime.metrics, the one registry (SPEC O4)
+from jpu.runtime.metrics import announce_consumer as announce_consumer
 from jpu.runtime.metrics import count_consumed as count_consumed
 from jpu.runtime.metrics import count_parked as count_parked
 from jpu.runtime.metrics import observe_consumer_lag

@@ -192,6 +192,34 @@ def use_meter_provider(provider: metrics.MeterProvider | None) -> None:
 # --- calls at the edges ------------------------------------------------------------------------
 
 
+# Announced at an edge's start: a counter's series exists at 0 before its first event, so a
+# dashboard or an alert rule (compose/prometheus/alerts.yml) reads 0, not a missing series.
+
+
+def announce_consumer(durable: str) -> None:
+    m = _instruments()
+    m.consumed.add(0, {"durable": durable})
+    m.parked.add(0, {"durable": durable})
+
+
+def announce_projection(projection: str) -> None:
+    _instruments().faults.add(0, {"projection": projection})
+
+
+def announce_dispatcher(tiers: Iterable[str]) -> None:
+    m = _instruments()
+    m.leader_acquisitions.add(0, {"role": "dispatcher"})
+    for tier in tiers:
+        m.dispatches.add(0, {"tier": tier})
+        m.reservations.add(0, {"outcome": "started", "tier": tier})
+
+
+def announce_backfill(tiers: Iterable[str]) -> None:
+    m = _instruments()
+    for tier in tiers:
+        m.preemptions.add(0, {"tier": tier})
+
+
 def record_cycle(seconds: float) -> None:
     _instruments().cycle_duration.record(seconds)
 

@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from jpu.bus.model import Delivered
 from jpu.bus.ordered import follow_ordered, sequences
 from jpu.events import decode
-from jpu.runtime.metrics import count_fault, sample_lag
+from jpu.runtime.metrics import announce_projection, count_fault, sample_lag
 from jpu.store.faults import TRANSIENT, Fault, record_faults
 
 if TYPE_CHECKING:
@@ -378,6 +378,8 @@ async def run_projections(
         return lag
 
     await _drop_legacy_durables(bus, runner.names)
+    for name in runner.names:
+        announce_projection(name)  # SPEC O4: jpu.projection.faults at 0 from the start
     samplers = [
         asyncio.create_task(sample_lag(name, lag_of(name), stop, lag_every_s))
         for name in runner.names
