@@ -3,6 +3,7 @@ a private directory and stopped at the end), against raw Slurm in the same run.
 
     python bench/bench_slurm.py [--jobs 100] [--inflight 4] [--preempt-rounds 5] [--watch-s 15]
     python bench/bench_slurm.py --watch-jobs 1000 [--watch-s 60] [--before-tree DIR]
+    python bench/bench_slurm.py --burst 200   (bench_slurm_burst.py: a start burst)
 
 1. dispatch → RUNNING: `preempt_backfill` (none to end) + `SlurmBackend.submit` of a 1-GPU
    `true` job (partition, node, gres, mapped account, output dir: everything the agent does)
@@ -53,6 +54,7 @@ from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.testing.slurm_fixtures import free_base_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_slurm_burst import run_burst
 from bench_slurm_watch import run_watch
 
 STUB = "python -m jpu.tools.backfill_stub"
@@ -296,6 +298,7 @@ def main() -> int:
     parser.add_argument("--preempt-rounds", type=int, default=5)
     parser.add_argument("--watch-s", type=float, default=15.0)
     parser.add_argument("--watch-jobs", type=int, default=0, help="only 3, at this scale")
+    parser.add_argument("--burst", type=int, default=0, help="only a start burst of this many")
     parser.add_argument(
         "--before-tree", default="", help="with --watch-jobs: PYTHONPATH of older code to compare"
     )
@@ -303,6 +306,11 @@ def main() -> int:
     if os.getuid() != 0:
         print("bench_slurm needs root (the test cluster runs munged, slurmd)", file=sys.stderr)
         return 2
+    if args.burst:  # issue 30.5: every GPU starting at once, on the scaled cluster
+        nodes = [f"w{i + 1:02d}" for i in range(-(-args.burst // PER_NODE))]
+        with cluster(nodes) as directory:
+            asyncio.run(run_burst(args, directory, nodes))
+        return 0
     if args.watch_jobs:
         nodes = [f"w{i + 1:02d}" for i in range(-(-args.watch_jobs // PER_NODE))]
         with cluster(nodes) as directory:

@@ -9,7 +9,9 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
@@ -52,6 +54,38 @@ async def test_X1_sbatch_asks_for_partition_node_gres_and_proportional_cpu_memor
     assert status.state == "COMPLETED" and status.node == "gpu-4090x2-02"
     # P3: both GPUs of one node; X2 as the job sees it
     assert "cvd=0,1 node=gpu-4090x2-02 att=1" in status.output_tail
+
+
+async def test_X1_a_start_burst_runs_sbatch_concurrently_and_each_attempt_once(
+    slurm: SlurmEnv,
+) -> None:
+    """Issue 30.5: a burst of starts (every GPU after a drain) keeps several `sbatch` in flight,
+    and an attempt submitted by several callers at once still becomes one Slurm job (X1)."""
+    backend = slurm.new_backend(submit_concurrency=4)
+    run, in_flight, most = backend.cli.run, [0], [0]
+
+    async def counting(argv: Sequence[str], **kw: Any) -> tuple[int, str, str]:
+        sbatch = "sbatch" in argv
+        in_flight[0] += sbatch
+        most[0] = max(most[0], in_flight[0])
+        try:
+            return await run(argv, **kw)  # the real sbatch: counted, not replaced
+        finally:
+            in_flight[0] -= sbatch
+
+    backend.cli.run = counting  # type: ignore[method-assign]
+    nodes = list(slurm.cluster.nodes)
+    specs = [slurm.spec("sleep 3", node=nodes[i % len(nodes)]) for i in range(6)]
+    bids = await asyncio.gather(*(backend.submit(s) for s in specs for _ in range(3)))
+    per_spec = [set(bids[3 * i : 3 * i + 3]) for i in range(len(specs))]
+    assert all(len(b) == 1 for b in per_spec), per_spec  # three callers, one Slurm job
+    assert len({b for (b,) in per_spec}) == len(specs)
+    assert 1 < most[0] <= 4, most  # concurrent, and bounded by submit_concurrency
+    names = [squeue_job(slurm, b)["name"] for (b,) in per_spec]
+    assert names == [f"jpu-{s.job_id}-1" for s in specs]
+    assert not backend._submitting  # no lock outlives its callers
+    for (b,) in per_spec:
+        assert (await wait_end(backend, b, 60)).state == "COMPLETED"
 
 
 async def test_X1_a_job_runs_in_its_tiers_partition_on_its_node(slurm: SlurmEnv) -> None:

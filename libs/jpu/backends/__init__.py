@@ -117,6 +117,7 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),
                 pyslurm=env.get("JPU_SLURM_PYSLURM", "auto"),
                 backfill_partition=env.get("JPU_SLURM_BACKFILL_PARTITION", "llm"),
+                submit_concurrency=int(env.get("JPU_SLURM_SUBMIT_CONCURRENCY", "8")),
             )
         )
     raise ConfigError(f"slurm_backend: {config.slurm_backend!r} is not available (local | slurm)")

@@ -21,10 +21,12 @@ where it matches the cluster's Slurm (pyslurm_api.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,6 +83,9 @@ class SlurmSettings:
     backfill_partition: str = "llm"  # SPEC B1: the preemptible partition (PriorityTier below)
     backfill_cpus: int = 1  # per LLM instance: small, so it never blocks a research job's CPUs
     backfill_mem_gb: int = 1
+    # a start burst (every GPU after a drain): this many `sbatch` in flight at once; one attempt
+    # is still submitted at most once (a lock per Slurm job name, and the record before sbatch)
+    submit_concurrency: int = 8
 
 
 class SlurmBackend(SlurmBackfill):
@@ -113,7 +118,8 @@ class SlurmBackend(SlurmBackfill):
         factor = settings.refresh_cost_factor
         self.full = Listing(self._load_jobs, settings.refresh_s, factor)  # our names: --json
         self.lean = Listing(self._load_states, settings.refresh_s, factor)  # recorded ids only
-        self._submit_lock = asyncio.Lock()
+        self._submitting: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # name → lock, callers
+        self._submit_slots = asyncio.Semaphore(max(1, settings.submit_concurrency))
         self._seen_end: dict[int, float] = {}  # Slurm id → wall clock when seen terminal
         self._reader: str | None = None  # "pyslurm" | "squeue", chosen on first use
         self.escalator = Escalator(self)
@@ -121,10 +127,10 @@ class SlurmBackend(SlurmBackfill):
     # --- ExecutionBackend -------------------------------------------------------------------
 
     async def submit(self, spec: LaunchSpec) -> str:
-        async with self._submit_lock:  # two submits of one attempt must not both sbatch
+        _validate(spec)
+        name = submit_.job_name(spec.job_id, spec.attempt)
+        async with self._one_submit(name):  # two submits of one attempt must not both sbatch
             self._load()
-            _validate(spec)
-            name = submit_.job_name(spec.job_id, spec.attempt)
             existing = await self._find(name)
             if existing is not None:
                 return str(existing)  # idempotent per (job_id, attempt)
@@ -154,6 +160,21 @@ class SlurmBackend(SlurmBackfill):
         if submit_.enforced_by_backend(spec.time_limit_s):
             self.escalator.kick()
         return str(record.slurm_id)
+
+    @contextlib.asynccontextmanager
+    async def _one_submit(self, name: str) -> AsyncIterator[None]:
+        """One submit of `name` at a time, at most `submit_concurrency` of all names at once (a
+        start burst). A name's lock lives while any caller holds or awaits it: dropped earlier,
+        a third caller could take a new lock while the second still waits on the old one."""
+        lock, callers = self._submitting.setdefault(name, (asyncio.Lock(), [0]))
+        callers[0] += 1
+        try:
+            async with lock, self._submit_slots:
+                yield
+        finally:
+            callers[0] -= 1
+            if callers[0] == 0:
+                del self._submitting[name]  # from now on the record (or Slurm) answers
 
     async def find(self, job_id: str, attempt: int) -> str | None:
         self._load()
