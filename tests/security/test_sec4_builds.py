@@ -106,6 +106,25 @@ def test_workspace_build_cannot_reach_a_host_listener_SEC4(
                        capture_output=True)  # fmt: skip
 
 
+def test_requirements_build_cannot_fetch_from_the_host_SEC4(
+    listener: _Listener, tmp_path: Path
+) -> None:
+    """A requirement that is a URL makes pip connect where it says: the bridge gateway and
+    `host.containers.internal` are refused like any RUN step's connection."""
+    spaces = Workspaces(tmp_path / "workspaces", Podman(image=BASE))
+    name = f"sec4r-{os.getpid()}"
+    gateway = str(next(ipaddress.ip_network(buildnet.SUBNET).hosts()))
+    reqs = "".join(
+        f"pkg{i} @ http://{host}:{listener.port}/pkg{i}-1.0.tar.gz\n"
+        for i, host in enumerate((gateway, "host.containers.internal"))
+    )
+    spaces.start_build("mallory", name, reqs).wait(600)
+    ws = _wait_built(spaces, "mallory", name, 600)
+    log = spaces.log("mallory", name)
+    assert ws.state == "FAILED" and "Connection refused" in log, log  # pip tried and was refused
+    assert listener.got == [], log
+
+
 def test_build_network_is_refused_by_the_host_firewall_SEC4() -> None:
     """The rule the fence rests on is in place after `ensure` (idempotent: twice is once)."""
     buildnet.ensure(["podman"])
