@@ -106,6 +106,49 @@ def test_workspace_build_cannot_reach_a_host_listener_SEC4(
                        capture_output=True)  # fmt: skip
 
 
+@pytest.fixture
+def server_container() -> Iterator[str]:
+    """A platform server as a containerised deployment runs it: a listener in a container on
+    podman's default bridge. Its address."""
+    name = f"jpu-sec4-server-{os.getpid()}"
+    listen = "import socket; s=socket.socket(); s.bind(('0.0.0.0', 4222)); s.listen(); s.accept()"
+    subprocess.run(
+        ["podman", "run", "-d", "--rm", "--name", name, "--network=podman", BASE,
+         "python3", "-c", listen],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    try:
+        address = subprocess.run(
+            ["podman", "inspect", "--format", "{{.NetworkSettings.IPAddress}}", name],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        yield address
+    finally:
+        subprocess.run(["podman", "rm", "--force", "--ignore", name], capture_output=True)
+
+
+def test_workspace_build_cannot_reach_a_server_on_another_container_bridge_SEC4(
+    server_container: str, tmp_path: Path
+) -> None:
+    spaces = Workspaces(tmp_path / "workspaces", Podman(image=BASE))
+    name = f"sec4b-{os.getpid()}"
+    probe = (
+        "import socket\\ntry:\\n socket.create_connection("
+        f'("{server_container}", 4222), timeout=3).close(); print("REACHED")\\n'
+        'except OSError as e:\\n print("refused", e)'
+    )
+    containerfile = f"FROM {BASE}\nRUN printf '{probe}' > /tmp/p.py && python3 /tmp/p.py\n"
+    spaces.start_build("mallory", name, containerfile, kind="containerfile").wait(600)
+    try:
+        ws = _wait_built(spaces, "mallory", name, 600)
+        log = spaces.log("mallory", name)
+        assert ws.state == "READY" and "\nrefused" in log, log
+        assert not any(line.startswith("REACHED") for line in log.splitlines()), log
+    finally:
+        subprocess.run(["podman", "rmi", "--ignore", "--force", spaces.image_of("mallory", name)],
+                       capture_output=True)  # fmt: skip
+
+
 def test_requirements_build_cannot_fetch_from_the_host_SEC4(
     listener: _Listener, tmp_path: Path
 ) -> None:
@@ -134,6 +177,7 @@ def test_build_network_is_refused_by_the_host_firewall_SEC4() -> None:
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     for tool in ("iptables", "ip6tables"):
-        listed = subprocess.run([tool, "-w", "-S", "INPUT"], capture_output=True, text=True)
+        listed = subprocess.run([tool, "-w", "-S"], capture_output=True, text=True)
         ours = [line for line in listed.stdout.splitlines() if buildnet.COMMENT in line]
-        assert len(ours) == 1 and f"-i {iface}" in ours[0], listed.stdout
+        assert len(ours) == len(buildnet.firewall_rules(iface)), listed.stdout
+        assert all(f"-i {iface} " in line for line in ours), listed.stdout

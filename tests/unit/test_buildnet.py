@@ -11,6 +11,11 @@ def test_build_runs_on_the_fenced_network_with_no_name_for_the_host_SEC4() -> No
 
 
 def test_host_rejects_everything_the_build_bridge_sends_it_SEC4() -> None:
-    [rule] = buildnet.firewall_rules("podman7")
+    rule, *forwards = buildnet.firewall_rules("podman7")
     assert rule[:3] == ["INPUT", "-i", "podman7"] and rule[-2:] == ["-j", "REJECT"]
     assert "-p" not in rule and "--dport" not in rule  # every protocol and port
+    # nor the host's other container bridges (a containerised deployment's servers)
+    assert [f[:5] for f in forwards] == [
+        ["FORWARD", "-i", "podman7", "-o", "podman+"],
+        ["FORWARD", "-i", "podman7", "-o", "cni-podman+"],
+    ]

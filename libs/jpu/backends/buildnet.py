@@ -7,7 +7,9 @@ slirp4netns it reaches every address of the host but loopback. So every build ru
 dedicated bridge, `jpu-build`, whose host-side interface the host's firewall refuses (INPUT
 REJECT on that interface, IPv4 and IPv6): whatever host address a build names — the gateway, the
 host's own addresses on any interface, `host.containers.internal` — the packet arrives on that
-interface and is refused, while forwarded traffic (to the package index) leaves as before.
+interface and is refused; so is what it forwards to the host's other container bridges (where
+a containerised deployment's own servers are); forwarded traffic to the package index leaves
+as before.
 `host.containers.internal` is also pointed at the container's own loopback, and the network
 has no DNS server on the host side (the host's resolvers are used, through the forward path).
 
@@ -31,9 +33,19 @@ COMMENT: Final = "jpu-build: no route to the host (SPEC SEC4)"
 RUN_ARGS: Final = (f"--network={NETWORK}", "--add-host=host.containers.internal:127.0.0.1")
 
 
+# the host's other container bridges (netavark names them podmanN, CNI cni-podmanN): where the
+# platform's own servers run in a containerised deployment, reached by forwarding, not INPUT
+OTHER_BRIDGES: Final = ("podman+", "cni-podman+")
+
+
 def firewall_rules(interface: str) -> list[list[str]]:
-    """The INPUT rule spec (for iptables and ip6tables alike): all the bridge sends the host."""
-    return [["INPUT", "-i", interface, "-m", "comment", "--comment", COMMENT, "-j", "REJECT"]]
+    """The rule specs (for iptables and ip6tables alike): all the bridge sends the host, and
+    all it sends towards the host's other container bridges."""
+    tail = ["-m", "comment", "--comment", COMMENT, "-j", "REJECT"]
+    return [
+        ["INPUT", "-i", interface, *tail],
+        *(["FORWARD", "-i", interface, "-o", other, *tail] for other in OTHER_BRIDGES),
+    ]
 
 
 def ensure(podman_base: Sequence[str]) -> None:
