@@ -7,6 +7,8 @@ machine.
 
 from __future__ import annotations
 
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,10 +59,14 @@ async def test_put_public_webhook_still_accepted_SEC4(api: Api) -> None:  # noqa
 
 class _Recorder:
     """A loopback HTTP listener that records each request's Host header and path, and answers
-    with `status` (a redirect to `location` when given)."""
+    with `status` (a redirect to `location` when given); with `tls` (cert, key) an HTTPS one that
+    also records the TLS server name (SNI) each client asked for."""
 
-    def __init__(self, status: int = 200, location: str = "") -> None:
+    def __init__(
+        self, status: int = 200, location: str = "", tls: tuple[Path, Path] | None = None
+    ) -> None:
         self.got: list[dict[str, str]] = []
+        self.sni: list[str | None] = []
         got = self.got
 
         class Handler(BaseHTTPRequestHandler):
@@ -77,6 +83,15 @@ class _Recorder:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+
+            def record_sni(_sock: ssl.SSLSocket, name: str | None, _ctx: ssl.SSLContext) -> None:
+                self.sni.append(name)
+
+            ctx.sni_callback = record_sni
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -187,6 +202,37 @@ async def test_notifier_pins_the_checked_address_keeps_the_host_header_SEC4(
         assert recorder.got[0] == {"host": f"localhost:{recorder.port}", "path": "/hook"}
     finally:
         n.stop()
+
+
+async def test_notifier_pins_https_with_the_urls_tls_name_SEC4(
+    nats_url: str,
+    bus: EventBus,
+    pg_dsn: str,
+    smtp: tuple[int, Received],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """HTTPS to a pinned address: SNI and the certificate check still use the URL's name (a
+    certificate for `localhost` only, trusted through SSL_CERT_FILE), so a pinned send to a
+    real https receiver works, and the receiver sees which name was asked for."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    tls = _Recorder(tls=(cert, key))
+    n = _notifier(nats_url, bus, pg_dsn, smtp[0], tmp_path, allow=True)
+    n.env["SSL_CERT_FILE"] = str(cert)
+    try:
+        await started(n, pg_dsn)
+        await _run_one_job(bus, f"https://localhost:{tls.port}/hook", "j4")
+        await until(lambda: _async(bool(tls.got)), "the POST over TLS")
+        assert tls.got[0] == {"host": f"localhost:{tls.port}", "path": "/hook"}
+        assert tls.sni[0] == "localhost"
+    finally:
+        n.stop()
+        tls.close()
 
 
 async def _async(value: bool) -> bool:
