@@ -19,3 +19,7 @@ def test_host_rejects_everything_the_build_bridge_sends_it_SEC4() -> None:
         ["FORWARD", "-i", "podman7", "-o", "podman+"],
         ["FORWARD", "-i", "podman7", "-o", "cni-podman+"],
     ]
+
+
+def test_build_has_no_raw_sockets_on_the_shared_bridge_SEC4() -> None:
+    assert "--cap-drop=NET_RAW" in buildnet.RUN_ARGS

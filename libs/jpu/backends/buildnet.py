@@ -29,8 +29,13 @@ from jpu.backends.base import BackendError
 NETWORK: Final = "jpu-build"
 SUBNET: Final = "10.89.250.0/24"
 COMMENT: Final = "jpu-build: no route to the host (SPEC SEC4)"
-# what a build container is started with: the network, and no name for the host
-RUN_ARGS: Final = (f"--network={NETWORK}", "--add-host=host.containers.internal:127.0.0.1")
+# what a build container is started with: the network, no name for the host, and no raw
+# sockets (builds share the bridge: no forged ARP or packets towards another user's build)
+RUN_ARGS: Final = (
+    f"--network={NETWORK}",
+    "--add-host=host.containers.internal:127.0.0.1",
+    "--cap-drop=NET_RAW",
+)
 
 
 # the host's other container bridges (netavark names them podmanN, CNI cni-podmanN): where the
