@@ -156,7 +156,9 @@ async def test_notifier_refuses_a_loopback_webhook_at_send_never_posts_SEC4(
         assert [(r["state"], r["attempts"]) for r in rows] == [("abandoned", 1)]
         assert "webhook refused" in rows[0]["last_error"]
         assert webhook.got.items == []  # nothing reached the listener
-        assert "webhook refused (SEC4)" in n.log.read_text()  # logged as a security event
+        logged = n.log.read_text()  # a security event, as a JSON field
+        assert "webhook refused (SEC4)" in logged
+        assert '"security_event": "webhook_refused"' in logged
     finally:
         n.stop()
 
