@@ -57,6 +57,29 @@ async def test_put_public_webhook_still_accepted_SEC4(api: Api) -> None:  # noqa
     assert r.status_code == 200, r.text
 
 
+def _loopback_name() -> str:
+    """A name this machine's /etc/hosts maps to a loopback address (not `localhost`, refused by
+    name): resolving it sends nothing over the network, and only resolving it reveals loopback."""
+    for line in Path("/etc/hosts").read_text().splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2 and fields[0].startswith("127."):
+            for name in fields[1:]:
+                if "localhost" not in name and "." not in name:
+                    return name
+    pytest.skip("no loopback name besides localhost in /etc/hosts")
+
+
+async def test_put_webhook_whose_name_resolves_to_loopback_is_422_SEC4(
+    api: Api,  # noqa: F811
+) -> None:
+    url = f"http://{_loopback_name()}:4222/"
+    r = await api.client.put(
+        "/v1/me/notifications", json={"webhook_url": url}, headers=bearer("alice")
+    )
+    err = assert_error(r, 422, "VALIDATION_ERROR")
+    assert err["details"]["field"] == "webhook_url" and "loopback" in err["message"], err
+
+
 class _Recorder:
     """A loopback HTTP listener that records each request's Host header and path, and answers
     with `status` (a redirect to `location` when given); with `tls` (cert, key) an HTTPS one that
@@ -133,7 +156,7 @@ async def _run_one_job(bus: EventBus, hook_url: str, job: str) -> None:
         await bus.append(e)
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "resolved"])
 async def test_notifier_refuses_a_loopback_webhook_at_send_never_posts_SEC4(
     nats_url: str,
     bus: EventBus,
@@ -145,6 +168,7 @@ async def test_notifier_refuses_a_loopback_webhook_at_send_never_posts_SEC4(
 ) -> None:
     """Settings already on the log (set before the rule, or a name that resolved elsewhere at
     PUT) still cannot make the notifier POST to this machine: refused, abandoned, not retried."""
+    host = _loopback_name() if host == "resolved" else host  # refused only once resolved
     webhook.start()  # a loopback listener: what the attacker aims at
     n = _notifier(nats_url, bus, pg_dsn, smtp[0], tmp_path, allow=False)
     try:
