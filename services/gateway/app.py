@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from jpu.policy.authfail import AuthThrottle
 from jpu.runtime.service import run_workers
 from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
@@ -53,6 +54,9 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         # every per-app object is built here, once, before the first request
         app.state.token_cache = TokenCache()
         app.state.submit_limiter = from_settings(settings.base)
+        app.state.auth_throttle = AuthThrottle(  # SEC5
+            settings.base.auth_fail_limit, settings.base.auth_fail_window_s
+        )
         app.state.job_accounts = JobAccounts(settings)
         app.state.wait_cache = OrderedDict()
         app.state.queue_view = new_shared_view(app)

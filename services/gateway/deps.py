@@ -5,16 +5,22 @@ dependency per request."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Annotated, Final
 
 import asyncpg
 from fastapi import Depends, Request
 
+from jpu.policy.authfail import AuthThrottle
+from jpu.runtime import metrics
 from jpu.runtime.edges import Edges
 from jpu.store import auth
 from jpu_services.gateway.config import GatewayConfig
-from jpu_services.gateway.errors import unauthenticated
+from jpu_services.gateway.errors import ApiError, unauthenticated
+from jpu_services.gateway.ratelimit import retry_after_header
+
+log = logging.getLogger(__name__)
 
 
 async def _edges(request: Request) -> Edges:
@@ -68,19 +74,44 @@ class TokenCache:
 
 
 async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
-    """SPEC §8: a missing, malformed, unknown or revoked token is 401 UNAUTHENTICATED."""
+    """SPEC §8: a missing, malformed, unknown or revoked token is 401 UNAUTHENTICATED.
+    SPEC SEC5: a client address with too many wrong tokens lately is 429 before its token is
+    even looked at (so a guess made while throttled cannot succeed)."""
+    throttle: AuthThrottle = request.app.state.auth_throttle
+    client = request.client.host if request.client else "-"
+    now = time.monotonic()
+    if (wait := throttle.retry_after(client, now)) > 0:
+        metrics.count_auth_failure("throttled")
+        raise ApiError(
+            429, "RATE_LIMITED", "too many failed authentications from this address",
+            headers={"Retry-After": retry_after_header(wait)},
+        )  # fmt: skip
     token = bearer_token(request)
-    if token is None:
+    if token is None:  # no guess made: not counted (a browser's first request has none)
         raise unauthenticated("missing bearer token (Authorization: Bearer <token>)")
     cache: TokenCache = request.app.state.token_cache
-    now = time.monotonic()
     principal = cache.get(token, now)
     if principal is None:
         principal = await auth.authenticate(pool, token)
         if principal is None:
+            _failed(throttle, client, now)
             raise unauthenticated("invalid or revoked token")
         cache.put(token, principal, now)
     return principal
+
+
+def _failed(throttle: AuthThrottle, client: str, now: float) -> None:
+    """A wrong token: counted, and logged as a security event (at most `limit` lines per
+    client per window: once throttled, its requests are refused without a line each)."""
+    failures = throttle.failed(client, now)
+    metrics.count_auth_failure("refused")
+    log.warning(
+        "authentication failed (SEC5)",
+        extra={
+            "security_event": "auth_failed", "client": client, "failures": failures,
+            "throttled": throttle.retry_after(client, now) > 0,
+        },
+    )  # fmt: skip
 
 
 CurrentUser = Annotated[auth.Principal, Depends(_current_user)]

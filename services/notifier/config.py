@@ -28,6 +28,7 @@ class NotifierConfig:
     max_attempts: int
     poll_s: float = 0.5
     send_timeout_s: float = 10.0  # one try; a hung receiver holds only its own notification
+    webhook_allow_networks: tuple[str, ...] = ()  # SEC4: CIDRs a webhook may reach anyway
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> NotifierConfig:
@@ -46,6 +47,7 @@ class NotifierConfig:
             retry_max_s=config.notify_retry_max_s,
             max_attempts=config.notify_max_attempts,
             poll_s=float(env.get("JPU_NOTIFY_POLL_S", "0.5")),
+            webhook_allow_networks=tuple(config.webhook_allow_networks),
         )
 
 

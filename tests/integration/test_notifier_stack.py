@@ -50,7 +50,7 @@ async def test_sbatch_mail_on_end_script_runs_unchanged_on_the_stack_Q10(
     stack = StackProcess(
         {"JPU_NATS_URL": nats_url, "JPU_DATABASE_URL": pg_dsn, "JPU_STREAM_NAME": stream,
          "JPU_SUBJECT_PREFIX": prefix, "JPU_SMTP_HOST": "127.0.0.1",
-         "JPU_SMTP_PORT": str(smtp[0])},
+         "JPU_SMTP_PORT": str(smtp[0]), "JPU_WEBHOOK_ALLOW_NETWORKS": "[127.0.0.0/8]"},
         data_dir,
     )  # fmt: skip
     try:

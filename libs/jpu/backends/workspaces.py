@@ -11,14 +11,14 @@ leaves BUILDING with its builder's pid: whoever reads it after the builder died 
 ("the builder died"), never a half-made workspace marked READY. The build runs in its own
 process (`build` below, started by `start_build`), never in the dispatcher's or the gateway's.
 
-Network while building: slirp4netns (outbound only; the host's loopback is not reachable). The
+Network while building: the dedicated `jpu-build` bridge, which the host's firewall refuses
+(jpu.backends.buildnet, SPEC SEC4): outbound to the package index, never to the host. The
 host's pip configuration is invisible in a container: the site's package index and CA bundle are
 passed in explicitly (`PipSite`), as arguments of the build script (they never stay in the
-image). `podman run` + `podman commit` rather than `podman build`: podman 4.3's build cannot use
-slirp4netns, and its default bridge needs iptables.
+image). `podman run` + `podman commit` for a requirements.txt.
 A Containerfile source (checked by jpu.domain.workspaces.containerfile_problem: one stage on the
-base image, no build context) is built with `podman build` on podman's default build network
-(netavark's bridge); pip inside sees the site's index and CA through a pip.conf and the CA file
+base image, no build context) is built with `podman build` on the same `jpu-build` network;
+pip inside sees the site's index and CA through a pip.conf and the CA file
 mounted only while the RUN steps run (empty mount points are what stays of them in the image).
 """
 
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from jpu.backends import buildnet
 from jpu.backends.base import BackendError
 from jpu.backends.isolation import WORKSPACE_IMAGE_PREFIX, Podman, podman_base
 from jpu.backends.process import is_alive, start_ticks
@@ -158,9 +159,13 @@ class Workspaces:
 
     def build(self, user: str, name: str) -> Workspace:
         """In the builder process: the install in a container of the base image with a network
-        (slirp4netns: outbound only), then `podman commit` to the workspace's tag — READY (tagged,
-        sized) — or FAILED with the build log. The build container is removed either way."""
+        (jpu-build: outbound only, SEC4), then `podman commit` to the workspace's tag — READY
+        (tagged, sized) — or FAILED with the build log. The build container is always removed."""
         d, base = self.dir(user, name), podman_base(self.podman)
+        try:  # SEC4: no build without its fence around the host
+            buildnet.ensure(base)
+        except BackendError as e:
+            return self._write(user, name, "FAILED", reason=str(e))
         if (d / CONTAINERFILE).exists():
             return self._build_containerfile(user, name)
         box = self.build_container(user, name)
@@ -169,7 +174,7 @@ class Workspaces:
         if self.pip.ca_bundle:
             mounts += ["--volume", f"{self.pip.ca_bundle}:{CA_IN_BUILD}:ro"]
         ca = CA_IN_BUILD if self.pip.ca_bundle else ""
-        run = [*base, "run", "--name", box, "--network=slirp4netns", "--log-driver=passthrough",
+        run = [*base, "run", "--name", box, *buildnet.RUN_ARGS, "--log-driver=passthrough",
                *mounts, self.podman.image, "/bin/sh", "-c", BUILD_SCRIPT, "jpu-build",
                self.pip.index_url, ca]  # fmt: skip
         commit = [*base, "commit", "--quiet", "--change", f"ENV {VENV_PATH}", box,
@@ -192,7 +197,7 @@ class Workspaces:
 
     def _build_containerfile(self, user: str, name: str) -> Workspace:
         """`podman build` of the owner's Containerfile, from an empty context, with the network
-        (podman's default build network), never pulling (the base is local)."""
+        (jpu-build: outbound only, SEC4), never pulling (the base is local)."""
         d, base = self.dir(user, name), podman_base(self.podman)
         context = d / "context"
         context.mkdir(exist_ok=True)
@@ -205,7 +210,8 @@ class Workspaces:
             mounts += ["--volume", f"{self.pip.ca_bundle}:{CA_IN_BUILD}:ro"]
         (d / "pip.conf").write_text(pip_conf)
         mounts += ["--volume", f"{d / 'pip.conf'}:/etc/pip.conf:ro"]
-        argv = [*base, "build", "--pull=never", "--layers=false", "--force-rm", *mounts,
+        argv = [*base, "build", "--pull=never", "--layers=false", "--force-rm", *buildnet.RUN_ARGS,
+                *mounts,
                 "--file", str(d / CONTAINERFILE), "--tag", self.image_of(user, name),
                 str(context)]  # fmt: skip
         with open(d / "build.log", "ab") as log:

@@ -134,6 +134,11 @@ class Config(Cluster, frozen=True, kw_only=True):
     notify_retry_base_s: float = 1.0  # backoff while a receiver is down: base × 2^n ...
     notify_retry_max_s: float = 300.0  # ... at most this long between tries
     notify_max_attempts: int = 12  # then the notification is abandoned (logged, kept)
+    # SEC4: CIDRs webhooks may reach though loopback/private/link-local (jpu.policy.outbound)
+    webhook_allow_networks: list[str] = []
+    # SEC5: a client address with this many failed authentications within the window gets 429
+    auth_fail_limit: int = 20  # 0: no throttling
+    auth_fail_window_s: float = 60.0
 
 
 def _validate(cluster: Cluster) -> None:
@@ -156,6 +161,7 @@ def _validate(cluster: Cluster) -> None:
         _validate_isolation(cluster)
         _validate_snapshots(cluster)
         _validate_estimates(cluster)
+        _validate_outbound(cluster)
 
 
 def _validate_estimates(config: Config) -> None:
@@ -165,6 +171,17 @@ def _validate_estimates(config: Config) -> None:
         raise ConfigError("estimate_horizon_s: must be positive")
     if config.estimate_max_cycles < 1:
         raise ConfigError("estimate_max_cycles: must be at least 1")
+
+
+def _validate_outbound(config: Config) -> None:
+    from jpu.policy.outbound import parse_networks  # pure; imported here to keep config light
+
+    try:
+        parse_networks(config.webhook_allow_networks)
+    except ValueError as e:
+        raise ConfigError(f"webhook_allow_networks: {e}") from e
+    if config.auth_fail_limit < 0 or not config.auth_fail_window_s > 0:
+        raise ConfigError("auth_fail_limit: must be >= 0; auth_fail_window_s: positive")
 
 
 def _validate_demotion(cluster: Cluster) -> None:

@@ -14,6 +14,8 @@
     jpu.bus.consumer_lag         observable gauge  {message}      durable
     jpu.bus.consumed             counter           {event}        durable
     jpu.bus.parked               counter           {message}      durable
+    jpu.auth.failures            counter           {request}      outcome (refused|throttled)
+    jpu.webhooks.refused         counter           {request}      -
 
 Recorded where the fact is known: the dispatcher's writer (each decision appended), its loop
 (each cycle; each time a copy begins leading: a start or a failover, SPEC E4), the backfill
@@ -106,6 +108,8 @@ class _Instruments:
     leader_acquisitions: Counter
     consumed: Counter
     parked: Counter
+    auth_failures: Counter
+    webhooks_refused: Counter
 
 
 def _create(meter: Meter) -> _Instruments:
@@ -166,6 +170,14 @@ def _create(meter: Meter) -> _Instruments:
         ),
         parked=meter.create_counter(
             "jpu.bus.parked", unit="{message}", description="messages parked on the DLQ"
+        ),
+        auth_failures=meter.create_counter(
+            "jpu.auth.failures", unit="{request}", description="failed authentications (SEC5)"
+        ),
+        webhooks_refused=meter.create_counter(
+            "jpu.webhooks.refused",
+            unit="{request}",
+            description="webhook sends refused: a forbidden destination (SEC4)",
         ),
     )
 
@@ -309,3 +321,12 @@ async def sample_lag(
                 log.debug("projection lag of %s not measured: %r", projection, e)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every_s)
+
+
+def count_auth_failure(outcome: str) -> None:
+    """A failed authentication (`refused`: 401) or a throttled request (`throttled`: 429)."""
+    _instruments().auth_failures.add(1, {"outcome": outcome})
+
+
+def count_webhook_refused() -> None:
+    _instruments().webhooks_refused.add(1)

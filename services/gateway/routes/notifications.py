@@ -4,10 +4,17 @@ The settings are an event on the log, `NotificationSettingsChanged` on the user'
 (`<prefix>.user.<name>`): the log is the record (E1), the notifier folds it like any event, and
 the current settings are the subject's last message — no table to keep in step. A PUT replaces
 them whole; refusals are 422 naming the field (jpu.policy.mail) and append nothing.
+
+SPEC SEC4: a webhook URL naming a loopback, link-local, private or multicast address (literally,
+as `localhost`, or once resolved) is refused here too (jpu.policy.outbound); the notifier checks
+again at send time, so a name that resolves elsewhere later is still caught.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -17,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from jpu.bus import EventBus
 from jpu.domain import limits
 from jpu.events import NotificationSettingsChanged, decode, new_event_id
-from jpu.policy import mail
-from jpu_services.gateway.deps import CurrentUser, EdgesDep
+from jpu.policy import mail, outbound
+from jpu_services.gateway.deps import CurrentUser, EdgesDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.routes._commands import now
 
@@ -76,11 +83,19 @@ async def get_notifications(user: CurrentUser, edges: EdgesDep) -> NotificationS
 
 @router.put("/notifications", responses=responses(400, 401, 422))
 async def put_notifications(
-    request: Request, body: NotificationSettingsIn, user: CurrentUser, edges: EdgesDep
+    request: Request,
+    body: NotificationSettingsIn,
+    user: CurrentUser,
+    edges: EdgesDep,
+    settings: SettingsDep,
 ) -> NotificationSettingsOut:
     """Replace your notification defaults (SPEC Q10): an e-mail address and/or a webhook URL,
     and the kinds sent for jobs that do not name their own `mail_type`."""
     problems = _problems(body)
+    if not problems and body.webhook_url:
+        allow = outbound.parse_networks(settings.base.webhook_allow_networks)
+        if why := await _webhook_refused(body.webhook_url, allow):
+            problems.append(limits.FieldError("webhook_url", why))
     if problems:
         raise ApiError(422, "VALIDATION_ERROR", *limits.error_details(problems))
     kinds, _ = mail.parse_kinds(body.mail_type)
@@ -105,3 +120,25 @@ def _problems(body: NotificationSettingsIn) -> list[limits.FieldError]:
     if why := mail.parse_kinds(body.mail_type)[1]:
         problems.append(limits.FieldError("mail_type", why))
     return problems
+
+
+LOOKUP_TIMEOUT_S = 2.0  # a slow resolver must not hold the PUT; the send-time check remains
+
+
+async def _webhook_refused(url: str, allow: list[outbound.IPNetwork]) -> str | None:
+    """SPEC SEC4 at PUT: the URL without DNS, then what its name resolves to now. A name that
+    does not resolve (yet) is accepted: the notifier resolves and checks it at each send."""
+    if why := outbound.url_problem(url, allow):
+        return why
+    parts = outbound.split(url)
+    if parts is None or not outbound.needs_lookup(url):
+        return None
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError, TimeoutError):
+        infos = await asyncio.wait_for(
+            loop.getaddrinfo(parts.hostname, parts.port or 443, type=socket.SOCK_STREAM),
+            LOOKUP_TIMEOUT_S,
+        )
+        addresses = [outbound.literal_address(str(info[4][0])) for info in infos]
+        return outbound.addresses_problem([a for a in addresses if a is not None], allow)
+    return None
