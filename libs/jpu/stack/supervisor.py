@@ -62,8 +62,9 @@ class Supervisor:
         self.env = {**env, "PYTHONUNBUFFERED": "1"}
         self.log_dir = log_dir
         self.children = [c for s in services for c in _children(s, log_dir, env)]
-        for child in self.children if identity is not None else ():
-            child.env = {**identity(child.module or child.name), **child.env}
+        if identity is not None:
+            for child in self.children:
+                child.env = {**identity(child.module or child.name), **child.env}
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, stop: asyncio.Event) -> None:
