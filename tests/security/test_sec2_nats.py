@@ -14,12 +14,14 @@ import nats
 import nats.errors
 import pytest
 import pytest_asyncio
+import yaml
 from nats.aio.client import Client
 
 from jpu import events as ev
 from jpu.bus import EventBus, auth, permissions
 from jpu.embedded.nats import EmbeddedNats
 from jpu.events import encode, new_event_id, subject_for
+from jpu.tools import nats_auth
 
 STREAM, PREFIX = "JPU", "jpu"
 REFUSE_WAIT_S = 1.0  # a refused publish is never acknowledged; the server says why at once
@@ -209,3 +211,46 @@ async def test_SEC2_a_service_connects_with_its_own_identity_from_the_environmen
         assert await bus.append(_usage("env")) > 0
     finally:
         await asyncio.wait_for(bus.close(), 10)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_SEC2_the_deployments_authorization_is_the_tables_and_holds_no_secret() -> None:
+    """compose/nats-auth.conf and k8s/nats.yaml's auth.conf are `nats_auth render` (no drift);
+    every password in them is an environment reference."""
+    want = nats_auth.rendered()
+    assert (ROOT / "compose" / "nats-auth.conf").read_text() == want
+    k8s = next(yaml.safe_load_all((ROOT / "k8s" / "nats.yaml").read_text()))
+    assert k8s["data"]["auth.conf"] == want
+    assert "include ./auth.conf" in k8s["data"]["nats.conf"]
+    for line in want.splitlines():
+        if "password:" in line:
+            assert "password: $NATS_PW_" in line, line
+
+
+def test_SEC2_the_rendered_file_takes_its_passwords_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server started on the checked-in file (as compose and k8s do) resolves NATS_PW_<USER>."""
+    passwords = auth.ensure_secrets(auth.secrets_path(tmp_path))
+    for user, password in passwords.items():
+        monkeypatch.setenv(nats_auth.env_name(user), password)
+    server = EmbeddedNats(
+        tmp_path / "nats", extra_args=["-c", str(ROOT / "compose" / "nats-auth.conf")]
+    )
+    url = server.start()
+
+    async def probe() -> None:
+        nc = await nats.connect(url, user="notifier", password=passwords["notifier"])
+        await nc.close()
+        with pytest.raises((nats.errors.Error, OSError)):
+            await nats.connect(
+                url, user="notifier", password="wrong", allow_reconnect=False,
+                max_reconnect_attempts=0,
+            )  # fmt: skip
+
+    try:
+        asyncio.run(probe())
+    finally:
+        server.stop()
