@@ -71,8 +71,12 @@ def _default_secrets(env: Mapping[str, str]) -> Path:
     return secrets_path(Path(env.get("JPU_DATA_DIR") or ".jpu"))
 
 
-def client_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """nats.connect keyword arguments for this process's identity and TLS (may be empty)."""
+def client_options(
+    env: Mapping[str, str] | None = None, tls_files: tuple[str, str, str] = ("", "", "")
+) -> dict[str, Any]:
+    """nats.connect keyword arguments for this process's identity and TLS (may be empty).
+    `tls_files`: the configuration's (nats_tls_ca, nats_tls_cert, nats_tls_key); the
+    environment's JPU_NATS_TLS_* win."""
     env = os.environ if env is None else env
     options: dict[str, Any] = {}
     user = env.get("JPU_NATS_USER", "")
@@ -89,7 +93,10 @@ def client_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
             raise PermissionError(f"no NATS password for {user!r} in {file}: {e}") from e
     if user:
         options.update(user=user, password=password)
-    ca, cert, key = (env.get(f"JPU_NATS_TLS_{k}", "") for k in ("CA", "CERT", "KEY"))
+    keys = ("CA", "CERT", "KEY")
+    ca, cert, key = (
+        env.get(f"JPU_NATS_TLS_{k}") or f for k, f in zip(keys, tls_files, strict=True)
+    )
     if ca or cert:
         tls = ssl.create_default_context(cafile=ca or None)
         if cert:

@@ -73,6 +73,7 @@ class EventBus:
         replicas: int | None = None,
         randomize: bool = True,
         headers: bool = True,
+        tls_files: tuple[str, str, str] = ("", "", ""),
     ) -> EventBus:
         """Connect, reconnecting forever once connected; `url` may list servers (a,b,c), tried
         in a random order unless `randomize` is False (then the first one first). With
@@ -93,7 +94,7 @@ class EventBus:
             "error_cb": _log_error,
             "disconnected_cb": disconnected,
             "reconnected_cb": _reconnected,
-            **auth.client_options(),  # SPEC SEC2: this process's own identity, TLS
+            **auth.client_options(tls_files=tls_files),  # SPEC SEC2: own identity, TLS
         }
         nc = NATS() if headers else _WithoutHeaders()
         await nc.connect([u.strip() for u in url.split(",") if u.strip()], **options)
