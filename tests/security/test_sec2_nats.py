@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -249,6 +252,49 @@ def test_SEC2_the_rendered_file_takes_its_passwords_from_the_environment(
                 url, user="notifier", password="wrong", allow_reconnect=False,
                 max_reconnect_attempts=0,
             )  # fmt: skip
+
+    try:
+        asyncio.run(probe())
+    finally:
+        server.stop()
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its own CA), with openssl; (cert, key)."""
+    cert, key = tmp / "server.pem", tmp / "server.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is needed to make a cert")
+def test_SEC2_tls_to_nats_is_configured_by_the_tls_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nats_tls_ca (JPU_NATS_TLS_CA) reaches nats.connect: a TLS-only server is reached with
+    the CA, and not without it."""
+    cert, key = _self_signed(tmp_path)
+    passwords = auth.ensure_secrets(auth.secrets_path(tmp_path))
+    conf = auth.write_server_config(tmp_path / "nats.conf", passwords, STREAM, PREFIX)
+    with conf.open("a") as f:
+        f.write(f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n')
+    server = EmbeddedNats(tmp_path / "nats", extra_args=["-c", str(conf)])
+    url = server.start().replace("nats://", "tls://")
+    env = {"JPU_NATS_USER": "notifier", "JPU_NATS_PASSWORD": passwords["notifier"]}
+
+    async def probe() -> None:
+        options = auth.client_options(env, tls_files=(str(cert), "", ""))
+        assert "tls" in options
+        nc = await nats.connect(url, allow_reconnect=False, **options)
+        await nc.close()
+        with pytest.raises((nats.errors.Error, OSError, ssl.SSLError)):
+            await nats.connect(
+                url, allow_reconnect=False, max_reconnect_attempts=0, **auth.client_options(env)
+            )
 
     try:
         asyncio.run(probe())
