@@ -20,6 +20,13 @@ from typing import Any, Final
 
 import msgspec
 
+from jpu.events import (
+    NotificationSettingsChanged,
+    WorkspaceBuildRequested,
+    WorkspaceDefaultChanged,
+    WorkspaceDeleted,
+)
+
 QUEUE_GROUP: Final = "intake"
 
 # SPEC §8 error codes intake can answer with, and their HTTP status.
@@ -32,6 +39,9 @@ STATUS: Final[dict[str, int]] = {
     "ALREADY_TERMINAL": 409,
     "NOT_IN_PERSONAL_QUEUE": 409,  # Q9: only a personal-queue job is held or released
     "IDEMPOTENCY_CONFLICT": 409,
+    "CONFLICT": 409,  # an AppendCommand's expected last subject sequence moved on (E2)
+    "ALREADY_IN_MAINTENANCE": 409,  # M1/M4: a MaintenanceCommand
+    "NOT_IN_MAINTENANCE": 409,
     "BAD_REQUEST": 400,
     "INTERNAL": 500,
 }
@@ -69,6 +79,37 @@ class HoldCommand(msgspec.Struct, frozen=True, kw_only=True, tag="HoldJob"):
     lab: str | None = None
 
 
+# The events the gateway decides on behalf of an authenticated caller (a user's settings and
+# workspaces). SPEC SEC2: the gateway publishes no event; intake
+# owns these types and appends them for it, so the gateway's NATS identity holds commands only.
+GatewayEvent = (
+    NotificationSettingsChanged
+    | WorkspaceBuildRequested
+    | WorkspaceDeleted
+    | WorkspaceDefaultChanged
+)
+
+
+class AppendCommand(msgspec.Struct, frozen=True, kw_only=True, tag="AppendEvent"):
+    """Append `event` (one of GatewayEvent, nothing else decodes), with the subject's expected
+    last sequence when given (SPEC E2: a conflict answers 409 CONFLICT, the gateway decides
+    again). Intake answers with the event's stream sequence."""
+
+    event: GatewayEvent
+    expected_last_subject_seq: int | None = None
+
+
+class MaintenanceCommand(msgspec.Struct, frozen=True, kw_only=True, tag="Maintenance"):
+    """An admin's `start` / `end` of maintenance (SPEC M1/M4), decided by intake."""
+
+    action: str
+    by: str
+    message: str = ""
+    ts: float | None = (
+        None  # the gateway's clock (the event's time, as the request's); None: intake's
+    )
+
+
 class CommandError(msgspec.Struct, frozen=True, kw_only=True):
     code: str  # SPEC §8 error code
     message: str
@@ -93,7 +134,7 @@ class CommandReply(msgspec.Struct, frozen=True, kw_only=True):
         return self.error is None
 
 
-Command = SubmitCommand | CancelCommand | HoldCommand
+Command = SubmitCommand | CancelCommand | HoldCommand | AppendCommand | MaintenanceCommand
 
 _encoder: Final = msgspec.json.Encoder()
 _command_decoder: Final = msgspec.json.Decoder(Command)
@@ -112,7 +153,15 @@ def hold_subject(prefix: str = "jpu") -> str:
     return f"{prefix}_cmd.hold"
 
 
-def encode(msg: SubmitCommand | CancelCommand | HoldCommand | CommandReply) -> bytes:
+def maintenance_subject(prefix: str = "jpu") -> str:
+    return f"{prefix}_cmd.maintenance"
+
+
+def append_subject(prefix: str = "jpu") -> str:
+    return f"{prefix}_cmd.append"
+
+
+def encode(msg: Command | CommandReply) -> bytes:
     return _encoder.encode(msg)
 
 

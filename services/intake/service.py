@@ -18,18 +18,23 @@ import msgspec
 from nats.aio.msg import Msg
 
 from jpu.bus import Delivered, EventBus
+from jpu.bus.errors import ConcurrencyConflict
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.commands import (
     QUEUE_GROUP,
+    AppendCommand,
     CancelCommand,
     CommandReply,
     HoldCommand,
+    MaintenanceCommand,
     SubmitCommand,
+    append_subject,
     cancel_subject,
     decode_command,
     encode,
     error_reply,
     hold_subject,
+    maintenance_subject,
     submit_subject,
 )
 from jpu.config import Config
@@ -43,6 +48,7 @@ from jpu.events import (
     JobSubmitted,
 )
 from jpu.runtime.clock import Clock
+from jpu_services.intake import maintenance
 from jpu_services.intake.promote import Limits, Promoter
 from jpu_services.intake.submit import cancel, hold, submit
 
@@ -165,8 +171,14 @@ class Intake:
             reply = error_reply("INTERNAL", f"intake failed: {type(e).__name__}")
         await msg.respond(encode(reply))
 
-    async def _decide(self, cmd: SubmitCommand | CancelCommand | HoldCommand) -> CommandReply:
+    async def _decide(
+        self, cmd: SubmitCommand | CancelCommand | HoldCommand | AppendCommand | MaintenanceCommand
+    ) -> CommandReply:
         now = self.clock.now()
+        if isinstance(cmd, AppendCommand):  # SPEC SEC2: the gateway's events, appended here
+            return await self._append(cmd)
+        if isinstance(cmd, MaintenanceCommand):  # M1/M4, the admin's side (SEC2)
+            return await maintenance.decide(self.bus, cmd, now)
         if isinstance(cmd, CancelCommand):
             return await cancel(cmd, self.state, self.follower, self.bus, now)
         if isinstance(cmd, HoldCommand):
@@ -195,6 +207,14 @@ class Intake:
                 reply = msgspec.structs.replace(reply, state=job.state)
         return reply
 
+    async def _append(self, cmd: AppendCommand) -> CommandReply:
+        expected = cmd.expected_last_subject_seq
+        try:
+            seq = await self.bus.append(cmd.event, expected_last_subject_seq=expected)
+        except ConcurrencyConflict as e:
+            return error_reply("CONFLICT", str(e), {"expected_last_subject_seq": expected})
+        return CommandReply(status=201, seq=seq)
+
 
 def _retrieve(fut: asyncio.Future[list[str]]) -> None:
     if not fut.cancelled():
@@ -219,6 +239,8 @@ async def run_intake(
             submit_subject(bus.prefix),
             cancel_subject(bus.prefix),
             hold_subject(bus.prefix),
+            append_subject(bus.prefix),
+            maintenance_subject(bus.prefix),
         )
         for subject in subjects:
             subs.append(await bus.nc.subscribe(subject, queue=QUEUE_GROUP, cb=intake.handle))

@@ -33,9 +33,12 @@ CLUSTER = ROOT / "scripts" / "cluster"
 TERMINAL = set(states.TERMINAL)
 # Every replicated stream the platform creates: the log, its DLQ, and the KV / object buckets.
 STREAMS_PY = """
-import asyncio, json, nats
+import asyncio, json, nats, os
 async def main():
-    nc = await nats.connect(servers=[f"nats://nats-{i}:4222" for i in (1, 2, 3)])
+    nc = await nats.connect(
+        servers=[f"nats://nats-{i}:4222" for i in (1, 2, 3)],
+        user="admin", password=os.environ["NATS_PW_ADMIN"],  # SPEC SEC2: listing is the admin's
+    )
     infos = await nc.jetstream().streams_info()
     print(json.dumps({s.config.name: s.config.num_replicas for s in infos}))
     await nc.close()
@@ -124,6 +127,11 @@ def test_compose_cluster_runs_and_charges_a_job_through_the_front_O3(
         assert {api.get(f"/v1/jobs/{job_id}").json()["state"] for _ in range(2)} == {"COMPLETED"}
 
 
+def _admin_password() -> str:
+    """scripts/cluster generated it (SPEC SEC2)."""
+    return str(json.loads((ROOT / ".jpu" / "secrets" / "nats.json").read_text())["users"]["admin"])
+
+
 def test_compose_cluster_replicates_the_stream_and_every_bucket_3x_O3(
     cluster: dict[str, str],
 ) -> None:
@@ -135,6 +143,8 @@ def test_compose_cluster_replicates_the_stream_and_every_bucket_3x_O3(
             "--rm",
             "--network",
             f"{cluster['JPU_CLUSTER_PROJECT']}_default",
+            "--env",
+            f"NATS_PW_ADMIN={_admin_password()}",
             images["JPU_SERVICE_IMAGE"],
             "python",
             "-c",

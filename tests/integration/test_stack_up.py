@@ -6,6 +6,7 @@ and checks that every process the stack started is gone.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -153,6 +154,22 @@ def admin_finds_the_stack(stack: Stack) -> None:
     assert "bcg-alice" in {u["name"] for u in users}
 
 
+def nats_wants_an_identity(stack: Stack) -> None:
+    """SPEC SEC2: the embedded NATS refuses an anonymous client; its passwords are private."""
+    url = str(discover.running(stack.data_dir)["nats_url"])  # type: ignore[index]
+    secrets = stack.data_dir / "secrets" / "nats.json"
+    assert secrets.stat().st_mode & 0o077 == 0, oct(secrets.stat().st_mode)
+
+    async def anonymous() -> None:
+        import nats
+
+        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0)
+        await nc.close()
+
+    with pytest.raises(Exception, match=r"(?i)authorization"):
+        asyncio.run(anonymous())
+
+
 def test_O2_stack_starts_its_own_nats_and_postgres(data_dir: Path) -> None:
     """No URLs given: embedded NATS + PostgreSQL under the data dir, reused on the next run."""
     env: dict[str, str | None] = {"JPU_NATS_URL": None, "JPU_DATABASE_URL": None}
@@ -167,6 +184,7 @@ def test_O2_stack_starts_its_own_nats_and_postgres(data_dir: Path) -> None:
             if run == 1:
                 job_completes(stack)
                 admin_finds_the_stack(stack)
+                nats_wants_an_identity(stack)
         finally:
             stop_and_check_nothing_left(stack, started)
         assert not (data_dir / discover.FILE).exists()  # forgotten when the stack stopped

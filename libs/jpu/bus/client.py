@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
-from jpu.bus import streams
+from jpu.bus import auth, streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
 from jpu.bus.election import ride_out_election
@@ -60,6 +60,7 @@ class EventBus:
         self.dlq_stream = f"{stream}_DLQ"
         self._replicas = replicas
         self._closing = asyncio.Event()
+        self.user = ""  # the NATS identity; "" anonymous (SPEC SEC2)
 
     @classmethod
     async def connect(
@@ -72,6 +73,7 @@ class EventBus:
         replicas: int | None = None,
         randomize: bool = True,
         headers: bool = True,
+        tls_files: tuple[str, str, str] = ("", "", ""),
     ) -> EventBus:
         """Connect, reconnecting forever once connected; `url` may list servers (a,b,c), tried
         in a random order unless `randomize` is False (then the first one first). With
@@ -92,17 +94,24 @@ class EventBus:
             "error_cb": _log_error,
             "disconnected_cb": disconnected,
             "reconnected_cb": _reconnected,
+            **auth.client_options(tls_files=tls_files),  # SPEC SEC2: own identity, TLS
         }
         nc = NATS() if headers else _WithoutHeaders()
         await nc.connect([u.strip() for u in url.split(",") if u.strip()], **options)
         bus = cls(nc, stream=stream, prefix=prefix, replicas=replicas)
         bus._closing = closing
+        bus.user = options.get("user") or ""
         return bus
 
     # --- streams ----------------------------------------------------------------------------
 
     async def ensure_stream(self) -> None:
-        """Create or update the event stream and its DLQ (proto-schemas/streams.json)."""
+        """Create or update the event stream and its DLQ (proto-schemas/streams.json). A service's
+        identity may not (SPEC SEC2: the admin's `prepare` did): it only checks they exist."""
+        if self.user not in ("", auth.ADMIN):
+            for name in (self.stream, self.dlq_stream):
+                await self.js.stream_info(name)
+            return
         for kind, name in (("event_stream", self.stream), ("dlq_stream", self.dlq_stream)):
             config = streams.stream_config(kind, self.stream, self.prefix, self._replicas)
             assert config.name == name

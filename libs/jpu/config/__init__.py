@@ -93,6 +93,11 @@ class Config(Cluster, frozen=True, kw_only=True):
     backfill_command: str = "python -m jpu.tools.backfill_stub"
     slurm_backend: str = "local"
     nats_url: str = "nats://127.0.0.1:4222"
+    # SPEC SEC2: TLS to NATS where it crosses hosts (PEM paths; "": plain). The identity is
+    # JPU_NATS_USER / JPU_NATS_PASSWORD (jpu.bus.auth), never in this file.
+    nats_tls_ca: str = ""
+    nats_tls_cert: str = ""
+    nats_tls_key: str = ""
     database_url: str = "postgresql://postgres@127.0.0.1:5432/jpu"
     stream_name: str = "JPU"
     subject_prefix: str = "jpu"

@@ -74,7 +74,11 @@ async def connect_edges(
 
     async def bus_() -> EventBus:
         return await EventBus.connect(
-            config.nats_url, stream=config.stream_name, prefix=config.subject_prefix, name=name
+            config.nats_url,
+            stream=config.stream_name,
+            prefix=config.subject_prefix,
+            name=name,
+            tls_files=(config.nats_tls_ca, config.nats_tls_cert, config.nats_tls_key),  # SEC2
         )
 
     bus = await _retry("NATS", bus_, deadline, stop)

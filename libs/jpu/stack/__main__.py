@@ -26,6 +26,8 @@ def servers_only() -> int:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         print(f"JPU_NATS_URL={servers.nats_url}", flush=True)
         print(f"JPU_DATABASE_URL={servers.database_url}", flush=True)
+        for key, value in servers.nats_env("admin").items():  # SPEC SEC2: NATS wants a user
+            print(f"{key}={value}", flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
         discover.forget(data_dir)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 
+from jpu import commands
+from jpu.bus.snapshots import SnapshotStore
+from jpu.bus.views import ViewStore
 from jpu.config import Config
 from jpu.events import NodeInventoryObserved, new_event_id, subject_for
 from jpu.runtime.clock import Clock, SystemClock
@@ -37,6 +40,9 @@ async def prepare(config: Config, clock: Clock | None = None) -> list[DemoUser]:
     """Migrate, ensure the stream, publish the configured inventory, seed labs and demo users."""
     edges = await connect_edges(config, name="stack", timeout_s=30.0)
     try:
+        # SPEC SEC2: only the admin creates streams; the services' identities bind to these.
+        await SnapshotStore.configured(edges.bus.js, edges.bus.stream, config)._bucket()
+        await ViewStore(edges.bus)._value(commands.queue_view_key(edges.bus.stream), create=True)
         await publish_missing_inventory(edges, clock or SystemClock())
         await seed_config_labs(edges.pool, config)
         return await seed_demo(edges.pool)

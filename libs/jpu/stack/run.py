@@ -78,7 +78,7 @@ async def run(
         config = load_config(env=child_env)
         local = config.slurm_backend == "local"
         users = await prepare(config)
-        supervisor = Supervisor(child_env, data_dir / "logs")
+        supervisor = Supervisor(child_env, data_dir / "logs", identity=servers.nats_env)
         taken = {config.gateway_port, *_ports(servers)}  # chosen elsewhere, not yet all bound
         metrics_targets.assign(supervisor.children, data_dir, taken)  # SPEC O4: /metrics per child
         supervisor.start(stop)
@@ -142,7 +142,8 @@ def main(env: Mapping[str, str] | None = None) -> int:
         config = load_config(env=env)
         _check_port_free(config.gateway_host, config.gateway_port)
         data_dir = Path(config.data_dir).absolute()
-        servers = start_servers(data_dir, env)
+        servers = start_servers(data_dir, env, config.stream_name, config.subject_prefix)
+        os.environ.update(servers.nats_env("admin"))  # prepare runs as the admin (SPEC SEC2)
         gateway = f"http://{config.gateway_host}:{config.gateway_port}"
         discover.record(data_dir, urls(servers, gateway))  # for jpu-admin on this checkout
         return asyncio.run(run(env, servers, data_dir, timeout))

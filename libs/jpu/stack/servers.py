@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from jpu.bus import auth
 from jpu.embedded.nats import EmbeddedNats
 from jpu.embedded.postgres import EmbeddedPostgres
 
@@ -21,6 +22,11 @@ class Servers:
     database_url: str
     nats: EmbeddedNats | None = None  # None: an external server we must not stop
     postgres: EmbeddedPostgres | None = None
+    nats_secrets: Path | None = None  # the embedded NATS's passwords (SPEC SEC2); None: external
+
+    def nats_env(self, user: str) -> dict[str, str]:
+        """A process's identity on the embedded NATS; nothing for an external server."""
+        return {} if self.nats_secrets is None else auth.identity_env(user, self.nats_secrets)
 
     def stop(self) -> None:
         """PostgreSQL, then NATS (the services are already gone). Safe to call twice."""
@@ -53,17 +59,28 @@ def postgres_data_dir(data_dir: Path) -> Path:
     return fallback
 
 
-def start_servers(data_dir: Path, env: Mapping[str, str]) -> Servers:
+def start_servers(
+    data_dir: Path, env: Mapping[str, str], stream: str = "JPU", prefix: str = "jpu"
+) -> Servers:
     """JPU_NATS_URL / JPU_DATABASE_URL when set; else embedded servers, persisted in data_dir.
 
-    Embedded ports: JPU_NATS_PORT / JPU_PG_PORT, or free ones.
+    Embedded ports: JPU_NATS_PORT / JPU_PG_PORT, or free ones. The embedded NATS requires an
+    identity per service (SPEC SEC2): passwords generated at first start into
+    `<data_dir>/secrets/nats.json` (0600), permissions from jpu.bus.permissions.
     """
     servers = Servers(
         nats_url=env.get("JPU_NATS_URL", ""), database_url=env.get("JPU_DATABASE_URL", "")
     )
     try:
         if not servers.nats_url:
-            servers.nats = EmbeddedNats(data_dir / "nats", port=_port(env, "JPU_NATS_PORT"))
+            secrets = auth.secrets_path(data_dir)
+            conf = auth.write_server_config(
+                secrets.with_name("nats-server.conf"), auth.ensure_secrets(secrets), stream, prefix
+            )
+            servers.nats = EmbeddedNats(
+                data_dir / "nats", port=_port(env, "JPU_NATS_PORT"), extra_args=["-c", str(conf)]
+            )
+            servers.nats_secrets = secrets
             servers.nats_url = servers.nats.start()
             log.info("embedded NATS JetStream started", extra={"url": servers.nats_url})
         if not servers.database_url:

@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,11 +52,19 @@ class Child:
 
 class Supervisor:
     def __init__(
-        self, env: Mapping[str, str], log_dir: Path, services: tuple[str, ...] = SERVICES
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        services: tuple[str, ...] = SERVICES,
+        identity: Callable[[str], dict[str, str]] | None = None,
     ) -> None:
+        """`identity(service)`: the environment naming its own NATS identity (SPEC SEC2)."""
         self.env = {**env, "PYTHONUNBUFFERED": "1"}
         self.log_dir = log_dir
         self.children = [c for s in services for c in _children(s, log_dir, env)]
+        if identity is not None:
+            for child in self.children:
+                child.env = {**identity(child.module or child.name), **child.env}
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self, stop: asyncio.Event) -> None:

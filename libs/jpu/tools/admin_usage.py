@@ -31,6 +31,7 @@ import nats
 import nats.errors
 import nats.js.errors
 
+from jpu.bus.auth import client_options
 from jpu.explain.usage import ChargeLine, Ledger, UsageExplanation, UsageStatement, explain_usage
 from jpu.explain.usage import usage_statement as statement
 
@@ -189,6 +190,7 @@ async def _probe(url: str, stream: str) -> None:
         nc = await nats.connect(
             servers, allow_reconnect=False, max_reconnect_attempts=1,
             reconnect_time_wait=0.1, connect_timeout=2, error_cb=quiet,
+            **client_options(),  # SPEC SEC2: the operator's identity
         )  # fmt: skip
     except (OSError, nats.errors.Error, TimeoutError) as e:
         raise Unreachable(f"cannot reach NATS at {url} ({e})") from e

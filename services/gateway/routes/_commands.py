@@ -19,7 +19,9 @@ from fastapi import Request
 from starlette.requests import ClientDisconnect
 
 from jpu import commands
+from jpu.bus.errors import ConcurrencyConflict
 from jpu.domain import limits
+from jpu.events import subject_for
 from jpu.runtime.edges import Edges
 from jpu.store.positions import PositionWatch
 from jpu.store.projection import wait_applied
@@ -70,6 +72,25 @@ async def send(
         err = reply.error
         raise ApiError(reply.status, err.code, err.message, dict(err.details))
     return reply
+
+
+async def append(
+    edges: Edges, event: commands.GatewayEvent, expected_last_subject_seq: int | None = None
+) -> int:
+    """Have intake append `event` (SPEC SEC2: the gateway's NATS identity publishes commands,
+    never events); its stream sequence. ConcurrencyConflict as `EventBus.append` raises it."""
+    command = commands.AppendCommand(
+        event=event, expected_last_subject_seq=expected_last_subject_seq
+    )
+    try:
+        reply = await send(edges, commands.append_subject(edges.bus.prefix), command)
+    except ApiError as e:
+        if e.code != "CONFLICT" or expected_last_subject_seq is None:
+            raise
+        subject = subject_for(event, edges.bus.prefix)
+        raise ConcurrencyConflict(subject, expected_last_subject_seq, e.message) from e
+    assert reply.seq is not None
+    return reply.seq
 
 
 def _unavailable(message: str) -> ApiError:

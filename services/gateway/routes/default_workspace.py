@@ -75,5 +75,5 @@ async def put_default(
     event = WorkspaceDefaultChanged(
         event_id=new_event_id(), ts=now(request), user=user.name, workspace=name
     )
-    seq = await edges.bus.append(event)
+    seq = await cmd.append(edges, event)  # by intake (SPEC SEC2)
     return DefaultWorkspaceOut(user=user.name, workspace=name, seq=seq)

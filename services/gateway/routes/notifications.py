@@ -27,7 +27,7 @@ from jpu.events import NotificationSettingsChanged, decode, new_event_id
 from jpu.policy import mail, outbound
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
-from jpu_services.gateway.routes._commands import now
+from jpu_services.gateway.routes._commands import append, now
 
 router = APIRouter(prefix="/v1/me", tags=["users"])
 
@@ -103,7 +103,7 @@ async def put_notifications(
         event_id=new_event_id(), ts=now(request), user=user.name, email=body.email or None,
         webhook_url=body.webhook_url or None, mail_type=kinds or [],
     )  # fmt: skip
-    seq = await edges.bus.append(event)
+    seq = await append(edges, event)  # by intake (SPEC SEC2)
     return _out(user.name, event, seq)
 
 

@@ -18,7 +18,7 @@ from jpu.bus import ConcurrencyConflict
 from jpu.config import Config
 from jpu.domain import limits
 from jpu.domain import workspaces as dw
-from jpu.events import Event, WorkspaceBuildRequested, WorkspaceDeleted, new_event_id
+from jpu.events import WorkspaceBuildRequested, WorkspaceDeleted, new_event_id
 from jpu.store import auth
 from jpu.store.projection import wait_applied
 from jpu.store.projections import workspaces as store
@@ -68,10 +68,12 @@ def _quotas(config: Config, lab: str) -> tuple[int, int]:
     )
 
 
-async def _append(request: Request, event: Event, expected: int) -> int:
+async def _append(
+    request: Request, event: WorkspaceBuildRequested | WorkspaceDeleted, expected: int
+) -> int:
     edges = request.app.state.edges
     try:
-        seq: int = await edges.bus.append(event, expected_last_subject_seq=expected)
+        seq: int = await cmd.append(edges, event, expected_last_subject_seq=expected)
     except ConcurrencyConflict as e:
         raise ApiError(409, "CONFLICT", "the workspace changed meanwhile; look again") from e
     await wait_applied(edges.pool, "workspaces", seq, timeout=cmd.READ_YOUR_WRITES_TIMEOUT_S)
