@@ -48,8 +48,8 @@ async def prepare(
         await edges.close()
 
 
-FIRST_ADMIN = """No demo users here (SPEC SEC3). Create the first admin with the admin tool, where the
-services' JPU_DATABASE_URL is set (e.g. inside a service container):
+FIRST_ADMIN = """No demo users here (SPEC SEC3). Create the first admin with the admin tool,
+where the services' JPU_DATABASE_URL is set (e.g. inside a service container):
   python -m jpu.tools.admin lab add <LAB>
   python -m jpu.tools.admin user add <NAME> --lab <LAB> --role admin
   python -m jpu.tools.admin token create <NAME>     # printed once: keep it"""
