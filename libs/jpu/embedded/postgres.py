@@ -37,6 +37,7 @@ _STOP_TIMEOUT_S = 15.0
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; ".s.PGSQL.<port>" needs ~20 of them
 _DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 SUPERUSER = "postgres"
+_PASSWORD = re.compile(r"PASSWORD '[^']*'")  # kept out of error messages
 APP_ROLE = "jpu"  # the services' role: login, owns its databases, nothing more (SPEC SEC2)
 # Ours, whole: scram-sha-256 for every connection; any earlier pg_hba (initdb's `trust`) goes.
 PG_HBA = """# Written by JPU-Share at every start (SPEC SEC2): passwords only, never trust.
@@ -169,7 +170,9 @@ class EmbeddedPostgres(EmbeddedServer):
             # A new cluster, a pre-SEC2 one (pg_hba `trust`) or a lost password file: the
             # superuser's password is set offline, in single-user mode, then our pg_hba is
             # written — no window where the server runs trusting anyone.
-            self._single_user(f"ALTER ROLE {SUPERUSER} PASSWORD '{passwords[SUPERUSER]}'")
+            self._single_user(
+                f"ALTER ROLE {SUPERUSER} PASSWORD '{passwords[SUPERUSER]}'", passwords[SUPERUSER]
+            )
             self._hba_path.write_text(PG_HBA)  # keeps its owner and mode (the server's, 0600)
         if self._requested_port == 0:
             self.port = free_port(self.host)
@@ -218,8 +221,8 @@ class EmbeddedPostgres(EmbeddedServer):
             [str(self._bin / "psql"), *args], input=sql, capture_output=True, text=True, env=env
         )
         if out.returncode != 0:
-            shown = sql if "PASSWORD" not in sql else sql.split("PASSWORD")[0] + "PASSWORD ..."
-            raise EmbeddedPostgresError(f"psql failed: {shown!r}: {out.stderr.strip()}")
+            shown, why = (_PASSWORD.sub("PASSWORD '...'", t) for t in (sql, out.stderr.strip()))
+            raise EmbeddedPostgresError(f"psql failed: {shown!r}: {why[-2000:]}")
         return out.stdout
 
     # --- steps ---------------------------------------------------------------------------------
@@ -253,8 +256,9 @@ class EmbeddedPostgres(EmbeddedServer):
     def _hba_path(self) -> Path:
         return self.pgdata / "pg_hba.conf"
 
-    def _single_user(self, sql: str) -> None:
-        """One statement in single-user mode: the server not running, no connection at all."""
+    def _single_user(self, sql: str, secret: str) -> None:
+        """One statement in single-user mode: the server not running, no connection at all.
+        `secret` (in the statement) is kept out of the error."""
         cmd = [str(self._bin / "postgres"), "--single", "-D", str(self.pgdata), "postgres"]
         out = subprocess.run(
             self._as_postgres(cmd), input=sql + "\n", capture_output=True, text=True,
@@ -262,7 +266,8 @@ class EmbeddedPostgres(EmbeddedServer):
         )  # fmt: skip
         if out.returncode != 0 or "ERROR:" in out.stdout + out.stderr:
             raise EmbeddedPostgresError(
-                f"single-user PostgreSQL failed in {self.pgdata}: {out.stderr[-2000:]}"
+                f"single-user PostgreSQL failed in {self.pgdata}: "
+                + (out.stdout + out.stderr)[-2000:].replace(secret, "...")
             )
 
     def _ensure_app_role(self, password: str) -> None:
@@ -346,6 +351,7 @@ class EmbeddedPostgres(EmbeddedServer):
             "listen_addresses": self.host,
             "port": str(self.port),
             "unix_socket_directories": str(self._socket_dir),
+            "unix_socket_permissions": "0700",  # SPEC SEC2, besides the directory's 0700
             "shared_buffers": "32MB",
             "max_connections": "200",
             "fsync": "on" if self.durable else "off",
