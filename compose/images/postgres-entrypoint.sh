@@ -1,7 +1,7 @@
 #!/bin/sh
 # First start: initdb, the superuser's password and the database from POSTGRES_* (as the official
 # image). With JPU_APP_USER / JPU_APP_PASSWORD also the services' own role: login, not superuser,
-# owner of POSTGRES_DB (SPEC SEC2); its password is set again at every start (rotation = change
+# owner of POSTGRES_DB, CREATEDB for the audit's scratch database (SPEC SEC2, E6); its password is set again at every start (rotation = change
 # the secret, restart). Every connection, socket or TCP, needs a password: scram-sha-256, never
 # trust. The roles and database are made offline (single-user mode): no password on a command line.
 set -eu
@@ -37,7 +37,7 @@ elif [ -n "$app" ] && [ ! -e "$marker" ]; then
     "and tokens are created again with python -m jpu.tools.admin)"
 fi
 if [ -n "$app" ]; then
-  printf 'ALTER ROLE "%s" WITH LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB PASSWORD '"'"'%s'"'"'\n' \
+  printf 'ALTER ROLE "%s" WITH LOGIN NOSUPERUSER NOCREATEROLE CREATEDB PASSWORD '"'"'%s'"'"'\n' \
     "$app" "$(quote "${JPU_APP_PASSWORD:?set JPU_APP_PASSWORD}")" | single
 fi
 exec "$bin/postgres" -D "$PGDATA" -c listen_addresses='*' -k /var/run/postgresql "$@"

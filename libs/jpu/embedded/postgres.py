@@ -271,11 +271,12 @@ class EmbeddedPostgres(EmbeddedServer):
             )
 
     def _ensure_app_role(self, password: str) -> None:
-        """The services' role: login with its password, never superuser nor role admin."""
+        """The services' role: login with its password, never superuser nor role admin.
+        CREATEDB: the audit (jpu.tools.replay, SPEC E6) rebuilds into a scratch database."""
         self.psql(
             f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') "
             f"THEN CREATE ROLE {APP_ROLE}; END IF; END $$;\n"
-            f"ALTER ROLE {APP_ROLE} WITH LOGIN NOSUPERUSER NOCREATEROLE NOCREATEDB NOREPLICATION "
+            f"ALTER ROLE {APP_ROLE} WITH LOGIN NOSUPERUSER NOCREATEROLE CREATEDB NOREPLICATION "
             f"NOBYPASSRLS PASSWORD '{password}';\n"
         )
 
