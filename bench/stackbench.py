@@ -91,7 +91,7 @@ class BenchStack:
             **self.overrides,
         }
         self.config = load_config(env=self.env)
-        await prepare(self.config)
+        await prepare(self.config, demo=True)
         self.supervisor = Supervisor(self.env, self.root / "logs", self.services)
         self.supervisor.start(self._stop)
         if "gateway" in self.services and not await wait_ready(

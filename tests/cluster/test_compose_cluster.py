@@ -95,11 +95,35 @@ def cluster() -> Iterator[dict[str, str]]:
         assert "every container exited 0" in down.stdout, down.stdout
 
 
+def admin_tool(env: dict[str, str], *args: str) -> str:
+    """`python -m jpu.tools.admin` in a gateway container: how an operator makes the first users
+    (SPEC SEC3: a deployment seeds no demo identity)."""
+    names = subprocess.run(
+        ["podman", "ps", "--format", "{{.Names}}",
+         "--filter", f"label=io.podman.compose.project={env['JPU_CLUSTER_PROJECT']}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    gateway = next(n for n in names if "gateway" in n)
+    r = subprocess.run(
+        ["podman", "exec", gateway, "python", "-m", "jpu.tools.admin", *args],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def test_compose_cluster_runs_and_charges_a_job_through_the_front_O3(
     cluster: dict[str, str],
 ) -> None:
     front = f"http://127.0.0.1:{cluster['JPU_CLUSTER_PORT']}"
-    auth = {"Authorization": "Bearer demo-bcg-alice"}  # the demo users of `make run`
+    with httpx.Client(base_url=front, timeout=10) as anon:  # SPEC SEC3: no demo token here
+        assert anon.get("/v1/me", headers={"Authorization": "Bearer demo-admin"}).status_code == 401
+    admin_tool(cluster, "lab", "add", "BCG")
+    admin_tool(cluster, "user", "add", "bcg-alice", "--lab", "BCG")
+    auth = {
+        "Authorization": f"Bearer {admin_tool(cluster, 'token', 'create', 'bcg-alice').strip()}"
+    }
     with httpx.Client(base_url=front, headers=auth, timeout=10) as api:
         r = api.post(
             "/v1/jobs",

@@ -91,7 +91,7 @@ async def test_O2_postgres_takes_the_migrations_and_keeps_them_over_an_immediate
     pg = provider.postgres(root / "pg")
     try:
         pg.start()
-        dsn = await create_database(pg.dsn(), "migrated")
+        dsn = await create_database(pg.admin_dsn(), "migrated")
         pool = await create_pool(dsn)
         try:
             applied = await migrate(pool)

@@ -7,6 +7,13 @@ start our own postmaster on a free port.
 
 PostgreSQL refuses to run as root, so as root the cluster is owned by the `postgres` system user
 and initdb/postgres run through `setpriv` (or `runuser`).
+
+SPEC SEC2: no `trust` anywhere. Every connection, TCP or socket, authenticates with
+scram-sha-256; the socket directory is 0700, owned by the server's user. The superuser `postgres`
+and the services' role `jpu` (not superuser; owns the databases it uses, so migrations run) get
+passwords generated at first start, kept in `secrets/` (0700) as pgpass files (0600): the DSNs
+name the file (`?passfile=`), never the password, so a printed or recorded DSN leaks nothing.
+A data dir initialised before (pg_hba `trust`) is upgraded at the next start.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import glob
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,6 +36,33 @@ _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 15.0
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; ".s.PGSQL.<port>" needs ~20 of them
 _DB_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+SUPERUSER = "postgres"
+_PASSWORD = re.compile(r"PASSWORD '[^']*'")  # kept out of error messages
+APP_ROLE = "jpu"  # the services' role: login, owns its databases, nothing more (SPEC SEC2)
+# Ours, whole: scram-sha-256 for every connection; any earlier pg_hba (initdb's `trust`) goes.
+PG_HBA = """# Written by JPU-Share at every start (SPEC SEC2): passwords only, never trust.
+local   all  all        scram-sha-256
+host    all  all  all   scram-sha-256
+"""
+# Tables (and their sequences) a superuser created before SEC2 go to the services' role.
+_REOWN_SQL = """DO $$ DECLARE r record; BEGIN
+  FOR r IN SELECT n.nspname, c.relname, c.relkind FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
+              AND n.nspname NOT LIKE 'pg_toast%' AND c.relkind IN ('r', 'p', 'v', 'm')
+              AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = 'jpu') LOOP
+    EXECUTE format('ALTER %s %I.%I OWNER TO jpu',
+      CASE r.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+      r.nspname, r.relname);
+  END LOOP;
+  FOR r IN SELECT n.nspname, c.relname FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE c.relkind = 'S' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+              AND c.relowner <> (SELECT oid FROM pg_roles WHERE rolname = 'jpu') LOOP
+    EXECUTE format('ALTER SEQUENCE %I.%I OWNER TO jpu', r.nspname, r.relname);
+  END LOOP;
+END $$;
+"""
 
 
 class EmbeddedPostgresError(RuntimeError):
@@ -95,8 +130,27 @@ class EmbeddedPostgres(EmbeddedServer):
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def secrets_dir(self) -> Path:
+        return self.data_dir / "secrets"
+
+    def passfile(self, role: str = APP_ROLE) -> Path:
+        """The pgpass file (0600) holding `role`'s generated password."""
+        return self.secrets_dir / f"postgres-{role}.pgpass"
+
     def dsn(self, database: str | None = None) -> str:
-        return f"postgresql://postgres@{self.host}:{self.port}/{database or self.database}"
+        """The services' DSN: role `jpu`, its password in a file the URL names."""
+        return self._dsn(APP_ROLE, database)
+
+    def admin_dsn(self, database: str | None = None) -> str:
+        """The superuser's DSN (creating databases for tests, operator work); not for services."""
+        return self._dsn(SUPERUSER, database)
+
+    def _dsn(self, role: str, database: str | None) -> str:
+        return (
+            f"postgresql://{role}@{self.host}:{self.port}/{database or self.database}"
+            f"?passfile={self.passfile(role)}"
+        )
 
     def start(self) -> str:
         """initdb if needed, start, wait until ready (≤ ~10 s), create the database; its DSN."""
@@ -106,13 +160,25 @@ class EmbeddedPostgres(EmbeddedServer):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._prepare_socket_dir()
         self._chown_for_postgres()
-        if not (self.pgdata / "PG_VERSION").exists():
+        fresh = not (self.pgdata / "PG_VERSION").exists()
+        new = {r: not self.passfile(r).exists() for r in (SUPERUSER, APP_ROLE)}
+        passwords = {role: self._password(role) for role in (SUPERUSER, APP_ROLE)}
+        if fresh:
             self._initdb()
         self._stop_stale_postmaster()
+        if fresh or new[SUPERUSER] or self._hba_path.read_text() != PG_HBA:
+            # A new cluster, a pre-SEC2 one (pg_hba `trust`) or a lost password file: the
+            # superuser's password is set offline, in single-user mode, then our pg_hba is
+            # written — no window where the server runs trusting anyone.
+            self._single_user(
+                f"ALTER ROLE {SUPERUSER} PASSWORD '{passwords[SUPERUSER]}'", passwords[SUPERUSER]
+            )
+            self._hba_path.write_text(PG_HBA)  # keeps its owner and mode (the server's, 0600)
         if self._requested_port == 0:
             self.port = free_port(self.host)
         self._spawn()
         self._wait_ready()
+        self._ensure_app_role(passwords[APP_ROLE])
         self.create_database(self.database)
         return self.dsn()
 
@@ -130,11 +196,15 @@ class EmbeddedPostgres(EmbeddedServer):
                 continue
 
     def create_database(self, name: str) -> str:
-        """CREATE DATABASE name unless it exists; returns its DSN."""
+        """CREATE DATABASE name unless it exists, owned by the services' role; returns its DSN.
+        An existing one (from before SEC2: the superuser's) is handed to that role."""
         self._check_name(name)
         exists = self.psql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'").strip()
         if exists != "1":
-            self.psql(f'CREATE DATABASE "{name}"')
+            self.psql(f'CREATE DATABASE "{name}" OWNER {APP_ROLE}')
+        else:
+            self.psql(f'ALTER DATABASE "{name}" OWNER TO {APP_ROLE}')
+            self.psql(_REOWN_SQL, database=name)
         return self.dsn(name)
 
     def drop_database(self, name: str) -> None:
@@ -142,14 +212,17 @@ class EmbeddedPostgres(EmbeddedServer):
         self.psql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def psql(self, sql: str, database: str = "postgres") -> str:
-        """Run one statement with the server's own psql (no event loop needed)."""
+        """Run SQL as the superuser with the server's own psql (no event loop needed). The SQL
+        goes on stdin: a password in it must not show in the process list."""
         args = ["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", self.host,
-                "-p", str(self.port), "-U", "postgres", "-d", database, "-c", sql]  # fmt: skip
+                "-p", str(self.port), "-U", SUPERUSER, "-d", database, "-f", "-"]  # fmt: skip
+        env = {**self._env(), "PGPASSFILE": str(self.passfile(SUPERUSER))}
         out = subprocess.run(
-            [str(self._bin / "psql"), *args], capture_output=True, text=True, env=self._env()
+            [str(self._bin / "psql"), *args], input=sql, capture_output=True, text=True, env=env
         )
         if out.returncode != 0:
-            raise EmbeddedPostgresError(f"psql failed: {sql!r}: {out.stderr.strip()}")
+            shown, why = (_PASSWORD.sub("PASSWORD '...'", t) for t in (sql, out.stderr.strip()))
+            raise EmbeddedPostgresError(f"psql failed: {shown!r}: {why[-2000:]}")
         return out.stdout
 
     # --- steps ---------------------------------------------------------------------------------
@@ -163,6 +236,49 @@ class EmbeddedPostgres(EmbeddedServer):
         if len(str(self._socket_dir)) > _SOCKET_PATH_MAX:  # deep data dirs: short fallback
             self._socket_dir = Path(tempfile.mkdtemp(prefix="jpu-pg-"))
         self._socket_dir.mkdir(parents=True, exist_ok=True)
+        self._socket_dir.chmod(0o700)  # SPEC SEC2: only the server's user reaches the socket
+
+    def _password(self, role: str) -> str:
+        """`role`'s password: from its pgpass file, else a new one written there (0600)."""
+        path = self.passfile(role)
+        if path.exists():
+            return path.read_text().strip().rsplit(":", 1)[1]
+        self.secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.secrets_dir.chmod(0o700)
+        password = secrets.token_urlsafe(24)  # [A-Za-z0-9_-]: no pgpass or SQL quoting needed
+        fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"*:*:*:{role}:{password}\n")  # any host/port: the port changes per start
+        os.replace(path.with_suffix(".tmp"), path)
+        return password
+
+    @property
+    def _hba_path(self) -> Path:
+        return self.pgdata / "pg_hba.conf"
+
+    def _single_user(self, sql: str, secret: str) -> None:
+        """One statement in single-user mode: the server not running, no connection at all.
+        `secret` (in the statement) is kept out of the error."""
+        cmd = [str(self._bin / "postgres"), "--single", "-D", str(self.pgdata), "postgres"]
+        out = subprocess.run(
+            self._as_postgres(cmd), input=sql + "\n", capture_output=True, text=True,
+            env=self._env(), cwd="/",
+        )  # fmt: skip
+        if out.returncode != 0 or "ERROR:" in out.stdout + out.stderr:
+            raise EmbeddedPostgresError(
+                f"single-user PostgreSQL failed in {self.pgdata}: "
+                + (out.stdout + out.stderr)[-2000:].replace(secret, "...")
+            )
+
+    def _ensure_app_role(self, password: str) -> None:
+        """The services' role: login with its password, never superuser nor role admin.
+        CREATEDB: the audit (jpu.tools.replay, SPEC E6) rebuilds into a scratch database."""
+        self.psql(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{APP_ROLE}') "
+            f"THEN CREATE ROLE {APP_ROLE}; END IF; END $$;\n"
+            f"ALTER ROLE {APP_ROLE} WITH LOGIN NOSUPERUSER NOCREATEROLE CREATEDB NOREPLICATION "
+            f"NOBYPASSRLS PASSWORD '{password}';\n"
+        )
 
     def _chown_for_postgres(self) -> None:
         """As root: give the cluster to `postgres` and check it can reach data_dir."""
@@ -196,8 +312,10 @@ class EmbeddedPostgres(EmbeddedServer):
         return env
 
     def _initdb(self) -> None:
-        cmd = [str(self._bin / "initdb"), "-D", str(self.pgdata), "-U", "postgres",
-               "-A", "trust", "-E", "UTF8", "--locale=C"]  # fmt: skip
+        # `reject` until start() sets the password (single-user mode) and writes our pg_hba:
+        # no trust line is ever written, and initdb needs no password file the server user reads.
+        cmd = [str(self._bin / "initdb"), "-D", str(self.pgdata), "-U", SUPERUSER,
+               "-A", "reject", "-E", "UTF8", "--locale=C"]  # fmt: skip
         if not self.durable:
             cmd.append("--no-sync")
         out = subprocess.run(
@@ -234,6 +352,7 @@ class EmbeddedPostgres(EmbeddedServer):
             "listen_addresses": self.host,
             "port": str(self.port),
             "unix_socket_directories": str(self._socket_dir),
+            "unix_socket_permissions": "0700",  # SPEC SEC2, besides the directory's 0700
             "shared_buffers": "32MB",
             "max_connections": "200",
             "fsync": "on" if self.durable else "off",

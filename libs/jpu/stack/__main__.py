@@ -12,7 +12,7 @@ from pathlib import Path
 from jpu.config import load_config
 from jpu.runtime.service import setup_logging
 from jpu.stack import discover, run
-from jpu.stack.prepare import prepare
+from jpu.stack.prepare import FIRST_ADMIN, prepare
 from jpu.stack.servers import start_servers
 
 
@@ -35,10 +35,14 @@ def servers_only() -> int:
     return 0
 
 
-def prepare_only() -> int:
+def prepare_only(demo: bool) -> int:
     """What `run` does before the services start, against the configured NATS and PostgreSQL:
-    a deployment's one-shot step (compose/docker-compose.yml `prepare`). Idempotent."""
-    users = asyncio.run(prepare(load_config()))
+    a deployment's one-shot step (compose/docker-compose.yml `prepare`). Idempotent. No demo
+    users unless `--demo` (SPEC SEC3): it prints how to create the first admin instead."""
+    users = asyncio.run(prepare(load_config(), demo=demo))
+    if not users:
+        print(FIRST_ADMIN, flush=True)
+        return 0
     print("Demo users and tokens (DEMO ONLY - well-known, do not use in production):")
     print("\n".join(f"  {u.name:<10} {u.lab:<4} {u.role:<6} {u.token}" for u in users), flush=True)
     return 0
@@ -49,11 +53,12 @@ def main() -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="NATS + PostgreSQL + all services + demo; Ctrl-C stops all")
     sub.add_parser("servers", help="only NATS + PostgreSQL; prints their URLs")
-    sub.add_parser("prepare", help="schema, stream, inventory, labs and demo users; then exit")
+    prep = sub.add_parser("prepare", help="schema, stream, inventory and labs; then exit")
+    prep.add_argument("--demo", action="store_true", help="and the demo users (DEMO ONLY)")
     args = parser.parse_args()
     setup_logging("stack")
     if args.command == "prepare":
-        return prepare_only()
+        return prepare_only(args.demo)
     return run.main() if args.command == "run" else servers_only()
 
 

@@ -1,4 +1,5 @@
-"""One-time preparation before the services start: schema, stream, inventory, demo users."""
+"""One-time preparation before the services start: schema, stream, inventory, labs; the demo's
+users only for the demo (`make run`, SPEC SEC3)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,11 @@ async def publish_missing_inventory(edges: Edges, clock: Clock) -> list[str]:
     return published
 
 
-async def prepare(config: Config, clock: Clock | None = None) -> list[DemoUser]:
-    """Migrate, ensure the stream, publish the configured inventory, seed labs and demo users."""
+async def prepare(
+    config: Config, clock: Clock | None = None, *, demo: bool = False
+) -> list[DemoUser]:
+    """Migrate, ensure the stream, publish the configured inventory, seed the configured labs;
+    with `demo` (only `make run`: SPEC SEC3) the demo users and their well-known tokens too."""
     edges = await connect_edges(config, name="stack", timeout_s=30.0)
     try:
         # SPEC SEC2: only the admin creates streams; the services' identities bind to these.
@@ -45,6 +49,13 @@ async def prepare(config: Config, clock: Clock | None = None) -> list[DemoUser]:
         await ViewStore(edges.bus)._value(commands.queue_view_key(edges.bus.stream), create=True)
         await publish_missing_inventory(edges, clock or SystemClock())
         await seed_config_labs(edges.pool, config)
-        return await seed_demo(edges.pool)
+        return await seed_demo(edges.pool) if demo else []
     finally:
         await edges.close()
+
+
+FIRST_ADMIN = """No demo users here (SPEC SEC3). Create the first admin with the admin tool,
+where the services' JPU_DATABASE_URL is set (e.g. inside a service container):
+  python -m jpu.tools.admin lab add <LAB>
+  python -m jpu.tools.admin user add <NAME> --lab <LAB> --role admin
+  python -m jpu.tools.admin token create <NAME>     # printed once: keep it"""

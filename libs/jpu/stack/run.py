@@ -77,7 +77,7 @@ async def run(
         }
         config = load_config(env=child_env)
         local = config.slurm_backend == "local"
-        users = await prepare(config)
+        users = await prepare(config, demo=True)  # `make run` is the demo (SPEC SEC3)
         supervisor = Supervisor(child_env, data_dir / "logs", identity=servers.nats_env)
         taken = {config.gateway_port, *_ports(servers)}  # chosen elsewhere, not yet all bound
         metrics_targets.assign(supervisor.children, data_dir, taken)  # SPEC O4: /metrics per child

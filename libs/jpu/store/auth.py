@@ -137,12 +137,12 @@ async def _require_user(db: Db, user: str) -> None:
 
 
 async def install_token(db: Db, user: str, token: str) -> None:
-    """Store the hash of a given token for `user` (idempotent; used for demo tokens)."""
+    """Store the hash of a given token for `user` (idempotent; used for demo tokens). A token
+    once revoked stays revoked (SPEC SEC3): installing it again changes nothing."""
     await _require_user(db, user)
     await db.execute(
         """INSERT INTO api_tokens (token_hash, "user") VALUES ($1, $2)
-           ON CONFLICT (token_hash) DO UPDATE SET revoked_at = NULL
-           WHERE api_tokens."user" = EXCLUDED."user"
+           ON CONFLICT (token_hash) DO NOTHING
         """,
         hash_token(token),
         user,

@@ -63,7 +63,10 @@ def pg_server_dsn(server_provider: ServerProvider) -> Iterator[str]:
     root.chmod(0o755)
     server = server_provider.postgres(root / "pg", durable=False)  # tests don't need fsync
     try:
-        yield server.start()
+        server.start()
+        # The superuser: the fixtures create and drop a database per test (SPEC SEC2 keeps the
+        # services' own role from doing that).
+        yield server.admin_dsn()
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -82,6 +82,8 @@ class NatsServers(Protocol):
 class PgServer(Protocol):
     def dsn(self, database: str | None = None) -> str: ...
 
+    def admin_dsn(self, database: str | None = None) -> str: ...
+
     def start(self) -> str: ...
 
     def stop(self) -> None: ...
@@ -348,6 +350,9 @@ class ContainerPostgres:
     def dsn(self, database: str | None = None) -> str:
         db = database or self.database
         return f"postgresql://postgres:{self._password}@127.0.0.1:{self.port}/{db}"
+
+    def admin_dsn(self, database: str | None = None) -> str:
+        return self.dsn(database)  # the container's role is its superuser
 
     def start(self) -> str:
         from testcontainers.core.container import DockerContainer
