@@ -134,6 +134,11 @@ class Config(Cluster, frozen=True, kw_only=True):
     notify_retry_base_s: float = 1.0  # backoff while a receiver is down: base × 2^n ...
     notify_retry_max_s: float = 300.0  # ... at most this long between tries
     notify_max_attempts: int = 12  # then the notification is abandoned (logged, kept)
+    # SPEC U6 (jpu.policy.sbatch): `-p NAME` aliases (NAME -> tiers; [] or ["*"]: any tier),
+    # strict: refuse sbatch's site-bookkeeping options instead of warning; unknown partitions
+    partition_aliases: dict[str, list[str]] = msgspec.field(default_factory=lambda: {"gpu": []})
+    sbatch_compat: Literal["lenient", "strict"] = "lenient"
+    sbatch_unknown_partition: Literal["warn", "refuse"] = "warn"
 
 
 def _validate(cluster: Cluster) -> None:

@@ -216,7 +216,7 @@ def decide(
     out = Decision()
     for w in warnings:
         _warn(out, site, w)
-    tiers = [t for t in site.tiers if t.active] or list(site.tiers)
+    tiers = list(site.tiers)
     allowed = {t.name for t in tiers}
     if types:
         allowed &= _tier_set(types, site.tiers, types_where, out)
@@ -237,8 +237,9 @@ def decide(
             "keep one of them"
         )
     fit = _resources(raw, gpus, cands, out)
-    if fit is not None and len(fit) < len(tiers):
-        out.tiers = [t.name for t in fit]
+    final = cands if fit is None else fit
+    if len(final) < len(tiers) or types:  # narrowed (a type named keeps its tiers)
+        out.tiers = [t.name for t in final]
     return out
 
 

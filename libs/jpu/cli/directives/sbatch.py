@@ -18,7 +18,8 @@ _RAW: Final = frozenset(
     {"cpus_per_task", "cpus_per_gpu", "mem", "mem_per_cpu", "mem_per_gpu", "account",
      "constraint", "export", "output", "error", "open_mode", "signal", "ntasks", "nodes"}
 )  # fmt: skip
-_ONE = re.compile(r"^1(?:-1)?$")  # "--nodes=1", "--nodes=1-1"
+_GRES_GPU = re.compile(r"^gpu(?::(?P<type>[A-Za-z][A-Za-z0-9._-]*))?(?::(?P<count>\d+))?$")
+_GPUS = re.compile(r"^(?:(?P<type>[A-Za-z][A-Za-z0-9._-]*):)?(?P<count>\d+)$")
 
 
 def read(words: list[str], kind: Kind, where: str) -> list[str]:
