@@ -51,7 +51,7 @@ async def load_visible(pool: asyncpg.Pool, user: auth.Principal, job_id: str) ->
     the full id, which the route uses from then on. An ambiguous prefix is a 422 naming the
     candidates, so a script never acts on a job it did not mean."""
     row = await pool.fetchrow(
-        f"SELECT {_LIST_COLUMNS}, command, env FROM jobs WHERE job_id = $1", job_id
+        f"SELECT {_LIST_COLUMNS}, command, env, sbatch FROM jobs WHERE job_id = $1", job_id
     )
     if row is None:
         row = await _by_prefix(pool, user, job_id)
@@ -116,7 +116,7 @@ async def _by_prefix(
         return None
     pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     rows = await pool.fetch(
-        f"SELECT {_LIST_COLUMNS}, command, env FROM jobs WHERE job_id LIKE $1"
+        f"SELECT {_LIST_COLUMNS}, command, env, sbatch FROM jobs WHERE job_id LIKE $1"
         ' AND ($2 OR "user" = $3 OR ($4 AND lab = $5))'
         " ORDER BY submitted_at DESC, job_id LIMIT $6",
         pattern,
@@ -254,6 +254,9 @@ def job_out(
     if detail:
         out["command"] = row["command"]
         out["env"] = row["env"]
+        sb = row.get("sbatch") or {}  # U6: -o/-e/--open-mode/--signal and the submit's warnings
+        out["sbatch"] = {k: v for k, v in sb.items() if k != "warnings"} or None
+        out["sbatch_warnings"] = list(sb.get("warnings", []))
     return out
 
 
