@@ -69,8 +69,8 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         help="submit a job (like sbatch)",
         description="Submit a script (like sbatch). Its leading #SBATCH / #JPU lines are read "
         "and every sbatch option is taken here too (docs/sbatch.md: honoured, accepted with a "
-        "warning, or refused); flags given here win over them. Prints the job id (--parsable: the id alone, for "
-        "scripts).",
+        "warning, or refused); flags given here win over them. Prints the job id "
+        "(--parsable: the id alone, for scripts).",
         refused=refusal,  # e.g. --uid here is refused as `#SBATCH --uid` is (U6)
     )
     s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
