@@ -109,6 +109,18 @@ def export(value: str, environ: Mapping[str, str]) -> tuple[dict[str, str], str 
     return env, None
 
 
+def tasks(raw: Raw) -> int:
+    """The tasks asked for (-n; 1 when not said or not a number): Slurm multiplies the
+    per-task CPUs and GPUs by it, and so does the tier check (the script still runs once)."""
+    value = raw.get("ntasks", ("1", ""))[0]
+    return int(value) if value.isdigit() and int(value) > 0 else 1
+
+
+def gpus_asked(raw: Raw, gpus: int) -> int:
+    """`gpus` (the count the GPU options said) × the tasks for --gpus-per-task."""
+    return gpus * tasks(raw) if "gpus_per_task" in raw else gpus
+
+
 def _int(raw: Raw, key: str, problems: list[str]) -> int | None:
     if key not in raw:
         return None
@@ -302,7 +314,7 @@ def _resources(raw: Raw, gpus: int, cands: Sequence[Tier], out: Decision) -> lis
     cands = [t for t in cands if t.max_gpus >= gpus]
     if all(v is None for v in (cpt, cpg, mem, mpc, mpg)):
         return None
-    cpus = max(cpt or 0, (cpg or 0) * gpus)
+    cpus = max((cpt or 0) * tasks(raw), (cpg or 0) * gpus)  # Slurm's: per task × tasks
     fit = list(cands)
     if cpus:
         where = raw["cpus_per_task"][1] if cpt else raw["cpus_per_gpu"][1]

@@ -46,6 +46,9 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
             why = _SBATCH_VALUE[o.key](value, opt, kind)
             if o.key in ("gpus", "gres"):
                 kind.raw["gpus_count"] = (value, line)
+                kind.raw.pop("gpus_per_task", None)
+                if opt == "--gpus-per-task":  # × the tasks, as Slurm counts (jpu.policy.sbatch)
+                    kind.raw["gpus_per_task"] = (value, line)
             elif o.key == "time" and value.strip() in ("0", "0:0", "00:00:00"):
                 kind.time, why = (None,), None  # SPEC U6: --time=0 is the site's maximum
                 kind.raw["time_zero"] = (value, line)

@@ -163,7 +163,9 @@ def request(
     body: dict[str, Any] = {
         "name": args.name or d.name or default_name,
         "command": command,
-        "num_gpus": args.gpus if args.gpus is not None else d.gpus or 1,
+        "num_gpus": args.gpus
+        if args.gpus is not None
+        else sbatch_policy.gpus_asked(d.raw, d.gpus or 1),  # U6: --gpus-per-task × -n
     }
     tiers = [t.strip() for arg in args.tier for t in arg.split(",") if t.strip()] or d.tiers
     min_vram = args.min_vram if args.min_vram is not None else d.min_vram_gb
