@@ -337,8 +337,8 @@ def _resources(raw: Raw, gpus: int, cands: Sequence[Tier], out: Decision) -> lis
     for mb, where in need:
         ok = [t for t in fit if t.mem_gb_per_gpu * gpus * 1024 >= mb]
         if not ok:
-            best = max(fit, key=lambda t: t.mem_gb_per_gpu, default=None)
-            most = f"{best.name}, {best.mem_gb_per_gpu * gpus}G" if best else "none"
+            top = max(fit, key=lambda t: t.mem_gb_per_gpu, default=None)
+            most = f"{top.name}, {top.mem_gb_per_gpu * gpus}G" if top else "none"
             out.problems.append(
                 f"{where}: {mb / 1024:g}G of memory: no tier brings that much with {gpus} "
                 f"GPU(s) (the most: {most}); ask for less or for more GPUs"
