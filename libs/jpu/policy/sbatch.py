@@ -338,10 +338,10 @@ def _resources(raw: Raw, gpus: int, cands: Sequence[Tier], out: Decision) -> lis
         ok = [t for t in fit if t.mem_gb_per_gpu * gpus * 1024 >= mb]
         if not ok:
             top = max(fit, key=lambda t: t.mem_gb_per_gpu, default=None)
-            most = f"{top.name}, {top.mem_gb_per_gpu * gpus}G" if top else "none"
+            biggest = f"{top.name}, {top.mem_gb_per_gpu * gpus}G" if top else "none"
             out.problems.append(
                 f"{where}: {mb / 1024:g}G of memory: no tier brings that much with {gpus} "
-                f"GPU(s) (the most: {most}); ask for less or for more GPUs"
+                f"GPU(s) (the most: {biggest}); ask for less or for more GPUs"
             )
             return []
         fit = ok
