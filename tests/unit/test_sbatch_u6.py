@@ -104,7 +104,7 @@ def test_U6_cpus_and_memory_admit_only_the_tiers_that_cover_them(tmp_path: Path)
     assert body["tiers"] == ["rtx4090"]
     with pytest.raises(RestError, match=r"^job\.sh:2: #SBATCH --mem=65G: .*the most: rtx4090, 64G"):
         _submit(_script(tmp_path, "--mem=65G", "--gres=gpu:2"))
-    with pytest.raises(RestError, match=r"^command line: -c9: 9 CPUs: .*ask for at most 8"):
+    with pytest.raises(RestError, match=r"^command line: -c 9: 9 CPUs: .*ask for at most 8"):
         _submit(_script(tmp_path, "-G 1"), "-c", "9")
 
 

@@ -304,14 +304,14 @@ def _resources(raw: Raw, gpus: int, cands: Sequence[Tier], out: Decision) -> lis
     if "gres_zero" in raw:
         out.problems.append(f"{raw['gres_zero'][1]}: a job here asks for at least 1 GPU: gpu:1")
     too_many = [t for t in cands if t.max_gpus < gpus]
-    if cands and len(too_many) == len(cands):
+    if cands and len(too_many) == len(cands) and "gpus_count" in raw:  # else Q2's to say
         most = max(t.max_gpus for t in cands)
         out.problems.append(
-            f"{raw.get('gpus_count', ('', 'the GPU count'))[1]}: {gpus} GPUs on one node: no "
+            f"{raw['gpus_count'][1]}: {gpus} GPUs on one node: no "
             f"tier offers that many (at most {most}); ask for at most {most}"
         )
         return []
-    cands = [t for t in cands if t.max_gpus >= gpus]
+    cands = [t for t in cands if t.max_gpus >= gpus] or list(cands)
     if all(v is None for v in (cpt, cpg, mem, mpc, mpg)):
         return None
     cpus = max((cpt or 0) * tasks(raw), (cpg or 0) * gpus)  # Slurm's: per task × tasks

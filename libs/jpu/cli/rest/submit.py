@@ -40,10 +40,10 @@ class _SbatchFlag(argparse.Action):
         self, parser: Any, ns: argparse.Namespace, values: Any, option: str | None = None
     ) -> None:
         assert option is not None
-        word = option if values in (None, []) else f"{option}={values}"
+        words = [option] if values in (None, []) else [f"{option}={values}"]
         if not option.startswith("--") and values not in (None, []):
-            word = f"{option}{values}"
-        ns.sbatch_words = [*getattr(ns, "sbatch_words", []), word]
+            words = [option, values]  # "-c 8", as on an #SBATCH line
+        ns.sbatch_words = [*getattr(ns, "sbatch_words", []), *words]
 
 
 def _add_sbatch_flags(s: argparse.ArgumentParser) -> None:
@@ -57,7 +57,7 @@ def _add_sbatch_flags(s: argparse.ArgumentParser) -> None:
                 nargs=0 if o.value != "required" else None,
                 dest="sbatch_words",
                 metavar="V",
-                help=f"sbatch's ({o.cls}): {o.meaning}",
+                help=f"sbatch's ({o.cls}): {o.meaning}".replace("%", "%%"),
             )
     s.set_defaults(sbatch_words=[])
 
@@ -181,13 +181,18 @@ def request(
             raise RestError(str(e)) from e
     if limit is not None:
         body["time_limit_s"] = limit
-    where = d.raw.get("gpus_count", ("", f"{source or 'command line'}: the GPU type"))[1]
+    where = d.raw.get("gpus_count", ("", f"{source or 'command line'}: --tier"))[1]
+    the_site = (site or default_site)()
+    known = {t.name for t in the_site.tiers}
+    # an unknown --tier name is the API's to refuse (Q1 names the valid ones)
+    types = tiers if (tiers and set(tiers) <= known) or not args.tier else []
     decision = sbatch_policy.decide(
-        d.raw, body["num_gpus"], tiers or [], where, (site or default_site)(), d.warnings,
-        os.environ,
-    )  # fmt: skip
+        d.raw, body["num_gpus"], types or [], where, the_site, d.warnings, os.environ
+    )
     if decision.problems:
         raise RestError("\n".join(decision.problems))
+    if tiers and not types:
+        decision.tiers = tiers
     d.warnings = [*decision.notes, *decision.warnings]
     for key in ("output", "error", "open_mode", "signal"):  # U6: executed by the backends
         if getattr(decision, key) is not None:
