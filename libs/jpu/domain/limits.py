@@ -71,7 +71,7 @@ SUBMIT_FIELDS: Final = (
     "sbatch_warnings",  # U6: the warnings given at submit, kept on the job
 )
 MAX_SBATCH_WARNINGS: Final = 64
-MAX_SBATCH_TEXT: Final = 4096  # bytes of an -o/-e path or of one warning
+MAX_SBATCH_TEXT: Final = 4096  # characters of an -o/-e path or of one warning
 
 # X4a: a workspace's name, also a part of its image's tag
 WORKSPACE_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -350,7 +350,12 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 "description": "submit held: it waits in the personal queue until released",
             },
             **{
-                f: {"type": ["string", "null"], "maxLength": MAX_SBATCH_TEXT, "description": d}
+                f: {
+                    "type": ["string", "null"],
+                    "minLength": 1,
+                    "maxLength": MAX_SBATCH_TEXT,
+                    "description": d,
+                }
                 for f, d in (
                     ("output", "sbatch -o: the job's stdout also goes there (%j %x %A %a ...)"),
                     ("error", "sbatch -e: the job's stderr also goes there"),
@@ -359,7 +364,7 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
             "open_mode": {"enum": ["truncate", "append", None], "description": "sbatch's"},
             "signal": {
                 "type": ["string", "null"],
-                "pattern": "^(B:)?[A-Z0-9]+@[0-9]+$",
+                "pattern": "^(B:)?[A-Z0-9]+@[0-9]{1,7}$",
                 "description": "sbatch --signal, normalised: [B:]SIG@SECONDS",
             },
             "sbatch_warnings": {

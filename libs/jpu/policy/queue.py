@@ -156,10 +156,8 @@ def _check_sbatch(body: Mapping[str, Any]) -> list[FieldError]:
     errors = []
     for key in ("output", "error"):
         v = body.get(key)
-        if v is not None and (
-            not isinstance(v, str) or not v or bounds.utf8_len(v) > bounds.MAX_SBATCH_TEXT
-        ):
-            errors.append(FieldError(key, f"a file name of 1–{bounds.MAX_SBATCH_TEXT} bytes"))
+        if v is not None and (not isinstance(v, str) or not v or len(v) > bounds.MAX_SBATCH_TEXT):
+            errors.append(FieldError(key, f"a file name of 1–{bounds.MAX_SBATCH_TEXT} characters"))
     if body.get("open_mode") not in (None, "truncate", "append"):
         errors.append(FieldError("open_mode", "truncate or append"))
     sig = body.get("signal")
