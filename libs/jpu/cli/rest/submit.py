@@ -65,6 +65,7 @@ def _add_sbatch_flags(s: argparse.ArgumentParser) -> None:
 def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "submit",
+        aliases=["sbatch"],  # SPEC U6: the same options as an #SBATCH line, under sbatch's name
         parents=common,
         help="submit a job (like sbatch)",
         description="Submit a script (like sbatch). Its leading #SBATCH / #JPU lines are read "
