@@ -179,3 +179,10 @@ def test_U6_the_sbatch_doc_is_generated_from_the_table() -> None:
         "run `python -m jpu.tools.sbatch_docs`"
     )
     assert all(o.long in sbatch_docs.render() for o in OPTIONS)
+
+
+def test_U6_slurm_only_mail_kinds_and_any_job_name_are_accepted(tmp_path: Path) -> None:
+    body, d = _submit(_script(tmp_path, "--mail-type=BEGIN,END,TIME_LIMIT_80", '-J "my run/1"'))
+    assert body["mail_type"] == ["BEGIN", "END"] and body["name"] == "my_run_1"
+    assert "TIME_LIMIT_80 mail is not sent here" in d.warnings[0]
+    assert _submit(_script(tmp_path, "-A BCG"), site=_site(lab="bcg"))[1].warnings == []

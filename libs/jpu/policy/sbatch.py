@@ -258,7 +258,7 @@ def decide(
 def _accounts(raw: Raw, site: Site, out: Decision) -> None:
     if "account" in raw:
         value, where = raw["account"]
-        if site.lab is not None and value != site.lab:
+        if site.lab is not None and value.lower() != site.lab.lower():
             _warn(out, site, f"{where}: jobs are charged to your lab {site.lab}, not {value}")
     if "ntasks" in raw:
         value, where = raw["ntasks"]

@@ -18,6 +18,10 @@ _RAW: Final = frozenset(
     {"cpus_per_task", "cpus_per_gpu", "mem", "mem_per_cpu", "mem_per_gpu", "account",
      "constraint", "export", "output", "error", "open_mode", "signal", "ntasks", "nodes"}
 )  # fmt: skip
+_MAIL_UNSENT: Final = frozenset(
+    {"TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "INVALID_DEPEND",
+     "STAGE_OUT"}
+)  # fmt: skip
 _GRES_GPU = re.compile(r"^gpu(?::(?P<type>[A-Za-z][A-Za-z0-9._-]*))?(?::(?P<count>\d+))?$")
 _GPUS = re.compile(r"^(?:(?P<type>[A-Za-z][A-Za-z0-9._-]*):)?(?P<count>\d+)$")
 
@@ -43,6 +47,8 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
         elif o.key in _RAW:
             kind.raw[o.key] = (value, line)
         else:
+            if o.key == "mail_type":
+                value = _mail_kinds(value, line, kind)
             why = _SBATCH_VALUE[o.key](value, opt, kind)
             if o.key in ("gpus", "gres"):
                 kind.raw["gpus_count"] = (value, line)
@@ -57,6 +63,19 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
             if why:
                 problems.append(f"{line}: {why}")
     return problems
+
+
+def _mail_kinds(value: str, line: str, kind: Kind) -> str:
+    """Slurm's mail kinds the platform does not send (TIME_LIMIT*, …) are accepted with a
+    warning (SPEC U6) and left out; the others are Q10's."""
+    kinds = [k.strip() for k in value.split(",") if k.strip()]
+    unsent = [k for k in kinds if k.upper() in _MAIL_UNSENT]
+    if unsent:
+        kind.warnings.append(
+            f"{line}: accepted; {','.join(unsent)} mail is not sent here (BEGIN, END, FAIL, "
+            "REQUEUE are)"
+        )
+    return ",".join(k for k in kinds if k not in unsent) or "NONE"
 
 
 def refusal(word: str) -> str | None:

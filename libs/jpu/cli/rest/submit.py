@@ -162,7 +162,8 @@ def request(
     except directives.DirectiveError as e:
         raise RestError("\n".join(e.problems)) from e
     body: dict[str, Any] = {
-        "name": args.name or d.name or default_name,
+        # sbatch takes any name; the platform's are [A-Za-z0-9._-] (Q1): the rest becomes '_'
+        "name": _NAME_BAD.sub("_", args.name or d.name or default_name)[:128] or default_name,
         "command": command,
         "num_gpus": args.gpus
         if args.gpus is not None
