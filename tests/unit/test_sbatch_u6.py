@@ -186,3 +186,11 @@ def test_U6_slurm_only_mail_kinds_and_any_job_name_are_accepted(tmp_path: Path) 
     assert body["mail_type"] == ["BEGIN", "END"] and body["name"] == "my_run_1"
     assert "TIME_LIMIT_80 mail is not sent here" in d.warnings[0]
     assert _submit(_script(tmp_path, "-A BCG"), site=_site(lab="bcg"))[1].warnings == []
+
+
+def test_U6_gpus_type_and_count_on_the_command_line(tmp_path: Path) -> None:
+    body = _submit(_script(tmp_path), "-G", "rtx4090:2")[0]
+    assert (body["num_gpus"], body["tiers"]) == (2, ["rtx4090"])
+    assert _submit(_script(tmp_path, "-G 2"), "--gpus", "1")[0]["num_gpus"] == 1
+    with pytest.raises(RestError, match=r"command line: --gpus=a100:1: no tier offers"):
+        _submit(_script(tmp_path), "--gpus", "a100:1")

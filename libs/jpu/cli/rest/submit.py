@@ -46,6 +46,11 @@ class _SbatchFlag(argparse.Action):
         ns.sbatch_words = [*getattr(ns, "sbatch_words", []), *words]
 
 
+def _gpus_arg(text: str) -> int | str:
+    """`-G 2` → 2; `-G rtx4090:2` stays text, for the sbatch reader (SPEC U6)."""
+    return int(text) if text.isdigit() else text
+
+
 def _add_sbatch_flags(s: argparse.ArgumentParser) -> None:
     """Every option of the table that `jpu submit` has no flag of its own for."""
     for o in OPTIONS:
@@ -76,7 +81,9 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     )
     s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
     s.add_argument("--wrap", help="run this command line instead of a script file")
-    s.add_argument("--gpus", "-G", type=int, help="number of GPUs (1-8; default 1)")
+    s.add_argument(
+        "--gpus", "-G", type=_gpus_arg, help="number of GPUs (1-8; default 1), or TYPE:N as sbatch"
+    )
     s.add_argument("--tier", action="append", default=[], help="allowed tier (repeatable)")
     s.add_argument("--time", "-t", help="time limit: minutes, MM:SS, HH:MM:SS, D-HH:MM:SS")
     s.add_argument("--name", "-J", "--job-name", help="job name (default: the script's name)")
@@ -155,10 +162,11 @@ def request(
     (command line first, then #JPU, then #SBATCH), and those directives; SPEC U6's decision
     (jpu.policy.sbatch) on the site's tiers (`site`; default: the default configuration's)."""
     command, default_name, source = _script(args, stdin)
+    words = list(getattr(args, "sbatch_words", []))
+    if isinstance(args.gpus, str):  # `-G rtx4090:2`: sbatch's TYPE:N, read as on a line
+        words, args.gpus = [*words, f"--gpus={args.gpus}"], None
     try:
-        d = directives.parse(
-            command if source else "", source or "command line", getattr(args, "sbatch_words", [])
-        )
+        d = directives.parse(command if source else "", source or "command line", words)
     except directives.DirectiveError as e:
         raise RestError("\n".join(e.problems)) from e
     body: dict[str, Any] = {
