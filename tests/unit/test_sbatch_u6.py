@@ -194,3 +194,20 @@ def test_U6_gpus_type_and_count_on_the_command_line(tmp_path: Path) -> None:
     assert _submit(_script(tmp_path, "-G 2"), "--gpus", "1")[0]["num_gpus"] == 1
     with pytest.raises(RestError, match=r"command line: --gpus=a100:1: no tier offers"):
         _submit(_script(tmp_path), "--gpus", "a100:1")
+
+
+def test_U6_the_submit_fields_for_the_backends_are_checked_by_Q1() -> None:
+    from jpu.policy.queue import validate_submit
+
+    good = {"command": "run", "num_gpus": 1, "output": "o-%j.out", "error": "e-%j.err",
+            "open_mode": "append", "signal": "B:USR1@90", "sbatch_warnings": ["x: y"]}  # fmt: skip
+    assert validate_submit(good, ["rtx4090"]) == []
+    bad = {**good, "output": "", "open_mode": "w", "signal": "USR1", "sbatch_warnings": "x"}
+    fields = sorted(e.field for e in validate_submit(bad, ["rtx4090"]))
+    assert fields == ["open_mode", "output", "sbatch_warnings", "signal"]
+
+
+def test_U6_memory_units_as_slurm_reads_them() -> None:
+    assert [policy.mem_mb(v) for v in ("4096", "4G", "4gb", "4096M", "1T", "x")] == [
+        4096.0, 4096.0, 4096.0, 4096.0, 1048576.0, None,
+    ]  # fmt: skip
