@@ -75,6 +75,13 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     workspace: str | None = None
     workspace_image: str | None = None
     array: JobArray | None = None
+    # U6 (sbatch): -o/-e as written, --open-mode, --signal "[B:]SIG@T" (the backends execute
+    # them) and the warnings given at submit; absent: none, as every earlier job
+    output: str | None = None
+    error: str | None = None
+    open_mode: str | None = None
+    signal: str | None = None
+    sbatch_warnings: list[str] = msgspec.field(default_factory=list)
 
 
 class JobHeld(JobEvent, frozen=True, kw_only=True, tag="JobHeld"):

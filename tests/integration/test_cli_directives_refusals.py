@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest_asyncio
 
-from jpu.testing.api import Api
+from jpu.testing.api import Api, bearer
 from jpu.testing.cli import failed, jpu, ok
 from jpu.testing.inprocess import serve_http
 
@@ -53,18 +53,54 @@ async def test_U5_sbatch_directives_are_honoured_and_flags_win(
     assert "line(s) 3: #SBATCH/#JPU after the first command are ignored" in err
 
 
-async def test_U5_directives_it_cannot_honour_are_refused_before_anything_is_submitted(
+async def test_U6_impossible_options_are_refused_before_anything_is_submitted(
     server: str, api: Api, tmp_path: Path
 ) -> None:
     before = await _count(api)
     script = tmp_path / "sweep.sh"
-    script.write_text("#!/bin/bash\n#SBATCH --exclusive\n#SBATCH -N 2 --mem=64G\npython sweep.py\n")
+    script.write_text("#!/bin/bash\n#SBATCH --exclusive\n#SBATCH -N 2 --mem=65G\npython sweep.py\n")
     rc, out, err = await jpu(server, "alice", "submit", str(script))
-    assert rc == 1 and out == "" and err.count("\n") == 1, err
-    assert err.startswith("jpu submit: error: sweep.sh:2: #SBATCH --exclusive: the scheduler")
-    assert "sweep.sh:3: #SBATCH -N 2: a job runs on one node" in err
-    assert "sweep.sh:3: #SBATCH --mem=64G: CPUs and memory come with the GPUs" in err
+    assert rc == 1 and out == "", err
+    assert err.startswith("jpu submit: error: sweep.sh:3: #SBATCH -N 2: a job runs on one node")
+    assert "sweep.sh:3: #SBATCH --mem=65G: 65G of memory: no tier brings that much" in err
+    assert "--exclusive" not in err  # accepted with a warning, not a reason to refuse
     assert await _count(api) == before  # nothing reached the platform
+
+
+async def test_U6_warnings_are_printed_kept_on_the_job_and_shown(
+    server: str, api: Api, tmp_path: Path
+) -> None:
+    lab = json.loads(ok(await jpu(server, "alice", "whoami", "--json")))["lab"]
+    script = tmp_path / "asr.sh"
+    script.write_text(
+        "#!/bin/bash\n#SBATCH --job-name=asr --exclusive --qos=normal\n"
+        f"#SBATCH -A {lab} -p gpu --gres=gpu:1 -c 8 --mem=30G\n"
+        "#SBATCH -o logs/%x-%j.out --open-mode=append --signal=B:USR1@90\nsrun python asr.py\n"
+    )
+    rc, out, err = await jpu(
+        server, "alice", "submit", str(script), "--parsable", "-A", "elsewhere"
+    )
+    assert rc == 0, err
+    job_id = out.strip()
+    lines = [w for w in err.splitlines() if w.startswith("jpu submit: warning: asr.sh:")]
+    lines += [w for w in err.splitlines() if w.startswith("jpu submit: warning: command line:")]
+    assert [w.split(": ")[3].split()[-1] for w in lines] == [
+        "--exclusive",
+        "--qos=normal",
+        "elsewhere",
+    ]
+    r = await api.client.get(f"/v1/jobs/{job_id}", headers=bearer("alice"))
+    job = r.json()
+    assert job["tiers"] == ["rtx4090"]  # 8 CPUs: the 3080 Ti brings 6 per GPU
+    assert job["sbatch"] == {
+        "output": "logs/%x-%j.out",
+        "open_mode": "append",
+        "signal": "B:USR1@90",
+    }
+    assert len(job["sbatch_warnings"]) == 3 and "your lab" in job["sbatch_warnings"][2]
+    shown = ok(await jpu(server, "alice", "show", job_id))
+    assert "StdOut: logs/%x-%j.out" in shown and "Signal: B:USR1@90" in shown
+    assert shown.count("Warning: ") == 3 and "--qos=normal: accepted and ignored" in shown
 
 
 async def test_U1_refusals_say_the_limit_and_the_valid_values(server: str, api: Api) -> None:

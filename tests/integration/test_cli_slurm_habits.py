@@ -138,16 +138,18 @@ async def test_X5_cancel_answer_names_the_grace_period(api: Api) -> None:
     assert "SIGTERM" not in cancelled([{**running, "dispatched_at": None}])  # never ran
 
 
-async def test_U5_sbatch_flag_refused_on_the_command_line_as_on_its_line(
-    server: str, api: Api
-) -> None:
+async def test_U6_sbatch_flags_on_the_command_line_as_on_their_line(server: str, api: Api) -> None:
     before = await api.pool.fetchval("SELECT count(*) FROM jobs")
-    rc, out, err = await jpu(server, "alice", "submit", "--exclusive", "--wrap", "true")
-    assert rc == 2 and out == "" and "did you mean" not in err
-    assert "jpu submit: error: --exclusive: the scheduler chooses the node" in err
-    rc, _, err = await jpu(server, "alice", "submit", "--mem", "4G", "--wrap", "true")
-    assert rc == 2 and "--mem: CPUs and memory come with the GPUs" in err
+    rc, out, err = await jpu(server, "alice", "submit", "--uid", "0", "--wrap", "true")
+    assert rc == 1 and out == "" and "command line: --uid=0: a job runs as its submitter" in err
+    rc, _, err = await jpu(server, "alice", "submit", "--mem", "999G", "--wrap", "true")
+    assert rc == 1 and "command line: --mem=999G: 999G of memory: no tier brings" in err
+    rc, _, err = await jpu(server, "alice", "submit", "--exclusiv", "--wrap", "true")
+    assert rc == 2 and "did you mean --exclusive?" in err
     assert await api.pool.fetchval("SELECT count(*) FROM jobs") == before
+    rc, out, err = await jpu(server, "alice", "submit", "-p", "gpu", "--exclusive", "-c", "4",
+                             "--wrap", "true", "--parsable")  # fmt: skip
+    assert rc == 0 and "command line: --exclusive: accepted and ignored" in err
 
 
 async def test_U1_jobs_into_a_closed_pipe_ends_quietly(server: str, api: Api) -> None:

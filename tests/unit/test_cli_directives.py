@@ -11,7 +11,6 @@ import pytest
 
 from jpu.cli.directives import DirectiveError, Directives, header_lines, parse, partition_tiers
 from jpu.cli.main import build_parser
-from jpu.cli.rest.client import RestError
 from jpu.cli.rest.submit import submit_body
 
 TRAIN = """#!/bin/bash
@@ -93,15 +92,6 @@ def test_U5_only_directives_at_the_start_of_a_line_count() -> None:
     ("line", "says"),
     [
         ("--dependency=afterok:12?afterany:13", "'?' (any of) is refused"),
-        ("-o slurm-%j.out", "jpu logs ID"),
-        ("--error=err.txt", "jpu logs ID"),
-        ("--nodes=2", "a job runs on one node"),
-        ("-N 2", "one placement"),
-        ("--ntasks=4", "one task per job"),
-        ("--mem=64G", "CPUs and memory come with the GPUs"),
-        ("-c 8", "cpus_per_gpu"),
-        ("--account=bcg", "charged to your lab"),
-        ("--nodelist=gpu-4090x2-01", "the scheduler chooses the node"),
         ("--gres=gpu:2,shard:1", "one GPU request per job"),
         ("--gres=mps:100", "only GPUs can be requested"),
         ("--gpus=rtx4090:1,rtx3080ti:1", "one GPU type per job"),
@@ -109,6 +99,9 @@ def test_U5_only_directives_at_the_start_of_a_line_count() -> None:
         ("--mail-type=SOMETIMES", "unknown kind 'SOMETIMES'"),
         ("--time=soon", "time limit 'soon'"),
         ("--job-name", "needs a value"),
+        ("--uid=0", "runs as its submitter's account"),  # U6: the refused class
+        ("--frobnicate=1", "not an sbatch option"),
+        ("--gres=gpu:0", "at least 1 GPU"),
     ],
 )
 def test_U5_directives_it_cannot_honour_are_refused_with_the_line_and_the_fix(
@@ -124,7 +117,7 @@ def test_U5_directives_it_cannot_honour_are_refused_with_the_line_and_the_fix(
 
 def test_U5_every_refusal_is_reported_at_once_and_a_misspelt_jpu_option_is_named() -> None:
     with pytest.raises(DirectiveError) as e:
-        parse("#SBATCH --exclusive --mem 4G\n#JPU --teir rtx4090\n#SBATCH -G 2 --gres=gpu:1\n")
+        parse("#SBATCH --uid 0 --input x\n#JPU --teir rtx4090\n#SBATCH -G 2 --gres=gpu:1\n")
     problems = e.value.problems
     assert len(problems) == 4, problems
     assert "did you mean --tier?" in problems[2]
@@ -183,18 +176,14 @@ def test_mail_directives_are_honoured_and_the_flags_win_Q10(
     assert "mail_type" not in submit_body(_args("--wrap", "true"))  # the user's defaults
 
 
-def test_U5_wrap_has_no_directives_and_a_partition_needs_the_tiers(tmp_path: Path) -> None:
+def test_U6_wrap_has_no_directives_and_partitions_are_the_sites(tmp_path: Path) -> None:
     body = submit_body(_args("--wrap", "#SBATCH --array=1-3"))
     assert body["num_gpus"] == 1 and body["chdir"] == os.getcwd()
     script = tmp_path / "p.sh"
-    script.write_text("#SBATCH -p small\nrun\n")
-    body = submit_body(_args(str(script)), tier_partitions=lambda: {"a": "big", "b": "small"})
-    assert body["tiers"] == ["b"]
-    with pytest.raises(RestError, match=r"p\.sh: #SBATCH --partition: no tier maps to partition"):
-        submit_body(_args(str(script)), tier_partitions=lambda: {"a": "big"})
-    script.write_text("#SBATCH --mem=4G\nrun\n")
-    with pytest.raises(RestError, match=r"^p\.sh:1: #SBATCH --mem=4G: CPUs and memory"):
-        submit_body(_args(str(script)))
+    script.write_text("#SBATCH -p rtx3080ti\nrun\n")
+    assert submit_body(_args(str(script)))["tiers"] == ["rtx3080ti"]
+    script.write_text("#SBATCH -p gpu\nrun\n")  # the default config's alias: any tier
+    assert "tiers" not in submit_body(_args(str(script)))
 
 
 def test_X4a_workspace_from_the_flag_then_JPU_directive_then_the_users_default(

@@ -144,6 +144,11 @@ class Config(Cluster, frozen=True, kw_only=True):
     # SEC5: a client address with this many failed authentications within the window gets 429
     auth_fail_limit: int = 20  # 0: no throttling
     auth_fail_window_s: float = 60.0
+    # SPEC U6 (jpu.policy.sbatch): `-p NAME` aliases (NAME -> tiers; [] or ["*"]: any tier),
+    # strict: refuse sbatch's site-bookkeeping options instead of warning; unknown partitions
+    partition_aliases: dict[str, list[str]] = msgspec.field(default_factory=lambda: {"gpu": []})
+    sbatch_compat: Literal["lenient", "strict"] = "lenient"
+    sbatch_unknown_partition: Literal["warn", "refuse"] = "warn"
 
 
 def _validate(cluster: Cluster) -> None:

@@ -21,6 +21,8 @@ the services consume the log, call these functions with `now` and append what th
                                            workspaces.py a workspace's state, access, quota (X4a)
     F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
     U  estimates (U4)                      runs.py       recent run times per user and lab
+       sbatch habits (U6, U8)              sbatch_options.py  the one table of sbatch options
+                                           jobids.py     ids as typed: prefixes, ID_K, ID_[2-4]
     B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)
                                            backfill.py   what backfill starts, cancels, records
 

@@ -64,7 +64,14 @@ SUBMIT_FIELDS: Final = (
     "hold",  # Q9
     "workspace",  # X4a: the READY workspace the job runs in (jpu.domain.workspaces)
     "array",  # Q7: a job array (jpu.domain.arrays)
+    "output",  # U6: sbatch -o, as written (patterns expanded at launch)
+    "error",  # U6: sbatch -e
+    "open_mode",  # U6: truncate | append
+    "signal",  # U6: "[B:]SIG@T" (jpu.policy.sbatch.signal)
+    "sbatch_warnings",  # U6: the warnings given at submit, kept on the job
 )
+MAX_SBATCH_WARNINGS: Final = 64
+MAX_SBATCH_TEXT: Final = 4096  # characters of an -o/-e path or of one warning
 
 # X4a: a workspace's name, also a part of its image's tag
 WORKSPACE_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -341,6 +348,30 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
             "hold": {  # Q9
                 "type": ["boolean", "null"],
                 "description": "submit held: it waits in the personal queue until released",
+            },
+            **{
+                f: {
+                    "type": ["string", "null"],
+                    "minLength": 1,
+                    "maxLength": MAX_SBATCH_TEXT,
+                    "description": d,
+                }
+                for f, d in (
+                    ("output", "sbatch -o: the job's stdout also goes there (%j %x %A %a ...)"),
+                    ("error", "sbatch -e: the job's stderr also goes there"),
+                )
+            },
+            "open_mode": {"enum": ["truncate", "append", None], "description": "sbatch's"},
+            "signal": {
+                "type": ["string", "null"],
+                "pattern": "^(B:)?[A-Z0-9]+@[0-9]{1,7}$",
+                "description": "sbatch --signal, normalised: [B:]SIG@SECONDS",
+            },
+            "sbatch_warnings": {
+                "type": ["array", "null"],
+                "items": {"type": "string", "maxLength": MAX_SBATCH_TEXT},
+                "maxItems": MAX_SBATCH_WARNINGS,
+                "description": "the sbatch options accepted with a warning (SPEC U6)",
             },
             "workspace": {  # X4a (jpu.domain.workspaces)
                 "type": ["string", "null"],

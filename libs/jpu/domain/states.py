@@ -94,6 +94,9 @@ def request_digest(event: JobSubmitted) -> str:
         body["workspace"] = event.workspace
     if event.array is not None:  # Q7; absent from the digest otherwise
         body["array"] = event.array.spec or event.array.tasks
+    for key in ("output", "error", "open_mode", "signal"):  # U6; likewise
+        if getattr(event, key) is not None:
+            body[key] = getattr(event, key)
     return hashlib.sha256(_SORTED_JSON.encode(body).encode()).hexdigest()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -144,7 +145,32 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
     workspace = body.get("workspace")
     if workspace is not None and (why := bounds.workspace_name_problem(workspace)):
         errors.append(FieldError("workspace", why))  # X4a
-    return errors + _check_unknown(body)
+    return errors + _check_sbatch(body) + _check_unknown(body)
+
+
+_SIGNAL = re.compile(r"^(B:)?[A-Z0-9]+@[0-9]{1,7}$")
+
+
+def _check_sbatch(body: Mapping[str, Any]) -> list[FieldError]:
+    """U6: sbatch's -o/-e/--open-mode/--signal fields and the submit's warnings, bounded."""
+    errors = []
+    for key in ("output", "error"):
+        v = body.get(key)
+        if v is not None and (not isinstance(v, str) or not v or len(v) > bounds.MAX_SBATCH_TEXT):
+            errors.append(FieldError(key, f"a file name of 1–{bounds.MAX_SBATCH_TEXT} characters"))
+    if body.get("open_mode") not in (None, "truncate", "append"):
+        errors.append(FieldError("open_mode", "truncate or append"))
+    sig = body.get("signal")
+    if sig is not None and (not isinstance(sig, str) or not _SIGNAL.match(sig)):
+        errors.append(FieldError("signal", "[B:]SIG@SECONDS, e.g. B:USR1@90"))
+    w = body.get("sbatch_warnings")
+    if w is not None and (
+        not isinstance(w, list)
+        or len(w) > bounds.MAX_SBATCH_WARNINGS
+        or not all(isinstance(x, str) and len(x) <= bounds.MAX_SBATCH_TEXT for x in w)
+    ):
+        errors.append(FieldError("sbatch_warnings", "a list of short strings"))
+    return errors
 
 
 class _AnyCount(NamedTuple):

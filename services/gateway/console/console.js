@@ -60,6 +60,7 @@ const STRINGS = {
     "est.limits": "from time limits", "est.predicted": "from predicted run times",
     "est.unknown": "unknown", "est.at": "estimated at",
     "f.oom_retry": "OOM retry", "f.raised_by_oom": "raised by the OOM retry, not set by you",
+    "f.sbatch_warning": "sbatch warning",
     "f.dependency": "Depends on", "f.states": "Tasks by state", "f.tasks": "Tasks",
     "f.array_id": "Task of array", "f.held": "Held",
     "jobs.expand": "Show the array's tasks", "jobs.collapse": "Hide the array's tasks",
@@ -204,6 +205,7 @@ const STRINGS = {
     "est.limits": "시간 제한 기준", "est.predicted": "예측 실행 시간 기준",
     "est.unknown": "알 수 없음", "est.at": "추정 시각",
     "f.oom_retry": "OOM 재시도", "f.raised_by_oom": "OOM 재시도로 올라간 값이며 사용자가 정한 값이 아닙니다",
+    "f.sbatch_warning": "sbatch 경고",
     "f.dependency": "의존 대상", "f.states": "상태별 작업 수", "f.tasks": "작업",
     "f.array_id": "배열의 작업", "f.held": "보류",
     "jobs.expand": "배열의 작업 보기", "jobs.collapse": "배열의 작업 숨기기",
@@ -1095,6 +1097,8 @@ async function loadJob(id) {
         return v === null ? [] : [h("dt", {}, t("f." + k)), h("dd", { "data-field": k }, v)];
       });
       (job.oom_explanation || []).forEach((s) => items.push(h("dt", {}, t("f.oom_retry")), h("dd", {}, s)));
+      // SPEC U6: the sbatch options accepted with a warning at submit, kept on the job
+      (job.sbatch_warnings || []).forEach((s) => items.push(h("dt", {}, t("f.sbatch_warning")), h("dd", { "data-field": "sbatch_warning" }, s)));
       if (job.command) items.push(h("dt", {}, t("f.command")), h("dd", {}, h("pre", {}, job.command)));
       if (chain) items.push(h("dt", {}, t("f.dependency")), h("dd", { "data-field": "dependency" }, chain));
       return items;

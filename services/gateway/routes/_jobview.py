@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import asyncpg
 
+from jpu.domain import jobids
 from jpu.domain.dependencies import ArrayProgress, array_verdict, parsed, verdict
 from jpu.domain.states import PLACED, QUEUED, SLOT_STATES, TERMINAL, in_order  # SPEC §1.4
 from jpu.store import auth
@@ -43,6 +44,7 @@ def can_see(user: auth.Principal, row: Any) -> bool:
 
 
 PREFIX_CANDIDATES: Final = 10  # an ambiguous prefix lists at most this many of its jobs
+MIN_OTHERS_PREFIX: Final = 8  # U8: a prefix this long finds a job the caller may not see (403)
 
 
 async def load_visible(pool: asyncpg.Pool, user: auth.Principal, job_id: str) -> asyncpg.Record:
@@ -51,7 +53,7 @@ async def load_visible(pool: asyncpg.Pool, user: auth.Principal, job_id: str) ->
     the full id, which the route uses from then on. An ambiguous prefix is a 422 naming the
     candidates, so a script never acts on a job it did not mean."""
     row = await pool.fetchrow(
-        f"SELECT {_LIST_COLUMNS}, command, env FROM jobs WHERE job_id = $1", job_id
+        f"SELECT {_LIST_COLUMNS}, command, env, sbatch FROM jobs WHERE job_id = $1", job_id
     )
     if row is None:
         row = await _by_prefix(pool, user, job_id)
@@ -75,6 +77,10 @@ async def load_array(
     rows = await pool.fetch(
         f"SELECT {_LIST_COLUMNS} FROM jobs WHERE array_id = $1 ORDER BY array_task", array_id
     )
+    if not rows and (whole := await _array_by_prefix(pool, user, array_id)) is not None:
+        rows = await pool.fetch(
+            f"SELECT {_LIST_COLUMNS} FROM jobs WHERE array_id = $1 ORDER BY array_task", whole
+        )
     if not rows:
         return None
     if not can_see(user, rows[0]):  # every task has the array's owner and lab
@@ -85,6 +91,30 @@ async def load_array(
             {"job_id": array_id},
         )
     return rows
+
+
+async def _array_by_prefix(pool: asyncpg.Pool, user: auth.Principal, prefix: str) -> str | None:
+    """U8: the one array whose id starts with `prefix`, when no single job's id does (then it
+    is a job's prefix, or ambiguous: load_visible says which); visibility as in _by_prefix."""
+    if not prefix or "_" in prefix:
+        return None
+    like = _like(prefix) + "%"
+    seen = 'AND ($2 OR "user" = $3 OR ($4 AND lab = $5))'
+    args = (like, user.role == "admin", user.name, user.role == "lab_admin", user.lab)
+    found = await pool.fetch(
+        f"SELECT DISTINCT array_id FROM jobs WHERE array_id LIKE $1 {seen} LIMIT 2", *args
+    )
+    singles = await pool.fetchval(
+        f"SELECT count(*) FROM jobs WHERE job_id LIKE $1 AND array_id IS NULL {seen}", *args
+    )
+    if not found and len(prefix) >= MIN_OTHERS_PREFIX:
+        found = await pool.fetch(
+            "SELECT DISTINCT array_id FROM jobs WHERE array_id LIKE $1 LIMIT 2", like
+        )
+        singles = await pool.fetchval(
+            "SELECT count(*) FROM jobs WHERE job_id LIKE $1 AND array_id IS NULL", like
+        )
+    return str(found[0]["array_id"]) if len(found) == 1 and not singles else None
 
 
 def array_out(array_id: str, rows: list[Any]) -> dict[str, Any]:
@@ -108,16 +138,37 @@ def array_out(array_id: str, rows: list[Any]) -> dict[str, Any]:
     }
 
 
+def _like(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _pattern(given: str) -> tuple[str, int | None]:
+    """U8: the LIKE pattern of an id as typed: `P` → `P%`; `P_K` → task K of an array whose id
+    starts with P (`P%_K`); anything else is matched as written (and matches nothing)."""
+    try:
+        ref = jobids.parse(given)
+    except ValueError:
+        return _like(given) + "%", None
+    if ref.tasks is None:
+        return _like(ref.prefix) + "%", None
+    (task,) = ref.tasks
+    return f"{_like(ref.prefix)}%\\_{task}", task
+
+
 async def _by_prefix(
     pool: asyncpg.Pool, user: auth.Principal, prefix: str
 ) -> asyncpg.Record | None:
-    """The one visible job whose id starts with `prefix`; None if none; 422 if several."""
+    """The one job whose id starts with `prefix` (or `P_K`: task K of an array starting with
+    P, SPEC U8); None if none; 422 if several. Among the jobs the caller may see; a prefix of at
+    least MIN_OTHERS_PREFIX characters also finds another's job, which then answers 403 as its
+    whole id does (U8), while a shorter one cannot be used to list other labs' ids."""
     if not prefix:
         return None
-    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    pattern, task = _pattern(prefix)
     rows = await pool.fetch(
-        f"SELECT {_LIST_COLUMNS}, command, env FROM jobs WHERE job_id LIKE $1"
+        f"SELECT {_LIST_COLUMNS}, command, env, sbatch FROM jobs WHERE job_id LIKE $1"
         ' AND ($2 OR "user" = $3 OR ($4 AND lab = $5))'
+        " AND ($7::int IS NULL OR array_task = $7)"
         " ORDER BY submitted_at DESC, job_id LIMIT $6",
         pattern,
         user.role == "admin",
@@ -125,7 +176,16 @@ async def _by_prefix(
         user.role == "lab_admin",
         user.lab,
         PREFIX_CANDIDATES + 1,
+        task,
     )
+    if not rows and len(prefix.partition("_")[0]) >= MIN_OTHERS_PREFIX:
+        rows = await pool.fetch(
+            f"SELECT {_LIST_COLUMNS}, command, env, sbatch FROM jobs WHERE job_id LIKE $1"
+            " AND ($2::int IS NULL OR array_task = $2) LIMIT 2",
+            pattern,
+            task,
+        )
+        return rows[0] if len(rows) == 1 else None  # several: nothing said about them
     if len(rows) <= 1:
         return rows[0] if rows else None
     shown = [r["job_id"] for r in rows[:PREFIX_CANDIDATES]]
@@ -254,6 +314,9 @@ def job_out(
     if detail:
         out["command"] = row["command"]
         out["env"] = row["env"]
+        sb = row.get("sbatch") or {}  # U6: -o/-e/--open-mode/--signal and the submit's warnings
+        out["sbatch"] = {k: v for k, v in sb.items() if k != "warnings"} or None
+        out["sbatch_warnings"] = list(sb.get("warnings", []))
     return out
 
 

@@ -281,8 +281,8 @@ async def show(
     runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8). The id
     of an array (Q7): the array, its tasks and their counts per state."""
     tasks = await load_array(edges.pool, user, job_id)
-    if tasks is not None:
-        return array_out(job_id, tasks)
+    if tasks is not None:  # its id whole or a prefix (U8)
+        return array_out(str(tasks[0]["array_id"]), tasks)
     row = await load_visible(edges.pool, user, job_id)
     out = await _job_body(request, edges.pool, settings, row)
     return await _attempts.job_page(out, dict(row), edges, settings, cmd.now(request))
@@ -361,6 +361,7 @@ async def logs(
     array (Q7) is a 422 listing its tasks: each task has its own output (`<id>_<index>`)."""
     tasks = await load_array(pool, user, job_id)
     if tasks is not None:
+        job_id = str(tasks[0]["array_id"])  # a prefix (U8): the array's id
         raise ApiError(
             422,
             "VALIDATION_ERROR",
@@ -493,6 +494,8 @@ async def cancel(
     tasks = await load_array(edges.pool, user, job_id)  # Q7: every unfinished task
     if tasks is None:
         job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
+    else:
+        job_id = str(tasks[0]["array_id"])  # a prefix (U8): the array's id
     reply = await cmd.send(
         edges,
         commands.cancel_subject(settings.base.subject_prefix),
@@ -522,7 +525,8 @@ _HOLD_ERRORS: Final = responses(
 async def _hold(
     request: Request, job_id: str, user: Any, edges: Any, settings: Any, *, hold: bool
 ) -> dict[str, Any]:
-    await load_visible(edges.pool, user, job_id)  # 404 / 403 before bothering intake
+    # 404 / 403 before bothering intake; a prefix (U8): the full id from now on
+    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
     reply = await cmd.send(
         edges,
         commands.hold_subject(settings.base.subject_prefix),

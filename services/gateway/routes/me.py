@@ -60,3 +60,20 @@ async def tiers(_: CurrentUser, settings: SettingsDep, active: bool | None = Non
         for t in ordered
         if active is None or t.active == active
     ]
+
+
+class SbatchOut(BaseModel):
+    partition_aliases: dict[str, list[str]]
+    sbatch_compat: str
+    sbatch_unknown_partition: str
+
+
+@router.get("/sbatch", responses=responses(401))
+async def sbatch(_: CurrentUser, settings: SettingsDep) -> SbatchOut:
+    """The site's sbatch settings (SPEC U6, docs/sbatch.md): partition aliases, strictness."""
+    b = settings.base
+    return SbatchOut(
+        partition_aliases=dict(b.partition_aliases),
+        sbatch_compat=b.sbatch_compat,
+        sbatch_unknown_partition=b.sbatch_unknown_partition,
+    )

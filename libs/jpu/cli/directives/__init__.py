@@ -32,6 +32,7 @@ __all__ = ["DirectiveError", "Directives", "header_lines", "parse", "partition_t
 
 SBATCH: Final = "#SBATCH"
 JPU: Final = "#JPU"
+CLI: Final = "command line"
 
 
 def header_lines(script: str) -> tuple[list[tuple[int, str]], list[int]]:
@@ -61,12 +62,13 @@ def _magic(line: str) -> str | None:
     return None
 
 
-def parse(script: str, source: str = "script") -> Directives:
-    """The directives of `script` (named `source` in messages); DirectiveError lists every
+def parse(script: str, source: str = "script", cli: list[str] | None = None) -> Directives:
+    """The directives of `script` (named `source` in messages), then `jpu submit`'s sbatch
+    flags `cli` (they win, SPEC U6: the same set as #SBATCH lines); DirectiveError lists every
     directive that cannot be honoured, each with its line."""
     lines, late = header_lines(script)
-    kinds = {SBATCH: Kind(), JPU: Kind()}
-    problems: list[str] = []
+    kinds = {SBATCH: Kind(), JPU: Kind(), CLI: Kind()}
+    problems: list[str] = sbatch.read(cli or [], kinds[CLI], "command line:")
     for number, line in lines:
         magic = _magic(line)
         assert magic is not None
@@ -79,7 +81,7 @@ def parse(script: str, source: str = "script") -> Directives:
         read = sbatch.read if magic == SBATCH else jpu.read
         problems += read(words, kinds[magic], where)
     out = Directives(ignored=late)
-    for magic in (SBATCH, JPU):  # #JPU after #SBATCH: it wins
+    for magic in (SBATCH, JPU, CLI):  # #JPU after #SBATCH: it wins; the command line last
         problems += _merge(out, kinds[magic], f"{source}: {magic}")
     if problems:
         raise DirectiveError(problems)
@@ -114,6 +116,8 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     if kind.partitions:
         out.partitions = kind.partitions
     out.env.update(kind.env)
+    out.raw.update(kind.raw)
+    out.warnings += kind.warnings
     return problems
 
 

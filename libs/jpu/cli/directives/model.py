@@ -39,6 +39,9 @@ class Directives:
     workspace: str | None = None  # X4a: #JPU --workspace
     array: str | None = None  # Q7: "0-99%8", as written (the server checks it)
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
+    # SPEC U6: honoured sbatch options the policy reads (jpu.policy.sbatch): key -> (value, line)
+    raw: dict[str, tuple[str, str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # U6's second class, one per option
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Kind:
     mail_type: list[str] | None = None
     mail_user: str | None = None
     workspace: str | None = None
+    raw: dict[str, tuple[str, str]] = field(default_factory=dict)  # see Directives.raw
+    warnings: list[str] = field(default_factory=list)
 
 
 Reader = Callable[[str, str, Kind], str | None]  # (value, option, kind) -> why not, or None

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
+from jpu.cli.rest.ids import expand_ids
 from jpu.cli.rest.lists import PAGE_MAX, parse_states
 from jpu.domain.states import STATES, TERMINAL
 
@@ -31,7 +32,12 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "cancel", parents=common, help="cancel jobs (like scancel)", description=text
     )
-    p.add_argument("job_ids", nargs="*", metavar="ID", help="job ids or unique prefixes")
+    p.add_argument(
+        "job_ids",
+        nargs="*",
+        metavar="ID",
+        help="job ids or unique prefixes; ID_K: an array's task; ID_[2-4,7]: several",
+    )
     p.add_argument("-u", "--user", help="this user's jobs (default with filters: yours)")
     p.add_argument("--me", action="store_true", help="only my jobs (the default)")
     p.add_argument("-n", "--name", help="only jobs with this name")
@@ -81,7 +87,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if not args.job_ids and not filters:
         raise RestError("give job ids, or filters (-u USER, --me, -n NAME, -t STATE)")
     with RestClient(resolve_target(args.url, args.token)) as c:
-        ids = list(args.job_ids)
+        ids = expand_ids(args.job_ids, ranges=True)  # U8: PREFIX, PREFIX_K, PREFIX_[2-4,7]
         if filters:
             matching = _filtered(c, args)
             ids = [i for i in matching if not ids or any(i.startswith(p) for p in ids)]

@@ -223,6 +223,16 @@ def job(j: dict[str, Any]) -> str:
         pairs.append(("KillFailed", True))
     if j.get("cancel_requested_by"):
         pairs.append(("CancelledBy", j["cancel_requested_by"]))
+    for key, value in (j.get("sbatch") or {}).items():  # U6: -o/-e/--open-mode/--signal
+        pairs.append(
+            (
+                {"output": "StdOut", "error": "StdErr", "open_mode": "OpenMode"}.get(
+                    key, key.title()
+                ),
+                value,
+            )
+        )
+    pairs += [("Warning", w) for w in j.get("sbatch_warnings") or []]  # U6, as at submit
     out = fields(pairs)
     for sentence in j.get("oom_explanation") or []:
         out += f"\nOOM retry: {sentence}."

@@ -26,9 +26,11 @@ from urllib.parse import quote
 import jpu.cli.rest.views as views
 from jpu.cli.rest import cancel, info, lists, notify, submit, workspaces
 from jpu.cli.rest.client import ApiError, RestClient, RestError, StreamBroken, resolve_target
+from jpu.cli.rest.ids import expand_ids, one_id
 from jpu.cli.rest.submit import parse_env as parse_env  # re-exported (tests, older callers)
 from jpu.cli.rest.submit import submit_body as submit_body
 
+_IDS_HELP = "the job id, or any unique prefix of it; ID_K: task K of an array (SPEC U8)"
 USER_ERRORS: tuple[type[Exception], ...] = (RestError, ApiError, OSError)
 
 
@@ -74,14 +76,17 @@ def register(sub: Any) -> None:
     for name, helptext, func in (
         ("show", "one job", cmd_show),
         ("events", "a job's events (its audit trail)", cmd_events),
-        ("hold", "hold a job waiting in your queue (it is not started until released)", cmd_hold),
-        ("release", "release a held job", cmd_release),
+        ("hold", "hold jobs waiting in your queue (they are not started until released)", cmd_hold),
+        ("release", "release held jobs", cmd_release),
     ):
         p = sub.add_parser(name, parents=common, help=helptext, description=helptext)
-        p.add_argument("job_id", metavar="ID", help="the job id, or any unique prefix of it")
+        if name in ("hold", "release"):  # U8: several, and task ranges, as scontrol takes
+            p.add_argument("job_id", metavar="ID", nargs="+", help=_IDS_HELP + "; ID_[2-4,7]")
+        else:
+            p.add_argument("job_id", metavar="ID", help=_IDS_HELP)
         p.set_defaults(func=func)
     lg = sub.add_parser("logs", parents=common, help="a job's output (stdout, or --stderr)")
-    lg.add_argument("job_id", metavar="ID", help="the job id, or any unique prefix of it")
+    lg.add_argument("job_id", metavar="ID", help=_IDS_HELP)
     lg.add_argument("--attempt", type=int, metavar="N", help="attempt N (default: the latest)")
     lg.add_argument(
         "--follow", "-f", action="store_true", help="keep printing until the attempt ends"
@@ -111,12 +116,14 @@ def _emit(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> 
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        return _emit(args, c.get(f"/v1/jobs/{quote(args.job_id, safe='')}"), views.job)
+        job_id = one_id(args.job_id)
+        return _emit(args, c.get(f"/v1/jobs/{quote(job_id, safe='')}"), views.job)
 
 
 def cmd_events(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        return _emit(args, c.get(f"/v1/jobs/{quote(args.job_id, safe='')}/events"), views.events)
+        path = f"/v1/jobs/{quote(one_id(args.job_id), safe='')}/events"
+        return _emit(args, c.get(path), views.events)
 
 
 FOLLOW_RETRIES = 5  # a follow whose connection broke (a gateway restarted) resumes this often
@@ -128,7 +135,7 @@ def cmd_logs(args: argparse.Namespace, out: IO[bytes] | None = None) -> int:
     if args.json and args.follow:
         raise RestError("--json prints one answer: use it without --follow")
     out = out or sys.stdout.buffer
-    path = f"/v1/jobs/{quote(args.job_id, safe='')}/logs"
+    path = f"/v1/jobs/{quote(one_id(args.job_id), safe='')}/logs"
     params: dict[str, Any] = {"stream": "stderr" if args.stderr else "stdout"}
     if args.attempt is not None:
         params["attempt"] = args.attempt
@@ -197,15 +204,36 @@ def silence_stdout() -> None:
 
 def cmd_hold(args: argparse.Namespace) -> int:
     """SPEC Q9: only while the job waits in the personal queue (else 409 NOT_IN_PERSONAL_QUEUE)."""
-    with _client(args) as c:
-        path = f"/v1/jobs/{quote(args.job_id, safe='')}/hold"
-        return _emit(args, c.post(path, {}), views.held)
+    return _hold_each(args, "hold")
 
 
 def cmd_release(args: argparse.Namespace) -> int:
+    return _hold_each(args, "release")
+
+
+def _hold_each(args: argparse.Namespace, action: str) -> int:
+    """Each id (U8: a prefix, `ID_K`, `ID_[2-4,7]`): one POST each; one that fails is said and
+    the others still done (as scontrol does), exit 1 if any failed."""
+    ids = expand_ids(args.job_id, ranges=True)
+    if len(ids) == 1:  # one job: the API's answer, its error as is
+        with _client(args) as c:
+            return _emit(
+                args, c.post(f"/v1/jobs/{quote(ids[0], safe='')}/{action}", {}), views.held
+            )
+    done, failed = [], 0
     with _client(args) as c:
-        path = f"/v1/jobs/{quote(args.job_id, safe='')}/release"
-        return _emit(args, c.post(path, {}), views.held)
+        for job_id in ids:
+            try:
+                done.append(c.post(f"/v1/jobs/{quote(job_id, safe='')}/{action}", {}))
+            except ApiError as e:
+                print(f"jpu {action}: error: {job_id}: {e}", file=sys.stderr)
+                failed += 1
+    if args.json:
+        print(json.dumps(done, indent=2, sort_keys=True))
+    else:
+        for job in done:
+            print(views.held(job))
+    return 1 if failed else 0
 
 
 def cmd_usage(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -23,25 +23,67 @@ from jpu.cli import directives, messages
 from jpu.cli.directives.sbatch import refusal
 from jpu.cli.rest.client import RestClient, RestError, resolve_target
 from jpu.cli.rest.render import parse_time_limit
+from jpu.config import Tier, load_config
+from jpu.domain.sbatch_options import OPTIONS
+from jpu.policy import sbatch as sbatch_policy
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
-TierPartitions = Callable[[], Mapping[str, str]]  # tier name -> its Slurm partition
+SiteOf = Callable[[], sbatch_policy.Site]  # the site's tiers and sbatch settings (the API's)
+_ZERO_TIME = frozenset({"0", "0:0", "00:00", "0:00:00", "00:00:00"})
+
+
+class _SbatchFlag(argparse.Action):
+    """An sbatch option of the table on the command line: kept as written, in order, for the
+    same reader as `#SBATCH` lines (SPEC U6: the two accept the same set)."""
+
+    def __call__(
+        self, parser: Any, ns: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        assert option is not None
+        words = [option] if values in (None, []) else [f"{option}={values}"]
+        if not option.startswith("--") and values not in (None, []):
+            words = [option, values]  # "-c 8", as on an #SBATCH line
+        ns.sbatch_words = [*getattr(ns, "sbatch_words", []), *words]
+
+
+def _gpus_arg(text: str) -> int | str:
+    """`-G 2` → 2; `-G rtx4090:2` stays text, for the sbatch reader (SPEC U6)."""
+    return int(text) if text.isdigit() else text
+
+
+def _add_sbatch_flags(s: argparse.ArgumentParser) -> None:
+    """Every option of the table that `jpu submit` has no flag of its own for."""
+    for o in OPTIONS:
+        names = [n for n in o.names if n not in s._option_string_actions]
+        if names:
+            s.add_argument(
+                *names,
+                action=_SbatchFlag,
+                nargs=0 if o.value != "required" else None,
+                dest="sbatch_words",
+                metavar="V",
+                help=f"sbatch's ({o.cls}): {o.meaning}".replace("%", "%%"),
+            )
+    s.set_defaults(sbatch_words=[])
 
 
 def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
     s = sub.add_parser(
         "submit",
+        aliases=["sbatch"],  # SPEC U6: the same options as an #SBATCH line, under sbatch's name
         parents=common,
         help="submit a job (like sbatch)",
         description="Submit a script (like sbatch). Its leading #SBATCH / #JPU lines are read "
-        "(-J, -G/--gpus, --gres=gpu[:TIER]:N, -t, -D, -p, -a, -d, -H, --mail-type, --mail-user); "
-        "flags given here win over them. Prints the job id (--parsable: the id alone, for "
-        "scripts).",
-        refused=refusal,  # e.g. --mem here is refused as `#SBATCH --mem` is (U5)
+        "and every sbatch option is taken here too (docs/sbatch.md: honoured, accepted with a "
+        "warning, or refused); flags given here win over them. Prints the job id "
+        "(--parsable: the id alone, for scripts).",
+        refused=refusal,  # e.g. --uid here is refused as `#SBATCH --uid` is (U6)
     )
     s.add_argument("script", nargs="?", help="script file to run ('-' reads stdin)")
     s.add_argument("--wrap", help="run this command line instead of a script file")
-    s.add_argument("--gpus", "-G", type=int, help="number of GPUs (1-8; default 1)")
+    s.add_argument(
+        "--gpus", "-G", type=_gpus_arg, help="number of GPUs (1-8; default 1), or TYPE:N as sbatch"
+    )
     s.add_argument("--tier", action="append", default=[], help="allowed tier (repeatable)")
     s.add_argument("--time", "-t", help="time limit: minutes, MM:SS, HH:MM:SS, D-HH:MM:SS")
     s.add_argument("--name", "-J", "--job-name", help="job name (default: the script's name)")
@@ -87,6 +129,7 @@ def add_parser(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         metavar="NAME",
         help="run in this READY workspace (own, else the lab's; default: env JPU_WORKSPACE)",
     )
+    _add_sbatch_flags(s)
     s.set_defaults(func=cmd_submit)
 
 
@@ -113,37 +156,62 @@ def _script(args: argparse.Namespace, stdin: Any) -> tuple[str, str, str | None]
 
 
 def request(
-    args: argparse.Namespace, stdin: Any = None, tier_partitions: TierPartitions | None = None
+    args: argparse.Namespace, stdin: Any = None, site: SiteOf | None = None
 ) -> tuple[dict[str, Any], directives.Directives]:
     """The POST /v1/jobs body from sbatch-like arguments and the script's directives
-    (command line first, then #JPU, then #SBATCH), and those directives."""
+    (command line first, then #JPU, then #SBATCH), and those directives; SPEC U6's decision
+    (jpu.policy.sbatch) on the site's tiers (`site`; default: the default configuration's)."""
     command, default_name, source = _script(args, stdin)
+    words = list(getattr(args, "sbatch_words", []))
+    if isinstance(args.gpus, str):  # `-G rtx4090:2`: sbatch's TYPE:N, read as on a line
+        words, args.gpus = [*words, f"--gpus={args.gpus}"], None
     try:
-        d = directives.parse(command, source) if source else directives.Directives()
+        d = directives.parse(command if source else "", source or "command line", words)
     except directives.DirectiveError as e:
-        raise RestError(str(e)) from e
+        raise RestError("\n".join(e.problems)) from e
     body: dict[str, Any] = {
-        "name": args.name or d.name or default_name,
+        # sbatch takes any name; the platform's are [A-Za-z0-9._-] (Q1): the rest becomes '_'
+        "name": _NAME_BAD.sub("_", args.name or d.name or default_name)[:128] or default_name,
         "command": command,
-        "num_gpus": args.gpus if args.gpus is not None else d.gpus or 1,
+        "num_gpus": args.gpus
+        if args.gpus is not None
+        else sbatch_policy.gpus_asked(d.raw, d.gpus or 1),  # U6: --gpus-per-task × -n
     }
     tiers = [t.strip() for arg in args.tier for t in arg.split(",") if t.strip()] or d.tiers
-    if not tiers and d.partitions:
-        tiers = _partition_tiers(d.partitions, tier_partitions, source)
-    if tiers:
-        body["tiers"] = tiers
     min_vram = args.min_vram if args.min_vram is not None else d.min_vram_gb
     if min_vram is not None:
         body["min_vram_gb"] = min_vram
     limit = d.time_limit_s
-    if args.time is not None:
+    if args.time is not None and args.time.strip() in _ZERO_TIME:  # U6: the site's maximum
+        limit = None
+    elif args.time is not None:
         try:
             limit = parse_time_limit(args.time)
         except ValueError as e:
             raise RestError(str(e)) from e
     if limit is not None:
         body["time_limit_s"] = limit
-    env = {**d.env, **parse_env(args.env)}
+    where = d.raw.get("gpus_count", ("", f"{source or 'command line'}: --tier"))[1]
+    the_site = (site or default_site)()
+    known = {t.name for t in the_site.tiers}
+    # an unknown --tier name is the API's to refuse (Q1 names the valid ones)
+    types = tiers if (tiers and set(tiers) <= known) or not args.tier else []
+    decision = sbatch_policy.decide(
+        d.raw, body["num_gpus"], types or [], where, the_site, d.warnings, os.environ
+    )
+    if decision.problems:
+        raise RestError("\n".join(decision.problems))
+    if tiers and not types:
+        decision.tiers = tiers
+    d.warnings = [*decision.notes, *decision.warnings]
+    for key in ("output", "error", "open_mode", "signal"):  # U6: executed by the backends
+        if getattr(decision, key) is not None:
+            body[key] = getattr(decision, key)
+    if decision.warnings:
+        body["sbatch_warnings"] = decision.warnings  # kept on the job (JobSubmitted)
+    if decision.tiers is not None:
+        body["tiers"] = decision.tiers
+    env = {**decision.env, **d.env, **parse_env(args.env)}
     if env:
         body["env"] = env
     body["chdir"] = os.path.abspath(args.chdir or d.chdir or os.getcwd())  # U5: the submit dir
@@ -166,31 +234,54 @@ def request(
     return body, d
 
 
+def default_site() -> sbatch_policy.Site:
+    """The default configuration's tiers and sbatch settings (offline, and tests)."""
+    return site_from(load_config())
+
+
+def site_from(config: Any, lab: str | None = None) -> sbatch_policy.Site:
+    return sbatch_policy.Site(
+        tiers=list(config.tiers),
+        partition_aliases=dict(getattr(config, "partition_aliases", {}) or {}),
+        compat=getattr(config, "sbatch_compat", "lenient"),
+        unknown_partition=getattr(config, "sbatch_unknown_partition", "warn"),
+        lab=lab,
+    )
+
+
 def submit_body(
-    args: argparse.Namespace, stdin: Any = None, tier_partitions: TierPartitions | None = None
+    args: argparse.Namespace, stdin: Any = None, site: SiteOf | None = None
 ) -> dict[str, Any]:
-    return request(args, stdin, tier_partitions)[0]
+    return request(args, stdin, site)[0]
 
 
-def _partition_tiers(
-    partitions: list[str], tier_partitions: TierPartitions | None, source: str | None
-) -> list[str]:
-    if tier_partitions is None:
-        raise RestError(f"{source}: #SBATCH --partition needs the tiers of the API")
+def _api_site(c: RestClient, need_lab: bool) -> sbatch_policy.Site:
+    """The site as the API tells it: GET /v1/tiers and /v1/sbatch (the settings)."""
+    tiers = [Tier(**{k: v for k, v in t.items() if k in Tier.__struct_fields__})
+             for t in c.get("/v1/tiers")]  # fmt: skip
     try:
-        return directives.partition_tiers(partitions, tier_partitions())
-    except ValueError as e:
-        raise RestError(f"{source}: #SBATCH --partition: {e}") from e
+        conf = c.get("/v1/sbatch")
+    except RestError:  # an older gateway: the defaults
+        conf = {}
+    return sbatch_policy.Site(
+        tiers=tiers,
+        partition_aliases=conf.get("partition_aliases", {"gpu": []}),
+        compat=conf.get("sbatch_compat", "lenient"),
+        unknown_partition=conf.get("sbatch_unknown_partition", "warn"),
+        lab=c.get("/v1/me")["lab"] if need_lab else None,
+    )
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     with RestClient(resolve_target(args.url, args.token)) as c:
 
-        def tier_partitions() -> dict[str, str]:
-            return {t["name"]: t["partition"] for t in c.get("/v1/tiers")}
+        def site() -> sbatch_policy.Site:
+            return _api_site(c, need_lab=True)
 
-        body, d = request(args, tier_partitions=tier_partitions)
+        body, d = request(args, site=site)
+        for w in d.warnings:  # SPEC U6: one line per option, kept on the job
+            print(f"jpu submit: warning: {w}", file=sys.stderr)
         if d.ignored:
             lines = ", ".join(map(str, d.ignored))
             print(

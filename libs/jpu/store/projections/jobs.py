@@ -76,8 +76,17 @@ def _new_row(e: JobSubmitted, view: JobView) -> Row:
         "num_gpus": e.num_gpus, "tiers": e.tiers, "time_limit_s": e.time_limit_s,
         "env": dict(e.env), "command": e.command, "chdir": e.chdir, "submitted_at": e.ts,
         "workspace": e.workspace, "usage_charged": 0.0, "array_id": view.array_id,
-        "array_task": view.array_task, **columns(view),
+        "array_task": view.array_task, "sbatch": _sbatch(e), **columns(view),
     }  # fmt: skip
+
+
+def _sbatch(e: JobSubmitted) -> dict[str, Any] | None:
+    """U6: the sbatch fields of the request (-o/-e/--open-mode/--signal, the warnings)."""
+    keys = ("output", "error", "open_mode", "signal")
+    out: dict[str, Any] = {k: getattr(e, k) for k in keys if getattr(e, k) is not None}
+    if e.sbatch_warnings:
+        out["warnings"] = list(e.sbatch_warnings)
+    return out or None
 
 
 def step(rows: dict[str, Row], views: dict[str, JobView], job_id: str, d: Delivered) -> bool:
@@ -177,6 +186,7 @@ COLUMNS: Final = (
     "reservation_gpus", "reservation_since", "backend_job_id", "isolation", "exit_code",
     "end_reason", "oom", "usage_charged", "kill_failed", "cancel_requested_by", "updated_at",
     "updated_seq", "chdir", "oom_pending", "array_id", "array_task", "view", "workspace",
+    "sbatch",
 )
 # fmt: on
 _QUOTED: Final = [f'"{c}"' for c in COLUMNS]
