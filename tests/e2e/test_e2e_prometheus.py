@@ -140,7 +140,7 @@ def test_O4_rare_counters_read_zero_before_their_first_event(
     faults = wait_until(
         lambda: labelled("jpu_projection_faults_total", "projection", PROJECTIONS),
         30,
-        lambda: f"a faults series per projection: {prometheus.query('jpu_projection_faults_total')}",
+        lambda: f"faults per projection: {prometheus.query('jpu_projection_faults_total')}",
     )
     assert not any(faults.values()), faults
     preemptions = wait_until(
