@@ -61,7 +61,11 @@ def roots_problem(settings: GatewayConfig, field: str, path: str) -> str | None:
     swapped in later at launch). Blocking (readlink): call it in a thread."""
     base = settings.base
     data_dir = os.path.realpath(base.data_dir)
-    for p in (os.path.normpath(path), os.path.realpath(path)):
+    try:
+        real = os.path.realpath(path)
+    except OSError as e:  # a loop, or a link into what even the gateway may not read
+        return f"{field}: {path} cannot be resolved (symlinks followed): {e.strerror}"
+    for p in (os.path.normpath(path), real):
         problem = outside_roots_problem(field, p, base.workdir_roots, data_dir)
         if problem is not None:
             return problem
