@@ -3,9 +3,11 @@ namespaces) and the podman options of a job's limits. Live: test_sec6_job_limits
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from jpu.backends.isolation import Limits, Podman, podman_argv
+from jpu.backends.podman_job import limits_of
 from jpu.backends.seccomp import CLONE_NEWUSER, ENOSYS, EPERM, PODMAN_DEFAULT, profile
 
 BASE: dict[str, Any] = {
@@ -63,3 +65,14 @@ def test_sec6_podman_run_has_the_tiers_limits_pids_tmp_and_the_profile() -> None
     assert "seccomp=/d/seccomp.json" in flags
     small = podman_argv(pod, "jpu-x", 1, 1, "/o", None, ["job"], 5.0, limits=Limits(1, 1))
     assert small[small.index("--tmpfs") + 1].startswith("/tmp:rw,size=1024m,")  # ≤ memory
+
+
+def test_sec6_slurm_helper_takes_cpus_and_memory_from_slurms_own_record() -> None:
+    line = ("JobId=42 JobName=jpu UserId=jpu-alice(1001) GroupId=jpu-alice(1001) NumCPUs=2 "
+            "TRES=cpu=2,mem=3G,node=1,billing=2,gres/gpu=1 WorkDir=/o")  # fmt: skip
+    got = limits_of(line, 1001)
+    assert got is not None and (got.mem_gb, got.cpus) == (3, min(2, os.cpu_count() or 1))
+    assert limits_of(line, 1002) is None  # another account's job: never its limits
+    small = limits_of(line.replace("mem=3G", "mem=1500M"), 1001)
+    assert small is not None and small.mem_gb == 2  # rounded up to whole GiB
+    assert limits_of(line.replace("TRES=cpu=2,mem=3G,", "TRES="), 1001) is None
