@@ -66,6 +66,7 @@ class HelperConfig:
     stop_timeout_s: float = 30.0
     workdir_roots: tuple[str, ...] = DEFAULT_ROOTS  # SEC1
     data_dir: str = ""  # SEC1: the platform's, where the nodes see it ("": none here)
+    slurm_conf: str = ""  # SEC6: where `scontrol` finds the cluster ("": Slurm's default)
 
 
 def load(path: str) -> HelperConfig:
@@ -75,7 +76,10 @@ def load(path: str) -> HelperConfig:
         shared=tuple(raw.get("shared", ())), args=tuple(raw.get("args", ())),
     )  # fmt: skip
     roots = tuple(raw.get("workdir_roots", DEFAULT_ROOTS))
-    return HelperConfig(p, float(raw.get("stop_timeout_s", 30.0)), roots, raw.get("data_dir", ""))
+    return HelperConfig(
+        p, float(raw.get("stop_timeout_s", 30.0)), roots, raw.get("data_dir", ""),
+        raw.get("slurm_conf", ""),
+    )  # fmt: skip
 
 
 def container_of(slurm_job_id: str) -> str:
@@ -110,11 +114,14 @@ def limits_of(scontrol_line: str, uid: int) -> iso_.Limits | None:
     return iso_.Limits(mem_gb=max(1, math.ceil(gb)), cpus=max(1, min(n, os.cpu_count() or 1)))
 
 
-def _slurm_limits(slurm_job_id: str, uid: int) -> iso_.Limits | None:
+def _slurm_limits(config: HelperConfig, slurm_job_id: str, uid: int) -> iso_.Limits | None:
+    env = {"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"}
+    if config.slurm_conf:
+        env["SLURM_CONF"] = config.slurm_conf
     try:
         done = subprocess.run(
             [_which("scontrol"), "show", "job", "-o", slurm_job_id], capture_output=True,
-            text=True, timeout=30, env={"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"},
+            text=True, timeout=30, env=env,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -196,7 +203,9 @@ def run(config: HelperConfig, slurm_job_id: str, out: str, workdir: str, image: 
     if dirs[1] != dirs[0] and problem is not None:  # SEC1 (OUT is the platform's own)
         print(f"jpu-podman-job: {problem}", file=sys.stderr)
         return 2
-    limits = _slurm_limits(slurm_job_id, uid)  # SEC6: Slurm's allocation, not the caller's word
+    limits = _slurm_limits(
+        config, slurm_job_id, uid
+    )  # SEC6: Slurm's allocation, not the caller's word
     if limits is None:
         print(f"jpu-podman-job: Slurm job {slurm_job_id} is not yours, or has no CPUs and memory",
               file=sys.stderr)  # fmt: skip
