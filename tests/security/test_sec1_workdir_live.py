@@ -121,3 +121,27 @@ async def test_sec1_a_chdir_swapped_for_a_symlink_after_submit_is_refused_at_lau
             await backend.submit(world.spec("echo never", chdir=str(private / "inner")))
     finally:
         shutil.rmtree(project, ignore_errors=True)
+
+
+async def test_sec1_the_agent_ends_an_attempt_whose_chdir_became_a_symlink_after_submit(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, links: Path
+) -> None:
+    """Through the whole stack: accepted while `wd` was a directory, held, swapped for a symlink
+    to the platform's data directory, released: the launch refuses it and the job ends FAILED
+    with the reason, never run (`launch failed: chdir: …`)."""
+    async with logs_stack(nats_url, pool, pg_dsn) as s:
+        wd = links / "wd"
+        wd.mkdir(mode=0o755)
+        body = {**BODY, "chdir": str(wd), "hold": True, "command": "touch ran"}
+        r = await s.client.post("/v1/jobs", json=body, headers=bearer("bcg-alice"))
+        assert r.status_code == 201, r.text
+        job_id = r.json()["id"]
+        wd.rmdir()
+        wd.symlink_to(s.data_dir)  # after submit: the gateway's check is behind it
+        r = await s.client.post(f"/v1/jobs/{job_id}/release", headers=bearer("bcg-alice"))
+        assert r.status_code < 300, r.text
+        done = await wait_job(s, "bcg-alice", job_id, ended)
+        assert done["state"] == "FAILED", done
+        assert "launch failed: chdir: " in done["reason"], done
+        assert "the platform's data directory" in done["reason"], done
+        assert not (s.data_dir / "ran").exists()
