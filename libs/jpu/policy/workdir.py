@@ -127,13 +127,14 @@ def _cannot(who: RunAs, what: str, d: DirMode, perms: str) -> str:
 
 
 def _grant(who: RunAs, d: DirMode, perms: str) -> str:
-    """Advice that works with what every system has (chmod), and the ACL way with where its
-    tool comes from (`setfacl` is not installed by default: Debian/Ubuntu package `acl`)."""
-    others = "o+x" if perms == "x" else "o+rwx"
-    return (
-        f"chmod {others} {d.path} (every account then may), or only to {who.name}: "
-        f"setfacl -m u:{who.name}:{perms} {d.path} (setfacl: package acl, apt-get install acl)"
-    )
+    """Advice that works with what every system has, and the ACL way with where its tool
+    comes from (`setfacl` is not installed by default: Debian/Ubuntu package `acl`). Entering
+    only needs search permission, harmless to give everyone (chmod o+x); writing is given to
+    the one account (never a world-writable directory)."""
+    acl = f"setfacl -m u:{who.name}:{perms} {d.path} (setfacl: package acl, apt-get install acl)"
+    if perms == "x":
+        return f"chmod o+x {d.path} (lets every account pass through, not list it), or {acl}"
+    return f"{acl}, or as root chown {who.name} {d.path}"
 
 
 # --- SEC1: under the site's roots, never the platform's or the host's own trees --------------
