@@ -9,8 +9,10 @@ workdir_roots (SEC1). Without a `cwd`, the CLI runs in a directory of its own un
 from __future__ import annotations
 
 import asyncio
+import atexit
 import functools
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -26,6 +28,7 @@ def project_dir() -> Path:
     (SEC1), whatever folder the tests run from. One per test process."""
     d = Path(tempfile.mkdtemp(prefix="jpu-test-", dir="/tmp"))
     d.chmod(0o755)
+    atexit.register(shutil.rmtree, d, True)  # with what the jobs wrote there
     return d
 
 
