@@ -9,6 +9,10 @@ the decision to the node, which enters the directory as the account before the s
 fails the attempt with a clear line when it cannot (jpu.backends.isolation.ENTER_WORKDIR).
 A gateway whose host does not share the nodes' accounts turns the check off with
 JPU_GATEWAY_WORKDIR_CHECK=0.
+
+SPEC SEC1 (`roots_problem`): the path, resolved here (symlinks followed), lies under the
+site's `workdir_roots` and outside the platform's data directory and the host's own trees.
+Always checked (it needs no account); the node checks again as the job's account at launch.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from fastapi import Request
 
 from jpu.backends import account_map
 from jpu.backends.accounts import AccountMap
-from jpu.policy.workdir import Access, DirMode, RunAs, access
+from jpu.policy.workdir import Access, DirMode, RunAs, access, outside_roots_problem
 from jpu_services.gateway.config import GatewayConfig
 
 _ACL = "system.posix_acl_access"
@@ -49,6 +53,23 @@ class JobAccounts:
             return who, None
         chain = _chain(chdir)
         return who, access(chain, who) if chain is not None else None
+
+
+def roots_problem(settings: GatewayConfig, field: str, path: str) -> str | None:
+    """SEC1 for a path a request names (`chdir`; `-o/-e` directories too): both as written and
+    with every symlink followed as this host sees it (a link into /proc is refused here, one
+    swapped in later at launch). Blocking (readlink): call it in a thread."""
+    base = settings.base
+    data_dir = os.path.realpath(base.data_dir)
+    try:
+        real = os.path.realpath(path)
+    except OSError as e:  # a loop, or a link into what even the gateway may not read
+        return f"{field}: {path} cannot be resolved (symlinks followed): {e.strerror}"
+    for p in (os.path.normpath(path), real):
+        problem = outside_roots_problem(field, p, base.workdir_roots, data_dir)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _chain(chdir: str) -> list[DirMode] | None:

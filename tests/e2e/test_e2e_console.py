@@ -24,6 +24,8 @@ import pytest_asyncio
 from e2e_support import Stack, chromium_or_skip, wait_until
 from playwright.async_api import Page, async_playwright, expect
 
+from jpu.testing.cli import project_dir
+
 CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import
 
 
@@ -649,10 +651,11 @@ async def test_U2_one_date_format_the_clis_and_the_submit_forms_working_director
     await _login(page, stack, "osl-erin")
     await _go(page, stack, "submit")
     await _english(page)
-    form = {"name": "in-tmp", "tiers": "", "time_limit": "", "chdir": "/tmp", "command": "pwd"}
+    here = str(project_dir())  # SEC1: a subdirectory of /tmp, never /tmp itself
+    form = {"name": "in-tmp", "tiers": "", "time_limit": "", "chdir": here, "command": "pwd"}
     job_id = await _submit_form(page, {**form, "env": ""})
     job = stack.api("osl-erin").wait(job_id, ["COMPLETED"], timeout=30)
-    assert job["chdir"] == "/tmp" and job["workdir"] == "/tmp"
+    assert job["chdir"] == here and job["workdir"] == here
     cli_format = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
     for lang in ("en", "ko"):
         await page.evaluate(f"localStorage.setItem('jpu.lang', '{lang}')")

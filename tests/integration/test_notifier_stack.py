@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from jpu.testing.cli import project_dir
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.receivers import Received, Webhook, until
 from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
@@ -73,7 +74,7 @@ async def test_sbatch_mail_on_end_script_runs_unchanged_on_the_stack_Q10(
             "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --mail-type=END\n"
             "#SBATCH --mail-user=alice@lab.example\nexit 3\n"
         )
-        jpu(stack, "submit", str(script), cwd=data_dir)
+        jpu(stack, "submit", str(script), cwd=project_dir())  # SEC1: never the data dir
         await until(
             lambda: asyncio.sleep(0, bool(webhook.got.items) and bool(smtp[1].items)),
             "the e-mail and the webhook message",

@@ -132,12 +132,14 @@ async def native_timeout_job(slurm_cluster: SlurmCluster) -> AsyncIterator[Nativ
 
 
 @pytest.fixture(scope="session")
-def podman_helper() -> None:
+def podman_helper(slurm_cluster: SlurmCluster) -> None:
     """The nodes' podman helper (SPEC X4a), installed as a site would: sudo, the shim, its
-    config, the sudoers rule (scripts/slurm-testcluster podman-helper). No podman: a failure."""
+    config, the sudoers rule (scripts/slurm-testcluster podman-helper). No podman: a failure.
+    Its config names this cluster's slurm.conf (SEC6: it reads each job's allocation)."""
     assert shutil.which("podman"), "podman is missing: run scripts/install-podman"
+    env = {**os.environ, "JPU_SLURM_DIR": str(Path(slurm_cluster.conf).parent)}
     done = subprocess.run(
         ["bash", str(SCRIPT), "podman-helper", sys.executable],
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True, text=True, timeout=600, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

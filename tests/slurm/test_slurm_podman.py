@@ -155,3 +155,27 @@ async def test_X4a_slurm_job_naming_a_workspace_it_cannot_use_is_refused(
         await plain.submit(outside)
     for spec in (missing, outside):  # refused before anything was made or submitted
         assert not Path(spec.output_dir).exists()
+
+
+async def test_sec6_slurm_container_gets_the_allocations_memory_and_no_user_namespace(
+    slurm: SlurmEnv, podman_helper: None
+) -> None:
+    """SPEC SEC6 on Slurm: sbatch asks for --mem = mem_gb_per_gpu × GPUs; the helper reads the
+    allocation back from Slurm (never from the caller) and gives it to the container, whose
+    seccomp profile refuses `unshare -Ur`; a chdir in /run is refused by the helper (SEC1)."""
+    backend = slurm.new_backend(isolation="container")
+    probe = (
+        "cat /sys/fs/cgroup/memory.max 2>/dev/null || "
+        "cat /sys/fs/cgroup/memory/memory.limit_in_bytes\n"
+        "unshare -Ur true 2>/dev/null && echo userns=made || echo userns=refused\n"
+    )
+    spec = slurm.spec(probe)
+    status = await wait_end(backend, await backend.submit(spec), 60)
+    out = Path(spec.output_dir)
+    stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+    assert status.state == "COMPLETED", (stdout, stderr)
+    assert stdout.split() == [str(spec.mem_gb * 2**30), "userns=refused"], stdout
+    refused = slurm.spec("echo never", chdir="/run")
+    status = await wait_end(backend, await backend.submit(refused), 60)
+    stderr = (Path(refused.output_dir) / "stderr").read_text()
+    assert status.state == "FAILED" and "chdir: /run lies in /run" in stderr, stderr

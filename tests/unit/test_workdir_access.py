@@ -46,6 +46,8 @@ def test_U5_access_by_the_mode_bits(
     if not write:
         assert "jpu-bcg-alice" in got.message and "/home/u/p" in got.message
         assert f"setfacl -m u:jpu-bcg-alice:{'rwx' if enter else 'x'} /home/u/p" in got.message
+        assert "package acl" in got.message  # where setfacl comes from
+        assert ("chmod o+x" if not enter else "chown jpu-bcg-alice /home/u/p") in got.message
 
 
 def test_U5_a_parent_it_cannot_enter_is_named() -> None:

@@ -96,6 +96,7 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 account_template=env.get("JPU_LOCAL_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_LOCAL_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_LOCAL_FALLBACK_ACCOUNT", "nobody"),
+                workdir_roots=tuple(config.workdir_roots),  # SEC1
             )
         )
     if config.slurm_backend == "slurm":

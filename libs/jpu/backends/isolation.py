@@ -82,6 +82,33 @@ class Podman:
     shared: tuple[str, ...] = ()  # admin-declared host paths, mounted read-only
     args: tuple[str, ...] = ()  # extra `run` options, e.g. ("--device", "nvidia.com/gpu=0")
     helper: str = SLURM_HELPER  # on Slurm nodes: the root helper that runs podman_argv
+    seccomp: str = ""  # SEC6: the profile refusing nested user namespaces (seccomp.py)
+
+
+# SEC6: what a job's container may use besides its tier's memory and CPUs (podman's --pids-limit,
+# and its /tmp: a tmpfs, whose pages count against the memory limit, never above it)
+PIDS_LIMIT = 4096
+TMP_MB = 4096
+
+
+@dataclass(frozen=True)
+class Limits:
+    """SPEC SEC6: what the tier promises (mem_gb_per_gpu × GPUs, cpus_per_gpu × GPUs, the
+    LaunchSpec's mem_gb and cpus) as enforced limits, bounded pids and /tmp."""
+
+    mem_gb: int
+    cpus: int
+    pids: int = PIDS_LIMIT
+    tmp_mb: int = TMP_MB
+
+    def podman_args(self) -> list[str]:
+        mem = f"{max(self.mem_gb, 1)}g"
+        tmp_mb = min(self.tmp_mb, max(self.mem_gb, 1) * 1024)
+        return [
+            "--memory", mem, "--memory-swap", mem,  # no swap beyond the promise
+            "--cpus", str(max(self.cpus, 1)), "--pids-limit", str(self.pids),
+            "--tmpfs", f"/tmp:rw,size={tmp_mb}m,mode=1777,nosuid,nodev",
+        ]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -150,10 +177,12 @@ def podman_argv(
     inner: Sequence[str],
     stop_timeout_s: float,
     labels: Mapping[str, str] | None = None,
+    limits: Limits | None = None,
 ) -> list[str]:
     """`podman run` of one attempt (X4a): no network, the user's UID/GID, a read-only root,
     only OUT and the working directory writable, admin-declared paths read-only, and the host's
-    processes out of sight (a private PID namespace)."""
+    processes out of sight (a private PID namespace); SEC6: the tier's memory and CPUs, bounded
+    pids and /tmp, no nested user namespaces (p.seccomp)."""
     wd = workdir or output_dir
     volumes = ["--volume", f"{output_dir}:{output_dir}:rw"]
     if wd != output_dir:
@@ -164,6 +193,8 @@ def podman_argv(
         *podman_base(p), "run", "--rm", "--name", name, "--init", "--network=none",
         "--pid=private", "--ipc=private", "--user", f"{uid}:{gid}", "--read-only",
         "--security-opt", "no-new-privileges", "--cap-drop=all",
+        *(["--security-opt", f"seccomp={p.seccomp}"] if p.seccomp else []),
+        *(limits.podman_args() if limits is not None else []),
         "--log-driver=passthrough", "--stop-timeout", str(max(1, math.ceil(stop_timeout_s))),
         *(w for k, v in (labels or {}).items() for w in ("--label", f"{k}={v}")),
         *volumes, "--workdir", wd, *p.args, p.image, *inner,

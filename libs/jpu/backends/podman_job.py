@@ -16,7 +16,12 @@ What the caller chooses is checked, never trusted:
   * IMAGE is the configured base image or a workspace image (WORKSPACE_IMAGE_PREFIX);
   * OUT and WORKDIR are absolute directories the caller itself can open (checked in a child
     that has dropped to the caller's account): a bind mount must not reach what the user cannot;
-  * podman's own options (store, shared paths, devices) come from the root-owned config only.
+  * podman's own options (store, shared paths, devices) come from the root-owned config only;
+  * SEC1: WORKDIR, resolved, lies under the config's `workdir_roots` and outside its `data_dir`,
+    /proc, /sys, /run, /dev, /etc (jpu.policy.workdir.outside_roots_problem);
+  * SEC6: the container gets the Slurm job's own CPUs and memory (`scontrol show job`, as root:
+    never the caller's word; a job of another account is refused), bounded pids and /tmp, and
+    the seccomp profile refusing nested user namespaces (jpu.backends.seccomp).
 The job's variables travel in OUT/.jpu-env, written by the batch script as the user and read
 inside by the loader (process.LOADER), as on the local backend: none reaches root's podman.
 The helper stays the podman client's parent: Slurm's SIGTERM (sudo relays it to the helper)
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pwd
 import signal
@@ -42,11 +48,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jpu.backends import isolation as iso_
+from jpu.backends import seccomp
 from jpu.backends.process import ENV_FILE, LOADER
+from jpu.policy.workdir import DEFAULT_ROOTS, outside_roots_problem
 
 CONFIG = "/etc/jpu/podman-job.json"
 SHIM = "/usr/local/libexec/jpu-podman-job"
 SLURM_PREFIX = "jpu-slurm-"  # container name: jpu-slurm-<Slurm job id>
+PROFILE = Path("/run/jpu-podman-job/seccomp.json")  # SEC6: rewritten (atomically) per run
+_UNITS = {"M": 1 / 1024, "G": 1, "T": 1024}
 _TERM_RETRY_S = 0.2
 
 
@@ -54,6 +64,9 @@ _TERM_RETRY_S = 0.2
 class HelperConfig:
     podman: iso_.Podman  # base image, bin, store, shared paths, site args (CDI devices)
     stop_timeout_s: float = 30.0
+    workdir_roots: tuple[str, ...] = DEFAULT_ROOTS  # SEC1
+    data_dir: str = ""  # SEC1: the platform's, where the nodes see it ("": none here)
+    slurm_conf: str = ""  # SEC6: where `scontrol` finds the cluster ("": Slurm's default)
 
 
 def load(path: str) -> HelperConfig:
@@ -62,7 +75,11 @@ def load(path: str) -> HelperConfig:
         raw["image"], bin=raw.get("bin", "podman"), storage=raw.get("storage", ""),
         shared=tuple(raw.get("shared", ())), args=tuple(raw.get("args", ())),
     )  # fmt: skip
-    return HelperConfig(p, float(raw.get("stop_timeout_s", 30.0)))
+    roots = tuple(raw.get("workdir_roots", DEFAULT_ROOTS))
+    return HelperConfig(
+        p, float(raw.get("stop_timeout_s", 30.0)), roots, raw.get("data_dir", ""),
+        raw.get("slurm_conf", ""),
+    )  # fmt: skip
 
 
 def container_of(slurm_job_id: str) -> str:
@@ -79,19 +96,60 @@ def allowed_image(config: HelperConfig, image: str) -> bool:
     )
 
 
+def limits_of(scontrol_line: str, uid: int) -> iso_.Limits | None:
+    """SEC6: the CPUs and memory Slurm allocated, from `scontrol show job -o` (TRES=cpu=N,
+    mem=M…); None when the job is not the caller's or says no such thing."""
+    fields = dict(w.split("=", 1) for w in scontrol_line.split() if "=" in w)
+    owner = fields.get("UserId", "")
+    if not owner.endswith(f"({uid})"):
+        return None
+    tres = dict(t.split("=", 1) for t in fields.get("TRES", "").split(",") if "=" in t)
+    cpus, mem = tres.get("cpu", ""), tres.get("mem", "")
+    try:
+        gb = float(mem[:-1]) * _UNITS[mem[-1:]]
+        n = int(cpus)
+    except (KeyError, ValueError):
+        return None
+    # podman refuses more CPUs than the host has (a test cluster's nodes claim more)
+    return iso_.Limits(mem_gb=max(1, math.ceil(gb)), cpus=max(1, min(n, os.cpu_count() or 1)))
+
+
+def _slurm_limits(config: HelperConfig, slurm_job_id: str, uid: int) -> iso_.Limits | None:
+    env = {"PATH": iso_.RUNTIME_PATH, "LANG": "C.UTF-8"}
+    if config.slurm_conf:
+        env["SLURM_CONF"] = config.slurm_conf
+    try:
+        done = subprocess.run(
+            [_which("scontrol"), "show", "job", "-o", slurm_job_id], capture_output=True,
+            text=True, timeout=30, env=env,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return limits_of(done.stdout, uid) if done.returncode == 0 else None
+
+
 def run_argv(
     config: HelperConfig, uid: int, gid: int, slurm_job_id: str, out: str, workdir: str,
-    image: str,
+    image: str, limits: iso_.Limits | None = None, profile: str = "",
 ) -> list[str]:  # fmt: skip
     """The one `podman run` of the platform (isolation.podman_argv) for a Slurm job."""
     p = iso_.Podman(image, config.podman.bin, config.podman.storage, config.podman.shared,
-                    config.podman.args)  # fmt: skip
+                    config.podman.args, seccomp=profile)  # fmt: skip
     inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{out}/{ENV_FILE}", "/bin/bash",
              f"{out}/job.sh"]  # fmt: skip
     wd = None if workdir == out else workdir
     labels = {"jpu.slurm-job": slurm_job_id}
     return iso_.podman_argv(
-        p, container_of(slurm_job_id), uid, gid, out, wd, inner, config.stop_timeout_s, labels
+        p,
+        container_of(slurm_job_id),
+        uid,
+        gid,
+        out,
+        wd,
+        inner,
+        config.stop_timeout_s,
+        labels,
+        limits,
     )
 
 
@@ -140,7 +198,20 @@ def run(config: HelperConfig, slurm_job_id: str, out: str, workdir: str, image: 
                   file=sys.stderr)  # fmt: skip
             return 2
         dirs.append(real)
-    argv = run_argv(config, uid, gid, slurm_job_id, dirs[0], dirs[1], image)
+    data_dir = os.path.realpath(config.data_dir) if config.data_dir else ""
+    problem = outside_roots_problem("chdir", dirs[1], config.workdir_roots, data_dir)
+    if dirs[1] != dirs[0] and problem is not None:  # SEC1 (OUT is the platform's own)
+        print(f"jpu-podman-job: {problem}", file=sys.stderr)
+        return 2
+    limits = _slurm_limits(
+        config, slurm_job_id, uid
+    )  # SEC6: Slurm's allocation, not the caller's word
+    if limits is None:
+        print(f"jpu-podman-job: Slurm job {slurm_job_id} is not yours, or has no CPUs and memory",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    profile = str(seccomp.write_profile(PROFILE))
+    argv = run_argv(config, uid, gid, slurm_job_id, dirs[0], dirs[1], image, limits, profile)
     argv[0] = _which(config.podman.bin)
     return _supervise(config, argv, container_of(slurm_job_id))
 

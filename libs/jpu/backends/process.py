@@ -90,6 +90,27 @@ def netns_prefix(agent: Account) -> list[str]:
     return []
 
 
+def resolve_as(account: Account, agent: Account, path: str) -> str | None:
+    """SPEC SEC1 at launch: `path` with every symlink followed, resolved *as the job's account*
+    (a root agent drops to it in a child: what root could reach is not what the job may), or
+    None when the account cannot reach it (a directory on the way it may not enter, or none)."""
+    if not agent.is_root or account.uid == agent.uid:
+        try:
+            return os.path.realpath(path, strict=True)
+        except OSError:
+            return None
+    argv = [
+        system_path("setpriv"), f"--reuid={account.uid}", f"--regid={account.gid}",
+        "--init-groups", "--no-new-privs", "--", system_path("realpath"), "-e", "--", path,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, env=ROOT_ENV, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = done.stdout.decode(errors="surrogateescape").removesuffix("\n")
+    return out if done.returncode == 0 and out.startswith("/") else None
+
+
 def launch_argv(
     status_file: Path,
     output_dir: Path,
@@ -101,6 +122,7 @@ def launch_argv(
     container: str = "",
     stop_timeout_s: float = 30.0,
     labels: Mapping[str, str] | None = None,
+    limits: iso_.Limits | None = None,
 ) -> list[str]:
     wrapper = [system_path("bash"), "-p", "-c", WRAPPER, "jpu-job", str(status_file)]
     if isolation.podman is not None:
@@ -111,7 +133,7 @@ def launch_argv(
             p = dataclasses.replace(p, args=("--userns=keep-id", *p.args))
         run = iso_.podman_argv(
             p, container, account.uid, account.gid, str(output_dir), workdir, inner,
-            stop_timeout_s, labels,
+            stop_timeout_s, labels, limits,
         )  # fmt: skip
         return [*wrapper, *run]
     drop = []

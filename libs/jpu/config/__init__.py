@@ -112,6 +112,10 @@ class Config(Cluster, frozen=True, kw_only=True):
     snapshot_daily: int = 31  # ... days
     snapshot_weekly: int = 52  # ... and weeks (jpu.bus.snapshots.retained)
     output_root: str = ""  # X2: <output_root>/<job_id>/<attempt>; "": <data_dir>/outputs
+    # SEC1: where a job's chdir may lie ("/x/*": strictly below /x); jpu.policy.workdir
+    workdir_roots: list[str] = msgspec.field(
+        default_factory=lambda: ["/home", "/srv", "/data", "/scratch", "/tmp/*"]
+    )
     submit_rate_per_s: float = 2.0  # per-user token bucket at the gateway (429 RATE_LIMITED)
     submit_burst: int = 20
     isolation: str = "auto"  # X4: container | uid-netns | none (also auto, apptainer; isolation.py)
@@ -181,6 +185,8 @@ def _validate_estimates(config: Config) -> None:
         raise ConfigError("estimate_horizon_s: must be positive")
     if config.estimate_max_cycles < 1:
         raise ConfigError("estimate_max_cycles: must be at least 1")
+    if any(not r.startswith("/") for r in config.workdir_roots):  # SEC1
+        raise ConfigError("workdir_roots: each must be an absolute path (/x, or /x/* for below)")
 
 
 def _validate_outbound(config: Config) -> None:

@@ -10,6 +10,12 @@ are the log's. What the job's Unix account (X4) may do there is checked twice:
     only read there; what it writes there would be lost);
   * on the node, as the account, before the script runs (jpu.backends.isolation.ENTER_WORKDIR):
     a directory it cannot enter fails the attempt with a clear line on its stderr.
+
+SPEC SEC1: where a job may run at all (`outside_roots_problem`): the resolved path (symlinks
+followed) lies under one of the site's `workdir_roots` and never inside the platform's data
+directory or the host's own trees (/proc, /sys, /run, /dev, /etc) — a job's directory is
+bind-mounted into its container, so the platform's sockets or the host's processes must never
+be one. Checked at submit on the gateway's view and again at launch as the job's account.
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from typing import Any, Final
 import msgspec
 
 MAX_CHDIR_BYTES: Final = 4096  # PATH_MAX on Linux
+# SEC1: a root ending in "/*" admits only what lies strictly below it (/tmp itself is shared
+# by every account and holds the platform's own runtime files)
+DEFAULT_ROOTS: Final = ("/home", "/srv", "/data", "/scratch", "/tmp/*")
+# SEC1: the host's own trees: never a job's directory, whatever the roots say
+NEVER: Final = ("/proc", "/sys", "/run", "/dev", "/etc")
 
 
 def chdir_problem(value: Any) -> str | None:
@@ -111,5 +122,60 @@ def _cannot(who: RunAs, what: str, d: DirMode, perms: str) -> str:
         f"the job runs as Unix account {who.name}, which cannot {what} {d.path} (mode "
         f"{stat.S_IMODE(d.mode):04o}, owner uid {d.uid}, group gid {d.gid}): {lost}. Submit "
         f"from (or --chdir to) a directory {who.name} can write, or grant it: "
-        f"setfacl -m u:{who.name}:{perms} {d.path}"
+        f"{_grant(who, d, perms)}"
+    )
+
+
+def _grant(who: RunAs, d: DirMode, perms: str) -> str:
+    """Advice that works with what every system has, and the ACL way with where its tool
+    comes from (`setfacl` is not installed by default: Debian/Ubuntu package `acl`). Entering
+    only needs search permission, harmless to give everyone (chmod o+x); writing is given to
+    the one account (never a world-writable directory)."""
+    acl = f"setfacl -m u:{who.name}:{perms} {d.path} (setfacl: package acl, apt-get install acl)"
+    if perms == "x":
+        return f"chmod o+x {d.path} (lets every account pass through, not list it), or {acl}"
+    return f"{acl}, or as root chown {who.name} {d.path}"
+
+
+# --- SEC1: under the site's roots, never the platform's or the host's own trees --------------
+
+
+def _within(path: str, top: str) -> bool:
+    top = top.rstrip("/") or "/"
+    return path == top or path.startswith(top + "/") or top == "/"
+
+
+def _admits(root: str, path: str) -> bool:
+    if root.endswith("/*"):
+        top = root[:-2].rstrip("/") or "/"
+        return path != top and _within(path, top)
+    return _within(path, root)
+
+
+def _shown(root: str) -> str:
+    return f"subdirectories of {root[:-2]}" if root.endswith("/*") else root
+
+
+def outside_roots_problem(
+    field: str, resolved: str, roots: Sequence[str], data_dir: str
+) -> str | None:
+    """SPEC SEC1: why a job may not run in (nor get mounted) `resolved` — the absolute path
+    with every symlink followed, as the caller resolved it — or None when it may. `field`
+    names the request's field (`chdir`, `output`, `error`) in the message; `data_dir` is the
+    platform's data directory, resolved too."""
+    path = "/" + resolved.strip("/") if resolved.startswith("/") else resolved
+    if not path.startswith("/"):
+        return f"{field}: must resolve to an absolute path, got {resolved[:80]!r}"
+    for top in NEVER:
+        if _within(path, top):
+            return f"{field}: {path} lies in {top}, the host's own: jobs never run there"
+    data = data_dir.rstrip("/") or "/"
+    if data != "/" and _within(path, data):
+        return f"{field}: {path} lies in the platform's data directory {data}: jobs never run there"
+    if any(_admits(r, path) for r in roots):
+        return None
+    allowed = ", ".join(_shown(r) for r in roots) or "(none configured)"
+    return (
+        f"{field}: {path} (symlinks followed) is not under the site's workdir_roots; "
+        f"allowed: {allowed}"
     )

@@ -1,16 +1,35 @@
 """`jpu` as a user runs it: the CLI as a separate process against a gateway URL (the `server`
-fixture of tests/integration/conftest.py), with the token in JPU_TOKEN."""
+fixture of tests/integration/conftest.py), with the token in JPU_TOKEN.
+
+Its working directory is the job's `chdir` (U5), so it is never the checkout's: a checkout may
+sit in a private (0700) folder the job accounts cannot enter, or outside the site's
+workdir_roots (SEC1). Without a `cwd`, the CLI runs in a directory of its own under /tmp
+(allowed: a subdirectory of /tmp) that every account can enter."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import functools
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from jpu.testing.api import token_of
 
 Run = tuple[int, str, str]
+
+
+@functools.cache
+def project_dir() -> Path:
+    """A folder like a user's project: 0755 (the job accounts may enter it, U5) under /tmp
+    (SEC1), whatever folder the tests run from. One per test process."""
+    d = Path(tempfile.mkdtemp(prefix="jpu-test-", dir="/tmp"))
+    d.chmod(0o755)
+    atexit.register(shutil.rmtree, d, True)  # with what the jobs wrote there
+    return d
 
 
 async def jpu(
@@ -22,7 +41,7 @@ async def jpu(
     if home is not None:
         env["HOME"] = str(home)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-P", "-m", "jpu.cli.main", *argv, env=env, cwd=cwd,
+        sys.executable, "-P", "-m", "jpu.cli.main", *argv, env=env, cwd=cwd or project_dir(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -57,7 +76,7 @@ def raw_env(url: str, who: str) -> dict[str, str]:
 async def jpu_raw(url: str, who: str, *args: str, cwd: Path | None = None) -> RawRun:
     """`jpu` as a separate process whose stdout is kept as bytes (job output is any bytes)."""
     proc = await asyncio.create_subprocess_exec(
-        *raw_argv(*args), env=raw_env(url, who), cwd=cwd,
+        *raw_argv(*args), env=raw_env(url, who), cwd=cwd or project_dir(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)

@@ -22,6 +22,7 @@ from jpu.domain.states import PENDING
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.policy.workdir import chdir_problem
 from jpu.store.projections.workspaces import read_first
+from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
@@ -37,7 +38,7 @@ from jpu_services.gateway.routes._jobview import (
 )
 from jpu_services.gateway.routes._queueview import shared_view
 from jpu_services.gateway.routes.default_workspace import current_default
-from jpu_services.gateway.workdir import job_accounts
+from jpu_services.gateway.workdir import job_accounts, roots_problem
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -121,12 +122,19 @@ def _with_dirs(out: dict[str, Any], settings: Any, account: str) -> dict[str, An
     return {**out, **dirs, "account": account}
 
 
-async def _workdir_warnings(request: Request, user: str, body: dict[str, Any]) -> list[Any]:
+async def _workdir_warnings(
+    request: Request, user: str, body: dict[str, Any], settings: GatewayConfig
+) -> list[Any]:
     """U5 at submit: a `chdir` the job's account cannot enter is refused (422 naming `chdir`,
-    the account and the fix); one it cannot write is accepted with a warning saying so."""
+    the account and the fix); one it cannot write is accepted with a warning saying so.
+    SEC1 first: a `chdir` outside the site's roots is refused whoever the account is."""
     chdir = body.get("chdir")
     if not isinstance(chdir, str) or chdir_problem(chdir):
         return []  # absent, or refused by intake's validation with its own words (Q1)
+    outside = await asyncio.to_thread(roots_problem, settings, "chdir", chdir)  # SPEC SEC1
+    if outside is not None:
+        roots = settings.base.workdir_roots
+        raise cmd.shape_error("chdir", outside, chdir=chdir, workdir_roots=roots)
     who, can = await asyncio.to_thread(job_accounts(request).check, user, chdir)
     if can is None or can.write:
         return []
@@ -199,7 +207,7 @@ async def submit(
     if key_problem:
         raise cmd.shape_error("Idempotency-Key", key_problem)
     body = await _json_object(request)
-    warnings = await _workdir_warnings(request, user.name, body)
+    warnings = await _workdir_warnings(request, user.name, body, settings)
     default, _ = await current_default(edges.bus, user.name)  # X4a: the user's default
     body = with_default(body, default)
     image = await _workspace_image(edges.pool, user, body)

@@ -23,7 +23,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jpu.backends import containers
+import msgspec
+
+from jpu.backends import containers, seccomp
 from jpu.backends import isolation as iso_
 from jpu.backends import process as proc_
 from jpu.backends.accounts import Account, AccountMap, current_account
@@ -41,6 +43,7 @@ from jpu.backends.local.watch import ProcessWatcher, adopt_unsaved_spawn
 from jpu.backends.outputs import create_private, open_output_dir
 from jpu.backends.workspaces import PipSite, Workspaces, venv_env
 from jpu.config import Node
+from jpu.policy.workdir import DEFAULT_ROOTS, outside_roots_problem
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,7 @@ class LocalSettings:
     create_accounts: bool = True
     fallback_account: str = "nobody"
     adopted_poll_s: float = 0.25  # /proc check period for jobs that are not our children
+    workdir_roots: tuple[str, ...] = DEFAULT_ROOTS  # SEC1: where a job's chdir may lie
     tail_bytes: int = 16 * 1024
 
 
@@ -82,7 +86,9 @@ class LocalBackend(LocalBackfill):
             self._isolation = iso_.container(settings.apptainer)
         if wanted == "podman":
             iso_.check_podman(settings.podman)  # X4a: no runtime, no start (never a fallback)
-            self._isolation = iso_.podman(settings.podman)
+            profile = seccomp.write_profile(self.store.root / "seccomp.json")  # SEC6
+            pod = dataclasses.replace(settings.podman, seccomp=str(profile))
+            self._isolation = iso_.podman(pod)
         self.builds_workspaces = wanted == "podman"  # X4a: the agent's workspace-builder role
         # X4a: workspaces of this data dir (<data_dir>/workspaces), built with podman
         self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
@@ -102,6 +108,7 @@ class LocalBackend(LocalBackfill):
             self._validate(spec)
             if bid in self._records:
                 return bid  # idempotent per (job_id, attempt)
+            spec = await asyncio.to_thread(self._checked_workdir, spec)  # SEC1, as the account
             try:
                 record, fds = await asyncio.to_thread(self._prepare, spec, bid)
             except OSError as e:
@@ -229,6 +236,28 @@ class LocalBackend(LocalBackfill):
                 raise BackendError("workspace: needs isolation: container (podman)")
             self._workspace_image(spec)
 
+    def _checked_workdir(self, spec: LaunchSpec) -> LaunchSpec:
+        """SPEC SEC1 at launch, not trusting submit time: the `chdir` resolved as the job's
+        account (a symlink swapped in since is followed) must still lie under the roots and
+        outside the data directory; the job then runs in (and podman mounts) the resolved
+        path. A refusal is a BackendError: the attempt ends with it as its reason."""
+        if spec.chdir is None:
+            return spec
+        account = self.accounts.account_for(spec.user)
+        real = proc_.resolve_as(account, self._agent, spec.chdir)
+        if real is None:
+            if self._isolation_for().podman is not None:  # podman (root) would mount it anyway
+                raise BackendError(
+                    f"chdir: {spec.chdir}: the job's account {account.name} cannot enter it "
+                    "(or it does not exist)"
+                )
+            return spec  # entered as the account on the host: the job fails there (U5)
+        data_dir = os.path.realpath(self.settings.data_dir)
+        problem = outside_roots_problem("chdir", real, self.settings.workdir_roots, data_dir)
+        if problem is not None:
+            raise BackendError(problem)
+        return msgspec.structs.replace(spec, chdir=real)
+
     def _workspace_image(self, spec: LaunchSpec) -> str:
         """X4a: the image resolved at submit (it must still exist: a deleted workspace's image
         is gone), else the READY build of this name."""
@@ -300,6 +329,7 @@ class LocalBackend(LocalBackfill):
             container=record.container,
             stop_timeout_s=self.settings.timeout_grace_s,
             labels={containers.LABEL: self._owner},
+            limits=_limits(spec),
         )
         try:
             return await asyncio.create_subprocess_exec(
@@ -350,3 +380,9 @@ class LocalBackend(LocalBackfill):
 
 def _backend_id(job_id: str, attempt: int) -> str:
     return f"local-{job_id}-{attempt}"
+
+
+def _limits(spec: LaunchSpec) -> iso_.Limits:
+    """SEC6: what the tier promises; podman refuses more CPUs than the host has (a test
+    machine's fake tiers promise more than its cores)."""
+    return iso_.Limits(spec.mem_gb, min(spec.cpus, os.cpu_count() or 1))
