@@ -227,7 +227,7 @@ def lost_dispatch_log() -> list[Event]:
             name="x",
             command="true",
             num_gpus=1,
-        ),  # fmt: skip
+        ),
         JobPromoted(event_id="pro-c", ts=T0 + 10, job_id=c, queue_entered_at=T0 + 10),
         JobCancelRequested(event_id="can-c", ts=T0 + 11, job_id=c, by="BCG-u"),
         JobDispatched(
@@ -238,7 +238,7 @@ def lost_dispatch_log() -> list[Event]:
             node="gpu-4090x2-01",
             tier="rtx4090",
             gpus=[1],
-        ),  # fmt: skip
+        ),
         JobEnded(event_id="end-c", ts=T0 + 11.1, job_id=c, attempt=1, state="CANCELLED"),
     ]
 
