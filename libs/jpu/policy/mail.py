@@ -16,7 +16,12 @@ ALIASES: Final = {"ALL": KINDS, "NONE": ()}
 MAX_ADDRESS: Final = 254  # RFC 5321's longest forward path
 MAX_URL: Final = 2048
 # One address, no display name: what SMTP's RCPT TO takes (no spaces, one '@', a dotted domain).
-EMAIL_PATTERN: Final = r"^[^@\s<>(),;:\"\[\]\\\u0000]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
+# Controls and every space either regex dialect knows, spelled out: Python's `\s` and JSON
+# Schema's differ (U+0085, U+001C-U+001F, U+FEFF), and the API's schema carries these patterns.
+_NOT_TEXT: Final = (
+    r"\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+EMAIL_PATTERN: Final = r"^[^@<>(),;:\"\[\]\\" + _NOT_TEXT + r"]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
 _EMAIL_RE: Final = re.compile(EMAIL_PATTERN)
 # An http(s) URL to a DNS name or IPv4 address, an optional port (0-65535), then anything but
 # spaces and control characters: what urlsplit reads as a scheme, a host and a valid port.
@@ -24,11 +29,12 @@ _PORT: Final = (
     r"(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 )
 WEBHOOK_PATTERN: Final = (
-    r"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9.-]+(?::"
-    + _PORT
-    + r")?(?:[/?#][^\s\u0000-\u001f\u007f]*)?$"
+    r"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9.-]+(?::" + _PORT + r")?(?:[/?#][^" + _NOT_TEXT + r"]*)?$"
 )
 _WEBHOOK_RE: Final = re.compile(WEBHOOK_PATTERN)
+# Spaces and tabs around a kind are ignored: what a schema pattern spells alike in every regex
+# dialect (Python's `\s` and JSON Schema's differ: U+0085, U+001C-U+001F).
+_BLANKS: Final = " \t"
 _PROBLEM_KINDS: Final = f"each of {', '.join(KINDS)}, ALL, {ARRAY_TASKS} or NONE"
 
 
@@ -40,7 +46,7 @@ def mail_type_schema() -> dict[str, Any]:
     """`parse_kinds`' rule as JSON Schema (SPEC §8: the schema says what is accepted): kinds in
     any case, spaces around each, a list or one comma-separated string, NONE only alone."""
     names = "|".join(_any_case(k) for k in (*KINDS, "ALL", ARRAY_TASKS))
-    kind, none = rf"\s*(?:{names})\s*", rf"\s*{_any_case('NONE')}\s*"
+    kind, none = rf"[ \t]*(?:{names})[ \t]*", rf"[ \t]*{_any_case('NONE')}[ \t]*"
     return {
         "anyOf": [
             {"type": "array", "items": {"type": "string", "pattern": f"^{kind}$"}},
@@ -60,9 +66,9 @@ def parse_kinds(value: Any) -> tuple[list[str] | None, str | None]:
     → (the kinds in KINDS order, then ARRAY_TASKS if asked; None) or (None, why it is
     refused). NONE alone is []."""
     if isinstance(value, str):
-        names = [n.strip() for n in value.split(",")]
+        names = [n.strip(_BLANKS) for n in value.split(",")]
     elif isinstance(value, list) and all(isinstance(n, str) for n in value):
-        names = [n.strip() for n in value]
+        names = [n.strip(_BLANKS) for n in value]
     else:
         return None, f"must be a list or a comma-separated string, {_PROBLEM_KINDS}"
     chosen: set[str] = set()
