@@ -206,7 +206,7 @@ async def test_X4a_a_users_default_workspace_applies_to_jobs_that_name_none(api:
 
 async def test_X4a_jpu_workspace_default_sets_shows_and_clears_it(server: str, api: Api) -> None:
     assert ok(await jpu(server, "alice", "workspace", "default")) == "no default workspace\n"
-    err = failed(await jpu(server, "alice", "workspace", "default", "six"), "VALIDATION_ERROR")
+    err = failed(await jpu(server, "alice", "workspace", "default", "six"), "NOT_FOUND")
     assert "workspace" in err  # no such workspace yet: refused, nothing appended
     await _build(api, "alice", SIX)
     out = ok(await jpu(server, "alice", "workspace", "default", "six"))
