@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import SlurmEnv, wait_end
 
 from jpu.backends.slurm.pyslurm_api import cluster_version, pyslurm_usable
+from jpu.testing.slurm_env import SlurmEnv, wait_end
 
 
 async def test_X9_pyslurm_reads_the_jobs_where_it_matches_the_cluster(slurm: SlurmEnv) -> None:
