@@ -248,9 +248,9 @@ def _check_job(job_id: str, events: list[Delivered], config: Config, check: LogC
         if final_end_at is not None and not after_end_ok:
             bad.append(f"{job_id}: {type(e).__name__} at seq {d.seq} after it ended (S2)")
         if isinstance(e, JobDispatched) and d.seq not in check.applied_dispatches:
-            # E2: a dispatch appended as its job's cancel won the race (a leader change can let
-            # both through on one expected seq) moves nothing: the fold, the agent and the API
-            # ignore it. A second placement of an attempt already placed is still O5's breach.
+            # E2: a dispatch that lost the race to its job's cancel (seed 154951, after leader
+            # kills: both landed, on one expected seq it seems) moves nothing: the fold, the agent
+            # and the API ignore it. A second placement of a placed attempt is still O5's breach.
             if e.attempt in dispatched:
                 bad.append(f"{job_id}: attempt {e.attempt} dispatched twice (seq {d.seq}, O5)")
             else:
