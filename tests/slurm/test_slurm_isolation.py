@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SlurmEnv, wait_end
 
 from jpu.backends import BackendError
 from jpu.backends.isolation import Apptainer
 from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.backends.slurm.jobs import parse_comment
 from jpu.testing.apptainer_standin import standin_report, write_standin
+from jpu.testing.slurm_env import SlurmEnv, wait_end
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 PROBE = (
