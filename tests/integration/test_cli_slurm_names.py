@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 import pytest_asyncio
 
@@ -21,6 +22,7 @@ from jpu.events import JobEnded
 from jpu.testing.api import Api, bearer, token_of
 from jpu.testing.cli import jpu, ok
 from jpu.testing.inprocess import serve_http
+from jpu.testing.stack import ended, logs_stack, wait_job
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 
@@ -217,3 +219,41 @@ async def test_U1_slurm_shims_run_jpu_and_never_shadow_a_real_slurm(
         assert not (other / "squeue").exists() and (other / "sacct").exists()
     rc, out, _ = await _run([*jpu_cli, "slurm-shims", "uninstall", str(shims)], path)
     assert rc == 0 and not any(shims.iterdir())
+
+
+# --- running and ended jobs: the whole stack, jobs as real processes ------------------------
+
+
+async def test_U1_squeue_sacct_scontrol_on_running_and_ended_jobs(
+    nats_url: str, pool: asyncpg.Pool, pg_dsn: str, project: Path
+) -> None:
+    gate = project / "go"
+    async with logs_stack(nats_url, pool, pg_dsn) as s:
+        url = str(s.client.base_url).rstrip("/")
+        wait = f"while [ ! -e {gate} ]; do sleep 0.05; done"
+        running = await _sbatch(url, "bcg-bob", project, "--wrap", wait, "-J", "gated", "-t", "5")
+        failing = await _sbatch(url, "bcg-bob", project, "--wrap", "exit 3", "-J", "three")
+        await wait_job(s, "bcg-bob", running, lambda j: j["state"] == "RUNNING")
+        await wait_job(s, "bcg-bob", failing, ended)
+        await asyncio.sleep(1.1)  # a second of run time
+
+        line = ok(await jpu(url, "bcg-bob", "squeue", "-h", "-t", "R", "-o", "%i %t %T %N %P %L"))
+        job_id, st, state, node, tier, left = line.split()
+        assert (job_id, st, state) == (running, "R", "RUNNING")
+        assert (node, tier) in (("n-small", "small"), ("n-big", "big"))
+        assert left.startswith("4:5")  # 5 minutes less the second it ran
+        elapsed = ok(await jpu(url, "bcg-bob", "squeue", "-h", "-j", running[:8], "-o", "%M"))
+        assert elapsed.strip() not in ("", "0:00")
+        shown = ok(await jpu(url, "bcg-bob", "scontrol", "show", "job", running[:8]))
+        pairs = dict(kv.split("=", 1) for ln in shown.splitlines() for kv in ln.split())
+        assert pairs["JobState"] == "RUNNING" and pairs["NodeList"] == node
+        assert pairs["Partition"] == tier and pairs["RunTime"] != "0:00"
+
+        gate.touch()
+        await wait_job(s, "bcg-bob", running, ended)
+        out = ok(await jpu(url, "bcg-bob", "sacct", "-X", "-n", "-P", "-j", f"{running},{failing}",
+                           "--format=JobID,JobName,State,ExitCode,Elapsed,NodeList"))  # fmt: skip
+        rows = {r.split("|")[0]: r.split("|") for r in out.splitlines()}
+        assert rows[running][1:4] == ["gated", "COMPLETED", "0:0"]
+        assert rows[running][4] != "0:00" and rows[running][5] == node
+        assert rows[failing][1:4] == ["three", "FAILED", "3:0"]
