@@ -132,15 +132,19 @@ async def test_U1_sacct_jobs_format_parsable_and_window(
     table = ok(await jpu(server, "bob", "sacct", "-j", b)).splitlines()  # sacct's default
     assert table[0].split() == ["JobID", "JobName", "Partition", "Account", "AllocCPUS",
                                 "State", "ExitCode"]  # fmt: skip
-    assert table[1].startswith("------------ ") and table[2].split()[-2:] == ["PENDING", "0:0"]
+    assert table[1].startswith("-" * 26 + " ---------- ")  # the id's column fits it whole
+    assert table[2].split()[0] == b and table[2].split()[-2:] == ["PENDING", "0:0"]
     # no -j: the caller's jobs since midnight (-S for another window), never another user's
     today = ok(await jpu(server, "bob", "sacct", "-n", "-P", "-o", "JobID,State"))
     assert today.splitlines() == [f"{a}|FAILED", f"{b}|PENDING"]
     failed = ok(await jpu(server, "bob", "sacct", "-n", "-P", "-o", "JobID", "-s", "F"))
     assert failed.split() == [a]
     assert ok(await jpu(server, "alice", "sacct", "-n", "-P", "-o", "jobid")) == ""
+    # a window: jobs submitted in it, and (no -E) those not ended yet, as sacct shows them
     later = ok(await jpu(server, "bob", "sacct", "-n", "-S", "2999-01-01", "-o", "JobID"))
-    assert later == ""
+    assert later.split() == [b]
+    window = ["-S", "2999-01-01", "-E", "2999-01-02T12:00"]
+    assert ok(await jpu(server, "bob", "sacct", "-n", *window, "-o", "JobID")) == ""
     rc, out, err = await jpu(server, "bob", "sacct", "--format", "JobID,Bogus")
     assert rc == 1 and "unknown field 'Bogus'" in err
 

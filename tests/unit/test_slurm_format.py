@@ -110,10 +110,11 @@ def test_U1_sacct_columns_parsable_and_widths() -> None:
     assert sf.sacct([done], "jobid,state", T0, header=False, sep="|", trailing=True) == (
         "0123456789abcdef01234567|COMPLETED|"
     )
-    table = sf.sacct([done], "JobID,JobName%-20,State", T0).splitlines()
-    assert table[0] == "       JobID JobName                   State"
-    assert table[1] == "------------ -------------------- ----------"
-    assert table[2] == "0123456789a+ train                 COMPLETED"  # cut with '+', as sacct
+    table = sf.sacct([done], "JobID,JobName%-20,State%6", T0).splitlines()
+    assert table[0] == "                     JobID JobName               State"
+    assert table[1] == "-------------------------- -------------------- ------"
+    # a 24-digit id whole; a cut value ends in '+', as sacct
+    assert table[2] == "  0123456789abcdef01234567 train                COMPL+"
     with pytest.raises(ValueError, match="unknown field 'Bogus'"):
         sf.parse_sacct_format("JobID,Bogus")
 

@@ -102,7 +102,9 @@ def _squeue(p: argparse.ArgumentParser) -> None:
     p.add_argument("-u", "--user", metavar="USER[,USER]", help="only these users' jobs")
     p.add_argument("--me", action="store_true", help="only my jobs")
     p.add_argument("-j", "--jobs", metavar="IDS", help="only these jobs (ids or prefixes)")
-    p.add_argument("-t", "--states", metavar="S[,S]", help="PD, R, CG, PENDING, …, or all")
+    p.add_argument(
+        "-t", "--states", "--state", metavar="S[,S]", help="PD, R, CG, PENDING, …, or all"
+    )
     p.add_argument("-p", "--partition", metavar="P[,P]", help="only jobs on these tiers")
     p.add_argument("-A", "--account", metavar="LAB", help="only this lab's jobs")
     p.add_argument("-n", "--name", metavar="NAME[,NAME]", help="only jobs with these names")
@@ -291,19 +293,29 @@ def _listed(
     c: RestClient, args: argparse.Namespace, states: list[str] | None
 ) -> list[dict[str, Any]]:
     """`GET /v1/jobs` page by page: the caller's (or `-u`'s, or with `-a` every visible) jobs
-    submitted in the window — since midnight unless `-S`, as sacct."""
+    submitted in the window — since midnight unless `-S`, as sacct — and, with no `-E`, those
+    not ended yet whenever they were submitted (sacct shows yesterday's job still running)."""
     user = args.user
     if user is None and not args.allusers:
         user = c.get("/v1/me")["user"]
-    params: dict[str, Any] = {
-        "user": user,
-        "lab": args.accounts,
+    base: dict[str, Any] = {"user": user, "lab": args.accounts, "limit": lists.PAGE_MAX}
+    window = {
         "state": ",".join(states) if states else None,
         "since": when(args.starttime, "--starttime", _midnight()),
         "until": when(args.endtime, "--endtime", None),
-        "limit": lists.PAGE_MAX,
     }
-    params = {k: v for k, v in params.items() if v is not None}
+    queries = [window]
+    if args.endtime is None:
+        live = [s for s in (states or STATES) if s not in TERMINAL]
+        queries += [{"state": ",".join(live)}] if live else []
+    found: dict[str, dict[str, Any]] = {}
+    for query in queries:
+        params = {k: v for k, v in {**base, **query}.items() if v is not None}
+        found.update((j["id"], j) for j in _pages(c, params))
+    return list(found.values())
+
+
+def _pages(c: RestClient, params: dict[str, Any]) -> list[dict[str, Any]]:
     jobs: list[dict[str, Any]] = []
     cursor: str | None = None
     while True:

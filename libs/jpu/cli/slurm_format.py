@@ -247,9 +247,10 @@ _SACCT: Final[dict[str, Value]] = {
     "qos": lambda _j, _n: "normal",
     "cluster": lambda _j, _n: "jpu",
 }
-# sacct's column widths (its `-e` list), right-justified unless `%-N`
+# sacct's column widths (its `-e` list), right-justified unless `%-N`; a job id here is 24 hex
+# digits (an array task's `_K` more), not Slurm's number: its column fits it whole
 _SACCT_WIDTH: Final = {
-    "jobid": 12, "jobidraw": 12, "exitcode": 8, "submit": 19, "start": 19, "end": 19,
+    "jobid": 26, "jobidraw": 26, "exitcode": 8, "submit": 19, "start": 19, "end": 19,
     "nnodes": 8, "ntasks": 8, "nodelist": 15, "elapsedraw": 10,
 }  # fmt: skip
 DEFAULT_SACCT: Final = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
