@@ -64,14 +64,16 @@ def test_U1_squeue_default_format_is_squeues_own() -> None:
     out = sf.squeue([RUNNING, PENDING], sf.DEFAULT_SQUEUE, now=T0)
     lines = out.splitlines()
     assert lines[0] == (
-        "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
+        "                   JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)"
     )
     assert lines[1] == (
-        "a1b2c3d4e5f6a7b8c9   rtx4090 train-re bcg-alic  R    1:02:03      1 node1"
-    )  # %.18i and %.8j cut, as squeue does
+        "a1b2c3d4e5f6a7b8c9d0e1f2   rtx4090 train-re bcg-alic  R    1:02:03      1 node1"
+    )  # %.8j and %.8u cut, as squeue does
     assert lines[2].split() == [
-        "ffee00112233445566", "any", "sweep", "bcg-bob", "PD", "0:00", "1", "(Resources)",
+        PENDING["job_id"], "any", "sweep", "bcg-bob", "PD", "0:00", "1", "(Resources)",
     ]  # fmt: skip
+    task = {**PENDING, "job_id": PENDING["job_id"] + "_12"}  # an id is never cut
+    assert sf.squeue([task], "%.18i|", now=T0, header=False) == task["job_id"] + "|"
 
 
 def test_U1_squeue_common_fields_and_widths() -> None:
@@ -86,8 +88,8 @@ def test_U1_squeue_common_fields_and_widths() -> None:
     assert pending[3:9] == ["PD", "PENDING", "0:00", "UNLIMITED", "1", "(Resources)"]
     assert pending[13:15] == ["N/A", ""]  # not started; no node
     assert sf.squeue([], "%.5i %-6u|%10j|", now=T0) == "JOBID USER  |NAME      |"
-    assert sf.squeue([PENDING], "%.5i %-6u|%10j|", now=T0, header=False) == (
-        "ffee0 bcg-bo|sweep     |"
+    assert sf.squeue([PENDING], "%.5u %-6u|%10j|", now=T0, header=False) == (
+        "bcg-b bcg-bo|sweep     |"
     )
 
 

@@ -144,8 +144,10 @@ _SQUEUE: Final[dict[str, tuple[str, Value]]] = {
     "k": ("COMMENT", lambda _j, _n: "(null)"),
     "Z": ("WORK_DIR", lambda j, _n: str(j.get("chdir") or "")),
 }
-DEFAULT_SQUEUE: Final = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"  # squeue's own
-LONG_SQUEUE: Final = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"  # squeue -l
+# squeue's own, with the id's 18 widened to the 24 hex digits of an id here
+DEFAULT_SQUEUE: Final = "%.24i %.9P %.8j %.8u %.2t %.10M %.6D %R"
+LONG_SQUEUE: Final = "%.24i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"  # squeue -l
+_WHOLE: Final = frozenset("iA")  # an id is never cut: `ID_12` cut to `ID_1` is another job
 
 
 def _left(job: Job, now: float) -> str:
@@ -188,11 +190,11 @@ def parse_format(fmt: str) -> list[Field]:
     return out
 
 
-def _fit(text: str, f: Field) -> str:
+def _fit(text: str, f: Field, cut: bool = True) -> str:
     """squeue's width: pad to it (right-justified with `.`) and cut what is longer."""
     if f.width is None:
         return text
-    text = text[: f.width]
+    text = text[: f.width] if cut else text
     return text.rjust(f.width) if f.right else text.ljust(f.width)
 
 
@@ -204,7 +206,7 @@ def squeue_line(fields: Sequence[Field], job: Job | None, now: float) -> str:
             parts.append(f.text)
             continue
         title, value = _SQUEUE[f.letter]
-        parts.append(_fit(title if job is None else value(job, now), f))
+        parts.append(_fit(title if job is None else value(job, now), f, f.letter not in _WHOLE))
     return "".join(parts).rstrip()
 
 
