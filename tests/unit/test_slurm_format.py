@@ -117,6 +117,7 @@ def test_U1_sacct_columns_parsable_and_widths() -> None:
     assert table[1] == "-------------------------- -------------------- ------"
     # a 24-digit id whole; a cut value ends in '+', as sacct
     assert table[2] == "  0123456789abcdef01234567 train                COMPL+"
+    assert sf.sacct([done], "JobID%5", T0, header=False) == done["id"]  # an id is never cut
     with pytest.raises(ValueError, match="unknown field 'Bogus'"):
         sf.parse_sacct_format("JobID,Bogus")
 

@@ -282,7 +282,8 @@ def parse_sacct_format(fmt: str) -> list[Column]:
 
 
 def _cell(text: str, col: Column) -> str:
-    if len(text) > col.width:  # sacct marks a cut value with '+'
+    if len(text) > col.width and col.key not in ("jobid", "jobidraw"):  # an id is never cut
+        # sacct marks a cut value with '+'
         text = text[: col.width - 1] + "+"
     return text.ljust(col.width) if col.left else text.rjust(col.width)
 
