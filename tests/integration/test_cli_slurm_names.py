@@ -261,3 +261,22 @@ async def test_U1_squeue_sacct_scontrol_on_running_and_ended_jobs(
         assert rows[running][1:4] == ["gated", "COMPLETED", "0:0"]
         assert rows[running][4] != "0:00" and rows[running][5] == node
         assert rows[failing][1:4] == ["three", "FAILED", "3:0"]
+
+
+async def test_U8_array_tasks_by_slurms_ids_in_squeue_sacct_scancel(
+    server: str, api: Api, project: Path
+) -> None:
+    array = await _sbatch(server, "bob", project, "--array", "0-3", "--wrap", "true", "-J", "arr")
+    tasks = [f"{array}_{k}" for k in range(4)]
+    picked = ok(await jpu(server, "bob", "squeue", "-h", "-o", "%i", "-j", f"{array[:8]}_[1-2]"))
+    assert sorted(picked.split()) == tasks[1:3]
+    out = ok(await jpu(server, "bob", "sacct", "-n", "-P", "-o", "JobID,JobName", "-j", array))
+    assert out.splitlines() == [f"{t}|arr" for t in tasks]  # an array's id: each task
+    shown = ok(await jpu(server, "bob", "scontrol", "show", "job", tasks[3]))
+    assert f"JobId={tasks[3]} " in shown and f"ArrayJobId={array} ArrayTaskId=3" in shown
+    assert ok(await jpu(server, "bob", "scancel", "-n", "arr", f"{array[:8]}_[0,3]")) == ""
+    states = [
+        (await api.client.get(f"/v1/jobs/{t}", headers=bearer("bob"))).json()["state"]
+        for t in tasks
+    ]
+    assert states == ["CANCELLING", "PERSONAL_QUEUE_WAIT", "PERSONAL_QUEUE_WAIT", "CANCELLING"]

@@ -141,3 +141,5 @@ def test_U8_slurm_commands_take_id_lists_prefixes_and_tasks() -> None:
     assert split_ids(["a1,b2", "c3_[2-4,7]"]) == ["a1", "b2", "c3_[2-4,7]"]
     assert matches("a1b2c3", "a1b") and not matches("a1b2c3", "b2")
     assert matches("a1b2c3_4", "a1b_4") and not matches("a1b2c3_4", "a1b_5")
+    assert matches("a1b2c3_3", "a1b_[2-4,7]") and matches("a1b2c3_7", "a1b_[2-4,7]")
+    assert not matches("a1b2c3_5", "a1b_[2-4,7]") and not matches("a1b2c3", "a1b_[2-4]")

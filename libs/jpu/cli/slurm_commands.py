@@ -56,16 +56,28 @@ def split_ids(words: list[str]) -> list[str]:
 
 
 def matches(job_id: str, wanted: str) -> bool:
-    """Whether `job_id` is the one `wanted` names: a prefix of it, or `PREFIX_K` for a task."""
+    """Whether `job_id` is one `wanted` names (U8): a prefix of it, or for a task of an array
+    `PREFIX_K` or `PREFIX_[2-4,7]`."""
     if job_id.startswith(wanted):
         return True
-    prefix, _, task = wanted.rpartition("_")
-    return (
-        bool(prefix)
-        and task.isdigit()
-        and job_id.startswith(prefix)
-        and (job_id.endswith(f"_{task}"))
-    )
+    prefix, _, tasks = wanted.rpartition("_")
+    array, _, index = job_id.rpartition("_")
+    return bool(prefix and array) and array.startswith(prefix) and index in task_set(tasks)
+
+
+def task_set(text: str) -> set[str]:
+    """`7` or `[2-4,7]` → the task indices as strings; empty if it is neither."""
+    m = re.fullmatch(r"\[([\d,-]+)\]|(\d+)", text)
+    if m is None:
+        return set()
+    if m[2] is not None:
+        return {str(int(m[2]))}
+    out: set[str] = set()
+    for part in (p for p in m[1].split(",") if p):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out |= {str(k) for k in range(int(lo), int(hi or lo) + 1)}
+    return out
 
 
 # --- sbatch ----------------------------------------------------------------------------------
@@ -87,8 +99,9 @@ def _sbatch(sub: Any) -> None:
         with contextlib.redirect_stdout(out):
             rc = int(submit(args))
         text = out.getvalue()
-        if text.startswith("Submitted job "):  # sbatch's words (scripts read the 4th word)
-            text = "Submitted batch job " + text.removeprefix("Submitted job ")
+        for said in ("Submitted job ", "Submitted array job "):  # sbatch's words: scripts
+            if text.startswith(said):  # read the id as the 4th word
+                text = "Submitted batch job " + text.removeprefix(said)
         sys.stdout.write(text)
         return rc
 
