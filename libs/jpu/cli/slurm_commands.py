@@ -62,22 +62,20 @@ def matches(job_id: str, wanted: str) -> bool:
         return True
     prefix, _, tasks = wanted.rpartition("_")
     array, _, index = job_id.rpartition("_")
-    return bool(prefix and array) and array.startswith(prefix) and index in task_set(tasks)
+    return bool(prefix and array) and array.startswith(prefix) and in_tasks(index, tasks)
 
 
-def task_set(text: str) -> set[str]:
-    """`7` or `[2-4,7]` → the task indices as strings; empty if it is neither."""
+def in_tasks(index: str, text: str) -> bool:
+    """Whether task `index` is in `7` or `[2-4,7]` (False when `text` is neither)."""
     m = re.fullmatch(r"\[([\d,-]+)\]|(\d+)", text)
-    if m is None:
-        return set()
-    if m[2] is not None:
-        return {str(int(m[2]))}
-    out: set[str] = set()
-    for part in (p for p in m[1].split(",") if p):
+    if m is None or not index.isdigit():
+        return False
+    k = int(index)
+    for part in (m[1] or m[2]).split(","):
         lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out |= {str(k) for k in range(int(lo), int(hi or lo) + 1)}
-    return out
+        if lo.isdigit() and (hi or lo).isdigit() and int(lo) <= k <= int(hi or lo):
+            return True
+    return False
 
 
 # --- sbatch ----------------------------------------------------------------------------------
