@@ -82,12 +82,14 @@ def in_tasks(index: str, text: str) -> bool:
 
 
 def _sbatch(sub: Any) -> None:
-    """`jpu sbatch` is the `submit` parser under a second name (as argparse's aliases are)."""
+    """`jpu sbatch` is the `submit` parser under a second name (as argparse's aliases are;
+    `submit` may register the alias itself)."""
     parser = sub.choices["submit"]
-    sub._name_parser_map["sbatch"] = parser
-    sub._choices_actions.append(
-        sub._ChoicesPseudoAction("sbatch", (), "submit a job: `jpu submit` by sbatch's name")
-    )
+    if "sbatch" not in sub.choices:
+        sub._name_parser_map["sbatch"] = parser
+        sub._choices_actions.append(
+            sub._ChoicesPseudoAction("sbatch", (), "submit a job: `jpu submit` by sbatch's name")
+        )
     submit = parser.get_default("func")
 
     def sbatch(args: argparse.Namespace) -> int:
