@@ -50,6 +50,7 @@ def _entry(
         "min_vram_gb": row["min_vram_gb"],  # D7 MinVram: the floor it waits for (X8 raises it)
         "state": row["state"],
         "attempt": row["attempt"],
+        "time_limit_s": row["time_limit_s"],  # squeue's TIME_LIMIT (%l)
         "lab_usage": usage,  # D1: charged, decayed — what orders the queue
         "lab_accrued_uncharged": accrued,  # F4: the lab's jobs in flight so far, not in the order
         "queue_entered_at": row["queue_entered_at"],
