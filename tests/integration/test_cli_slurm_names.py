@@ -183,9 +183,9 @@ def _fake(directory: Path, name: str) -> Path:
     return exe
 
 
-async def _run(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+async def _run(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        *argv, env=env, cwd=cwd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return int(proc.returncode or 0), out.decode(), err.decode()
@@ -199,29 +199,29 @@ async def test_U1_slurm_shims_run_jpu_and_never_shadow_a_real_slurm(
     jpu_cli = [sys.executable, "-P", "-m", "jpu.cli.main"]
     # PATH holds no other squeue (not /usr/bin: the machine's own Slurm would count there)
     rc, out, err = await _run([*jpu_cli, "slurm-shims", "install", str(shims)],
-                              {**env, "PATH": str(shims)})  # fmt: skip
+                              {**env, "PATH": str(shims)}, project)  # fmt: skip
     assert rc == 0 and "Installed sbatch, squeue, scancel, sacct, scontrol" in out, err
     assert {p.name for p in shims.iterdir()} == {"sbatch", "squeue", "scancel", "sacct",
                                                  "scontrol"}  # fmt: skip
     assert all(os.stat(p).st_mode & 0o777 == 0o755 for p in shims.iterdir())
     path = {**env, "PATH": str(shims)}
-    job = (await _run(["sbatch", "--parsable", "--wrap", "true"], path))[1].strip()
+    job = (await _run(["sbatch", "--parsable", "--wrap", "true"], path, project))[1].strip()
     assert len(job) == 24
-    rc, out, err = await _run(["squeue", "--me", "-h", "-o", "%i %t"], path)
+    rc, out, err = await _run(["squeue", "--me", "-h", "-o", "%i %t"], path, project)
     assert rc == 0 and out.split() == [job, "PD"], err
     # Slurm installed later, after the shims on PATH: the shim runs Slurm's, and says so
     _fake(slurm, "squeue")
-    rc, out, err = await _run(["squeue", "-h"], {**env, "PATH": f"{shims}:{slurm}"})
+    rc, out, err = await _run(["squeue", "-h"], {**env, "PATH": f"{shims}:{slurm}"}, project)
     assert (rc, out.strip()) == (0, "real-squeue -h") and "jpu-slurm-shim" in err
     # install refuses a name a real Slurm already has on PATH (before or after DIR)
     other = project / "shims2"
     for order in (f"{slurm}:{other}", f"{other}:{slurm}"):
         rc, out, err = await _run([*jpu_cli, "slurm-shims", "install", str(other)],
-                                  {**env, "PATH": order})  # fmt: skip
+                                  {**env, "PATH": order}, project)  # fmt: skip
         assert rc == 1 and f"squeue: not installed: a squeue is already on your PATH at " \
             f"{slurm / 'squeue'}" in err  # fmt: skip
         assert not (other / "squeue").exists() and (other / "sacct").exists()
-    rc, out, _ = await _run([*jpu_cli, "slurm-shims", "uninstall", str(shims)], path)
+    rc, out, _ = await _run([*jpu_cli, "slurm-shims", "uninstall", str(shims)], path, project)
     assert rc == 0 and not any(shims.iterdir())
 
 
