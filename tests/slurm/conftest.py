@@ -9,11 +9,13 @@ wait overlaps the other tests instead of adding to them.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
