@@ -64,6 +64,10 @@ SUBMIT_FIELDS: Final = (
     "hold",  # Q9
     "workspace",  # X4a: the READY workspace the job runs in (jpu.domain.workspaces)
     "array",  # Q7: a job array (jpu.domain.arrays)
+    "output",  # U6: sbatch -o (jpu.domain.slurm_io)
+    "error",  # U6: sbatch -e
+    "open_mode",  # U6: sbatch --open-mode
+    "signal",  # U6: sbatch --signal
 )
 
 # X4a: a workspace's name, also a part of its image's tag
@@ -238,6 +242,34 @@ def env_key_reserved(key: str) -> bool:
 _NO_NUL: Final = "^[^\\u0000]*$"
 
 
+# U6: sbatch's -o/-e/--open-mode/--signal, as written (jpu.domain.slurm_io gives the meaning)
+MAX_SLURM_PATH: Final = 4096
+SLURM_IO_SCHEMA: Final[dict[str, Any]] = {
+    "output": {
+        "type": ["string", "null"],
+        "maxLength": MAX_SLURM_PATH,
+        "description": "like sbatch -o: the job's stdout also goes to this file (%j %J %x %u "
+        "%A %a %N %%, relative to the working directory, written as the job's account)",
+    },
+    "error": {
+        "type": ["string", "null"],
+        "maxLength": MAX_SLURM_PATH,
+        "description": "like sbatch -e: the job's stderr also goes here (default: `output`)",
+    },
+    "open_mode": {
+        "type": ["string", "null"],
+        "enum": ["append", "truncate", None],
+        "description": "like sbatch --open-mode: append to, or truncate (default), the files",
+    },
+    "signal": {
+        "type": ["string", "null"],
+        "maxLength": 64,
+        "description": "like sbatch --signal=[{R|B}:]SIG[@T]: SIG reaches the job (B: the "
+        "batch shell only) T s (default 60) before the time limit",
+    },
+}
+
+
 def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
     """The JSON Schema of a submit body, from the same bounds intake enforces (Q1). What a
     schema cannot say (UTF-8 bytes, unpaired surrogates, Q2 no-fit) is in the descriptions."""
@@ -348,6 +380,7 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 "description": "a READY workspace ([a-z0-9_.-], own, else the lab's) the job "
                 "runs in; missing or not READY: 422 naming `workspace`",
             },
+            **SLURM_IO_SCHEMA,  # U6 (jpu.domain.slurm_io)
         },
         "description": "A job (SPEC Q1); null is the same as an absent field. A request no "
         "placement can ever run is 422 NO_FIT_PLACEMENT (Q2).",

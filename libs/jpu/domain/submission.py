@@ -117,6 +117,10 @@ def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> Job
         workspace=b.get("workspace"),  # X4a: checked READY by the gateway (workspace_image)
         workspace_image=cmd.workspace_image if b.get("workspace") is not None else None,
         array=arrays.parse(array, arrays.MAX_INDEX + 1) if array is not None else None,
+        output=b.get("output"),  # U6: validated (jpu.policy.queue.slurm_io_problems)
+        error=b.get("error"),
+        open_mode=b.get("open_mode"),
+        signal=b.get("signal"),
     )
 
 

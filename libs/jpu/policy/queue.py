@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from jpu.config import Tier
 from jpu.domain import limits as bounds
+from jpu.domain import slurm_io
 from jpu.policy import mail
 from jpu.policy.model import Gpu
 from jpu.policy.placements import Request, scan, tier_admits
@@ -144,7 +145,32 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
     workspace = body.get("workspace")
     if workspace is not None and (why := bounds.workspace_name_problem(workspace)):
         errors.append(FieldError("workspace", why))  # X4a
+    errors += slurm_io_problems(body)  # U6
     return errors + _check_unknown(body)
+
+
+def slurm_io_problems(body: Mapping[str, Any]) -> list[FieldError]:
+    """U6: `output`/`error` are non-empty paths, `open_mode` append|truncate, `signal` parses."""
+    errors = []
+    for field in ("output", "error"):
+        v = body.get(field)
+        if v is not None and (
+            not isinstance(v, str) or bounds.blank(v) or len(v) > bounds.MAX_SLURM_PATH
+        ):
+            errors.append(FieldError(field, f"a file name of 1-{bounds.MAX_SLURM_PATH} characters"))
+    mode = body.get("open_mode")
+    if mode is not None and mode not in ("append", "truncate"):
+        errors.append(FieldError("open_mode", "append or truncate"))
+    sig = body.get("signal")
+    if sig is not None:
+        if not isinstance(sig, str) or len(sig) > 64:
+            errors.append(FieldError("signal", "[{R|B}:]SIG[@TIME], e.g. B:USR1@60"))
+        else:
+            try:
+                slurm_io.parse_signal(sig)
+            except ValueError as e:
+                errors.append(FieldError("signal", str(e)))
+    return errors
 
 
 class _AnyCount(NamedTuple):
