@@ -170,10 +170,16 @@ def podman_argv(
     ]  # fmt: skip
 
 
-def job_argv(isolation: Isolation, output_dir: str, workdir: str | None = None) -> list[str]:
+def job_argv(
+    isolation: Isolation,
+    output_dir: str,
+    workdir: str | None = None,
+    supervisor: Sequence[str] = (),
+) -> list[str]:
     """The command that runs OUT/job.sh (after any account drop; the netns prefix is apart).
-    Under Apptainer `workdir` (default OUT) is bound too and is the container's working dir."""
-    script = ["/bin/bash", f"{output_dir}/job.sh"]
+    Under Apptainer `workdir` (default OUT) is bound too and is the container's working dir.
+    `supervisor` (jpu.backends.supervise, U6/U7) runs the script, inside any container."""
+    script = [*supervisor, "/bin/bash", f"{output_dir}/job.sh"]
     a = isolation.container
     if a is None:
         return script

@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jpu.backends import containers
+from jpu.backends import containers, supervise
 from jpu.backends import isolation as iso_
 from jpu.backends import process as proc_
 from jpu.backends.accounts import Account, AccountMap, current_account
@@ -300,6 +300,8 @@ class LocalBackend(LocalBackfill):
             container=record.container,
             stop_timeout_s=self.settings.timeout_grace_s,
             labels={containers.LABEL: self._owner},
+            # U6/U7: -o/-e, --signal, srun; a container's init signals only its one child
+            supervisor=supervise.for_spec(spec, forward=isolation.podman is not None),
         )
         try:
             return await asyncio.create_subprocess_exec(
@@ -324,6 +326,7 @@ class LocalBackend(LocalBackfill):
             user_env=spec.env,
             workdir=spec.workdir,
         )
+        env.update(supervise.env_for_spec(spec))  # U7: the platform's, never the user's
         if spec.workspace is not None:
             env = venv_env(env, spec.env)
         return iso_.job_env(self._isolation_for(), env)
