@@ -21,6 +21,8 @@ the services consume the log, call these functions with `now` and append what th
                                            workspaces.py a workspace's state, access, quota (X4a)
     F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
     U  estimates (U4)                      runs.py       recent run times per user and lab
+       sbatch at execution (U6, U7)        slurm_io.py   -o/-e patterns, --open-mode, --signal
+                                           slurm_env.py  the SLURM_* variables of an attempt
     B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)
                                            backfill.py   what backfill starts, cancels, records
 
