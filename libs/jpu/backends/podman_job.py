@@ -43,6 +43,7 @@ from pathlib import Path
 
 from jpu.backends import isolation as iso_
 from jpu.backends.process import ENV_FILE, LOADER
+from jpu.backends.supervise import ARGV as SUPERVISOR
 
 CONFIG = "/etc/jpu/podman-job.json"
 SHIM = "/usr/local/libexec/jpu-podman-job"
@@ -86,8 +87,8 @@ def run_argv(
     """The one `podman run` of the platform (isolation.podman_argv) for a Slurm job."""
     p = iso_.Podman(image, config.podman.bin, config.podman.storage, config.podman.shared,
                     config.podman.args)  # fmt: skip
-    inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{out}/{ENV_FILE}", "/bin/bash",
-             f"{out}/job.sh"]  # fmt: skip
+    inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{out}/{ENV_FILE}", *SUPERVISOR,
+             "/bin/bash", f"{out}/job.sh"]  # fmt: skip
     wd = None if workdir == out else workdir
     labels = {"jpu.slurm-job": slurm_job_id}
     return iso_.podman_argv(

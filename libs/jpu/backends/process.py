@@ -31,7 +31,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from jpu.backends import isolation as iso_
@@ -101,12 +101,11 @@ def launch_argv(
     container: str = "",
     stop_timeout_s: float = 30.0,
     labels: Mapping[str, str] | None = None,
-    supervisor: Sequence[str] = (),
 ) -> list[str]:
     wrapper = [system_path("bash"), "-p", "-c", WRAPPER, "jpu-job", str(status_file)]
     if isolation.podman is not None:
         inner = ["/bin/bash", "-c", LOADER, "jpu-env", str(output_dir / ENV_FILE)]
-        inner += iso_.job_argv(isolation, str(output_dir), workdir, supervisor)
+        inner += iso_.job_argv(isolation, str(output_dir), workdir)
         p = isolation.podman
         if not agent.is_root:  # rootless podman: the user's own UID inside and out
             p = dataclasses.replace(p, args=("--userns=keep-id", *p.args))
@@ -134,7 +133,7 @@ def launch_argv(
         LOADER,
         "jpu-env",
         str(output_dir / ENV_FILE),
-        *iso_.job_argv(isolation, str(output_dir), workdir, supervisor),
+        *iso_.job_argv(isolation, str(output_dir), workdir),
     ]
 
 

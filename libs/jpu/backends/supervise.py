@@ -1,22 +1,25 @@
-"""SPEC U6/U7 at execution: a small bash supervisor between the job's loader and its script.
+"""SPEC U6/U7 at execution: a small bash supervisor between the job's loader and its script,
+the same on both backends and in every container (it runs inside, after the drop).
 
-It runs as the job's account (after the drop, inside the container when there is one), in the
-job's working directory, so every file it opens is opened by that account (never by root):
+It runs as the job's account, in the job's working directory, so every file it opens is opened
+by that account (never by root). Its command line is constant (ARGV, then `/bin/bash SCRIPT`);
+what it does for one attempt comes in the job's environment (run_env), which it removes first:
 
-    /bin/bash -c SUPERVISE jpu-run OUT ERR MODE SIG DELAY BATCH FORWARD -- /bin/bash SCRIPT
-
-  * `srun` becomes a shell function exported to the script (U7): `srun [opts] CMD…` runs CMD
-    once, in the job (the local backend and containers have no Slurm of their own);
-  * with no `-o/-e/--signal` it only execs the script (the process tree stays as it was);
-  * OUT/ERR (sbatch -o/-e, expanded by jpu.domain.slurm_io, relative to the working directory):
-    truncated unless MODE is `append`, then the job's stdout/stderr are copied there by `tee`,
-    and still reach the platform's per-attempt logs; a file it cannot open is one line on the
-    job's stderr, not a failed job;
-  * SIG (a number) DELAY s after the start: to the batch shell (BATCH=1, `B:`) or to every
-    process below it (Slurm's steps);
-  * FORWARD=1 (in a container, whose init signals only its one child) passes a cancel's TERM or
-    INT on to the batch shell; otherwise the process group already carries it.
-Nothing of the user's is interpolated: file names and the script travel as arguments (X3).
+  * JPU_RUN_SRUN `always` (no Slurm of ours here) or `absent` (only where Slurm's own srun is
+    not on PATH, e.g. a container in a Slurm allocation): `srun` becomes a shell function
+    exported to the script (U7): `srun [opts] CMD…` runs CMD once, in the job;
+  * JPU_SLURM_<NAME> become SLURM_<NAME> (U7: the platform's values over Slurm's own, which the
+    batch step sets after the export file);
+  * with no -o/-e/--signal it then execs the script (the process tree stays as it was);
+  * JPU_RUN_OUT/ERR (sbatch -o/-e, expanded by jpu.domain.slurm_io, relative to the working
+    directory): truncated unless JPU_RUN_MODE is `append`, then the job's stdout/stderr are
+    copied there by `tee` and still reach the platform's per-attempt logs; a file it cannot
+    open is one line on the job's stderr, not a failed job;
+  * JPU_RUN_SIG (a number) JPU_RUN_DELAY s after the start: to the batch shell (JPU_RUN_BATCH=1,
+    `B:`) or to every process below it (Slurm's steps);
+  * JPU_RUN_FWD=1 (podman, whose init signals only its one child) passes a cancel's TERM or INT
+    on to the batch shell; elsewhere the process group (or Slurm) already carries it.
+Nothing of the user's is interpolated: file names travel as values (X3).
 """
 
 from __future__ import annotations
@@ -46,14 +49,19 @@ SRUN_FUNCTION = r"""srun() {  # U7: runs CMD once, in the job: srun's own option
 export -f srun
 """
 
-SUPERVISE = (
-    SRUN_FUNCTION
-    + r"""out="$1" err="$2" mode="$3" sig="$4" delay="$5" batch="$6" fwd="$7"
-shift 8
+SUPERVISE = r"""out="$JPU_RUN_OUT" err="$JPU_RUN_ERR" mode="$JPU_RUN_MODE" sig="$JPU_RUN_SIG"
+delay="$JPU_RUN_DELAY" batch="$JPU_RUN_BATCH" fwd="$JPU_RUN_FWD" shim="$JPU_RUN_SRUN"
+unset JPU_RUN_OUT JPU_RUN_ERR JPU_RUN_MODE JPU_RUN_SIG JPU_RUN_DELAY JPU_RUN_BATCH JPU_RUN_FWD \
+  JPU_RUN_SRUN
+for v in ${!JPU_SLURM_@}; do export "${v#JPU_}=${!v}"; unset "$v"; done
+if [ "$shim" = always ] || { [ "$shim" = absent ] && ! command -v srun >/dev/null; }; then
+"""
+SUPERVISE += SRUN_FUNCTION
+SUPERVISE += r"""fi
 [ -n "$out$err$sig" ] || exec "$@"
 opened() {  # truncate (unless appending) and create, as this account
   { [ "$mode" = append ] || : > "$1"; } 2>/dev/null && : >> "$1" 2>/dev/null && return 0
-  echo "jpu: cannot open $2 $1 (as $(id -un) in $PWD); the job's output stays in its logs" >&2
+  echo "jpu: cannot open $2 $1 (as uid $(id -u) in $PWD); the job's output stays in its logs" >&2
   return 1
 }
 if [ -n "$out" ] && ! opened "$out" -o; then [ "$err" = "$out" ] && err=; out=; fi
@@ -110,34 +118,12 @@ for p in $to $te; do  # the copies end with the job's last writer: wait a little
 done
 exit "$rc"
 """
-)
+ARGV = ("/bin/bash", "-c", SUPERVISE, "jpu-run")  # then the script: `/bin/bash SCRIPT`
 
 
-def argv(
-    *,
-    output: str | None = None,
-    error: str | None = None,
-    open_mode: str | None = None,
-    signal: slurm_io.SignalSpec | None = None,
-    delay_s: float | None = None,
-    forward: bool = False,
-) -> list[str]:
-    """The supervisor's command line, to put before the job's own (`/bin/bash SCRIPT`)."""
-    send = signal is not None and delay_s is not None
-    return [
-        "/bin/bash", "-c", SUPERVISE, "jpu-run",
-        output or "", error or "", slurm_io.open_mode(open_mode),
-        str(signal.signum) if send and signal else "",
-        f"{delay_s:.3f}" if send and delay_s is not None else "",
-        "1" if signal is not None and signal.batch_only else "0",
-        "1" if forward else "0",
-        "--",
-    ]  # fmt: skip
-
-
-def for_spec(spec: LaunchSpec, *, forward: bool) -> list[str]:
-    """The supervisor of one attempt: its -o/-e expanded (U6), its signal's delay from the
-    time limit. `forward`: the job runs in a container (see the module's docstring)."""
+def run_env(spec: LaunchSpec, *, forward: bool, srun: str) -> dict[str, str]:
+    """What the supervisor does for one attempt: its -o/-e expanded (U6), its signal's delay
+    from the time limit, `forward` in a podman container, `srun` always|absent (U7)."""
     facts = slurm_io.PatternFacts(
         job_id=spec.job_id, name=spec.name, user=spec.user, node=spec.node,
         array_job_id=spec.array_job_id, array_task_id=spec.array_task_id,
@@ -145,10 +131,17 @@ def for_spec(spec: LaunchSpec, *, forward: bool) -> list[str]:
     out, err = slurm_io.files(spec.output, spec.error, facts)
     sig = slurm_io.parse_signal(spec.signal) if spec.signal else None
     delay = slurm_io.signal_delay(sig, spec.time_limit_s) if sig else None
-    return argv(
-        output=out, error=err, open_mode=spec.open_mode, signal=sig, delay_s=delay,
-        forward=forward,
-    )  # fmt: skip
+    send = sig is not None and delay is not None
+    return {
+        "JPU_RUN_OUT": out or "",
+        "JPU_RUN_ERR": err or "",
+        "JPU_RUN_MODE": slurm_io.open_mode(spec.open_mode),
+        "JPU_RUN_SIG": str(sig.signum) if sig is not None and send else "",
+        "JPU_RUN_DELAY": f"{delay:.3f}" if delay is not None and send else "",
+        "JPU_RUN_BATCH": "1" if sig is not None and sig.batch_only else "0",
+        "JPU_RUN_FWD": "1" if forward else "0",
+        "JPU_RUN_SRUN": srun,
+    }
 
 
 def env_for_spec(spec: LaunchSpec) -> dict[str, str]:
@@ -159,3 +152,22 @@ def env_for_spec(spec: LaunchSpec) -> dict[str, str]:
         attempt=spec.attempt, time_limit_s=spec.time_limit_s,
     )  # fmt: skip
     return slurm_env.slurm_env(facts)
+
+
+# U7 on the Slurm backend: what Slurm itself knows better (the allocation it made) is kept
+SLURM_KEEPS = frozenset(
+    {
+        "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE",
+        "SLURM_MEM_PER_NODE", "SLURMD_NODENAME", "SLURM_NODEID", "SLURM_PROCID",
+        "SLURM_LOCALID", "SLURM_SUBMIT_HOST",
+    }
+)  # fmt: skip
+
+
+def slurm_overrides(spec: LaunchSpec) -> dict[str, str]:
+    """U7 on the Slurm backend: the platform's values where they differ from Slurm's (its job
+    id, name, submit dir, partition = tier, restart count, the array's), as JPU_SLURM_<NAME>
+    (the supervisor renames them inside the step, after Slurm has set its own)."""
+    env = {k: v for k, v in env_for_spec(spec).items() if k not in SLURM_KEEPS}
+    env.update((k, v) for k, v in spec.env.items() if k.startswith("SLURM_ARRAY_"))
+    return {"JPU_" + k: v for k, v in env.items()}

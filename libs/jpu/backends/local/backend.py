@@ -300,8 +300,6 @@ class LocalBackend(LocalBackfill):
             container=record.container,
             stop_timeout_s=self.settings.timeout_grace_s,
             labels={containers.LABEL: self._owner},
-            # U6/U7: -o/-e, --signal, srun; a container's init signals only its one child
-            supervisor=supervise.for_spec(spec, forward=isolation.podman is not None),
         )
         try:
             return await asyncio.create_subprocess_exec(
@@ -327,6 +325,9 @@ class LocalBackend(LocalBackfill):
             workdir=spec.workdir,
         )
         env.update(supervise.env_for_spec(spec))  # U7: the platform's, never the user's
+        # U6/U7: -o/-e, --signal, srun (no Slurm of ours here); podman's init signals one child
+        podman = self._isolation_for().podman is not None
+        env.update(supervise.run_env(spec, forward=podman, srun="always"))
         if spec.workspace is not None:
             env = venv_env(env, spec.env)
         return iso_.job_env(self._isolation_for(), env)

@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 
 from jpu.backends import isolation as iso_
+from jpu.backends import supervise
 from jpu.backends.base import LaunchSpec
 from jpu.backends.process import DEFAULT_PATH, env_records
 from jpu.backends.workspaces import venv_env
@@ -72,6 +73,10 @@ def job_env(
             "JPU_WORKDIR": spec.workdir,  # U5: the wrapper enters it as the user
         }
     )
+    # U7: the platform's SLURM_* over Slurm's where they differ (renamed inside the step); U6
+    # -o/-e/--signal; srun: Slurm's own, else (a container) the shim (jpu.backends.supervise)
+    env.update(supervise.slurm_overrides(spec))
+    env.update(supervise.run_env(spec, forward=isolation.podman is not None, srun="absent"))
     if spec.workspace is not None:  # X4a: the workspace's packages first on PATH
         env = venv_env(env, spec.env)
     return iso_.job_env(isolation, env)
