@@ -9,7 +9,8 @@ what it does for one attempt comes in the job's environment (run_env), which it 
     not on PATH, e.g. a container in a Slurm allocation): `srun` becomes a shell function
     exported to the script (U7): `srun [opts] CMD…` runs CMD once, in the job;
   * JPU_SLURM_<NAME> become SLURM_<NAME> (U7: the platform's values over Slurm's own, which the
-    batch step sets after the export file);
+    batch step sets after the export file); Slurm's own `srun` is then called with Slurm's own
+    job id (JPU_OWN_SLURM_JOB_ID), which it needs to find its allocation;
   * with no -o/-e/--signal it then execs the script (the process tree stays as it was);
   * JPU_RUN_OUT/ERR (sbatch -o/-e, expanded by jpu.domain.slurm_io, relative to the working
     directory): truncated unless JPU_RUN_MODE is `append`, then the job's stdout/stderr are
@@ -53,11 +54,19 @@ SUPERVISE = r"""out="$JPU_RUN_OUT" err="$JPU_RUN_ERR" mode="$JPU_RUN_MODE" sig="
 delay="$JPU_RUN_DELAY" batch="$JPU_RUN_BATCH" fwd="$JPU_RUN_FWD" shim="$JPU_RUN_SRUN"
 unset JPU_RUN_OUT JPU_RUN_ERR JPU_RUN_MODE JPU_RUN_SIG JPU_RUN_DELAY JPU_RUN_BATCH JPU_RUN_FWD \
   JPU_RUN_SRUN
+if [ -n "${JPU_SLURM_JOB_ID+x}" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+  export JPU_OWN_SLURM_JOB_ID="$SLURM_JOB_ID"  # Slurm's own srun needs Slurm's own id
+fi
 for v in ${!JPU_SLURM_@}; do export "${v#JPU_}=${!v}"; unset "$v"; done
 if [ "$shim" = always ] || { [ "$shim" = absent ] && ! command -v srun >/dev/null; }; then
 """
 SUPERVISE += SRUN_FUNCTION
-SUPERVISE += r"""fi
+SUPERVISE += r"""elif [ -n "${JPU_OWN_SLURM_JOB_ID:-}" ]; then
+srun() {
+  SLURM_JOB_ID="$JPU_OWN_SLURM_JOB_ID" SLURM_JOBID="$JPU_OWN_SLURM_JOB_ID" command srun "$@"
+}
+export -f srun
+fi
 [ -n "$out$err$sig" ] || exec "$@"
 opened() {  # truncate (unless appending) and create, as this account
   { [ "$mode" = append ] || : > "$1"; } 2>/dev/null && : >> "$1" 2>/dev/null && return 0

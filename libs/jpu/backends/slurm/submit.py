@@ -74,9 +74,11 @@ def job_env(
         }
     )
     # U7: the platform's SLURM_* over Slurm's where they differ (renamed inside the step); U6
-    # -o/-e/--signal; srun: Slurm's own, else (a container) the shim (jpu.backends.supervise)
+    # -o/-e/--signal; srun: Slurm's own where it can reach slurmctld (no isolation), else the
+    # shim: a job without network or in a container cannot use it (jpu.backends.supervise)
     env.update(supervise.slurm_overrides(spec))
-    env.update(supervise.run_env(spec, forward=isolation.podman is not None, srun="absent"))
+    shim = "absent" if isolation.name == iso_.NONE.name else "always"
+    env.update(supervise.run_env(spec, forward=isolation.podman is not None, srun=shim))
     if spec.workspace is not None:  # X4a: the workspace's packages first on PATH
         env = venv_env(env, spec.env)
     return iso_.job_env(isolation, env)
