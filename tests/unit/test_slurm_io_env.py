@@ -119,3 +119,39 @@ def test_U7_array_task_env_has_count_min_max_step() -> None:
     }
     uneven = slurm_env.array_env("arr1", 5, [1, 5, 9, 10])
     assert uneven["SLURM_ARRAY_TASK_STEP"] == "1"
+
+
+def test_U6_submit_records_the_options_on_JobSubmitted_and_the_agent_launches_with_them() -> None:
+    from pathlib import Path
+    from typing import cast
+
+    from jpu.commands import SubmitCommand
+    from jpu.config import load_config
+    from jpu.domain.execution import AgentJob
+    from jpu.domain.states import JobView
+    from jpu.domain.submission import invalid, submitted
+    from jpu.events import JobDispatched
+    from jpu_services.slurm_agent.launch import launch_spec
+
+    config = load_config(env={})
+    tiers = {t.name: t for t in config.tiers}
+    body = {
+        "command": "echo hi", "num_gpus": 1, "name": "ck", "output": "o_%j.txt",
+        "error": "e_%j.txt", "open_mode": "append", "signal": "B:USR1@5",
+    }  # fmt: skip
+    cmd = SubmitCommand(user="alice", lab="BCG", body=body)
+    assert invalid(cmd, tiers) is None
+    event = submitted(cmd, "j1", 1.0, "e1")
+    assert (event.output, event.error, event.open_mode, event.signal) == (
+        "o_%j.txt", "e_%j.txt", "append", "B:USR1@5",
+    )  # fmt: skip
+    tier = next(iter(tiers.values()))
+    dispatched = JobDispatched(
+        event_id="e2", ts=2.0, job_id="j1", attempt=1, node="n1", tier=tier.name, gpus=[0],
+    )  # fmt: skip
+    view = cast(JobView, None)  # launch_spec reads the submit and the dispatch only
+    job = AgentJob(view=view, submitted=event, dispatched=dispatched)
+    spec = launch_spec(job, tier, Path("/tmp/out"))
+    assert (spec.name, spec.output, spec.error, spec.open_mode, spec.signal) == (
+        "ck", "o_%j.txt", "e_%j.txt", "append", "B:USR1@5",
+    )  # fmt: skip
