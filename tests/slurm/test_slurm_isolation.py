@@ -63,7 +63,8 @@ async def test_X4_slurm_job_runs_in_apptainer_as_the_user_without_network(
     assert status.isolation == "container:apptainer"  # what JobStarted records
     # X2 through --cleanenv: the platform's variables, the user's, and Slurm's GPUs and job id
     assert f"att=3 cvd=0,1 out={out} id={spec.job_id}" in stdout
-    assert f"mine=a,b c slurm_job={bid}" in stdout
+    # U7: SLURM_JOB_ID is the platform's job id (Slurm's own, `bid`, stays for its srun)
+    assert f"mine=a,b c slurm_job={spec.job_id}" in stdout, bid
     report = standin_report(stderr)
     argv = report["argv"]
     assert isinstance(argv, list)
