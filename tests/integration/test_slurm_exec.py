@@ -14,6 +14,7 @@ import pytest
 import pytest_asyncio
 
 from jpu.backends.local.backend import LocalBackend
+from jpu.domain import arrays
 from jpu.testing.local_world import NODE, TIER, LocalWorld, root_dir
 from jpu.testing.waits import wait_end
 
@@ -165,3 +166,24 @@ async def test_U7_env_has_slurms_variables_and_srun_runs_the_command_once(
         "once",
         "nested",
     ]
+
+
+async def test_U6_U7_array_tasks_write_one_file_each_and_see_the_arrays_variables(
+    world: LocalWorld, project: Path
+) -> None:
+    """`-o %A_%a.out` gives one file per task (the env is what the fold gives a task, Q7)."""
+    backend = world.backend()
+    script = (
+        'echo "task=$SLURM_ARRAY_TASK_ID of=$SLURM_ARRAY_JOB_ID n=$SLURM_ARRAY_TASK_COUNT '
+        'min=$SLURM_ARRAY_TASK_MIN max=$SLURM_ARRAY_TASK_MAX step=$SLURM_ARRAY_TASK_STEP"\n'
+    )
+    for k in (3, 5):
+        spec = world.spec(
+            script, chdir=str(project), output="%A_%a.out", array_job_id="arr9",
+            array_task_id=k, env=arrays.env_for("arr9", k, [1, 3, 5]),
+        )  # fmt: skip
+        await _run(backend, spec)
+    for k in (3, 5):
+        assert (project / f"arr9_{k}.out").read_text() == (
+            f"task={k} of=arr9 n=3 min=1 max=5 step=2\n"
+        )

@@ -104,19 +104,20 @@ send() {
   for p in $(below "$job"); do kill -s "$sig" "$p" 2>/dev/null; done
 }
 timer=
-if [ -n "$sig" ] && [ -n "$delay" ]; then
-  /usr/bin/sleep "$delay" >/dev/null 2>&1 3>&- 4>&- &
+if [ -n "$sig" ] && [ -n "$delay" ]; then  # a subshell that sleeps, then signals
+  (
+    trap 'kill "$sp" 2>/dev/null; exit 0' TERM
+    /usr/bin/sleep "$delay" >/dev/null 2>&1 3>&- 4>&- &
+    sp=$!
+    wait "$sp" && send
+  ) >/dev/null 2>&1 3>&- 4>&- &
   timer=$!
 fi
-rc=
-while [ -z "$rc" ]; do
-  done=
-  if [ -n "$timer" ]; then wait -n -p done "$timer" "$job"; st=$?
-  else wait -n -p done "$job"; st=$?; fi
-  if [ "$done" = "$job" ]; then rc=$st
-  elif [ -n "$timer" ] && [ "$done" = "$timer" ]; then timer=; send
-  fi
-done
+# a trap interrupts `wait`: wait again while the job lives; the last wait gives its status
+# (bash keeps it, also for a job that ended before the first wait)
+while kill -0 "$job" 2>/dev/null; do wait "$job"; done
+wait "$job"
+rc=$?
 [ -z "$timer" ] || kill "$timer" 2>/dev/null
 exec 1>&3 2>&4 3>&- 4>&-
 for p in $to $te; do  # the copies end with the job's last writer: wait a little, not forever
