@@ -52,11 +52,15 @@ async def test_U7_slurm_backend_job_sees_the_platforms_job_id_and_runs_srun(
     ], bid
 
 
+@pytest.mark.parametrize("isolation", ["auto", "container"])
 async def test_U6_slurm_backend_output_file_and_signal_before_the_limit(
-    slurm: SlurmEnv, project: Path
+    slurm: SlurmEnv, project: Path, isolation: str, request: pytest.FixtureRequest
 ) -> None:
-    """`-o out_%j.txt` and `--signal=B:USR1@55` with a one-minute limit: the trap runs ~5 s in."""
-    backend = slurm.new_backend()
+    """`-o out_%j.txt` and `--signal=B:USR1@55` with a one-minute limit: the trap runs ~5 s in,
+    in the allocation and in the node helper's podman container (X4a)."""
+    if isolation == "container":
+        request.getfixturevalue("podman_helper")
+    backend = slurm.new_backend(isolation=isolation)
     script = (
         "start=$EPOCHREALTIME\n"
         "trap 'echo \"usr1 after $(( ${EPOCHREALTIME/./} - ${start/./} ))us\"; exit 0' USR1\n"
