@@ -120,10 +120,13 @@ wait "$job"
 rc=$?
 [ -z "$timer" ] || kill "$timer" 2>/dev/null
 exec 1>&3 2>&4 3>&- 4>&-
-for p in $to $te; do  # the copies end with the job's last writer: wait a little, not forever
-  for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do
+# the copies end with the job's last writer; a process the script left behind may hold the
+# pipe (Slurm ends the job with its batch shell, and so does the backend): wait 0.5 s at most
+exec 5<> <(:)  # an empty pipe: `read -t` on it sleeps without a process
+for p in $to $te; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     kill -0 "$p" 2>/dev/null || break
-    /usr/bin/sleep 0.1
+    read -r -t 0.05 -u 5 _
   done
 done
 exit "$rc"
