@@ -18,6 +18,7 @@ import pytest_asyncio
 
 from jpu.backends import BackendError
 from jpu.backends.isolation import Apptainer
+from jpu.backends.supervise import ARGV as SUPERVISOR
 from jpu.testing.apptainer_standin import standin_report, write_standin
 from jpu.testing.local_world import LocalWorld, root_dir
 from jpu.testing.unavailable import skip_unless_required
@@ -82,7 +83,8 @@ async def test_X4_apptainer_job_runs_contained_as_the_user_without_network(
     argv = report["argv"]
     assert isinstance(argv, list)
     assert argv[:6] == ["exec", "--containall", "--net", "--network", "none", "--no-eval"]
-    assert argv[-4:] == ["--nv", str(image), "/bin/bash", f"{out}/job.sh"]
+    n = len(SUPERVISOR) + 4  # U6/U7: the supervisor runs the script inside (supervise.py)
+    assert argv[-n:] == ["--nv", str(image), *SUPERVISOR, "/bin/bash", f"{out}/job.sh"]
     uid = int((out / "uid.txt").read_text())
     if os.getuid() == 0:  # the user's own mapped account, never root
         assert uid == report["uid"] == pwd.getpwnam("jpu-alice").pw_uid
