@@ -249,13 +249,12 @@ _NO_NUL: Final = "^[^\\u0000]*$"
 # U6: sbatch's --signal as a submit carries it, normalised by jpu.policy.sbatch: [B:]SIG@SECONDS,
 # SIG a signal's name or number on this platform, SECONDS at most Slurm's 65535 — the schema and
 # the check (jpu.policy.queue) read this one pattern, so what one allows the other accepts
-_SIGNALS: Final = sorted(
-    {n.removeprefix("SIG") for n in _signal.Signals.__members__}
-    | {str(int(s)) for s in _signal.Signals},
-    key=lambda n: (-len(n), n),
+_SIGNAL_NAMES: Final = "|".join(
+    sorted({n.removeprefix("SIG") for n in _signal.Signals.__members__}, key=lambda n: (-len(n), n))
 )
+_SIGNAL_NUMBERS: Final = "|".join(sorted({str(int(s)) for s in _signal.Signals}, key=len)[::-1])
 SIGNAL_PATTERN: Final = (
-    f"^(B:)?(SIG)?({'|'.join(_SIGNALS)})"
+    f"^(B:)?((SIG)?({_SIGNAL_NAMES})|({_SIGNAL_NUMBERS}))"
     "@([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"
 )
 
