@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from jpu.runtime.resilience import retry
 from jpu.runtime.service import run_workers
 from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
@@ -49,7 +50,9 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         edges = await bootstrap.bootstrap(settings)
         stop = asyncio.Event()
         app.state.edges, app.state.crashed = edges, False
-        app.state.positions = await PositionWatch.start(settings.base.database_url)
+        app.state.positions = await retry(  # PostgreSQL may be restarting (SPEC O5)
+            "PostgreSQL notifications", lambda: PositionWatch.start(settings.base.database_url)
+        )
         # every per-app object is built here, once, before the first request
         app.state.token_cache = TokenCache()
         app.state.submit_limiter = from_settings(settings.base)
