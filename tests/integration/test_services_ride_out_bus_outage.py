@@ -1,0 +1,223 @@
+"""Every service as a real process rides out the bus being away (SPEC O3, O5; issue 29 item 2,
+issue 34 item 2): started while NATS is down — as after a SIGKILL during a leader election — each
+waits and retries its start instead of exiting, then does its work once NATS is back; and NATS
+stopped and restarted under the running services leaves every one of them running."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import pytest_asyncio
+
+from jpu.bus import EventBus
+from jpu.commands import SubmitCommand, decode_reply, encode, submit_subject
+from jpu.embedded.base import free_port
+from jpu.embedded.nats import EmbeddedNats, _accepts, find_nats_server
+from jpu.events import JobDispatched
+from jpu.testing.nats_fixtures import unique_names
+
+WORKERS = ("intake", "dispatcher", "slurm_agent", "accounting", "backfill", "notifier")
+BODY = {"name": "train", "command": "python train.py", "num_gpus": 1}
+
+
+@dataclass
+class Service:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    heartbeat: Path | None  # None: the gateway, healthy when /healthz answers
+
+    def assert_running(self) -> None:
+        if self.proc.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-3000:]
+            pytest.fail(f"{self.name} exited with {self.proc.returncode}:\n{tail}")
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    server = EmbeddedNats(tmp_path / "nats", port=free_port())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Platform:
+    nats: EmbeddedNats
+    env: dict[str, str]
+    dir: Path
+    gateway: str
+    services: list[Service]
+
+    def spawn_all(self) -> None:
+        for name in (*WORKERS, "gateway"):
+            log = self.dir / f"{name}.log"
+            beat = None if name == "gateway" else self.dir / f"{name}.beat"
+            env = {**self.env, **({"JPU_HEARTBEAT_FILE": str(beat)} if beat else {})}
+            proc = subprocess.Popen(
+                [sys.executable, "-P", "-m", f"jpu_services.{name}"],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=open(log, "wb"),  # noqa: SIM115
+            )
+            self.services.append(Service(name, proc, log, beat))
+
+    def assert_all_running(self) -> None:
+        for s in self.services:
+            s.assert_running()
+
+    async def until_all_up(self, timeout: float) -> None:
+        """Every worker's heartbeat file (written once it is connected) and the gateway's
+        /healthz; any service exiting meanwhile fails the test with its log."""
+        deadline = time.monotonic() + timeout
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                self.assert_all_running()
+                beats = all(s.heartbeat.exists() for s in self.services if s.heartbeat)
+                with contextlib.suppress(httpx.HTTPError):
+                    if beats and (await http.get(f"{self.gateway}/healthz")).status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    down = [s.name for s in self.services if s.heartbeat and s.heartbeat.exists()]
+                    pytest.fail(f"not up after {timeout} s; up: {down}")
+                await asyncio.sleep(0.3)
+
+    def stop_all(self) -> dict[str, int | None]:
+        for s in self.services:
+            if s.proc.poll() is None:
+                s.proc.send_signal(signal.SIGTERM)
+        codes: dict[str, int | None] = {}
+        for s in self.services:
+            try:
+                codes[s.name] = s.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+                codes[s.name] = s.proc.wait()
+        return codes
+
+
+@pytest_asyncio.fixture
+async def platform(own_nats: EmbeddedNats, pg_dsn: str, tmp_path: Path) -> AsyncIterator[Platform]:
+    stream, prefix = unique_names()
+    port = free_port()
+    env = {
+        **os.environ,
+        "JPU_NATS_URL": own_nats.url,
+        "JPU_DATABASE_URL": pg_dsn,
+        "JPU_STREAM_NAME": stream,
+        "JPU_SUBJECT_PREFIX": prefix,
+        "JPU_DATA_DIR": str(tmp_path / "data"),
+        "JPU_GATEWAY_HOST": "127.0.0.1",
+        "JPU_GATEWAY_PORT": str(port),
+        "JPU_CYCLE_S": "0.5",
+        "JPU_MIN_CYCLE_GAP_S": "0.05",
+        "JPU_LOG_LEVEL": "INFO",
+    }
+    p = Platform(own_nats, env, tmp_path, f"http://127.0.0.1:{port}", [])
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+async def submit_and_dispatch(nats_url: str, env: dict[str, str], user: str) -> None:
+    """A submit accepted by intake and dispatched by the dispatcher, through the log."""
+    bus = await EventBus.connect(
+        nats_url, stream=env["JPU_STREAM_NAME"], prefix=env["JPU_SUBJECT_PREFIX"], name="pytest"
+    )
+    try:
+        cmd = encode(SubmitCommand(user=user, lab="BCG", body=BODY))
+        job_id = None
+        deadline = time.monotonic() + 30
+        while job_id is None:
+            try:
+                reply = decode_reply(
+                    (await bus.nc.request(submit_subject(bus.prefix), cmd, timeout=2)).data
+                )
+                assert reply.status == 201, reply
+                job_id = reply.job_id
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+        while True:
+            dispatched = [
+                d.event.job_id async for d in bus.replay() if isinstance(d.event, JobDispatched)
+            ]
+            if job_id in dispatched:
+                return
+            assert time.monotonic() < deadline, f"{job_id} not dispatched"
+            await asyncio.sleep(0.3)
+    finally:
+        await bus.close()
+
+
+@contextlib.contextmanager
+def nats_without_jetstream(port: int) -> Iterator[None]:
+    """A server that accepts clients but whose JetStream does not answer — what a service meets
+    during a leader election or while JetStream recovers after a restart: the connect succeeds,
+    `ensure_stream`'s stream_info gets no responders."""
+    proc = subprocess.Popen(
+        [find_nats_server(), "-a", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _accepts("127.0.0.1", port):
+            assert time.monotonic() < deadline, "nats-server did not start"
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_O5_every_service_started_while_the_bus_is_away_waits_and_then_works(
+    platform: Platform,
+) -> None:
+    # Each service is (re)started while the bus is away: first nothing listens at all...
+    platform.spawn_all()
+    await asyncio.sleep(3.0)
+    platform.assert_all_running()
+    # ...then the server answers but JetStream does not (an election): before, the bootstrap's
+    # stream_info failed here and the service exited 1
+    with nats_without_jetstream(platform.nats.port):
+        await asyncio.sleep(4.0)
+        platform.assert_all_running()
+    platform.nats.start()
+    await platform.until_all_up(40)
+    await submit_and_dispatch(platform.nats.url, platform.env, "alice")
+    platform.assert_all_running()
+    codes = platform.stop_all()
+    assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)
+
+
+async def test_O5_every_service_keeps_running_through_a_restart_of_the_bus(
+    platform: Platform,
+) -> None:
+    platform.nats.start()
+    platform.spawn_all()
+    await platform.until_all_up(40)
+    await submit_and_dispatch(platform.nats.url, platform.env, "alice")
+    platform.nats.stop()  # a restart of the bus: same port, same store
+    await asyncio.sleep(3.0)
+    platform.assert_all_running()
+    platform.nats.start()
+    await submit_and_dispatch(platform.nats.url, platform.env, "bob")
+    await asyncio.sleep(1.0)
+    platform.assert_all_running()
+    codes = platform.stop_all()
+    assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)
