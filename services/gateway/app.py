@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from jpu.runtime.resilience import retry
+from jpu.runtime.resilience import retry, run_through_outages
 from jpu.runtime.service import run_workers
 from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
@@ -59,8 +59,11 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         app.state.job_accounts = JobAccounts(settings)
         app.state.wait_cache = OrderedDict()
         app.state.queue_view = new_shared_view(app)
-        projector = asyncio.create_task(
-            run_workers(stop, bootstrap.workers(settings, edges)), name="projector"
+        projector = asyncio.create_task(  # paused, not crashed, by an outage (SPEC O5)
+            run_through_outages(
+                "projector", lambda s: run_workers(s, bootstrap.workers(settings, edges)), stop
+            ),
+            name="projector",
         )
         projector.add_done_callback(lambda t: _on_projector_done(app, t, stop))
         try:

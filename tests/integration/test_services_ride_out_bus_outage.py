@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,9 @@ from jpu.commands import SubmitCommand, decode_reply, encode, submit_subject
 from jpu.embedded.base import free_port
 from jpu.embedded.nats import EmbeddedNats, _accepts, find_nats_server
 from jpu.events import JobDispatched
+from jpu.testing.crash import KillablePostgres
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.stack_process import world_searchable_tmpdir
 
 WORKERS = ("intake", "dispatcher", "slurm_agent", "accounting", "backfill", "notifier")
 BODY = {"name": "train", "command": "python train.py", "num_gpus": 1}
@@ -51,6 +54,18 @@ def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def own_pg() -> Iterator[KillablePostgres]:
+    """A PostgreSQL of this test's own, to stop and start (on the same port)."""
+    root = world_searchable_tmpdir("jpu-resil-pg-")
+    server = KillablePostgres(root / "pg", port=free_port(), durable=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
@@ -94,6 +109,19 @@ class Platform:
                     pytest.fail(f"not up after {timeout} s; up: {down}")
                 await asyncio.sleep(0.3)
 
+    async def until_each_logged(self, text: str, timeout: float) -> None:
+        """Every service's log has `text` (a start on a loaded machine takes seconds of
+        imports: the outage must be seen by each service, not just happen meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.assert_all_running()
+            missing = [s.name for s in self.services if text not in s.log.read_text(errors="replace")]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"{missing} did not log {text!r} in {timeout} s")
+            await asyncio.sleep(0.3)
+
     def stop_all(self) -> dict[str, int | None]:
         for s in self.services:
             if s.proc.poll() is None:
@@ -108,14 +136,14 @@ class Platform:
         return codes
 
 
-@pytest_asyncio.fixture
-async def platform(own_nats: EmbeddedNats, pg_dsn: str, tmp_path: Path) -> AsyncIterator[Platform]:
+@contextlib.asynccontextmanager
+async def platform_on(nats: EmbeddedNats, dsn: str, tmp_path: Path) -> AsyncIterator[Platform]:
     stream, prefix = unique_names()
     port = free_port()
     env = {
         **os.environ,
-        "JPU_NATS_URL": own_nats.url,
-        "JPU_DATABASE_URL": pg_dsn,
+        "JPU_NATS_URL": nats.url,
+        "JPU_DATABASE_URL": dsn,
         "JPU_STREAM_NAME": stream,
         "JPU_SUBJECT_PREFIX": prefix,
         "JPU_DATA_DIR": str(tmp_path / "data"),
@@ -125,11 +153,17 @@ async def platform(own_nats: EmbeddedNats, pg_dsn: str, tmp_path: Path) -> Async
         "JPU_MIN_CYCLE_GAP_S": "0.05",
         "JPU_LOG_LEVEL": "INFO",
     }
-    p = Platform(own_nats, env, tmp_path, f"http://127.0.0.1:{port}", [])
+    p = Platform(nats, env, tmp_path, f"http://127.0.0.1:{port}", [])
     try:
         yield p
     finally:
         p.stop_all()
+
+
+@pytest_asyncio.fixture
+async def platform(own_nats: EmbeddedNats, pg_dsn: str, tmp_path: Path) -> AsyncIterator[Platform]:
+    async with platform_on(own_nats, pg_dsn, tmp_path) as p:
+        yield p
 
 
 async def submit_and_dispatch(nats_url: str, env: dict[str, str], user: str) -> None:
@@ -188,14 +222,15 @@ def nats_without_jetstream(port: int) -> Iterator[None]:
 async def test_O5_every_service_started_while_the_bus_is_away_waits_and_then_works(
     platform: Platform,
 ) -> None:
-    # Each service is (re)started while the bus is away: first nothing listens at all...
+    # Each service is (re)started while the bus is away: first nothing listens at all (each
+    # one's connect is refused, again and again)...
     platform.spawn_all()
-    await asyncio.sleep(3.0)
-    platform.assert_all_running()
+    await platform.until_each_logged("NATS error: [Errno 111]", 60)
     # ...then the server answers but JetStream does not (an election): before, the bootstrap's
-    # stream_info failed here and the service exited 1
+    # stream_info failed here and the service exited 1; now each one logs its retry and waits
     with nats_without_jetstream(platform.nats.port):
-        await asyncio.sleep(4.0)
+        await platform.until_each_logged("the event stream unavailable; retrying", 40)
+        await asyncio.sleep(1.0)
         platform.assert_all_running()
     platform.nats.start()
     await platform.until_all_up(40)
@@ -220,4 +255,24 @@ async def test_O5_every_service_keeps_running_through_a_restart_of_the_bus(
     await asyncio.sleep(1.0)
     platform.assert_all_running()
     codes = platform.stop_all()
+    assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)
+
+
+async def test_O5_every_service_keeps_running_through_a_brief_postgresql_outage(
+    own_nats: EmbeddedNats, own_pg: KillablePostgres, tmp_path: Path
+) -> None:
+    own_nats.start()
+    own_pg.start()
+    async with platform_on(own_nats, own_pg.dsn(), tmp_path) as platform:
+        platform.spawn_all()
+        await platform.until_all_up(40)
+        await submit_and_dispatch(own_nats.url, platform.env, "alice")
+        own_pg.stop()  # a restart of the database: same port, same data
+        await asyncio.sleep(4.0)
+        platform.assert_all_running()
+        own_pg.start()
+        await submit_and_dispatch(own_nats.url, platform.env, "bob")
+        await platform.until_all_up(20)
+        platform.assert_all_running()
+        codes = platform.stop_all()
     assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)

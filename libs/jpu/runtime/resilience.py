@@ -150,3 +150,66 @@ async def _unless_stopped(
     with contextlib.suppress(BaseException):
         await task
     raise Unavailable(f"{what}: stopped before it answered")
+
+
+def caused_by_outage(err: BaseException) -> bool:
+    """`err`, or what it was raised from, is transient: a worker that failed because the bus or
+    the database went away (a query cut by PostgreSQL's shutdown, a fetch during an election)."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        if is_transient(cur):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__
+    return False
+
+
+RESET_AFTER_S = 60.0  # a round that ran this long was a success: the next outage starts over
+
+
+async def run_through_outages(
+    what: str,
+    run: Callable[[asyncio.Event], Awaitable[None]],
+    stop: asyncio.Event,
+    *,
+    backoff: Backoff = DEFAULT_BACKOFF,
+) -> None:
+    """`run(round_stop)` — a service's workers — until `stop`; when it fails because of an
+    outage (caused_by_outage), it is run again after a backoff on the same edges (the bus and
+    the pool reconnect by themselves), so the service stays up through a restart of NATS or
+    PostgreSQL instead of exiting. Each round starts from the log and the database, as a new
+    process would (SPEC O5). Any other failure is raised: a bug still crashes the process."""
+    loop = asyncio.get_running_loop()
+    attempt = 0
+    while True:
+        round_stop = asyncio.Event()
+        relay = asyncio.create_task(_relay(stop, round_stop))
+        started = loop.time()
+        try:
+            await run(round_stop)
+            return
+        except Exception as e:
+            if stop.is_set() or not caused_by_outage(e):
+                raise
+            error: Exception = e
+        finally:
+            relay.cancel()
+        if loop.time() - started >= RESET_AFTER_S:
+            attempt = 0
+        delay = backoff.delay(attempt, random.random())
+        attempt += 1
+        log.warning(
+            "%s stopped by an outage; running again",
+            what,
+            extra={"step": what, "attempt": attempt, "error": repr(error), "retry_in_s": delay},
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        if stop.is_set():
+            return
+
+
+async def _relay(outer: asyncio.Event, inner: asyncio.Event) -> None:
+    await outer.wait()
+    inner.set()

@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from jpu.runtime.resilience import run_through_outages
+
 log = logging.getLogger("jpu.runtime.service")
 
 # Attributes every LogRecord has; anything else came from `extra=` and is logged as a field.
@@ -189,8 +191,10 @@ def serve_workers(name: str, package: str) -> None:
 
     async def main(stop: asyncio.Event) -> None:
         edges = await bootstrap.bootstrap(config.load(), stop)
-        try:
-            await run_workers(stop, bootstrap.workers(edges))
+        try:  # an outage of the bus or the database pauses the workers; it never exits us
+            await run_through_outages(
+                name, lambda round_stop: run_workers(round_stop, bootstrap.workers(edges)), stop
+            )
         finally:
             await edges.close()
 
