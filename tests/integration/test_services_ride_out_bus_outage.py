@@ -115,7 +115,8 @@ class Platform:
         deadline = time.monotonic() + timeout
         while True:
             self.assert_all_running()
-            missing = [s.name for s in self.services if text not in s.log.read_text(errors="replace")]
+            logs = {s.name: s.log.read_text(errors="replace") for s in self.services}
+            missing = [name for name, log in logs.items() if text not in log]
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -276,3 +277,29 @@ async def test_O5_every_service_keeps_running_through_a_brief_postgresql_outage(
         platform.assert_all_running()
         codes = platform.stop_all()
     assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)
+
+
+def test_O5_a_configuration_error_still_fails_the_start_clearly(
+    nats_url: str, pg_server_dsn: str, tmp_path: Path
+) -> None:
+    """Not an outage: a database that does not exist is a verdict no retry changes, so the
+    service exits 1 at once and says why (it does not wait forever)."""
+    stream, prefix = unique_names()
+    missing = pg_server_dsn.rsplit("/", 1)[0] + "/no_such_database_" + prefix
+    env = {
+        **os.environ,
+        "JPU_NATS_URL": nats_url,
+        "JPU_DATABASE_URL": missing,
+        "JPU_STREAM_NAME": stream,
+        "JPU_SUBJECT_PREFIX": prefix,
+    }
+    run = subprocess.run(
+        [sys.executable, "-P", "-m", "jpu_services.intake"],
+        env=env,
+        capture_output=True,
+        timeout=50,
+    )
+    assert run.returncode == 1
+    err = run.stderr.decode(errors="replace")
+    assert "InvalidCatalogNameError" in err and "no_such_database_" in err, err[-2000:]
+    assert "retrying" not in err
