@@ -27,7 +27,9 @@ from jpu.embedded.base import free_port
 from jpu.embedded.nats import EmbeddedNats, _accepts, find_nats_server
 from jpu.events import JobDispatched
 from jpu.testing.crash import KillablePostgres
+from jpu.testing.nats_cluster import stream_leader, wait_jetstream
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.servers import NatsServers
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 WORKERS = ("intake", "dispatcher", "slurm_agent", "accounting", "backfill", "notifier")
@@ -70,7 +72,7 @@ def own_pg() -> Iterator[KillablePostgres]:
 
 @dataclass
 class Platform:
-    nats: EmbeddedNats
+    nats_url: str
     env: dict[str, str]
     dir: Path
     gateway: str
@@ -138,12 +140,14 @@ class Platform:
 
 
 @contextlib.asynccontextmanager
-async def platform_on(nats: EmbeddedNats, dsn: str, tmp_path: Path) -> AsyncIterator[Platform]:
+async def platform_on(
+    nats_url: str, dsn: str, tmp_path: Path, **extra: str
+) -> AsyncIterator[Platform]:
     stream, prefix = unique_names()
     port = free_port()
     env = {
         **os.environ,
-        "JPU_NATS_URL": nats.url,
+        "JPU_NATS_URL": nats_url,
         "JPU_DATABASE_URL": dsn,
         "JPU_STREAM_NAME": stream,
         "JPU_SUBJECT_PREFIX": prefix,
@@ -153,8 +157,9 @@ async def platform_on(nats: EmbeddedNats, dsn: str, tmp_path: Path) -> AsyncIter
         "JPU_CYCLE_S": "0.5",
         "JPU_MIN_CYCLE_GAP_S": "0.05",
         "JPU_LOG_LEVEL": "INFO",
+        **extra,
     }
-    p = Platform(nats, env, tmp_path, f"http://127.0.0.1:{port}", [])
+    p = Platform(nats_url, env, tmp_path, f"http://127.0.0.1:{port}", [])
     try:
         yield p
     finally:
@@ -163,7 +168,7 @@ async def platform_on(nats: EmbeddedNats, dsn: str, tmp_path: Path) -> AsyncIter
 
 @pytest_asyncio.fixture
 async def platform(own_nats: EmbeddedNats, pg_dsn: str, tmp_path: Path) -> AsyncIterator[Platform]:
-    async with platform_on(own_nats, pg_dsn, tmp_path) as p:
+    async with platform_on(own_nats.url, pg_dsn, tmp_path) as p:
         yield p
 
 
@@ -221,7 +226,7 @@ def nats_without_jetstream(port: int) -> Iterator[None]:
 
 
 async def test_O5_every_service_started_while_the_bus_is_away_waits_and_then_works(
-    platform: Platform,
+    platform: Platform, own_nats: EmbeddedNats
 ) -> None:
     # Each service is (re)started while the bus is away: first nothing listens at all (each
     # one's connect is refused, again and again)...
@@ -229,30 +234,30 @@ async def test_O5_every_service_started_while_the_bus_is_away_waits_and_then_wor
     await platform.until_each_logged("NATS error: [Errno 111]", 60)
     # ...then the server answers but JetStream does not (an election): before, the bootstrap's
     # stream_info failed here and the service exited 1; now each one logs its retry and waits
-    with nats_without_jetstream(platform.nats.port):
+    with nats_without_jetstream(own_nats.port):
         await platform.until_each_logged("the event stream unavailable; retrying", 40)
         await asyncio.sleep(1.0)
         platform.assert_all_running()
-    platform.nats.start()
+    own_nats.start()
     await platform.until_all_up(40)
-    await submit_and_dispatch(platform.nats.url, platform.env, "alice")
+    await submit_and_dispatch(own_nats.url, platform.env, "alice")
     platform.assert_all_running()
     codes = platform.stop_all()
     assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)
 
 
 async def test_O5_every_service_keeps_running_through_a_restart_of_the_bus(
-    platform: Platform,
+    platform: Platform, own_nats: EmbeddedNats
 ) -> None:
-    platform.nats.start()
+    own_nats.start()
     platform.spawn_all()
     await platform.until_all_up(40)
-    await submit_and_dispatch(platform.nats.url, platform.env, "alice")
-    platform.nats.stop()  # a restart of the bus: same port, same store
+    await submit_and_dispatch(own_nats.url, platform.env, "alice")
+    own_nats.stop()  # a restart of the bus: same port, same store
     await asyncio.sleep(3.0)
     platform.assert_all_running()
-    platform.nats.start()
-    await submit_and_dispatch(platform.nats.url, platform.env, "bob")
+    own_nats.start()
+    await submit_and_dispatch(own_nats.url, platform.env, "bob")
     await asyncio.sleep(1.0)
     platform.assert_all_running()
     codes = platform.stop_all()
@@ -265,7 +270,7 @@ async def test_O5_every_service_starts_and_keeps_running_through_a_postgresql_ou
     own_nats.start()
     own_pg.start()  # initdb and the database, as a deployment has them; then a restart
     own_pg.stop()
-    async with platform_on(own_nats, own_pg.dsn(), tmp_path) as platform:
+    async with platform_on(own_nats.url, own_pg.dsn(), tmp_path) as platform:
         # started while the database is away: each one waits (the notifier used to exit)
         platform.spawn_all()
         await platform.until_each_logged("PostgreSQL unavailable; retrying", 60)
@@ -307,3 +312,41 @@ def test_O5_a_configuration_error_still_fails_the_start_clearly(
     err = run.stderr.decode(errors="replace")
     assert "InvalidCatalogNameError" in err and "no_such_database_" in err, err[-2000:]
     assert "retrying" not in err
+
+
+async def test_O3_O5_every_service_restarted_during_a_leader_election_starts(
+    nats_cluster: NatsServers, pg_dsn: str, tmp_path: Path
+) -> None:
+    """The hidden run of issue 29: services (re)started while the servers elect a new leader
+    for the stream — each one's bootstrap (`ensure_stream` → stream_info) meets timeouts and
+    503s, waits instead of exiting 1, and then the platform works."""
+    await wait_jetstream(nats_cluster.urls)
+    async with platform_on(
+        nats_cluster.urls, pg_dsn, tmp_path, JPU_STREAM_REPLICAS="3"
+    ) as platform:
+        env = platform.env
+        bus = await EventBus.connect(
+            nats_cluster.urls,
+            stream=env["JPU_STREAM_NAME"],
+            prefix=env["JPU_SUBJECT_PREFIX"],
+            replicas=3,  # as the services make it (JPU_STREAM_REPLICAS)
+        )
+        try:
+            await bus.ensure_stream()
+            leader = await stream_leader(bus.js, env["JPU_STREAM_NAME"])
+        finally:
+            await bus.close()
+        # The leader's node SIGKILLed, and a second node with it: no quorum, so the election
+        # lasts until that node is back — long enough for every service (seconds of imports
+        # each, on a loaded machine) to meet it in its bootstrap.
+        other = next(n for n in ("n1", "n2", "n3") if n != leader)
+        nats_cluster.kill(leader)
+        nats_cluster.kill(other)
+        platform.spawn_all()
+        await platform.until_each_logged("the event stream unavailable; retrying", 60)
+        await asyncio.to_thread(nats_cluster.node(other).start)
+        await platform.until_all_up(60)
+        await submit_and_dispatch(nats_cluster.urls, env, "alice")
+        platform.assert_all_running()
+        codes = platform.stop_all()
+    assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)

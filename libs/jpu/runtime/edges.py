@@ -22,6 +22,11 @@ from jpu.store.db import create_pool, migrate
 
 log = logging.getLogger("jpu.runtime.edges")
 
+# Each try of ensure_stream: a JetStream request waits 10 s for an answer, and one sent while
+# there is no leader is dropped, not answered later — try again sooner (create/update is
+# idempotent; a cluster answers in well under a second once it has a leader).
+ENSURE_TRY_S = 3.0
+
 # The bus or the database did not answer within the connect timeout (or the service was stopped).
 EdgesUnavailable = Unavailable
 
@@ -71,7 +76,12 @@ async def connect_edges(
     edges = Edges(config, bus, pool)
     try:
         if ensure_stream:  # stream_info/add_stream time out during an election (SPEC O3)
-            await retry("the event stream", bus.ensure_stream, stop=stop, timeout_s=left())
+            await retry(
+                "the event stream",
+                lambda: asyncio.wait_for(bus.ensure_stream(), ENSURE_TRY_S),
+                stop=stop,
+                timeout_s=left(),
+            )
         if run_migrations:
             await retry("migrations", lambda: migrate(pool), stop=stop, timeout_s=left())
     except BaseException:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from jpu.runtime.resilience import run_through_outages
+from jpu.runtime.resilience import Unavailable, run_through_outages
 
 log = logging.getLogger("jpu.runtime.service")
 
@@ -190,7 +190,13 @@ def serve_workers(name: str, package: str) -> None:
     bootstrap = importlib.import_module(f"{package}.bootstrap")
 
     async def main(stop: asyncio.Event) -> None:
-        edges = await bootstrap.bootstrap(config.load(), stop)
+        try:
+            edges = await bootstrap.bootstrap(config.load(), stop)
+        except Unavailable:
+            if stop.is_set():  # SIGTERM while waiting for the bus or the database: not a crash
+                log.info("stopped before the edges answered")
+                return
+            raise
         try:  # an outage of the bus or the database pauses the workers; it never exits us
             await run_through_outages(
                 name, lambda round_stop: run_workers(round_stop, bootstrap.workers(edges)), stop
