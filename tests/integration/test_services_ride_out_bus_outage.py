@@ -350,3 +350,36 @@ async def test_O3_O5_every_service_restarted_during_a_leader_election_starts(
         platform.assert_all_running()
         codes = platform.stop_all()
     assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)
+
+
+def test_O5_a_sigterm_while_a_start_waits_for_the_bus_is_a_graceful_stop(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    """Waiting for NATS forever must not make a service unstoppable: SIGTERM → exit 0."""
+    stream, prefix = unique_names()
+    env = {
+        **os.environ,
+        "JPU_NATS_URL": f"nats://127.0.0.1:{free_port()}",  # nothing listens there
+        "JPU_DATABASE_URL": pg_dsn,
+        "JPU_STREAM_NAME": stream,
+        "JPU_SUBJECT_PREFIX": prefix,
+    }
+    log = tmp_path / "notifier.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-P", "-m", "jpu_services.notifier"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),  # noqa: SIM115
+    )
+    try:
+        deadline = time.monotonic() + 40
+        while "NATS error" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
+            assert time.monotonic() < deadline, "the notifier never tried to connect"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0, log.read_text(errors="replace")[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
