@@ -11,7 +11,14 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-from jpu.runtime.resilience import Backoff, Unavailable, is_transient, retry
+from jpu.runtime.resilience import (
+    Backoff,
+    Unavailable,
+    caused_by_outage,
+    is_transient,
+    retry,
+    run_through_outages,
+)
 
 FAST = Backoff(first_s=0.001, cap_s=0.004)
 
@@ -109,3 +116,37 @@ async def test_O5_retry_with_a_deadline_raises_unavailable() -> None:
 
     with pytest.raises(Unavailable, match="unavailable after"):
         await retry("PostgreSQL", down, timeout_s=0.05, backoff=FAST)
+
+
+async def test_O5_workers_stopped_by_an_outage_run_again_until_stop() -> None:
+    stop, rounds = asyncio.Event(), 0
+
+    async def workers(round_stop: asyncio.Event) -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds < 3:  # PostgreSQL restarting under the workers, twice
+            raise OSError("connection refused") from ConnectionRefusedError(111, "refused")
+        stop.set()
+        await round_stop.wait()  # the outer stop reaches the round's workers
+
+    await asyncio.wait_for(run_through_outages("svc", workers, stop, backoff=FAST), 2)
+    assert rounds == 3
+
+
+async def test_O5_a_worker_bug_still_crashes_the_service() -> None:
+    async def workers(_: asyncio.Event) -> None:
+        raise KeyError("a bug, not an outage")
+
+    with pytest.raises(KeyError):
+        await run_through_outages("svc", workers, asyncio.Event(), backoff=FAST)
+
+
+def test_O5_an_outage_is_found_behind_the_error_it_caused() -> None:
+    try:
+        try:
+            raise asyncpg.exceptions.AdminShutdownError("terminating connection")
+        except asyncpg.PostgresError as e:
+            raise RuntimeError("projection failed") from e
+    except RuntimeError as wrapped:
+        assert caused_by_outage(wrapped)
+    assert not caused_by_outage(RuntimeError("projection failed"))
