@@ -2,7 +2,9 @@
 
 A service's `__main__` calls `run_service(name, main)`; `main(stop)` runs until the `stop` event
 is set by SIGTERM/SIGINT, then drains and returns, and the process exits 0. An exception exits 1
-so the supervisor (or Kubernetes) restarts the process (SPEC O5: state lives in the log).
+so the supervisor (or Kubernetes) restarts the process (SPEC O5: state lives in the log) — except
+an outage of the bus or the database, which a worker service waits out in-process
+(jpu.runtime.resilience): restarting would only meet the same outage.
 """
 
 from __future__ import annotations
