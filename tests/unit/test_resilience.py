@@ -150,3 +150,14 @@ def test_O5_an_outage_is_found_behind_the_error_it_caused() -> None:
     except RuntimeError as wrapped:
         assert caused_by_outage(wrapped)
     assert not caused_by_outage(RuntimeError("projection failed"))
+
+
+async def test_O5_a_stop_whose_drain_meets_the_outage_is_still_a_stop() -> None:
+    stop = asyncio.Event()
+
+    async def workers(round_stop: asyncio.Event) -> None:
+        stop.set()
+        await round_stop.wait()
+        raise ConnectionRefusedError(111, "refused")  # the last write, PostgreSQL still away
+
+    await asyncio.wait_for(run_through_outages("svc", workers, stop, backoff=FAST), 2)

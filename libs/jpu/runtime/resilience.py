@@ -190,8 +190,13 @@ async def run_through_outages(
             await run(round_stop)
             return
         except Exception as e:
-            if stop.is_set() or not caused_by_outage(e):
+            if not caused_by_outage(e):
                 raise
+            if stop.is_set():  # asked to stop, and the drain met the outage: the next start
+                log.warning(  # resumes from the log and the database (SPEC O5)
+                    "%s stopped during an outage", what, extra={"error": repr(e)}
+                )
+                return
             error: Exception = e
         finally:
             relay.cancel()
