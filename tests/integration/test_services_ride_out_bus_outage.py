@@ -280,9 +280,15 @@ async def test_O5_every_service_starts_and_keeps_running_through_a_postgresql_ou
         own_pg.stop()  # a restart of the database: same port, same data
         await asyncio.sleep(4.0)
         platform.assert_all_running()
-        own_pg.start()
-        await submit_and_dispatch(own_nats.url, platform.env, "bob")
-        await platform.until_all_up(20)
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            assert (await http.get(f"{platform.gateway}/healthz")).status_code == 200
+            own_pg.start()
+            await submit_and_dispatch(own_nats.url, platform.env, "bob")
+            await platform.until_all_up(20)
+            deadline = time.monotonic() + 20  # the gateway's pool answers again
+            while (await http.get(f"{platform.gateway}/readyz")).status_code != 200:
+                assert time.monotonic() < deadline, "the gateway never got its database back"
+                await asyncio.sleep(0.3)
         platform.assert_all_running()
         codes = platform.stop_all()
     assert codes == dict.fromkeys((*WORKERS, "gateway"), 0)
