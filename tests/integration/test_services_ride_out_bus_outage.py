@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -300,7 +301,8 @@ def test_O5_a_configuration_error_still_fails_the_start_clearly(
     """Not an outage: a database that does not exist is a verdict no retry changes, so the
     service exits 1 at once and says why (it does not wait forever)."""
     stream, prefix = unique_names()
-    missing = pg_server_dsn.rsplit("/", 1)[0] + "/no_such_database_" + prefix
+    dsn = urlsplit(pg_server_dsn)  # its query (the password file, SEC2) kept
+    missing = urlunsplit(dsn._replace(path="/no_such_database_" + prefix))
     env = {
         **os.environ,
         "JPU_NATS_URL": nats_url,
