@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SlurmEnv, root_dir, wait_end
+
+from jpu.testing.slurm_env import SlurmEnv, root_dir, wait_end
 
 
 @pytest.fixture
