@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -61,14 +62,15 @@ class SlurmBackfill:
 
     settings: SlurmSettings
     cli: SlurmCli
-    _submit_lock: asyncio.Lock
+    # one submit of a name at a time, a bounded number of all (SlurmBackend._one_submit)
+    _one_submit: Callable[[str], AbstractAsyncContextManager[None]]
 
     async def submit_backfill(self, spec: BackfillSpec) -> BackfillHandle:
         if not SAFE_ID.match(spec.backfill_id):
             raise BackendError(f"bad backfill id {spec.backfill_id!r}")
         name = BF_PREFIX + spec.backfill_id
         out = Path(self.settings.data_dir) / "backfill" / spec.backfill_id
-        async with self._submit_lock:  # idempotent per backfill id (Slurm keeps the name)
+        async with self._one_submit(name):  # idempotent per backfill id (Slurm keeps the name)
             # …for a live instance only: slurmctld lists ended jobs for MinJobAge, and the same
             # id recurs on a new log (ids derive from stream seqs), so an ended one is not ours
             jobs = (await _bf_jobs(self.cli)).values()
