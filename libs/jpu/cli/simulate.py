@@ -78,6 +78,13 @@ def register(sub: Any) -> None:
         help="hysteresis/damped margin, a fraction of the reserving lab's usage "
         "(default: the cluster file's, 0.1)",
     )
+    p.add_argument(
+        "--reservation-backfill",
+        choices=["off", "limit"],
+        default=None,
+        help="backfill under a reservation (SPEC R7); default: the cluster file's "
+        "reservation_backfill (off unless it says otherwise)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument(
         "--audit",
@@ -127,6 +134,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         reservation_demotion=args.reservation_demotion,
         reservation_demotion_margin=args.reservation_demotion_margin,
+        reservation_backfill=args.reservation_backfill,
     )
     if params.reservation_demotion_margin is not None and not (
         0.0 <= params.reservation_demotion_margin < 1.0
