@@ -118,6 +118,13 @@ def register(sub: Any) -> None:
         default="clamp",
         help="wider jobs: clamp to --max-gpus (default, duration kept) or drop",
     )
+    c.add_argument(
+        "--user-limits",
+        metavar="LO,HI",
+        help="give each job a time limit as users do: its run x U(LO, HI), rounded up to the "
+        "hour, seeded per job (e.g. 1.2,4; SPEC R7's evaluation); default: no limits",
+    )
+    c.add_argument("--limits-seed", type=int, default=0, help="seed of --user-limits")
     c.set_defaults(func=run_convert)
 
 
@@ -159,6 +166,16 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _limits(text: str | None) -> tuple[float, float] | None:
+    if not text:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError as e:
+        raise ConfigError(f"--user-limits: LO,HI expected, got {text!r}") from e
+    return lo, hi
+
+
 def run_convert(args: argparse.Namespace) -> int:
     opts = ConvertOptions(
         users_per_lab=args.users_per_lab,
@@ -167,6 +184,8 @@ def run_convert(args: argparse.Namespace) -> int:
         scale=args.scale,
         max_gpus=args.max_gpus,
         oversize=args.oversize,
+        limits=_limits(args.user_limits),
+        limits_seed=args.limits_seed,
     )
     jobs, stats = convert_file(args.trace, opts)
     dump_jobs(jobs, args.out)
