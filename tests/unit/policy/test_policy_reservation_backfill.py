@@ -243,3 +243,27 @@ def test_R7_off_decides_exactly_as_before(seed, n_jobs):
         a.step(DT)
         snap, got = a.results[-1]
         assert cycle(msgspec.structs.replace(snap, running=[]), a.now) == got
+
+
+@pytest.mark.parametrize("mode", ["strict", "useful", "hysteresis", "damped", "yield"])
+def test_R7_R6_a_reservation_that_lent_every_gpu_is_kept_below_rank_1_in_a_damped_mode(mode):
+    """X lent all 4 of its GPUs (to b0..b3, running) and Z, of a lab with less usage, now ranks
+    above it. X holds nothing a higher job could use (D5): a damped mode (R6) keeps it parked;
+    strict R3 releases it, charging nothing (it held nothing since the loans)."""
+    empty = Reservation(node=N8, tier="t8", gpus=(), since=0.0, joined=())
+    gpus = [Gpu(N8, "t8", i, f"job:b{i}" if i < 4 else f"job:r{i}") for i in range(8)]
+    s = Snapshot(
+        tiers={"t8": T8},
+        gpus=gpus,
+        queue=[job("X", "BCG", n=8, at=-100.0, res=empty), job("Z", "KDG", n=8, at=-50.0)],
+        usage={"BCG": LabUsage(2.0, NOW), "KDG": LabUsage(1.0, NOW)},
+        reservation_demotion=mode,  # type: ignore[arg-type]
+        reservation_backfill="limit",
+    )
+    r = cycle(s, NOW)
+    assert r.order == ["Z", "X"] and r.dispatches == [] and r.shrinks == []
+    if mode == "strict":
+        [rel] = r.releases
+        assert (rel.job_id, rel.reason, rel.gpus, rel.charge_now) == ("X", "demoted", (), 0.0)
+    else:
+        assert r.releases == [] and r.pending["X"] == "Reservation"
