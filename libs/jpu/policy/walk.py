@@ -48,6 +48,10 @@ def dispatch_of(job: QueuedJob, slot: Slot, gpus: Sequence[int]) -> Dispatch:
     )
 
 
+def _rank(pair: tuple[int, Dispatch]) -> int:
+    return pair[0]
+
+
 class Walk:
     def __init__(self, pool: Pool, view: AnyView, now: float, out: CycleResult):
         self.pool = pool
@@ -184,6 +188,10 @@ class Walk:
             lent = True
             if not free:
                 break
+        if lent and len(self.dispatched) == len(self.out.dispatches):  # the log in rank order
+            ranked = sorted(zip(self.dispatched, self.out.dispatches, strict=True), key=_rank)
+            self.dispatched = [k for k, _ in ranked]
+            self.out.dispatches = [d for _, d in ranked]
         if lent and grown:  # the grow lands after the shrink: it names what is still held
             r = job.reservation
             assert r is not None

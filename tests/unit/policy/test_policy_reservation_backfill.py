@@ -17,11 +17,13 @@ from builders import job, running, tier
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from simdriver import Sim
+from test_policy_properties import check_invariants
 
 from jpu.domain.dispatch import cycle_events
 from jpu.events import JobDispatched, ReservationGrown, ReservationShrunk
 from jpu.policy import cycle
-from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+from jpu.policy.model import CycleResult, Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+from jpu.policy.placements import tier_admits
 
 T8 = tier("t8", 24, 82.6, 20, max_gpus=8)
 N8 = "n8"
@@ -178,12 +180,47 @@ def workload(seed: int, n_jobs: int, *, labs: str = "A", exact: bool = True, nod
 Loan = tuple[str, float, float]  # (reserving job, the borrower's limit's end, shadow time)
 
 
+def check_loans(snap: Snapshot, res: CycleResult, now: float) -> None:
+    """R7 and D5 in its bounded sense, every cycle: only rank 1 lends, only GPUs it held, only
+    to a job ranked below it with a limit that ends by the shadow time, and no job ranked above
+    a borrower, left waiting, could have borrowed the same GPUs instead (rank order)."""
+    check_invariants(snap, res, now)
+    loans = [sh for sh in res.shrinks if sh.reason == "lent"]
+    if not loans:
+        return
+    jobs = {j.job_id: j for j in snap.queue}
+    pos = {jid: k for k, jid in enumerate(res.order)}
+    got = {d.job_id: d for d in res.dispatches}
+    for sh in loans:
+        assert sh.job_id == res.order[0] and sh.job_id in res.pending, "only rank 1 lends"
+        x = jobs[sh.job_id]
+        assert x.reservation is not None and set(sh.removed) <= set(x.reservation.gpus)
+        b = jobs[sh.lent_to or ""]
+        d = got[b.job_id]
+        assert set(sh.removed) <= set(d.gpus) and b.reservation is None
+        assert b.time_limit_s is not None and sh.until is not None
+        assert now + b.time_limit_s <= sh.until < math.inf, "ends by the shadow time"
+        tier = snap.tiers[sh.tier]
+        for w in snap.queue:
+            if w.job_id not in res.pending or not 0 < pos[w.job_id] < pos[b.job_id]:
+                continue
+            could = (
+                w.reservation is None
+                and w.time_limit_s is not None
+                and now + w.time_limit_s <= sh.until
+                and w.num_gpus <= len(sh.removed)
+                and tier_admits(w, tier)
+            )
+            assert not could, f"D5: {w.job_id} ranks above {b.job_id} and could have borrowed"
+
+
 def run(sim: Sim, mode: str, steps: int = 150) -> tuple[Sim, list[Loan]]:
     """Run to the end (or `steps` cycles); returns the loans made."""
     sim.backfill = mode
     loans: list[Loan] = []
     for _ in range(steps):
         res = sim.step(DT)
+        check_loans(*sim.results[-1], sim.now)
         for sh in res.shrinks:
             if sh.reason == "lent":
                 b = sim.running[sh.lent_to or ""].job
