@@ -88,7 +88,11 @@ def _cluster(nodes: list[tuple[str, str, int]], labs: dict[str, int], slots: int
 
 
 def philly_case(
-    trace: Path, window: str, gpus: int = 640, limits: tuple[float, float] | None = None
+    trace: Path,
+    window: str,
+    gpus: int = 640,
+    limits: tuple[float, float] | None = None,
+    limits_seed: int = 0,
 ) -> tuple[Cluster, list[WorkloadJob]]:
     """The issue's setting: 640 GPUs, lab = virtual cluster, 5 users x 64 slots. `limits`:
     user-style time limits (jpu.sim.philly.user_limit), SPEC R7."""
@@ -99,6 +103,7 @@ def philly_case(
         days=float(days) if days else None,
         oversize="drop",
         limits=limits,
+        limits_seed=limits_seed,
     )
     jobs, _ = convert_file(trace, opts)
     n = gpus // 8
@@ -280,6 +285,7 @@ def main() -> int:
     p.add_argument("--modes", default=",".join(DEMOTION_MODES))
     p.add_argument("--json", type=Path, help="also write every figure to this file")
     p.add_argument("--limits", help="LO,HI: user-style time limits on Philly jobs (SPEC R7)")
+    p.add_argument("--limits-seed", type=int, default=0, help="seed of --limits")
     a = p.parse_args()
     limits = tuple(float(x) for x in a.limits.split(",")) if a.limits else None
     windows = a.windows.split(",") if a.windows else FULL_WINDOWS if a.full else SHORT_WINDOWS
@@ -291,8 +297,14 @@ def main() -> int:
     for shape in a.shapes.split(","):
         for k, window in enumerate(windows):
             if shape.startswith("philly"):
-                cluster, jobs = philly_case(a.trace, window, int(shape[6:]), limits)  # type: ignore[arg-type]
-                lim = f", limits x{a.limits}" if limits else ""
+                cluster, jobs = philly_case(
+                    a.trace,
+                    window,
+                    int(shape[6:]),
+                    limits,
+                    a.limits_seed,  # type: ignore[arg-type]
+                )
+                lim = f", limits x{a.limits} seed {a.limits_seed}" if limits else ""
                 title = f"{shape}, {a.trace.name} window {window} ({len(jobs):,} jobs{lim})"
             else:
                 cluster, jobs = small_case(seed=k)
