@@ -287,7 +287,8 @@ def main() -> int:
     p.add_argument("--limits", help="LO,HI: user-style time limits on Philly jobs (SPEC R7)")
     p.add_argument("--limits-seed", type=int, default=0, help="seed of --limits")
     a = p.parse_args()
-    limits = tuple(float(x) for x in a.limits.split(",")) if a.limits else None
+    lo, hi = (float(x) for x in a.limits.split(",")) if a.limits else (0.0, 0.0)
+    limits = (lo, hi) if a.limits else None
     windows = a.windows.split(",") if a.windows else FULL_WINDOWS if a.full else SHORT_WINDOWS
     if a.full and a.trace == SAMPLE and not a.windows:
         print("--full needs --trace with the full Philly trace (data/README.md)", file=sys.stderr)
@@ -297,13 +298,7 @@ def main() -> int:
     for shape in a.shapes.split(","):
         for k, window in enumerate(windows):
             if shape.startswith("philly"):
-                cluster, jobs = philly_case(
-                    a.trace,
-                    window,
-                    int(shape[6:]),
-                    limits,
-                    a.limits_seed,  # type: ignore[arg-type]
-                )
+                cluster, jobs = philly_case(a.trace, window, int(shape[6:]), limits, a.limits_seed)
                 lim = f", limits x{a.limits} seed {a.limits_seed}" if limits else ""
                 title = f"{shape}, {a.trace.name} window {window} ({len(jobs):,} jobs{lim})"
             else:
