@@ -173,12 +173,16 @@ class Walk:
         free = lend_order(job.reservation, held, own.backfill)
         done = set(self.dispatched)
         lent = False
+        classes, cids = self.classes, view.cid_rank
+        room = min(len(free), own.capacity)  # request classes that could fit the loan at all
+        sizes = {c: classes[c].n for c in self.present if own.tier in classes[c].flat}
+        sizes = {c: n for c, n in sizes.items() if n <= room}
         for i in range(1, len(view)):
-            if i in done:
-                continue
+            n = sizes.get(cids[i], 0)
+            if not n or n > len(free) or i in done:
+                continue  # cheap per rank: the job itself is read only for a possible loan
             cand = view.job(i)
-            n = cand.num_gpus
-            if n > len(free) or not may_borrow(cand, now, shadow) or not fits(cand, own, tier):
+            if not may_borrow(cand, now, shadow) or not fits(cand, own, tier):
                 continue
             gpus, free = free[:n], free[n:]
             shrink, job = lent_shrink(job, gpus, cand.job_id, shadow, tier.tflops, now)
