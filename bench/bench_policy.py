@@ -5,8 +5,9 @@ and FIFO, from the simulator, on the same workload per (cluster shape, trace win
     python bench/bench_policy.py --full --trace /path/to/philly.csv   # 3 windows x 2 shapes
 
 Shapes: `philly640` = 48 x 8 rtx4090 + 32 x 8 rtx3080ti, one Philly virtual cluster = one lab,
-5 users each, 64 slots per user; `small` = the default cluster scaled to 8 nodes x 2 GPUs with a
-synthetic workload of 1-2-GPU jobs (6 labs of very different demand, seeded per window).
+5 users each, 64 slots per user (`phillyN`: N GPUs, the same 3:2 split of 8-GPU nodes);
+`small` = the default cluster scaled to 8 nodes x 2 GPUs with a synthetic workload of 1-2-GPU
+jobs (6 labs of very different demand, seeded per window).
 Per policy it prints the issue's table — 8-GPU p99/max wait, 2-GPU p99, 1-GPU mean/p99,
 lightest/heaviest third of labs (by GPU demand) mean wait, reservations started / ended by R3
 demotion — plus partial yields (R6 `yield`), GPU-hours held by demoted reservations, research
@@ -58,12 +59,14 @@ TIERS = [
 
 def policies(modes: Iterable[str]) -> list[tuple[str, SimParams]]:
     out = []
-    for m in modes:  # "mode" or "mode:margin" (hysteresis, damped)
-        mode, _, margin = m.partition(":")
+    for m in modes:  # "mode" or "mode:margin" (hysteresis, damped), "+limit": SPEC R7
+        spec, _, backfill = m.partition("+")
+        mode, _, margin = spec.partition(":")
         params = SimParams(
             policy="jpu",
             reservation_demotion=mode,  # type: ignore[arg-type]
             reservation_demotion_margin=float(margin) if margin else None,
+            reservation_backfill=backfill or None,  # type: ignore[arg-type]
         )
         out.append((f"jpu/{m}", params))
     out += [("slurm-like", SimParams(policy="slurm-like")), ("fifo", SimParams(policy="fifo"))]
@@ -84,18 +87,28 @@ def _cluster(nodes: list[tuple[str, str, int]], labs: dict[str, int], slots: int
     return msgspec.convert(raw, Cluster)
 
 
-def philly_case(trace: Path, window: str) -> tuple[Cluster, list[WorkloadJob]]:
-    """The issue's setting: 640 GPUs, lab = virtual cluster, 5 users x 64 slots."""
+def philly_case(
+    trace: Path,
+    window: str,
+    gpus: int = 640,
+    limits: tuple[float, float] | None = None,
+    limits_seed: int = 0,
+) -> tuple[Cluster, list[WorkloadJob]]:
+    """The issue's setting: 640 GPUs, lab = virtual cluster, 5 users x 64 slots. `limits`:
+    user-style time limits (jpu.sim.philly.user_limit), SPEC R7."""
     start, days = (None, None) if window == "all" else window.split(":")
     opts = ConvertOptions(
         users_per_lab=5,
         start=datetime.fromisoformat(start) if start else None,
         days=float(days) if days else None,
         oversize="drop",
+        limits=limits,
+        limits_seed=limits_seed,
     )
     jobs, _ = convert_file(trace, opts)
-    nodes = [(f"a{i:02d}", "rtx4090", 8) for i in range(48)]
-    nodes += [(f"b{i:02d}", "rtx3080ti", 8) for i in range(32)]
+    n = gpus // 8
+    nodes = [(f"a{i:02d}", "rtx4090", 8) for i in range(n * 3 // 5)]
+    nodes += [(f"b{i:02d}", "rtx3080ti", 8) for i in range(n - n * 3 // 5)]
     return _cluster(nodes, dict.fromkeys(sorted({j.lab for j in jobs}), 5), 64, 8), jobs
 
 
@@ -139,7 +152,7 @@ def measure(cluster: Cluster, jobs: list[WorkloadJob], params: SimParams) -> dic
     t0 = time.perf_counter()
     s = simulate(cluster, jobs, params, buf)
     wall = time.perf_counter() - t0
-    started = demoted = yields = yielded = 0
+    started = demoted = yields = yielded = loans = lent = 0
     demoted_gpu_s = 0.0
     first_reserved: dict[str, float] = {}  # job -> when it first reserved (rank 1, R1)
     for line in buf.getvalue().splitlines():
@@ -155,6 +168,9 @@ def measure(cluster: Cluster, jobs: list[WorkloadJob], params: SimParams) -> dic
         elif isinstance(e, ReservationShrunk) and e.reason == "yielded":  # R6 yield
             yields += 1
             yielded += len(e.removed)
+        elif isinstance(e, ReservationShrunk) and e.reason == "lent":  # R7
+            loans += 1
+            lent += len(e.removed)
     spec = {j.id: j for j in jobs}
     demand: dict[str, float] = defaultdict(float)
     for j in jobs:
@@ -198,6 +214,8 @@ def measure(cluster: Cluster, jobs: list[WorkloadJob], params: SimParams) -> dic
         "demoted_gpu_h": demoted_gpu_s / H,
         "yields": yields,
         "yielded_gpus": yielded,
+        "loans": loans,
+        "lent_gpus": lent,
         "research_util": s["gpu_utilization"]["research"],
         "jain": s["jain_fairness"],
         "ftf_max": max(rho.values(), default=float("nan")),
@@ -219,6 +237,8 @@ ROWS: list[tuple[str, Any]] = [
     ("GPU-h held by demoted reservations", lambda m: f"{m['demoted_gpu_h']:,.1f}"),
     ("partial yields / GPUs given back (R6 yield)",
      lambda m: f"{m['yields']:,} / {m['yielded_gpus']:,}" if m["yields"] else "-"),
+    ("loans / GPUs lent (R7 limit)",
+     lambda m: f"{m['loans']:,} / {m['lent_gpus']:,}" if m.get("loans") else "-"),
     ("GPU-h held by all reservations", lambda m: f"{m['reserved_gpu_h']:,.1f}"),
     ("8-GPU tail (>= p99): wait before rank 1", lambda m: _pct(m["tail_before_rank1"])),
     ("research utilization", lambda m: f"{m['research_util']:.3f}"),
@@ -264,7 +284,11 @@ def main() -> int:
     p.add_argument("--shapes", default="philly640,small")
     p.add_argument("--modes", default=",".join(DEMOTION_MODES))
     p.add_argument("--json", type=Path, help="also write every figure to this file")
+    p.add_argument("--limits", help="LO,HI: user-style time limits on Philly jobs (SPEC R7)")
+    p.add_argument("--limits-seed", type=int, default=0, help="seed of --limits")
     a = p.parse_args()
+    lo, hi = (float(x) for x in a.limits.split(",")) if a.limits else (0.0, 0.0)
+    limits = (lo, hi) if a.limits else None
     windows = a.windows.split(",") if a.windows else FULL_WINDOWS if a.full else SHORT_WINDOWS
     if a.full and a.trace == SAMPLE and not a.windows:
         print("--full needs --trace with the full Philly trace (data/README.md)", file=sys.stderr)
@@ -273,9 +297,10 @@ def main() -> int:
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for shape in a.shapes.split(","):
         for k, window in enumerate(windows):
-            if shape == "philly640":
-                cluster, jobs = philly_case(a.trace, window)
-                title = f"philly640, {a.trace.name} window {window} ({len(jobs):,} jobs)"
+            if shape.startswith("philly"):
+                cluster, jobs = philly_case(a.trace, window, int(shape[6:]), limits, a.limits_seed)
+                lim = f", limits x{a.limits} seed {a.limits_seed}" if limits else ""
+                title = f"{shape}, {a.trace.name} window {window} ({len(jobs):,} jobs{lim})"
             else:
                 cluster, jobs = small_case(seed=k)
                 title = f"small 8x2 GPUs, synthetic seed {k} ({len(jobs):,} jobs)"

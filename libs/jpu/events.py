@@ -122,7 +122,7 @@ class ReservationGrown(JobEvent, frozen=True, kw_only=True, tag="ReservationGrow
     added: list[int] = msgspec.field(default_factory=list)
 
 
-ShrinkReason = Literal["lost", "yielded"]
+ShrinkReason = Literal["lost", "yielded", "lent"]
 
 
 class ReservationShrunk(JobEvent, frozen=True, kw_only=True, tag="ReservationShrunk"):
@@ -130,9 +130,12 @@ class ReservationShrunk(JobEvent, frozen=True, kw_only=True, tag="ReservationShr
     while the placement can still fit the job, or R6 `yielded` (`reservation_demotion: yield`)
     to a higher job that can start on them and nowhere else. `gpu_seconds` (held by the removed
     GPUs so far) is charged with the attempt's end, like a swap's (R4, F4). v2 added `reason`;
-    absent: `lost`, the only reason of v1."""
+    absent: `lost`, the only reason of v1. v3 added R7 `lent` (`reservation_backfill: limit`):
+    the GPUs start `lent_to`, a lower job whose time limit ends by `until` (the reservation's
+    shadow time); from then on their time is that job's (F5) and the reservation grows back
+    onto them when it ends (D3.b)."""
 
-    schema_version: int = 2
+    schema_version: int = 3
     node: str
     tier: str
     gpus: list[int]  # still held
@@ -140,6 +143,8 @@ class ReservationShrunk(JobEvent, frozen=True, kw_only=True, tag="ReservationShr
     gpu_seconds: float
     tflops: float
     reason: ShrinkReason = "lost"
+    lent_to: str | None = None  # v3, R7 `lent`
+    until: float | None = None  # v3, R7 `lent`: the shadow time
 
 
 class ReservationReleased(JobEvent, frozen=True, kw_only=True, tag="ReservationReleased"):

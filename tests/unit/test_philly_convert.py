@@ -54,3 +54,19 @@ def test_bad_rows_name_the_line() -> None:
         convert_rows(bad, ConvertOptions())
     with pytest.raises(WorkloadError, match="missing columns"):
         convert_rows(["a,b\n", "1,2\n"], ConvertOptions())
+
+
+def test_R7_user_style_limits_overestimate_rounded_up_to_the_hour_seeded_per_job() -> None:
+    """SPEC R7's evaluation: limit = run × U(lo, hi) rounded up to the hour (≥ 1 h), the same
+    for a job in every window (drawn from the seed and its id), none without the option."""
+    assert all(j.time_limit_s is None for j in convert_rows(CSV, ConvertOptions())[0])
+    opts = ConvertOptions(limits=(1.2, 4.0), limits_seed=7)
+    jobs, _ = convert_rows(CSV, opts)
+    for j in jobs:
+        assert j.time_limit_s is not None and j.time_limit_s % 3600 == 0
+        assert max(3600.0, 1.2 * j.duration_s) <= j.time_limit_s < 4.0 * j.duration_s + 3600
+    again = {j.id: j.time_limit_s for j in convert_rows(CSV, opts)[0]}
+    window = ConvertOptions(limits=(1.2, 4.0), limits_seed=7, start=datetime(2017, 10, 9, 6, 15))
+    assert all(again[j.id] == j.time_limit_s for j in convert_rows(CSV, window)[0])
+    with pytest.raises(WorkloadError):
+        convert_rows(CSV, ConvertOptions(limits=(0.5, 2.0)))

@@ -78,6 +78,13 @@ def register(sub: Any) -> None:
         help="hysteresis/damped margin, a fraction of the reserving lab's usage "
         "(default: the cluster file's, 0.1)",
     )
+    p.add_argument(
+        "--reservation-backfill",
+        choices=["off", "limit"],
+        default=None,
+        help="backfill under a reservation (SPEC R7); default: the cluster file's "
+        "reservation_backfill (off unless it says otherwise)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument(
         "--audit",
@@ -111,6 +118,13 @@ def register(sub: Any) -> None:
         default="clamp",
         help="wider jobs: clamp to --max-gpus (default, duration kept) or drop",
     )
+    c.add_argument(
+        "--user-limits",
+        metavar="LO,HI",
+        help="give each job a time limit as users do: its run x U(LO, HI), rounded up to the "
+        "hour, seeded per job (e.g. 1.2,4; SPEC R7's evaluation); default: no limits",
+    )
+    c.add_argument("--limits-seed", type=int, default=0, help="seed of --user-limits")
     c.set_defaults(func=run_convert)
 
 
@@ -127,6 +141,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         reservation_demotion=args.reservation_demotion,
         reservation_demotion_margin=args.reservation_demotion_margin,
+        reservation_backfill=args.reservation_backfill,
     )
     if params.reservation_demotion_margin is not None and not (
         0.0 <= params.reservation_demotion_margin < 1.0
@@ -151,6 +166,16 @@ def run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _limits(text: str | None) -> tuple[float, float] | None:
+    if not text:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError as e:
+        raise ConfigError(f"--user-limits: LO,HI expected, got {text!r}") from e
+    return lo, hi
+
+
 def run_convert(args: argparse.Namespace) -> int:
     opts = ConvertOptions(
         users_per_lab=args.users_per_lab,
@@ -159,6 +184,8 @@ def run_convert(args: argparse.Namespace) -> int:
         scale=args.scale,
         max_gpus=args.max_gpus,
         oversize=args.oversize,
+        limits=_limits(args.user_limits),
+        limits_seed=args.limits_seed,
     )
     jobs, stats = convert_file(args.trace, opts)
     dump_jobs(jobs, args.out)

@@ -99,6 +99,9 @@ _T: Final[dict[str, dict[str, str]]] = {
         "holds {count} of {needed} (R5)",
         "cause.reservation_shrunk.yielded": "it gave GPU {gpus} on {node} to a higher-ranked job "
         "that could start only there; it holds {count} of {needed} (R6)",
+        "cause.reservation_shrunk.lent": "it lent GPU {gpus} on {node} to {jobs}, whose time "
+        "limit ends before it could start anyway; they come back to it; it holds {count} of "
+        "{needed} (R7)",
         "cause.released_demoted": "it was no longer rank 1: {other_lab}'s job {jobs} ranked first, "
         "and only the rank-1 job keeps a reservation (R3)",
         "cause.released_maintenance": "maintenance began: every reservation is released (M1)",
@@ -112,6 +115,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.dispatched": "{node} ({tier}) had GPU {gpus} free for it{freed}",
         "cause.dispatched_reserved": "the last of the GPUs it reserved on {node} freed{freed}: all "
         "{needed} are its (R2)",
+        "cause.dispatched_lent": "its time limit ends before {jobs} can start: it started on "
+        "GPU {gpus} on {node} that {jobs}'s reservation held, lent until then (R7)",
         "cause.started": "{node} started it",
         "cause.completed": "its command exited with code 0",
         "cause.exited": "its command exited with code {code}",
@@ -229,6 +234,9 @@ _T: Final[dict[str, dict[str, str]]] = {
         "{count}개만 남음 (R5)",
         "cause.reservation_shrunk.yielded": "그곳에서만 시작할 수 있는 상위 작업에 {node}의 GPU "
         "{gpus}를 양보해 {needed}개 중 {count}개를 잡고 있음 (R6)",
+        "cause.reservation_shrunk.lent": "어차피 시작할 수 없는 동안 제한 시간이 그 전에 끝나는 "
+        "{jobs}에게 {node}의 GPU {gpus}를 빌려줌, 끝나면 돌아옴; {needed}개 중 {count}개를 "
+        "잡고 있음 (R7)",
         "cause.released_demoted": "더 이상 1위가 아님: {other_lab} "
         "연구실의 작업 {jobs}이(가) 1위가 "
         "되었고, 예약은 1위 작업만 유지합니다 (R3)",
@@ -242,6 +250,8 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.dispatched": "{node} ({tier})의 GPU {gpus}가 비어 있었음{freed}",
         "cause.dispatched_reserved": "{node}에 예약한 GPU의 마지막 하나가 비어{freed} {needed}개가 "
         "모두 확보됨 (R2)",
+        "cause.dispatched_lent": "제한 시간이 {jobs}이(가) 시작할 수 있는 때보다 먼저 끝나 "
+        "{jobs}의 예약이 잡고 있던 {node}의 GPU {gpus}를 빌려 시작함 (R7)",
         "cause.started": "{node}가 작업을 시작함",
         "cause.completed": "명령이 종료 코드 0으로 끝남",
         "cause.exited": "명령이 종료 코드 {code}로 끝남",

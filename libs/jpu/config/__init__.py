@@ -19,6 +19,7 @@ DEFAULT_PATH = Path(__file__).with_name("default.yaml")
 # SPEC R6: how R3 demotes a reserving job that is no longer rank 1 (jpu.policy.demotion)
 DemotionMode = Literal["strict", "useful", "hysteresis", "damped", "yield"]
 DEMOTION_MODES: tuple[str, ...] = get_args(DemotionMode)
+ReservationBackfill = Literal["off", "limit"]  # SPEC R7
 DEFAULT_DEMOTION_MARGIN = 0.1
 
 
@@ -67,6 +68,7 @@ class Cluster(msgspec.Struct, frozen=True, kw_only=True):
     # SPEC R6 (policy, so shared with the simulator): strict | useful | hysteresis | damped | yield
     reservation_demotion: DemotionMode = "strict"
     reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN  # hysteresis: usage fraction
+    reservation_backfill: ReservationBackfill = "off"  # SPEC R7: off | limit
 
     def tier(self, name: str) -> Tier:
         for t in self.tiers:
@@ -250,6 +252,8 @@ def _env_overrides(raw: dict[str, Any], env: Mapping[str, str], fields: set[str]
 
 
 def _convert(raw: dict[str, Any], kind: type[Cluster], source: str) -> Any:
+    if raw.get("reservation_backfill") is False:  # R7: YAML 1.1 reads a bare `off` as false
+        raw["reservation_backfill"] = "off"
     try:
         obj = msgspec.convert(raw, kind, strict=False)
     except msgspec.ValidationError as e:

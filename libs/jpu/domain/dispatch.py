@@ -85,6 +85,7 @@ def snapshot(
         # R6: the configured demotion mode (the simulator passes the same keys, SimParams)
         reservation_demotion=config.reservation_demotion,
         reservation_demotion_margin=config.reservation_demotion_margin,
+        reservation_backfill=config.reservation_backfill,  # R7
     )
 
 
@@ -117,6 +118,8 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
                 gpu_seconds=sh.gpu_seconds,
                 tflops=sh.tflops,
                 reason=sh.reason,
+                lent_to=sh.lent_to,
+                until=sh.until,
             )
         )
     for r in result.releases:

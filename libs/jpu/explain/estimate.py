@@ -146,6 +146,7 @@ def present(
         max_active_jobs=config.max_active_jobs,
         reservation_demotion=config.reservation_demotion,
         reservation_demotion_margin=config.reservation_demotion_margin,
+        reservation_backfill=config.reservation_backfill,
         arrays=[msgspec.structs.replace(a) for a in state.arrays.values()],  # the forward's own
     )
 

@@ -107,7 +107,7 @@ CauseKind = Literal[
     "retry_declined",  # X8: no retry (`reason`: max_attempts | no_fit; `min_vram_gb` needed)
     "reserved",  # R1: rank 1, `count` of the `needed` GPUs idle on `node`: it holds them
     "reservation_grown",  # R2: `count` of `needed` held now; the GPU freed by `jobs`
-    "reservation_shrunk",  # R5 lost / R6 yielded GPUs (`reason`); `count` still held
+    "reservation_shrunk",  # R5 lost / R6 yielded / R7 lent (to `jobs`) GPUs; `count` still held
     "released_demoted",  # R3: `jobs[0]` of `other_lab` ranked first
     "released_maintenance",  # M1
     "released_capacity",  # R5, T2
@@ -116,6 +116,7 @@ CauseKind = Literal[
     "released_swap",  # R4: it starts elsewhere, sooner
     "dispatched",  # `gpus` on `node` (`tier`) were free, freed by `jobs` (if since it queued)
     "dispatched_reserved",  # the last GPU of its reservation freed (by `jobs`)
+    "dispatched_lent",  # R7: on GPUs `jobs`' reservation lent it (its limit ends before)
     "started",  # the backend started it on `node`
     "completed",
     "exited",  # non-zero exit `code`
@@ -220,6 +221,7 @@ class ReservationSpan(msgspec.Struct, kw_only=True):
     tflops: float = 0.0
     charged_now: bool = False  # R3/M1/R5: charged at release; else with the attempt (R4, F4)
     cost: float = 0.0  # gpu_seconds × tflops (F1)
+    lent_to: list[str] = []  # R7: jobs that started on its GPUs (they came back when those ended)
     # R3: the event after which the job was no longer rank 1, and who was rank 1 then
     demoted_by: Cause | None = None
     overtaken_by: str | None = None
@@ -279,6 +281,7 @@ class Seen:
         self.slot_freed: list[str] = []  # since it entered the personal queue
         self.waits_since = 0.0  # when its current wait for GPUs began
         self.reserved_on: str | None = None  # the node of the reservation it holds or ran on
+        self.lent: dict[tuple[str, int], str] = {}  # R7: GPU lent to it -> the reserving job
 
     def freed_by(self, node: str, gpus: Iterable[int]) -> list[str]:
         """The jobs that freed these GPUs since its wait began, oldest first."""
@@ -320,7 +323,7 @@ def _own(e: Event, job: JobView, state: ClusterState, cluster: Cluster, seen: Se
     elif isinstance(e, ReservationShrunk):
         kind = "reservation_shrunk"
         kw = {"node": e.node, "gpus": list(e.removed), "count": len(e.gpus), "reason": e.reason,
-              "needed": job.num_gpus}  # fmt: skip
+              "needed": job.num_gpus, "jobs": [e.lent_to] if e.lent_to else []}  # fmt: skip
     elif isinstance(e, ReservationReleased):
         kind = _RELEASE_KINDS.get(e.reason, "released_capacity")
         kw = {"node": e.node, "tier": e.tier, "gpus": list(e.gpus), "reason": e.reason}
@@ -329,6 +332,9 @@ def _own(e: Event, job: JobView, state: ClusterState, cluster: Cluster, seen: Se
         kind = "dispatched"
         if seen.reserved_on == e.node:  # on the GPUs it had gathered (R2)
             kind = "dispatched_reserved"
+        lenders = [x for g in e.gpus if (x := seen.lent.get((e.node, g))) is not None]
+        if lenders:  # R7: under another job's reservation, lent until its shadow time
+            kind, jobs = "dispatched_lent", list(dict.fromkeys(lenders))
         kw = {"node": e.node, "tier": e.tier, "gpus": list(e.gpus), "jobs": jobs,
               "needed": job.num_gpus}  # fmt: skip
     elif isinstance(e, JobStarted):
@@ -564,6 +570,8 @@ def _reservation(spans: list[ReservationSpan], e: Event, seq: int) -> None:
     span = spans[-1]
     if isinstance(e, ReservationGrown) and len(e.gpus) > len(span.gpus):
         span.gpus = list(e.gpus)
+    elif isinstance(e, ReservationShrunk) and e.lent_to is not None:
+        span.lent_to.append(e.lent_to)
     elif isinstance(e, ReservationReleased):
         span.ended_at, span.end_seq, span.reason = e.ts, seq, e.reason
         span.gpu_seconds, span.tflops, span.charged_now = e.gpu_seconds, e.tflops, e.charged_now
@@ -681,6 +689,9 @@ class WaitFold:
         if isinstance(e, JobEnded | ReservationReleased) and e.job_id != self.job_id:
             for g in e.gpus if e.node is not None and not to_run else ():
                 seen.freed[(e.node, g)] = (e.job_id, e.ts)  # type: ignore[index]
+        if isinstance(e, ReservationShrunk) and e.reason == "lent" and e.lent_to == self.job_id:
+            for g in e.removed:  # R7: lent to this job, which starts on them in this cycle
+                seen.lent[(e.node, g)] = e.job_id
         if job is None or not is_own(e, job):
             return
         if isinstance(e, JobPromoted | JobRetryScheduled):

@@ -45,7 +45,10 @@ def cycle(snapshot: Snapshot, now: float) -> CycleResult:
     kept = release_phase(holders, held, rank1, tiers, now, out, give_back, parked)
     pool.index()
     # 4. walk from rank 1 (D3.4), pending reasons (D7)
-    Walk(pool, view, now, out).run(kept, parked=parked, check=check)
+    walk = Walk(pool, view, now, out)
+    if snapshot.reservation_backfill == "limit":  # R7: shadow times from the running jobs
+        walk.running = snapshot.running
+    walk.run(kept, parked=parked, check=check)
     return out
 
 

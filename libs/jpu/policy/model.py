@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from jpu.config import DEFAULT_DEMOTION_MARGIN, DemotionMode, Tier
+from jpu.config import DEFAULT_DEMOTION_MARGIN, DemotionMode, ReservationBackfill, Tier
 
 if TYPE_CHECKING:
     from jpu.policy.labqueues import LabQueues
@@ -35,7 +35,8 @@ PendingReason = Literal[
 ]
 MaintenanceState = Literal["NORMAL", "DRAINING", "BACKFILL_RECOVERY", "ACTIVE"]
 ReleaseReason = Literal["dispatched", "swap", "demoted", "cancelled", "maintenance", "capacity"]
-ShrinkReason = Literal["lost", "yielded"]  # R5 lost GPUs; R6 `yield` gave them to a higher job
+# R5 lost GPUs; R6 `yield` gave them to a higher job; R7 lent them to a lower job with a limit
+ShrinkReason = Literal["lost", "yielded", "lent"]
 
 
 class Gpu(msgspec.Struct, frozen=True, gc=False):
@@ -112,6 +113,9 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     # SPEC R6: how R3 demotes (jpu.policy.demotion); "strict" is R3 exactly as written
     reservation_demotion: DemotionMode = "strict"
     reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN
+    # SPEC R7: "limit" lets a lower job whose time limit ends by the shadow time start on the
+    # GPUs rank 1 reserves (jpu.policy.lend); "off" is the seed's rule
+    reservation_backfill: ReservationBackfill = "off"
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -148,8 +152,10 @@ class ReservationGrow(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 class ReservationShrink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Reserved GPUs leave, the rest stays: R5 `lost` while the placement can still fit the job,
-    or R6 `yielded` to a higher job (`reservation_demotion: yield`). Their held time so far
-    rides with the attempt (charged at its end, like R4)."""
+    R6 `yielded` to a higher job (`reservation_demotion: yield`), or R7 `lent` to a lower job
+    (`lent_to`) whose time limit ends by the shadow time (`until`). Their held time so far
+    rides with the attempt (charged at its end, like R4); a lent GPU's time from now on is the
+    borrower's (F5)."""
 
     job_id: str
     node: str
@@ -159,6 +165,8 @@ class ReservationShrink(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     gpu_seconds: float  # held by the removed GPUs up to now
     tflops: float
     reason: ShrinkReason = "lost"
+    lent_to: str | None = None  # R7: the job that starts on the removed GPUs
+    until: float | None = None  # R7: the reservation's shadow time when lent
 
 
 class Dispatch(msgspec.Struct, frozen=True, kw_only=True, gc=False):

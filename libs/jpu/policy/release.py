@@ -105,7 +105,8 @@ def release_phase(
             rank1 is None
             or give_back is None
             or parked is None
-            or (back := give_back(j, rank1, s, mine)) >= len(mine)
+            # R7: one that lent all its GPUs holds none a higher job could use: kept (D5)
+            or (mine and (back := give_back(j, rank1, s, mine)) >= len(mine))
         ):
             reason = "demoted"  # R3 (R6: in a damped mode only when it says so; `yield`: all)
         else:

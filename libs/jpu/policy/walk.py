@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from jpu.policy.demotion import DemotionCheck
+from jpu.policy.lend import lend_order, lent_shrink, may_borrow, shadow_time
 from jpu.policy.model import (
     CycleResult,
     Dispatch,
@@ -24,9 +25,10 @@ from jpu.policy.model import (
     QueuedJob,
     ReservationGrow,
     ReservationStart,
+    RunningJob,
 )
 from jpu.policy.pending import Pending
-from jpu.policy.placements import Slot
+from jpu.policy.placements import Slot, fits
 from jpu.policy.pool import Levels, Pool
 from jpu.policy.release import Kept, release
 from jpu.policy.view import AnyView
@@ -46,6 +48,10 @@ def dispatch_of(job: QueuedJob, slot: Slot, gpus: Sequence[int]) -> Dispatch:
     )
 
 
+def _rank(pair: tuple[int, Dispatch]) -> int:
+    return pair[0]
+
+
 class Walk:
     def __init__(self, pool: Pool, view: AnyView, now: float, out: CycleResult):
         self.pool = pool
@@ -57,6 +63,11 @@ class Walk:
         self.parked: dict[str, Kept] = {}  # R6: kept reservations of jobs below rank 1
         self.held_ranks: dict[int, PendingReason] = {}  # their ranks → "Reservation" (D7)
         self.top: tuple[Slot, int] | None = None  # rank 1 reserving: its placement, GPUs held
+        # R7 (`reservation_backfill: limit`): the running jobs the shadow time is computed from;
+        # None: off. `lender`: rank 1's kept reservation, the GPUs it held at the cycle's start
+        # and those it grew by this cycle
+        self.running: Sequence[RunningJob] | None = None
+        self.lender: tuple[QueuedJob, Slot, list[int], tuple[int, ...]] | None = None
 
     def run(
         self,
@@ -82,6 +93,7 @@ class Walk:
         if len(view) and reservations:
             self.rank1(view.cid_rank[0], kept)
             self.rest(view.cid_rank, 1)
+            self.lend()
             self.grow_parked()
         elif len(view):
             self.rest(view.cid_rank, 0)
@@ -127,8 +139,9 @@ class Walk:
             if other is not None:
                 self.swap(0, job, own, held, other)
                 return
-            grown = len(self.grow(job, own, held, need)) if own.idle else 0
-            self.reserving, self.top = True, (own, len(held) + grown)
+            grown = self.grow(job, own, held, need) if own.idle else ()
+            self.reserving, self.top = True, (own, len(held) + len(grown))
+            self.lender = (job, own, list(held), grown)
             return
         slot = pool.best_fit(k.levels, job.num_gpus)
         if slot is not None:  # D3.a
@@ -142,6 +155,58 @@ class Walk:
                     ReservationStart(job_id=job.job_id, node=slot.node, tier=slot.tier, gpus=gpus)
                 )
                 self.reserving, self.top = True, (slot, len(gpus))
+
+    def lend(self) -> None:
+        """SPEC R7 after the walk: lower jobs, in rank order, whose time limit ends by rank 1's
+        shadow time start on the GPUs its reservation held at the cycle's start (jpu.policy.lend);
+        they leave the reservation (`lent`), which grows back onto them once they are idle."""
+        if self.running is None or self.lender is None or 0 in self.dispatched:
+            return
+        job, own, held, grown = self.lender
+        if not held or job.reservation is None:
+            return
+        now, view = self.now, self.view
+        shadow = shadow_time(job, own, len(held) + len(grown), self.running, now)
+        if shadow == float("inf") or shadow <= now:
+            return  # unknown: a loan might delay it (D5); or it can start now
+        tier = self.pool.tiers[own.tier]
+        free = lend_order(job.reservation, held, own.backfill)
+        done = set(self.dispatched)
+        lent = False
+        classes, cids = self.classes, view.cid_rank
+        room = min(len(free), own.capacity)  # request classes that could fit the loan at all
+        sizes = {c: classes[c].n for c in self.present if own.tier in classes[c].flat}
+        sizes = {c: n for c, n in sizes.items() if n <= room}
+        for i in range(1, len(view)):
+            n = sizes.get(cids[i], 0)
+            if not n or n > len(free) or i in done:
+                continue  # cheap per rank: the job itself is read only for a possible loan
+            cand = view.job(i)
+            if not may_borrow(cand, now, shadow) or not fits(cand, own, tier):
+                continue
+            gpus, free = free[:n], free[n:]
+            shrink, job = lent_shrink(job, gpus, cand.job_id, shadow, tier.tflops, now)
+            self.out.shrinks.append(shrink)
+            self.dispatch(cand, own, gpus)
+            self.dispatched.append(i)
+            lent = True
+            if not free:
+                break
+        if lent and len(self.dispatched) == len(self.out.dispatches):  # the log in rank order
+            ranked = sorted(zip(self.dispatched, self.out.dispatches, strict=True), key=_rank)
+            self.dispatched = [k for k, _ in ranked]
+            self.out.dispatches = [d for _, d in ranked]
+        if lent and grown:  # the grow lands after the shrink: it names what is still held
+            r = job.reservation
+            assert r is not None
+            self.out.grows = [
+                g
+                if g.job_id != job.job_id
+                else ReservationGrow(
+                    job_id=g.job_id, node=g.node, tier=g.tier, gpus=(*r.gpus, *grown), added=grown
+                )
+                for g in self.out.grows
+            ]
 
     def parked_gpus(self) -> dict[tuple[str, str], int]:
         """R6: GPUs parked reservations hold, per placement (not capacity for a new one)."""

@@ -87,6 +87,7 @@ def services_config(cluster: Cluster, params: SimParams) -> Config:
             if params.reservation_demotion_margin is None
             else params.reservation_demotion_margin
         ),
+        reservation_backfill=params.reservation_backfill or cluster.reservation_backfill,  # R7
         half_life_s=params.half_life_s,
         cycle_s=params.cycle_s,
         min_cycle_gap_s=params.min_cycle_gap_s,

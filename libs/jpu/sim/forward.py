@@ -42,7 +42,14 @@ from typing import Any, Literal
 
 import msgspec
 
-from jpu.config import DEFAULT_DEMOTION_MARGIN, Cluster, DemotionMode, Node, Tier
+from jpu.config import (
+    DEFAULT_DEMOTION_MARGIN,
+    Cluster,
+    DemotionMode,
+    Node,
+    ReservationBackfill,
+    Tier,
+)
 from jpu.domain.cluster import ClusterState, GpuKey, Maintenance
 from jpu.domain.codec import with_jobs
 from jpu.domain.dependencies import ArrayProgress
@@ -91,6 +98,7 @@ class Present(msgspec.Struct, frozen=True, kw_only=True):
     # R6: the dispatcher's demotion mode, so the estimate plays the R3 the services play
     reservation_demotion: DemotionMode = "strict"
     reservation_demotion_margin: float = DEFAULT_DEMOTION_MARGIN
+    reservation_backfill: ReservationBackfill = "off"  # R7: the dispatcher's, likewise
     # Q8: copies of the fold's arrays with a task left, so a job waiting on a whole array is
     # promoted when the array's last task ends in the forward (its parents' estimated ends)
     arrays: list[ArrayProgress] = []
@@ -197,6 +205,7 @@ class ForwardSim(Simulator):
             nodes=_nodes(fold.inventory),
             reservation_demotion=present.reservation_demotion,
             reservation_demotion_margin=present.reservation_demotion_margin,
+            reservation_backfill=present.reservation_backfill,
         )
         jobs = list(fold.jobs.values())
         specs = [_spec(j, assumed[j.job_id], now) for j in jobs]

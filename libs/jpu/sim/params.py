@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from jpu.config import Cluster, Config, DemotionMode
+from jpu.config import Cluster, Config, DemotionMode, ReservationBackfill
 
 _DEFAULTS = {f.name: f.default for f in msgspec.structs.fields(Config)}  # the services' defaults
 
@@ -23,6 +23,8 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
     # defaults are the services' own), so the simulator runs the mode the services would
     reservation_demotion: DemotionMode | None = None
     reservation_demotion_margin: float | None = None
+    # R7: backfill under a reservation; None = the cluster file's `reservation_backfill`
+    reservation_backfill: ReservationBackfill | None = None
 
     def resolved(self, cluster: Cluster) -> SimParams:
         """The parameters with every "from the cluster file" value filled in."""
@@ -34,4 +36,5 @@ class SimParams(msgspec.Struct, frozen=True, kw_only=True):
                 if self.reservation_demotion_margin is None
                 else self.reservation_demotion_margin
             ),
+            reservation_backfill=self.reservation_backfill or cluster.reservation_backfill,
         )

@@ -6,12 +6,17 @@
   (scale < 1 packs arrivals closer = more load; durations are never scaled);
 * jobs wider than `max_gpus` (default 8, SPEC Q1) are clamped to `max_gpus` by default (duration
   kept), or dropped with `oversize="drop"`;
-* an optional window `[start, start + days)` keeps part of the trace.
+* an optional window `[start, start + days)` keeps part of the trace;
+* optional user-style time limits (`limits=(lo, hi)`, SPEC R7's evaluation): each job's run
+  × a factor drawn uniformly in [lo, hi], rounded up to the hour, as users overestimate; the
+  draw is seeded per job id (`limits_seed`), so a job has the same limit in every window.
 """
 
 from __future__ import annotations
 
 import csv
+import math
+import random
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -31,6 +36,8 @@ class ConvertOptions(msgspec.Struct, frozen=True, kw_only=True):
     scale: float = 1.0
     max_gpus: int = 8
     oversize: Oversize = "clamp"
+    limits: tuple[float, float] | None = None  # user-style time limits: run × U(lo, hi), ↑ 1 h
+    limits_seed: int = 0
 
 
 class ConvertStats(msgspec.Struct, kw_only=True):
@@ -47,6 +54,13 @@ def lab_name(cluster_id: str) -> str:
 
 def user_name(cluster_id: str, k: int) -> str:
     return f"{lab_name(cluster_id)}-u{k}"
+
+
+def user_limit(job_id: str, duration_s: float, lo: float, hi: float, seed: int) -> float:
+    """A limit as a user gives it: the run × U(lo, hi), rounded up to the hour (at least 1 h),
+    drawn from (seed, job id) alone."""
+    factor = random.Random(f"{seed}:{job_id}").uniform(lo, hi)
+    return max(1.0, math.ceil(duration_s * factor / 3600.0)) * 3600.0
 
 
 def _rows(lines: Iterable[str], source: str) -> Iterator[tuple[int, datetime, float, int, str]]:
@@ -73,6 +87,8 @@ def convert_rows(
     """Jobs sorted by submission time (ties by trace line), plus what was kept/clamped/dropped."""
     if opts.users_per_lab < 1 or opts.scale <= 0 or opts.max_gpus < 1:
         raise WorkloadError("users_per_lab, scale and max_gpus must be positive")
+    if opts.limits is not None and not 1.0 <= opts.limits[0] <= opts.limits[1]:
+        raise WorkloadError("limits: need 1 <= lo <= hi (a limit never cuts a run short)")
     stats = ConvertStats()
     end = opts.start + timedelta(days=opts.days) if opts.start and opts.days else None
     rows = []
@@ -101,14 +117,19 @@ def convert_rows(
         k = dealt.get(cluster, 0)
         dealt[cluster] = k + 1
         assert t0 is not None
+        jid = f"p{lineno - 1:06d}"  # the trace's data row number: stable across windows
+        lim = opts.limits
         jobs.append(
             WorkloadJob(
-                id=f"p{lineno - 1:06d}",  # the trace's data row number: stable across windows
+                id=jid,
                 lab=lab_name(cluster),
                 user=user_name(cluster, k % opts.users_per_lab),
                 submit_s=round((ts - t0).total_seconds() * opts.scale, 3),
                 num_gpus=gpus,
                 duration_s=duration,
+                time_limit_s=None
+                if lim is None
+                else user_limit(jid, duration, lim[0], lim[1], opts.limits_seed),
             )
         )
     stats.kept = len(jobs)

@@ -7,7 +7,15 @@ from dataclasses import dataclass, field
 
 from jpu.config import Tier
 from jpu.policy import charge, cycle
-from jpu.policy.model import CycleResult, Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+from jpu.policy.model import (
+    CycleResult,
+    Gpu,
+    LabUsage,
+    QueuedJob,
+    Reservation,
+    RunningJob,
+    Snapshot,
+)
 
 
 @dataclass
@@ -37,6 +45,7 @@ class Sim:
     dispatched_at: dict[str, float] = field(default_factory=dict)
     results: list[tuple[Snapshot, CycleResult]] = field(default_factory=list)
     demotion: str = "strict"  # SPEC R6 mode for every cycle
+    backfill: str = "off"  # SPEC R7 `reservation_backfill` for every cycle
     # TFLOP-s of reserved GPUs that left a reservation still held (R5 lost, R6 yielded): charged
     # with the attempt's end (F4), whatever happens to the rest of the reservation
     lazy: dict[str, float] = field(default_factory=dict)
@@ -79,6 +88,19 @@ class Sim:
             usage=dict(self.usage),
             half_life_s=self.half_life_s,
             reservation_demotion=self.demotion,  # type: ignore[arg-type]
+            reservation_backfill=self.backfill,  # type: ignore[arg-type]
+            running=[  # R7: shadow times from started_at + time_limit_s
+                RunningJob(
+                    job_id=jid,
+                    lab=r.job.lab,
+                    node=r.node,
+                    tier=r.tier,
+                    gpus=r.gpus,
+                    started_at=r.start,
+                    time_limit_s=r.job.time_limit_s,
+                )
+                for jid, r in self.running.items()
+            ],
         )
         res = policy(snap, self.now)
         self.results.append((snap, res))

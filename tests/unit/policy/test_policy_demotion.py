@@ -250,7 +250,7 @@ def test_R6_yield_the_log_says_yielded_and_the_fold_charges_it_with_the_attempt(
     assert [type(e) for e in events] == [ReservationShrunk, JobDispatched]  # GPU freed first
     sh = events[0]
     assert isinstance(sh, ReservationShrunk)
-    assert (sh.reason, sh.removed, sh.gpus, sh.schema_version) == ("yielded", [3], [0, 1, 2], 2)
+    assert (sh.reason, sh.removed, sh.gpus, sh.schema_version) == ("yielded", [3], [0, 1, 2], 3)
 
 
 def test_R6_yield_gives_back_only_what_the_higher_jobs_need():

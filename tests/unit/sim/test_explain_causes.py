@@ -341,7 +341,7 @@ SAMPLE = {  # what a cause of each kind carries (as jpu.explain.wait fills it)
 }  # fmt: skip
 REASONS = {  # kinds whose sentence depends on the reason, and a reason of each other kind
     "retry_declined": ["max_attempts", "no_fit"],
-    "reservation_shrunk": ["lost", "yielded"],
+    "reservation_shrunk": ["lost", "yielded", "lent"],
     "other_released": ["demoted", "swap", "cancelled", "maintenance", "capacity"],
     "failed": ["NODE_FAIL"],
     "backfill_ended": ["preempted"],
