@@ -1,0 +1,106 @@
+"""SPEC SEC1: the platform's data directory is not enterable by job accounts.
+
+The stack makes its data directory 0700 at start. What an account other than root must reach
+lives, when the stack runs as root, in a directory of its own under /var/lib/jpu-share, one per
+data directory (named after a digest of its absolute path, so every service and every restart
+of the same checkout finds the same one):
+
+  * `pg-<digest>`: the embedded PostgreSQL's cluster (its server runs as `postgres`);
+  * `outputs-<digest>`: the JOB_OUTPUT_DIRs (each job's account enters its own; 0711, so no
+    account lists the others' job ids).
+
+What an earlier run left at the old place (`<data_dir>/pg`, `<data_dir>/outputs`) is moved
+there once: never abandoned, never overwritten. Not root: the jobs run as the stack's own
+account, and everything stays in the data directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+log = logging.getLogger("jpu.stack")
+
+SITE_DIR = Path("/var/lib/jpu-share")
+KINDS = ("pg", "outputs")  # what lives outside, per data dir
+OUTPUTS_MODE = 0o711  # traversable to reach one's own <job_id>/, not listable
+
+
+def outside(data_dir: Path, kind: str, site_dir: Path = SITE_DIR) -> Path:
+    """`<site_dir>/<kind>-<digest of the data dir's absolute path>` (not created)."""
+    digest = hashlib.sha1(str(Path(data_dir).absolute()).encode()).hexdigest()[:10]
+    return site_dir / f"{kind}-{digest}"
+
+
+def make_private(data_dir: Path) -> None:
+    """The data directory, created if needed, with mode 0700 (SPEC SEC1)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)
+
+
+def site_dir_for(data_dir: Path, kind: str) -> Path:
+    """`outside(data_dir, kind)`, with /var/lib/jpu-share made (0755) if needed."""
+    SITE_DIR.mkdir(parents=True, exist_ok=True)
+    SITE_DIR.chmod(0o755)
+    return outside(data_dir, kind)
+
+
+def output_root(data_dir: Path, configured: str) -> Path | None:
+    """As root with no output root configured (`configured`: JPU_AGENT_OUTPUT_ROOT or the
+    `output_root` key): the outputs directory outside the data dir, made and filled with what
+    `<data_dir>/outputs` held. None: keep the agent's own default."""
+    if os.geteuid() != 0 or configured:
+        return None
+    root = site_dir_for(data_dir, "outputs")
+    carry_over(data_dir / "outputs", root, merge=True)
+    root.mkdir(exist_ok=True)
+    os.chown(root, 0, 0)
+    root.chmod(OUTPUTS_MODE)
+    return root
+
+
+def carry_over(old: Path, new: Path, *, merge: bool) -> None:
+    """Move `old` to `new` once. Both present: with `merge`, the entries `new` lacks are moved
+    and a name in both stays in `old` (logged); without, it is an error naming both."""
+    if not old.exists():
+        return
+    if not new.exists():
+        _move(old, new)
+        log.info("moved out of the data dir", extra={"from": str(old), "to": str(new)})
+        return
+    if not merge:
+        raise RuntimeError(
+            f"both {old} and {new} hold data of this checkout; keep one (move the other away) "
+            "and start again"
+        )
+    left = []
+    for entry in sorted(old.iterdir()):
+        if (new / entry.name).exists():
+            left.append(entry.name)
+        else:
+            _move(entry, new / entry.name)
+    if left:
+        log.warning("left in the data dir: already present outside", extra={"dir": str(old),
+                    "names": left[:20]})  # fmt: skip
+    else:
+        old.rmdir()
+
+
+def _move(src: Path, dst: Path) -> None:
+    """rename(2); across file systems a copy keeping owners and modes (`cp -a`), then removal."""
+    try:
+        os.rename(src, dst)
+        return
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+    partial = dst.with_name(dst.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    subprocess.run(["cp", "-a", "--", str(src), str(partial)], check=True, capture_output=True)
+    os.rename(partial, dst)
+    shutil.rmtree(src)
