@@ -22,7 +22,11 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+
+from jpu.backends import joblogs
+from jpu.config import Config
 
 log = logging.getLogger("jpu.stack")
 
@@ -50,14 +54,27 @@ def site_dir_for(data_dir: Path, kind: str) -> Path:
     return outside(data_dir, kind)
 
 
-def output_root(data_dir: Path, configured: str) -> Path | None:
-    """As root with no output root configured (`configured`: JPU_AGENT_OUTPUT_ROOT or the
-    `output_root` key): the outputs directory outside the data dir, made and filled with what
-    `<data_dir>/outputs` held. None: keep the agent's own default."""
-    if os.geteuid() != 0 or configured:
+def chosen_output_root(config: Config, env: Mapping[str, str]) -> Path | None:
+    """As root with no output root configured (neither JPU_AGENT_OUTPUT_ROOT nor the
+    `output_root` key): the outputs directory outside the data dir. None: the agent's own
+    default stands (joblogs.output_root). No side effect: tests ask it too."""
+    if os.geteuid() != 0 or env.get("JPU_AGENT_OUTPUT_ROOT") or config.output_root:
         return None
-    root = site_dir_for(data_dir, "outputs")
-    carry_over(data_dir / "outputs", root, merge=True)
+    return outside(Path(config.data_dir), "outputs")
+
+
+def output_root(config: Config, env: Mapping[str, str]) -> Path:
+    """The root of every JOB_OUTPUT_DIR of a stack started with `config` and `env`."""
+    return chosen_output_root(config, env) or joblogs.output_root(config, env)
+
+
+def prepare_output_root(config: Config, env: Mapping[str, str]) -> Path | None:
+    """`chosen_output_root`, made (root's, 0711) and holding what `<data_dir>/outputs` held."""
+    root = chosen_output_root(config, env)
+    if root is None:
+        return None
+    site_dir_for(Path(config.data_dir), "outputs")
+    carry_over(Path(config.data_dir) / "outputs", root, merge=True)
     root.mkdir(exist_ok=True)
     os.chown(root, 0, 0)
     root.chmod(OUTPUTS_MODE)

@@ -76,8 +76,7 @@ async def run(
             "JPU_DATABASE_URL": servers.database_url,
         }
         config = load_config(env=child_env)
-        configured = child_env.get("JPU_AGENT_OUTPUT_ROOT") or config.output_root
-        if (outputs := private.output_root(data_dir, configured)) is not None:  # SPEC SEC1
+        if (outputs := private.prepare_output_root(config, child_env)) is not None:  # SEC1
             child_env["JPU_AGENT_OUTPUT_ROOT"] = str(outputs)  # gateway and agents agree
         local = config.slurm_backend == "local"
         users = await prepare(config, demo=True)  # `make run` is the demo (SPEC SEC3)
