@@ -115,7 +115,8 @@ async def test_sec1_the_data_dir_is_not_enterable_by_job_accounts(data_dir: Path
         assert account != "root"
         assert as_account(account, "cat", str(out_dir / "stdout")).returncode == 0
         for argv in (["ls", str(data_dir)], ["ls", str(data_dir / "logs")],
-                     ["cat", str(data_dir / "secrets" / "nats.json")]):  # fmt: skip
+                     ["cat", str(data_dir / "secrets" / "nats.json")],
+                     ["ls", str(pg_dir)], ["cat", str(pg_dir / "postgres.log")]):  # fmt: skip
             run = as_account(account, *argv)
             assert run.returncode != 0 and "Permission denied" in run.stderr, (argv, run)
         run = as_account(account, "sh", "-c", f"cd {data_dir}")

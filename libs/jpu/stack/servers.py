@@ -57,6 +57,8 @@ def postgres_data_dir(data_dir: Path) -> Path:
         raise RuntimeError(f"a PostgreSQL (pid {pid}) still runs in {old}; stop it first")
     if (old / "pgdata" / "PG_VERSION").exists():  # else no cluster there to keep
         private.carry_over(old, fallback, merge=False)
+    fallback.mkdir(mode=0o700, exist_ok=True)  # its server's log too: nobody else's to read
+    fallback.chmod(0o700)
     log.info("PostgreSQL data outside the checkout", extra={"pg_data_dir": str(fallback)})
     return fallback
 
