@@ -30,6 +30,14 @@ def test_sec1_the_data_dir_is_made_0700(tmp_path: Path) -> None:
     assert d.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.parametrize("shared", ["/tmp", "/home", "/"])
+def test_sec1_a_shared_directory_is_never_made_private(shared: str) -> None:
+    before = os.stat(shared).st_mode
+    with pytest.raises(RuntimeError, match="shared directory"):
+        private.make_private(Path(shared))
+    assert os.stat(shared).st_mode == before
+
+
 def test_sec1_a_configured_output_root_is_kept(tmp_path: Path) -> None:
     config = load_config(env={"JPU_DATA_DIR": str(tmp_path), "JPU_OUTPUT_ROOT": "/shared/out"})
     assert private.chosen_output_root(config, {}) is None

@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,8 +43,12 @@ def outside(data_dir: Path, kind: str, site_dir: Path = SITE_DIR) -> Path:
 
 
 def make_private(data_dir: Path) -> None:
-    """The data directory, created if needed, with mode 0700 (SPEC SEC1)."""
+    """The data directory, created if needed, with mode 0700 (SPEC SEC1). A shared directory
+    (`/tmp`, `/home`: top-level or sticky) is refused, never closed to everyone else."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    real = Path(os.path.realpath(data_dir))
+    if len(real.parts) <= 2 or real.stat().st_mode & stat.S_ISVTX:
+        raise RuntimeError(f"data_dir {real} is a shared directory; give the platform its own")
     data_dir.chmod(0o700)
 
 
