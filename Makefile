@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help deps podman prometheus images cluster cluster-down install run servers test test-unit test-e2e test-slurm slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
+.PHONY: help deps podman prometheus images cluster cluster-down install run servers test test-unit test-e2e test-slurm soak slurm-testcluster lint fmt schemas bench simulate simulate-sample philly-trace clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -55,6 +55,9 @@ test-e2e: deps  ## the platform as processes, driven through HTTP only
 test-slurm: deps  ## the Slurm backend on a real local Slurm cluster (installs Debian's Slurm)
 	bash scripts/slurm-testcluster install
 	JPU_TEST_SLURM_REQUIRED=1 $(PY) -m pytest -q tests/slurm tests/integration/test_backend_contract.py -k slurm
+
+soak: install  ## `make test` 3 times from a fresh clone in a 0700 folder, once under load (SOAK_ARGS)
+	bash scripts/ci-soak $(SOAK_ARGS)
 
 slurm-testcluster: ## start a local Slurm test cluster (fake GPUs) for JPU_SLURM_BACKEND=slurm
 	bash scripts/slurm-testcluster install

@@ -54,9 +54,11 @@ class JobSubmitted(JobEvent, frozen=True, kw_only=True, tag="JobSubmitted"):
     (the name asked for) and `workspace_image` (the image of the READY workspace it resolved to at
     submit, X4a: a later rebuild does not change what the job runs in); absent: as every v2 job
     (no dependency, not held, the base image); `array` (Q7): absent, a single job; else the
-    one event that creates every task."""
+    one event that creates every task. v4 added `output`, `error`, `open_mode`, `signal`
+    (U6: sbatch's -o/-e/--open-mode/--signal as written; jpu.domain.slurm_io gives their
+    meaning at execution); absent: none, as every v3 job."""
 
-    schema_version: int = 3
+    schema_version: int = 4
     lab: str
     user: str
     name: str

@@ -52,6 +52,9 @@ class DispatcherStats:
     appended: int = 0
     conflicts: int = 0
     leader: bool = False
+    # the log seq the last complete cycle decided on (its view's `seq`): a test waits for a cycle
+    # that saw an event, then asserts what it did (or did not) decide, with no sleep
+    decided_seq: int = 0
     cycle_ms: deque[float] = field(default_factory=lambda: deque(maxlen=2048))
 
 
@@ -75,6 +78,7 @@ class Dispatcher:
         if not await self.writer.append_all(duties(self.state, self.config, now)):
             self.wake.set()  # the state moved under us: decide again once caught up
             return
+        seen = self.state.seq
         result = cycle(snapshot(self.state, self.config), now)
         before = self.writer.appended
         tiers = {t.name: t for t in self.config.tiers}
@@ -83,6 +87,8 @@ class Dispatcher:
         self.stats.dispatched += sum(1 for _ in result.dispatches) if ok else 0
         if not ok:
             self.wake.set()
+        else:
+            self.stats.decided_seq = seen
         if self.writer.appended > before:
             log.debug("cycle appended %d events", self.writer.appended - before)
 

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from jpu.policy.authfail import AuthThrottle
+from jpu.runtime.resilience import retry, run_through_outages
 from jpu.runtime.service import run_workers
 from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
@@ -50,7 +51,9 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         edges = await bootstrap.bootstrap(settings)
         stop = asyncio.Event()
         app.state.edges, app.state.crashed = edges, False
-        app.state.positions = await PositionWatch.start(settings.base.database_url)
+        app.state.positions = await retry(  # PostgreSQL may be restarting (SPEC O5)
+            "PostgreSQL notifications", lambda: PositionWatch.start(settings.base.database_url)
+        )
         # every per-app object is built here, once, before the first request
         app.state.token_cache = TokenCache()
         app.state.submit_limiter = from_settings(settings.base)
@@ -60,8 +63,11 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         app.state.job_accounts = JobAccounts(settings)
         app.state.wait_cache = OrderedDict()
         app.state.queue_view = new_shared_view(app)
-        projector = asyncio.create_task(
-            run_workers(stop, bootstrap.workers(settings, edges)), name="projector"
+        projector = asyncio.create_task(  # paused, not crashed, by an outage (SPEC O5)
+            run_through_outages(
+                "projector", lambda s: run_workers(s, bootstrap.workers(settings, edges)), stop
+            ),
+            name="projector",
         )
         projector.add_done_callback(lambda t: _on_projector_done(app, t, stop))
         try:

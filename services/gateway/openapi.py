@@ -42,7 +42,13 @@ def _error_response(description: str, *, retry_after: bool = False) -> dict[str,
 
 def _no_nul(schema: dict[str, Any]) -> None:
     """A string parameter says it may not hold NUL (the guard refuses it before any route)."""
-    for option in [schema, *schema.get("anyOf", [])]:
+    options = schema.get("anyOf", [])
+    if "pattern" in schema and options:  # an optional parameter's own pattern: its string's
+        pattern = schema.pop("pattern")
+        for option in options:
+            if option.get("type") == "string":
+                option["pattern"] = pattern
+    for option in [schema, *options]:
         if option.get("type") == "string" and "pattern" not in option:
             option["pattern"] = NO_NUL
 

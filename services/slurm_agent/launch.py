@@ -37,4 +37,11 @@ def launch_spec(job: AgentJob, tier: Tier, output_root: Path) -> LaunchSpec:
         partition=tier.partition,
         workspace=s.workspace,  # X4a: runs in that workspace's image, resolved at submit
         workspace_image=s.workspace_image,
+        name=s.name,  # U6/U7: sbatch's meanings at execution (jpu.domain.slurm_io, slurm_env)
+        output=s.output,
+        error=s.error,
+        open_mode=s.open_mode,
+        signal=s.signal,
+        array_job_id=s.array.array_id if s.array is not None else None,
+        array_task_id=s.array.tasks[0] if s.array is not None and s.array.array_id else None,
     )

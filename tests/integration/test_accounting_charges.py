@@ -23,10 +23,10 @@ from jpu.policy.fairshare import charge, decayed
 from jpu.policy.model import LabUsage
 from jpu.runtime.clock import FakeClock
 from jpu.store import wait_applied
-from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
+from jpu.testing.fold import Watcher, decided_on, end_job, job_id, start_job, submit_global
 from jpu_services.accounting.charger import Charger
 from jpu_services.accounting.service import run_accounting
-from jpu_services.dispatcher.service import run_dispatcher
+from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 
 HALF_LIFE = 7 * 24 * 3600.0
 
@@ -66,12 +66,12 @@ def r3_config() -> Config:
 
 
 async def test_R3_worked_example_demotion_charges_24780_at_once(bus: EventBus, pool):
-    config, clock = r3_config(), FakeClock(0.0)
+    config, clock, stats = r3_config(), FakeClock(0.0), DispatcherStats()
     g = ["rtx4090"]
     async with (
         Watcher(bus, config) as w,
         service(run_accounting, bus, config, clock, pool=pool),
-        service(run_dispatcher, bus, config, clock),
+        service(run_dispatcher, bus, config, clock, stats=stats),
     ):
         await w.until(lambda s: len(s.usage) == 3)  # initial usage charged once
         other, y = job_id(), job_id()
@@ -85,8 +85,10 @@ async def test_R3_worked_example_demotion_charges_24780_at_once(bus: EventBus, p
         x, k = job_id(), job_id()
         await submit_global(bus, clock, x, "BCG", "alice", 2, tiers=g)
         await w.until(lambda s: s.jobs.get(x) and s.jobs[x].state == "RESERVING")
-        await submit_global(bus, clock, k, "KDG", "carol", 1, tiers=g)
-        await asyncio.sleep(0.3)
+        k_seq = await submit_global(bus, clock, k, "KDG", "carol", 1, tiers=g)
+        await decided_on(stats, k_seq)  # a cycle saw K: whatever it decided is in the log
+        last = await bus.last_seq()
+        await w.until(lambda s: s.seq >= last)
         assert w.state.jobs[k].state == "GLOBAL_QUEUE_WAIT"  # X's reserved GPU is not for K
         x_entered = w.state.jobs[x].queue_entered_at
         # T+5min: Y ends; its cost brings BCG to ~32,000, above KDG's 28,000

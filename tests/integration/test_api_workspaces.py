@@ -171,10 +171,11 @@ async def test_X4a_a_users_default_workspace_applies_to_jobs_that_name_none(api:
     assert (await api.client.get("/v1/me/workspace", headers=h)).json() == {
         "user": "bcg-alice", "workspace": None, "seq": 0,
     }  # fmt: skip
-    # a default must name a workspace the user may use: 422 naming `workspace`, nothing appended
+    # a default must name a workspace the user may use: 404 naming `workspace` (a missing
+    # resource, issue 27), nothing appended
     before = await _events(api)
     r = await api.client.put("/v1/me/workspace", json={"workspace": "six"}, headers=h)
-    assert assert_error(r, 422, "VALIDATION_ERROR")["details"]["field"] == "workspace"
+    assert assert_error(r, 404, "NOT_FOUND")["details"]["field"] == "workspace"
     assert await _events(api) == before
     ws = await _build(api, "alice", SIX)
     put = await api.client.put("/v1/me/workspace", json={"workspace": "six"}, headers=h)
@@ -205,7 +206,7 @@ async def test_X4a_a_users_default_workspace_applies_to_jobs_that_name_none(api:
 
 async def test_X4a_jpu_workspace_default_sets_shows_and_clears_it(server: str, api: Api) -> None:
     assert ok(await jpu(server, "alice", "workspace", "default")) == "no default workspace\n"
-    err = failed(await jpu(server, "alice", "workspace", "default", "six"), "VALIDATION_ERROR")
+    err = failed(await jpu(server, "alice", "workspace", "default", "six"), "NOT_FOUND")
     assert "workspace" in err  # no such workspace yet: refused, nothing appended
     await _build(api, "alice", SIX)
     out = ok(await jpu(server, "alice", "workspace", "default", "six"))

@@ -119,11 +119,12 @@ async def test_B3_redeploy_after_research_ends(
 
 async def test_B5_backfill_never_charged(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> None:
     async with start_stack(nats_url, pool, pg_dsn) as s:
-        await both_backfilled(s)
+        before = await both_backfilled(s)
         job = await s.submit("kdg-carol", "sleep 1")
         await s.until(lambda st: st.jobs[job].state == "COMPLETED", timeout=10)
-        await asyncio.sleep(1.5)  # backfill keeps running on the other GPU, and redeploys
         (end,) = await s.events(JobEnded)
+        (gpu,) = end.gpus  # backfill keeps running on the other GPU, and redeploys on this one
+        await s.until(lambda st: st.backfill.get((NODE, TIER, gpu)) not in (None, before[gpu]))
         await s.until(lambda st: "KDG" in st.usage)
         charges = await s.events(UsageCharged)
         assert [(c.lab, c.job_id) for c in charges] == [("KDG", job)]  # only research

@@ -7,24 +7,8 @@ import asyncio
 import pytest
 
 from jpu.bus import ConcurrencyConflict, EventBus
-from jpu.events import JobPromoted, JobSubmitted, new_event_id, subject_for
-
-
-def submitted(job_id: str, ts: float = 1.0) -> JobSubmitted:
-    return JobSubmitted(
-        event_id=new_event_id(),
-        ts=ts,
-        job_id=job_id,
-        lab="BCG",
-        user="alice",
-        name="train",
-        command="python train.py",
-        num_gpus=1,
-    )
-
-
-def promoted(job_id: str, ts: float = 2.0) -> JobPromoted:
-    return JobPromoted(event_id=new_event_id(), ts=ts, job_id=job_id, queue_entered_at=ts)
+from jpu.events import subject_for
+from jpu.testing.sample_events import promoted, submitted
 
 
 async def test_E2_concurrent_writers_on_one_job_exactly_one_wins(bus: EventBus, nats_url: str):

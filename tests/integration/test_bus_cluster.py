@@ -15,9 +15,9 @@ from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.ordered import follow_ordered
 from jpu.testing.nats_cluster import NatsCluster, stream_leader, wait_jetstream
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.sample_events import promoted, submitted
 from jpu_services.dispatcher.lease import BUCKET as LEASE_BUCKET
 from jpu_services.dispatcher.lease import Lease
-from tests.integration.test_bus_append import promoted, submitted
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -26,7 +26,7 @@ from jpu.events import (
     new_event_id,
 )
 from jpu.runtime.clock import FakeClock
-from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
+from jpu.testing.fold import Watcher, decided_on, end_job, job_id, start_job, submit_global
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
 
 
@@ -142,7 +142,7 @@ async def test_D1_F4_R3_worked_example_with_Y_beside_X_ranks_Ys_cost_before_acco
     nodes = [Node(name="gpu-4090x2-01", gpus={"rtx4090": 2})]
     config, clock = fast_config(nodes=nodes), FakeClock(10_000.0)
     await initial_usage(bus, clock, BCG=24_000.0, KDG=28_000.0)
-    async with Watcher(bus, config) as w, dispatcher(bus, config, clock):
+    async with Watcher(bus, config) as w, dispatcher(bus, config, clock) as stats:
         y, x, k = job_id(), job_id(), job_id()
         await submit_global(bus, clock, y, "BCG", "bob", 1)
         await w.until(lambda s: state_of(s, y) == "DISPATCHED")
@@ -150,8 +150,10 @@ async def test_D1_F4_R3_worked_example_with_Y_beside_X_ranks_Ys_cost_before_acco
         await submit_global(bus, clock, x, "BCG", "alice", 2)  # T+0: rank 1, reserves 1 of 2
         await w.until(lambda s: state_of(s, x) == "RESERVING")
         assert w.state.jobs[x].reservation.gpus == (1 - w.state.jobs[y].placement[2][0],)
-        await submit_global(bus, clock, k, "KDG", "carol", 2)  # ranked below BCG for now
-        await asyncio.sleep(0.2)
+        k_seq = await submit_global(bus, clock, k, "KDG", "carol", 2)  # ranked below BCG for now
+        await decided_on(stats, k_seq)  # a cycle saw K: whatever it decided is in the log
+        last = await bus.last_seq()
+        await w.until(lambda s: s.seq >= last)
         assert state_of(w.state, k) == "GLOBAL_QUEUE_WAIT"
         clock.advance(300)  # T+5min: Y ends; its cost brings BCG to 32,000
         await end_job(bus, w.state, config, clock, y, usage=8_000.0)

@@ -22,6 +22,7 @@ import pytest_asyncio
 import uvicorn
 
 from jpu.domain import limits
+from jpu.events import JobSubmitted
 from jpu.store.projection import wait_applied
 from jpu.testing.api import TOKENS, Api, assert_error, bearer, job_body
 from jpu_services.gateway import server
@@ -181,9 +182,16 @@ async def _submit_raw(http: httpx.AsyncClient, raw: bytes, **headers: str) -> ht
 
 
 async def _nothing_appended(api: Api, before: int) -> None:
-    await asyncio.sleep(0.05)  # intake answers before any append; a late one would show here
+    """The refused requests appended nothing: a valid submit sent after them is the log's next
+    event and every later one is its own (a positive signal, not a sleep: issue 27)."""
     assert await api.bus.last_seq() == before, "the refused request reached the log"
-    assert await api.pool.fetchval("SELECT count(*) FROM jobs") == 0
+    r = await api.submit("alice", {"command": "true", "num_gpus": 1})
+    assert r.status_code == 201, r.text
+    sentinel = r.json()["id"]
+    after = [d.event async for d in api.bus.replay(start_seq=before + 1)]
+    assert after and isinstance(after[0], JobSubmitted), after
+    assert {getattr(e, "job_id", None) for e in after} == {sentinel}, after
+    assert set(await api.pool.fetchval("SELECT array_agg(job_id) FROM jobs") or []) <= {sentinel}
 
 
 async def test_Q1_A_hostile_submit_table_is_422_naming_the_field_and_appends_nothing(

@@ -77,8 +77,13 @@ async def test_O2_terminate_all_stops_jobs_and_backfill_left_by_a_stopped_backen
     assert job_rec is not None and bf_rec is not None
     await _wait_group(job_rec.pid, 3)  # wrapper, bash script, two sleeps (≥ 3 once forked)
     await _wait_group(bf_rec.pid, 3)
-    await backend.close()  # an agent stop: re-adoption keeps them running
-    await asyncio.sleep(0.3)
+    await backend.close()  # an agent stop: its watchers stopped (awaited), the jobs keep running
+    adopter = _backend(data_dir)  # what a restarted agent reads: neither has ended (no sleep)
+    try:
+        assert await adopter.running() == [job]
+        assert await adopter.running_backfill() == [bf.backend_job_id]
+    finally:
+        await adopter.close()
     assert _group(job_rec.pid) and _group(bf_rec.pid)
 
     t0 = time.monotonic()

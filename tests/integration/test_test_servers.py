@@ -20,9 +20,9 @@ from jpu.bus import EventBus
 from jpu.store import create_database, create_pool, migrate
 from jpu.testing.nats_cluster import stream_leader, wait_jetstream
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.sample_events import promoted, submitted
 from jpu.testing.servers import Backend, ServerProvider, engine_available
 from jpu.testing.unavailable import skip_or_fail
-from tests.integration.test_bus_append import promoted, submitted
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -23,7 +23,6 @@ from typing import Any
 import asyncpg
 import httpx
 import msgspec
-from conftest import root_dir
 
 from jpu.backends import joblogs, make_backend
 from jpu.backends.slurm.backend import SlurmBackend
@@ -36,6 +35,7 @@ from jpu.testing.api import bearer
 from jpu.testing.fold import Watcher
 from jpu.testing.inprocess import Worker, inprocess_stack, service_workers
 from jpu.testing.nats_fixtures import unique_names
+from jpu.testing.slurm_env import root_dir
 from jpu.testing.slurm_fixtures import SlurmCluster
 from jpu_services.backfill.service import BackfillOptions, BackfillStats
 from jpu_services.dispatcher.service import DispatcherStats

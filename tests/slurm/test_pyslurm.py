@@ -6,15 +6,15 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import SlurmEnv, wait_end
 
 from jpu.backends.slurm.pyslurm_api import cluster_version, pyslurm_usable
+from jpu.testing.slurm_env import SlurmEnv, wait_end
 
 
 async def test_X9_pyslurm_reads_the_jobs_where_it_matches_the_cluster(slurm: SlurmEnv) -> None:
     backend = slurm.new_backend(pyslurm="auto")
     usable, why = pyslurm_usable(await cluster_version(backend.cli))
-    if not usable:
+    if not usable:  # no pyslurm matches Debian's Slurm 22.05: CI has none to require
         pytest.skip(f"pyslurm path not testable on this cluster: {why}")
     status = await wait_end(backend, await backend.submit(slurm.spec("exit 3")))
     assert backend._reader == "pyslurm"

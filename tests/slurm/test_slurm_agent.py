@@ -12,7 +12,6 @@ from pathlib import Path
 
 import msgspec
 import pytest_asyncio
-from conftest import SlurmEnv, wait_end, wait_file
 
 from jpu.backends import LaunchSpec, make_backend
 from jpu.backends.slurm.backend import SlurmBackend
@@ -35,6 +34,7 @@ from jpu.testing.agent_world import (
     submitted,
     wait_events,
 )
+from jpu.testing.slurm_env import SlurmEnv, wait_end, wait_file
 from jpu.testing.slurm_fixtures import SlurmCluster
 
 

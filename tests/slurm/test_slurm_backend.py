@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
 
 from jpu.backends import BackendError
 from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.backends.slurm.cli import SlurmCli
+from jpu.testing.slurm_env import SlurmEnv, unreachable_conf, wait_end, wait_file
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 

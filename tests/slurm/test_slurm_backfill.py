@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest_asyncio
-from conftest import SlurmEnv, wait_end
 
 from jpu.backends import UnknownBackendJob
 from jpu.backends.backfill import BackfillBackend, BackfillSpec
 from jpu.backends.slurm.backend import SlurmBackend
+from jpu.testing.slurm_env import SlurmEnv, wait_end
 
 STUB = "python -m jpu.tools.backfill_stub"
 

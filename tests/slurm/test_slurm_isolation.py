@@ -14,13 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SlurmEnv, wait_end
 
 from jpu.backends import BackendError
 from jpu.backends.isolation import Apptainer
 from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.backends.slurm.jobs import parse_comment
+from jpu.backends.supervise import ARGV as SUPERVISOR
 from jpu.testing.apptainer_standin import standin_report, write_standin
+from jpu.testing.slurm_env import SlurmEnv, wait_end
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 PROBE = (
@@ -62,12 +63,14 @@ async def test_X4_slurm_job_runs_in_apptainer_as_the_user_without_network(
     assert status.isolation == "container:apptainer"  # what JobStarted records
     # X2 through --cleanenv: the platform's variables, the user's, and Slurm's GPUs and job id
     assert f"att=3 cvd=0,1 out={out} id={spec.job_id}" in stdout
-    assert f"mine=a,b c slurm_job={bid}" in stdout
+    # U7: SLURM_JOB_ID is the platform's job id (Slurm's own, `bid`, stays for its srun)
+    assert f"mine=a,b c slurm_job={spec.job_id}" in stdout, bid
     report = standin_report(stderr)
     argv = report["argv"]
     assert isinstance(argv, list)
     assert argv[:6] == ["exec", "--containall", "--net", "--network", "none", "--no-eval"]
-    assert argv[-4:] == ["--nv", str(image), "/bin/bash", f"{out}/job.sh"]
+    n = len(SUPERVISOR) + 4  # U6/U7: the supervisor runs the script inside (supervise.py)
+    assert argv[-n:] == ["--nv", str(image), *SUPERVISOR, "/bin/bash", f"{out}/job.sh"]
     if os.getuid() == 0:  # sbatch as the user's mapped account: apptainer runs as it
         assert int((out / "uid.txt").read_text()) == pwd.getpwnam("jpu-alice").pw_uid
     if report["netns"]:

@@ -13,9 +13,8 @@ import signal
 import time
 from pathlib import Path
 
-from conftest import SlurmEnv, wait_end
-
 from jpu.backends.slurm.backend import SlurmBackend
+from jpu.testing.slurm_env import SlurmEnv, wait_end
 
 NODE = "gpu-4090x2-02"  # not the node of the session's time-limit job (gpu-3080tix2-01)
 STUCK = "trap '' TERM; while true; do sleep 0.2; done"

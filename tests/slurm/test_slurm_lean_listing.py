@@ -8,12 +8,12 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from conftest import SlurmEnv, unreachable_conf, wait_end, wait_file
 
 from jpu.backends import BackendError
 from jpu.backends.slurm.cli import SlurmCli
 from jpu.backends.slurm.parse import jobs_from_squeue
 from jpu.backends.slurm.submit import NAME_PREFIX
+from jpu.testing.slurm_env import SlurmEnv, unreachable_conf, wait_end, wait_file
 
 FIELDS = ("state", "reason", "user", "node", "partition", "start_time", "submit_time")
 

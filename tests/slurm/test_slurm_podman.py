@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import SlurmEnv, wait_end, wait_file
 
 from jpu.backends import BackendError
 from jpu.backends.isolation import BASE_IMAGE, Podman
 from jpu.backends.podman_job import container_of
 from jpu.backends.workspaces import PipSite, Workspaces
+from jpu.testing.slurm_env import SlurmEnv, wait_end, wait_file
 from jpu.testing.unavailable import needs_root
 
 SITE = PipSite(ca_bundle="/etc/ssl/certs/ca-certificates.crt")  # the site's index configuration

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import NativeTimeout, wait_end
+from jpu.testing.slurm_env import NativeTimeout, wait_end
 
 
 async def test_slurm_time_limit_ends_the_job_TIMEOUT(native_timeout_job: NativeTimeout) -> None:

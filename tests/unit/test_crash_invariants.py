@@ -14,6 +14,7 @@ from jpu.bus import Delivered
 from jpu.config import load_config
 from jpu.events import (
     Event,
+    JobCancelRequested,
     JobDispatched,
     JobEnded,
     JobPromoted,
@@ -207,3 +208,64 @@ def test_api_that_differs_from_the_log_is_reported() -> None:
     assert any("lab BCG" in v for v in compare_api(check, jobs, stale_lab, {"a", "b"}))
     assert any("not in the log" in v for v in compare_api(check, jobs, labs, {"a", "b", "c"}))
     assert any("no client was told" in v for v in compare_api(check, jobs, labs, {"a"}))
+
+
+def lost_dispatch_log() -> list[Event]:
+    """Seed 154951 (issue 27, three stream-leader kills): job c's cancel and its dispatch were
+    both appended on one expected seq during a leader change, the cancel first. The fold (and so
+    the agent and the API) leaves c CANCELLING with no placement, and it ends CANCELLED on no
+    GPU."""
+    c = "4ebd"
+    return [
+        *good_log(),
+        JobSubmitted(
+            event_id="sub-c",
+            ts=T0 + 10,
+            job_id=c,
+            lab="BCG",
+            user="BCG-u",
+            name="x",
+            command="true",
+            num_gpus=1,
+        ),
+        JobPromoted(event_id="pro-c", ts=T0 + 10, job_id=c, queue_entered_at=T0 + 10),
+        JobCancelRequested(event_id="can-c", ts=T0 + 11, job_id=c, by="BCG-u"),
+        JobDispatched(
+            event_id="dis-c",
+            ts=T0 + 11,
+            job_id=c,
+            attempt=1,
+            node="gpu-4090x2-01",
+            tier="rtx4090",
+            gpus=[1],
+        ),
+        JobEnded(event_id="end-c", ts=T0 + 11.1, job_id=c, attempt=1, state="CANCELLED"),
+    ]
+
+
+def test_O5_a_dispatch_the_fold_did_not_apply_is_no_placement() -> None:
+    """Issue 27 (seed 154951 of test_cluster_faults): the checker counted a dispatch
+    that lost the race to a cancel, and reported "ended on None[], dispatched
+    gpu-4090x2-01[1]" and "API placement {}, the log gpu-4090x2-01[1]"; the fold, the agent and
+    the API were right. Only the dispatches the fold applied are placements."""
+    log = lost_dispatch_log()
+    check = check_log(delivered(log), CONFIG)
+    assert check.violations == []
+    assert check.stats["dispatch_not_applied"] == 1
+    assert check.state.jobs["4ebd"].state == "CANCELLED"
+    jobs, labs = api_rows(log)
+    jobs["4ebd"] = {**jobs["4ebd"], "placement": None, "exit_code": None}
+    assert compare_api(check, jobs, labs, {"a", "b", "4ebd"}) == []
+
+
+def test_O5_a_second_dispatch_of_a_placed_attempt_is_still_reported() -> None:
+    """What the fold ignores is no licence: placing an attempt already placed is O5's breach,
+    and a dispatch the fold did not apply holds no GPU another job may not take."""
+    log = lost_dispatch_log()
+    again = JobDispatched(
+        event_id="dis-a-again", ts=T0 + 0.02, job_id="a", attempt=1, node="gpu-4090x2-01",
+        tier="rtx4090", gpus=[1],
+    )  # fmt: skip
+    check = check_log(delivered([*log[:3], again, *log[3:]]), CONFIG)
+    assert any("attempt 1 dispatched twice" in v for v in check.violations), check.violations
+    assert not any("holds it" in v for v in check.violations), check.violations

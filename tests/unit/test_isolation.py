@@ -33,30 +33,32 @@ from jpu.backends.podman_job import main as podman_job_main
 from jpu.backends.process import LOADER, launch_argv
 from jpu.backends.slurm.jobs import comment_for, parse_comment
 from jpu.backends.slurm.submit import wrapper
+from jpu.backends.supervise import ARGV as SUPERVISOR
 from jpu.config import ConfigError, load_config
 
 IMAGE = Apptainer("/opt/images/vllm.sif", "apptainer", ("--nv",))
 OUT = "/data/out/j1/2"
+SUP = shlex.join(SUPERVISOR)  # U6/U7: the supervisor runs every job's script (supervise.py)
 
 
 def test_X4_apptainer_runs_job_sh_contained_with_no_network() -> None:
     assert job_argv(container(IMAGE), OUT) == [
         "apptainer", "exec", "--containall", "--net", "--network", "none", "--no-eval",
         "--bind", OUT, "--pwd", OUT, "--nv", "/opt/images/vllm.sif",
-        "/bin/bash", f"{OUT}/job.sh",
+        *SUPERVISOR, "/bin/bash", f"{OUT}/job.sh",
     ]  # fmt: skip
     assert job_argv(NONE, OUT) == job_argv(netns(["unshare", "--net", "--"]), OUT)
-    assert job_argv(NONE, OUT) == ["/bin/bash", f"{OUT}/job.sh"]
+    assert job_argv(NONE, OUT) == [*SUPERVISOR, "/bin/bash", f"{OUT}/job.sh"]
 
 
 def test_U5_apptainer_binds_the_chdir_once_and_starts_there() -> None:
     assert job_argv(container(IMAGE), OUT, "/home/alice/proj") == [
         "apptainer", "exec", "--containall", "--net", "--network", "none", "--no-eval",
         "--bind", OUT, "--bind", "/home/alice/proj", "--pwd", "/home/alice/proj", "--nv",
-        "/opt/images/vllm.sif", "/bin/bash", f"{OUT}/job.sh",
+        "/opt/images/vllm.sif", *SUPERVISOR, "/bin/bash", f"{OUT}/job.sh",
     ]  # fmt: skip
     assert job_argv(container(IMAGE), OUT, OUT) == job_argv(container(IMAGE), OUT)
-    assert job_argv(NONE, OUT, "/home/alice/proj") == ["/bin/bash", f"{OUT}/job.sh"]
+    assert job_argv(NONE, OUT, "/home/alice/proj") == [*SUPERVISOR, "/bin/bash", f"{OUT}/job.sh"]
 
 
 def test_X4_modes_choose_apptainer_when_configured_never_silently_weaker() -> None:
@@ -92,7 +94,8 @@ def test_X4_apptainer_env_carries_every_job_variable_prefixed_and_none_raw() -> 
 
 def test_X3_X4_slurm_wrapper_quotes_operator_words_and_forwards_slurm_gpus() -> None:
     image = Apptainer("/opt/my images/a'b.sif", "/usr/local/bin/apptainer", ("--bind", "/x y"))
-    lines = slurm_wrapper_line(container(image)).splitlines()
+    text = slurm_wrapper_line(container(image))
+    lines = [*text.split("\nexec ", 1)[0].splitlines(), _exec_line(text)]
     assert lines[0] == (
         'if [ -n "${CUDA_VISIBLE_DEVICES+x}" ]; then '
         'export APPTAINERENV_CUDA_VISIBLE_DEVICES="$CUDA_VISIBLE_DEVICES"; fi'
@@ -115,16 +118,22 @@ def test_X3_X4_slurm_wrapper_quotes_operator_words_and_forwards_slurm_gpus() -> 
         "--bind",
         "/x y",
         "/opt/my images/a'b.sif",
+        *SUPERVISOR,
         "/bin/bash",
         "$JOB_OUTPUT_DIR/job.sh",
     ]  # fmt: skip  ("$@": `--bind $JPU_WORKDIR` when the job's chdir is not OUT, SPEC U5)
     assert '"$JOB_OUTPUT_DIR/job.sh"' in lines[-1]  # expanded by the wrapper, as one word
     # without Apptainer the wrapper is the one it always was
     prefix = netns(["unshare", "--user", "--map-current-user", "--net", "--"])
-    assert wrapper(prefix).decode().splitlines()[-1] == (
-        'exec unshare --user --map-current-user --net -- /bin/bash "$JOB_OUTPUT_DIR/job.sh"'
+    assert _exec_line(wrapper(prefix).decode()) == (
+        f'exec unshare --user --map-current-user --net -- {SUP} /bin/bash "$JOB_OUTPUT_DIR/job.sh"'
     )
-    assert wrapper(NONE).decode().splitlines()[-1] == 'exec /bin/bash "$JOB_OUTPUT_DIR/job.sh"'
+    assert _exec_line(wrapper(NONE).decode()) == f'exec {SUP} /bin/bash "$JOB_OUTPUT_DIR/job.sh"'
+
+
+def _exec_line(wrapper_text: str) -> str:
+    """The wrapper's last command (the supervisor's quoted text spans lines)."""
+    return "exec " + wrapper_text.split("\nexec ", 1)[1].rstrip("\n")
 
 
 def test_X4_local_chain_drops_to_the_user_before_apptainer() -> None:
@@ -197,7 +206,7 @@ def test_X4a_podman_launch_loads_the_env_inside_as_the_user() -> None:
     assert "setpriv" not in " ".join(argv)  # podman's --user is the drop
     inner = argv[argv.index("localhost/ws:1") + 1 :]
     assert inner == ["/bin/bash", "-c", LOADER, "jpu-env", f"{OUT}/.jpu-env",
-                     "/bin/bash", f"{OUT}/job.sh"]  # fmt: skip
+                     *SUPERVISOR, "/bin/bash", f"{OUT}/job.sh"]  # fmt: skip
 
 
 def test_X4a_container_isolation_is_configured_in_the_config_file() -> None:
@@ -228,7 +237,16 @@ def test_X4a_slurm_wrapper_runs_the_job_through_the_nodes_podman_helper() -> Non
 def test_X4a_the_slurm_helper_runs_the_same_podman_argv_as_the_local_backend() -> None:
     config = HelperConfig(POD, 29.5)
     argv = run_argv(config, 1001, 1002, "77", OUT, "/home/alice/proj", "localhost/jpu-ws-a-b:1")
-    inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{OUT}/.jpu-env", "/bin/bash", f"{OUT}/job.sh"]
+    inner = [
+        "/bin/bash",
+        "-c",
+        LOADER,
+        "jpu-env",
+        f"{OUT}/.jpu-env",
+        *SUPERVISOR,
+        "/bin/bash",
+        f"{OUT}/job.sh",
+    ]
     same = podman_argv(
         dataclasses.replace(POD, image="localhost/jpu-ws-a-b:1"), "jpu-slurm-77", 1001, 1002,
         OUT, "/home/alice/proj", inner, 29.5, {"jpu.slurm-job": "77"},

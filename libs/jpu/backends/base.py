@@ -64,6 +64,14 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
     # X4a: the image of that workspace as resolved at submit (JobSubmitted.workspace_image);
     # None with a `workspace`: the backend resolves the name itself (its own builds, tests)
     workspace_image: str | None = None
+    # U6/U7: what sbatch's -J/-o/-e/--open-mode/--signal and an array task mean at execution
+    name: str = "job"
+    output: str | None = None
+    error: str | None = None
+    open_mode: str | None = None
+    signal: str | None = None
+    array_job_id: str | None = None
+    array_task_id: int | None = None
 
     @property
     def workdir(self) -> str:

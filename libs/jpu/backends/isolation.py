@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jpu.backends.base import BackendError
+from jpu.backends.supervise import ARGV as SUPERVISOR
 
 MODES = ("container", "uid-netns", "none", "auto", "apptainer")
 RUNTIMES = ("podman", "apptainer")
@@ -203,8 +204,9 @@ def podman_argv(
 
 def job_argv(isolation: Isolation, output_dir: str, workdir: str | None = None) -> list[str]:
     """The command that runs OUT/job.sh (after any account drop; the netns prefix is apart).
-    Under Apptainer `workdir` (default OUT) is bound too and is the container's working dir."""
-    script = ["/bin/bash", f"{output_dir}/job.sh"]
+    Under Apptainer `workdir` (default OUT) is bound too and is the container's working dir.
+    The supervisor (jpu.backends.supervise, U6/U7) runs the script, inside any container."""
+    script = [*SUPERVISOR, "/bin/bash", f"{output_dir}/job.sh"]
     a = isolation.container
     if a is None:
         return script

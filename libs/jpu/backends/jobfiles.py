@@ -26,6 +26,10 @@ from jpu.backends import joblogs
 
 MAX_PATH: Final = 4096  # PATH_MAX, in UTF-8 bytes
 MAX_NAME: Final = 255  # NAME_MAX
+# path_problem's shape as the API's schema says it (SPEC §8): relative, no `..` name, no NUL. The
+# end of text is `(?![\s\S])`, not `$`, which Python also lets match before a final newline.
+# The byte limits (MAX_PATH, MAX_NAME in UTF-8) have no JSON Schema form; `maxLength` bounds chars.
+PATH_PATTERN: Final = r"^(?!/)(?!(?:[^\u0000]*/)?\.\.(?:/|(?![\s\S])))[^\u0000]*$"
 _DIR: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _FILE: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
 

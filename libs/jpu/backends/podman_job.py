@@ -50,6 +50,7 @@ from pathlib import Path
 from jpu.backends import isolation as iso_
 from jpu.backends import seccomp
 from jpu.backends.process import ENV_FILE, LOADER
+from jpu.backends.supervise import ARGV as SUPERVISOR
 from jpu.policy.workdir import DEFAULT_ROOTS, outside_roots_problem
 
 CONFIG = "/etc/jpu/podman-job.json"
@@ -135,8 +136,8 @@ def run_argv(
     """The one `podman run` of the platform (isolation.podman_argv) for a Slurm job."""
     p = iso_.Podman(image, config.podman.bin, config.podman.storage, config.podman.shared,
                     config.podman.args, seccomp=profile)  # fmt: skip
-    inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{out}/{ENV_FILE}", "/bin/bash",
-             f"{out}/job.sh"]  # fmt: skip
+    inner = ["/bin/bash", "-c", LOADER, "jpu-env", f"{out}/{ENV_FILE}", *SUPERVISOR,
+             "/bin/bash", f"{out}/job.sh"]  # fmt: skip
     wd = None if workdir == out else workdir
     labels = {"jpu.slurm-job": slurm_job_id}
     return iso_.podman_argv(

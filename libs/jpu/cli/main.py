@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from jpu.cli import files, simulate, why
+from jpu.cli import files, simulate, slurm_commands, why
 from jpu.cli.parsing import JpuArgumentParser, describe_subcommands
 from jpu.cli.rest import subcommands as rest
 
@@ -21,7 +21,7 @@ class CliError(Exception):
     """A failure to report as one line, exit code 1."""
 
 
-SUBCOMMAND_MODULES: list[ModuleType] = [simulate, rest, why, files]
+SUBCOMMAND_MODULES: list[ModuleType] = [simulate, rest, why, files, slurm_commands]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
+from jpu.domain import slurm_env
 from jpu.domain.limits import MAX_ARRAY_SPEC
 from jpu.events import JobArray, JobSubmitted
 
@@ -91,16 +92,14 @@ def split_task_id(job_id: str) -> tuple[str, int] | None:
     return (m.group(1), int(m.group(2))) if m else None
 
 
-def env_for(array_id: str, index: int, count: int) -> dict[str, str]:
-    """Q7: what the platform puts in a task's environment (also the Slurm names, so a script
-    written for `sbatch --array` runs unchanged; Q1 keeps users from setting them)."""
+def env_for(array_id: str, index: int, tasks: Sequence[int]) -> dict[str, str]:
+    """Q7: what the platform puts in a task's environment (also the Slurm names, U7, so a
+    script written for `sbatch --array` runs unchanged; Q1 keeps users from setting them)."""
     return {
         "JPU_ARRAY_JOB_ID": array_id,
         "JPU_ARRAY_TASK_ID": str(index),
-        "JPU_ARRAY_TASK_COUNT": str(count),
-        "SLURM_ARRAY_JOB_ID": array_id,
-        "SLURM_ARRAY_TASK_ID": str(index),
-        "SLURM_ARRAY_TASK_COUNT": str(count),
+        "JPU_ARRAY_TASK_COUNT": str(len(tasks)),
+        **slurm_env.array_env(array_id, index, tasks),
     }
 
 
@@ -117,7 +116,7 @@ def task_of(event: JobSubmitted, index: int) -> JobSubmitted:
     """Task `index` of the array `event` submitted."""
     a = event.array
     assert a is not None
-    env = {**event.env, **env_for(event.job_id, index, len(a.tasks))}
+    env = {**event.env, **env_for(event.job_id, index, a.tasks)}
     return msgspec.structs.replace(
         event,
         job_id=task_id(event.job_id, index),

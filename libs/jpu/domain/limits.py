@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal as _signal
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final
 
@@ -245,6 +246,19 @@ def env_key_reserved(key: str) -> bool:
 _NO_NUL: Final = "^[^\\u0000]*$"
 
 
+# U6: sbatch's --signal as a submit carries it, normalised by jpu.policy.sbatch: [B:]SIG@SECONDS,
+# SIG a signal's name or number on this platform, SECONDS at most Slurm's 65535 — the schema and
+# the check (jpu.policy.queue) read this one pattern, so what one allows the other accepts
+_SIGNAL_NAMES: Final = "|".join(
+    sorted({n.removeprefix("SIG") for n in _signal.Signals.__members__}, key=lambda n: (-len(n), n))
+)
+_SIGNAL_NUMBERS: Final = "|".join(sorted({str(int(s)) for s in _signal.Signals}, key=len)[::-1])
+SIGNAL_PATTERN: Final = (
+    f"^(B:)?((SIG)?({_SIGNAL_NAMES})|({_SIGNAL_NUMBERS}))"
+    "@([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"
+)
+
+
 def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
     """The JSON Schema of a submit body, from the same bounds intake enforces (Q1). What a
     schema cannot say (UTF-8 bytes, unpaired surrogates, Q2 no-fit) is in the descriptions."""
@@ -364,8 +378,9 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
             "open_mode": {"enum": ["truncate", "append", None], "description": "sbatch's"},
             "signal": {
                 "type": ["string", "null"],
-                "pattern": "^(B:)?[A-Z0-9]+@[0-9]{1,7}$",
-                "description": "sbatch --signal, normalised: [B:]SIG@SECONDS",
+                "pattern": SIGNAL_PATTERN,
+                "description": "sbatch --signal, normalised: [B:]SIG@SECONDS — SIG reaches the "
+                "job (B: the batch shell only) SECONDS before the time limit",
             },
             "sbatch_warnings": {
                 "type": ["array", "null"],

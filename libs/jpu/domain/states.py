@@ -52,6 +52,9 @@ STATES: tuple[str, ...] = (
     "FAILED",
     "CANCELLED",
 )
+# A state filter (`GET /v1/queue?state=`): one state or comma-separated states, none blank; the
+# OpenAPI schema carries this pattern and the route refuses anything else (SPEC §8).
+STATE_LIST_PATTERN: str = "^(?:(?:{0})(?:,(?:{0}))*)?$".format("|".join(STATES))
 QUEUED = frozenset({"GLOBAL_QUEUE_WAIT", "RESERVING"})  # the global queue (D1)
 PENDING = QUEUED | {"PERSONAL_QUEUE_WAIT"}  # not dispatched yet: in either queue
 PLACED = frozenset({"DISPATCHED", "RUNNING", "CANCELLING"})  # may hold a placement

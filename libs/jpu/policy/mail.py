@@ -16,8 +16,49 @@ ALIASES: Final = {"ALL": KINDS, "NONE": ()}
 MAX_ADDRESS: Final = 254  # RFC 5321's longest forward path
 MAX_URL: Final = 2048
 # One address, no display name: what SMTP's RCPT TO takes (no spaces, one '@', a dotted domain).
-_EMAIL_RE: Final = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
+# Controls and every space either regex dialect knows, spelled out: Python's `\s` and JSON
+# Schema's differ (U+0085, U+001C-U+001F, U+FEFF), and the API's schema carries these patterns.
+_NOT_TEXT: Final = (
+    r"\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+EMAIL_PATTERN: Final = r"^[^@<>(),;:\"\[\]\\" + _NOT_TEXT + r"]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$"
+_EMAIL_RE: Final = re.compile(EMAIL_PATTERN)
+# An http(s) URL to a DNS name or IPv4 address, an optional port (0-65535), then anything but
+# spaces and control characters: what urlsplit reads as a scheme, a host and a valid port.
+_PORT: Final = (
+    r"(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+)
+WEBHOOK_PATTERN: Final = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://[A-Za-z0-9.-]+(?::" + _PORT + r")?(?:[/?#][^" + _NOT_TEXT + r"]*)?$"
+)
+_WEBHOOK_RE: Final = re.compile(WEBHOOK_PATTERN)
+# Spaces and tabs around a kind are ignored: what a schema pattern spells alike in every regex
+# dialect (Python's `\s` and JSON Schema's differ: U+0085, U+001C-U+001F).
+_BLANKS: Final = " \t"
 _PROBLEM_KINDS: Final = f"each of {', '.join(KINDS)}, ALL, {ARRAY_TASKS} or NONE"
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c}{c.lower()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+def mail_type_schema() -> dict[str, Any]:
+    """`parse_kinds`' rule as JSON Schema (SPEC §8: the schema says what is accepted): kinds in
+    any case, spaces around each, a list or one comma-separated string, NONE only alone."""
+    names = "|".join(_any_case(k) for k in (*KINDS, "ALL", ARRAY_TASKS))
+    kind, none = rf"[ \t]*(?:{names})[ \t]*", rf"[ \t]*{_any_case('NONE')}[ \t]*"
+    return {
+        "anyOf": [
+            {"type": "array", "items": {"type": "string", "pattern": f"^{kind}$"}},
+            {
+                "type": "array",
+                "items": {"type": "string", "pattern": f"^{none}$"},
+                "minItems": 1,
+                "maxItems": 1,
+            },
+            {"type": "string", "pattern": f"^(?:{none}|{kind}(?:,{kind})*)$"},
+        ]
+    }
 
 
 def parse_kinds(value: Any) -> tuple[list[str] | None, str | None]:
@@ -25,14 +66,14 @@ def parse_kinds(value: Any) -> tuple[list[str] | None, str | None]:
     → (the kinds in KINDS order, then ARRAY_TASKS if asked; None) or (None, why it is
     refused). NONE alone is []."""
     if isinstance(value, str):
-        names = [n.strip() for n in value.split(",")]
+        names = [n.strip(_BLANKS) for n in value.split(",")]
     elif isinstance(value, list) and all(isinstance(n, str) for n in value):
-        names = [n.strip() for n in value]
+        names = [n.strip(_BLANKS) for n in value]
     else:
         return None, f"must be a list or a comma-separated string, {_PROBLEM_KINDS}"
     chosen: set[str] = set()
     for name in names:
-        upper = name.upper()
+        upper = name.upper() if name.isascii() else ""  # "faıl".upper() is FAIL: not a kind
         if upper in ALIASES:
             chosen.update(ALIASES[upper])
         elif upper in KINDS or upper == ARRAY_TASKS:
@@ -46,7 +87,7 @@ def parse_kinds(value: Any) -> tuple[list[str] | None, str | None]:
 
 def email_problem(value: Any) -> str | None:
     """Why `value` is not one e-mail address we can send to, or None."""
-    if not isinstance(value, str) or len(value) > MAX_ADDRESS or not _EMAIL_RE.match(value):
+    if not isinstance(value, str) or len(value) > MAX_ADDRESS or not _EMAIL_RE.fullmatch(value):
         return "must be one e-mail address (name@domain)"
     return None
 
@@ -62,4 +103,6 @@ def webhook_problem(value: Any) -> str | None:
         return "must be an http:// or https:// URL with a valid host and port"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "must be an http:// or https:// URL with a host"
+    if not _WEBHOOK_RE.fullmatch(value):  # WEBHOOK_PATTERN, what the API's schema says
+        return "must be an http:// or https:// URL to a DNS name or IPv4 address, no controls"
     return None

@@ -15,7 +15,6 @@ it is about to connect to (a name may resolve elsewhere by then: DNS rebinding).
 from __future__ import annotations
 
 import ipaddress
-import socket
 from collections.abc import Iterable, Sequence
 from typing import Final
 from urllib.parse import SplitResult, urlsplit
@@ -53,11 +52,36 @@ def literal_address(host: str) -> IPAddress | None:
     except ValueError:
         pass
     if host and all(c in "0123456789abcdefxABCDEFX." for c in host):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(host))  # libc parsing, no I/O
-        except OSError:
-            return None
+        value = _inet_aton(host)
+        return None if value is None else ipaddress.IPv4Address(value)
     return None
+
+
+def _inet_aton(host: str) -> int | None:
+    """inet_aton(3) as the resolver applies it, in pure Python: 1–4 parts, each decimal, octal
+    (leading 0) or hex (0x); the last part fills the bytes the others leave (`127.1`)."""
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        low = part.lower()
+        try:
+            if low.startswith("0x"):
+                values.append(int(low[2:], 16))
+            elif len(low) > 1 and low.startswith("0"):
+                values.append(int(low, 8))
+            else:
+                values.append(int(low, 10))
+        except ValueError:
+            return None
+    *head, last = values
+    if any(v > 0xFF for v in head) or last >= 1 << (8 * (4 - len(head))):
+        return None
+    out = 0
+    for v in head:
+        out = out << 8 | v
+    return out << (8 * (4 - len(head))) | last
 
 
 def address_problem(address: IPAddress, allow: Sequence[IPNetwork] = ()) -> str | None:

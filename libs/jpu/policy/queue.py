@@ -6,7 +6,7 @@ import difflib
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from jpu.config import Tier
 from jpu.domain import limits as bounds
@@ -145,32 +145,42 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
     workspace = body.get("workspace")
     if workspace is not None and (why := bounds.workspace_name_problem(workspace)):
         errors.append(FieldError("workspace", why))  # X4a
-    return errors + _check_sbatch(body) + _check_unknown(body)
+    errors += slurm_io_problems(body)  # U6
+    return errors + _check_warnings(body) + _check_unknown(body)
 
 
-_SIGNAL = re.compile(r"^(B:)?[A-Z0-9]+@[0-9]{1,7}$")
-
-
-def _check_sbatch(body: Mapping[str, Any]) -> list[FieldError]:
-    """U6: sbatch's -o/-e/--open-mode/--signal fields and the submit's warnings, bounded."""
-    errors = []
-    for key in ("output", "error"):
-        v = body.get(key)
-        if v is not None and (not isinstance(v, str) or not v or len(v) > bounds.MAX_SBATCH_TEXT):
-            errors.append(FieldError(key, f"a file name of 1–{bounds.MAX_SBATCH_TEXT} characters"))
-    if body.get("open_mode") not in (None, "truncate", "append"):
-        errors.append(FieldError("open_mode", "truncate or append"))
-    sig = body.get("signal")
-    if sig is not None and (not isinstance(sig, str) or not _SIGNAL.match(sig)):
-        errors.append(FieldError("signal", "[B:]SIG@SECONDS, e.g. B:USR1@90"))
+def _check_warnings(body: Mapping[str, Any]) -> list[FieldError]:
+    """U6: the warnings the submit gave (jpu.policy.sbatch), kept on the job, bounded."""
     w = body.get("sbatch_warnings")
     if w is not None and (
         not isinstance(w, list)
         or len(w) > bounds.MAX_SBATCH_WARNINGS
         or not all(isinstance(x, str) and len(x) <= bounds.MAX_SBATCH_TEXT for x in w)
     ):
-        errors.append(FieldError("sbatch_warnings", "a list of short strings"))
+        return [FieldError("sbatch_warnings", "a list of short strings")]
+    return []
+
+
+def slurm_io_problems(body: Mapping[str, Any]) -> list[FieldError]:
+    """U6: `output`/`error` are file names, `open_mode` append|truncate, `signal` the normalised
+    `[B:]SIG@SECONDS` (the schema says the same: jpu.domain.limits)."""
+    errors = []
+    for field in ("output", "error"):
+        v = body.get(field)
+        if v is not None and (not isinstance(v, str) or not v or len(v) > bounds.MAX_SBATCH_TEXT):
+            errors.append(
+                FieldError(field, f"a file name of 1-{bounds.MAX_SBATCH_TEXT} characters")
+            )
+    mode = body.get("open_mode")
+    if mode is not None and mode not in ("append", "truncate"):
+        errors.append(FieldError("open_mode", "append or truncate"))
+    sig = body.get("signal")
+    if sig is not None and (not isinstance(sig, str) or not _SIGNAL.match(sig)):
+        errors.append(FieldError("signal", "[B:]SIG@SECONDS (0-65535), e.g. B:USR1@90"))
     return errors
+
+
+_SIGNAL: Final = re.compile(bounds.SIGNAL_PATTERN)
 
 
 class _AnyCount(NamedTuple):

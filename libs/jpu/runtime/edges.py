@@ -1,7 +1,9 @@
 """The two adapters every service holds: the event bus and the database pool (SPEC E4).
 
-Connecting retries with backoff, so a service started before NATS or PostgreSQL answers (a
-Kubernetes rollout, a supervisor restart) waits for them instead of crash-looping.
+Every step of the start — connect, ensure the stream, migrate — retries through an outage
+(jpu.runtime.resilience), so a service started before NATS or PostgreSQL answers, or during a
+JetStream leader election (a Kubernetes rollout, a supervisor restart), waits for them instead
+of exiting (SPEC O3, O5).
 """
 
 from __future__ import annotations
@@ -9,22 +11,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import asyncpg
 
 from jpu.bus import EventBus
 from jpu.config import Config
+from jpu.runtime.resilience import Unavailable, retry
 from jpu.store.db import create_pool, migrate
 
 log = logging.getLogger("jpu.runtime.edges")
-T = TypeVar("T")
 
+# Each try of ensure_stream: a JetStream request waits 10 s for an answer, and one sent while
+# there is no leader is dropped, not answered later — try again sooner (create/update is
+# idempotent; a cluster answers in well under a second once it has a leader).
+ENSURE_TRY_S = 3.0
 
-class EdgesUnavailable(RuntimeError):
-    """The bus or the database did not answer within the connect timeout."""
+# The bus or the database did not answer within the connect timeout (or the service was stopped).
+EdgesUnavailable = Unavailable
 
 
 @dataclass
@@ -40,37 +44,21 @@ class Edges:
             await self.pool.close()
 
 
-async def _retry(
-    what: str, connect: Callable[[], Awaitable[T]], deadline: float, stop: asyncio.Event | None
-) -> T:
-    delay = 0.2
-    while True:
-        try:
-            return await connect()
-        except (TimeoutError, OSError, asyncpg.PostgresError, ConnectionError) as e:
-            error: Exception = e
-        except Exception as e:  # nats raises its own error types on refused connections
-            if type(e).__module__.split(".")[0] != "nats":
-                raise
-            error = e
-        if time.monotonic() + delay > deadline or (stop is not None and stop.is_set()):
-            raise EdgesUnavailable(f"{what} unreachable: {error}") from error
-        log.warning("waiting for %s", what, extra={"error": str(error), "retry_in_s": delay})
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
-
-
 async def connect_edges(
     config: Config,
     *,
     name: str | None = None,
     run_migrations: bool = True,
     ensure_stream: bool = True,
-    timeout_s: float = 60.0,
+    timeout_s: float | None = None,
     stop: asyncio.Event | None = None,
 ) -> Edges:
-    """Connect bus and pool (retrying until `timeout_s`), ensure the stream, apply migrations."""
-    deadline = time.monotonic() + timeout_s
+    """Connect bus and pool, ensure the stream, apply migrations: each step retried through an
+    outage until `stop` is set or `timeout_s` has passed (None: as long as it takes)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def left() -> float | None:
+        return None if deadline is None else max(deadline - time.monotonic(), 0.0)
 
     async def bus_() -> EventBus:
         return await EventBus.connect(
@@ -81,18 +69,25 @@ async def connect_edges(
             tls_files=(config.nats_tls_ca, config.nats_tls_cert, config.nats_tls_key),  # SEC2
         )
 
-    bus = await _retry("NATS", bus_, deadline, stop)
+    bus = await retry("NATS", bus_, stop=stop, timeout_s=left())
     try:
-        pool = await _retry("PostgreSQL", lambda: create_pool(config.database_url), deadline, stop)
+        pool = await retry(
+            "PostgreSQL", lambda: create_pool(config.database_url), stop=stop, timeout_s=left()
+        )
     except BaseException:
         await bus.close()
         raise
     edges = Edges(config, bus, pool)
     try:
-        if ensure_stream:
-            await bus.ensure_stream()
+        if ensure_stream:  # stream_info/add_stream time out during an election (SPEC O3)
+            await retry(
+                "the event stream",
+                lambda: asyncio.wait_for(bus.ensure_stream(), ENSURE_TRY_S),
+                stop=stop,
+                timeout_s=left(),
+            )
         if run_migrations:
-            await migrate(pool)
+            await retry("migrations", lambda: migrate(pool), stop=stop, timeout_s=left())
     except BaseException:
         await edges.close()
         raise

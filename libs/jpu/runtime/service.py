@@ -2,7 +2,9 @@
 
 A service's `__main__` calls `run_service(name, main)`; `main(stop)` runs until the `stop` event
 is set by SIGTERM/SIGINT, then drains and returns, and the process exits 0. An exception exits 1
-so the supervisor (or Kubernetes) restarts the process (SPEC O5: state lives in the log).
+so the supervisor (or Kubernetes) restarts the process (SPEC O5: state lives in the log) — except
+an outage of the bus or the database, which a worker service waits out in-process
+(jpu.runtime.resilience): restarting would only meet the same outage.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
+
+from jpu.runtime.resilience import Unavailable, run_through_outages
 
 log = logging.getLogger("jpu.runtime.service")
 
@@ -188,9 +192,17 @@ def serve_workers(name: str, package: str) -> None:
     bootstrap = importlib.import_module(f"{package}.bootstrap")
 
     async def main(stop: asyncio.Event) -> None:
-        edges = await bootstrap.bootstrap(config.load(), stop)
         try:
-            await run_workers(stop, bootstrap.workers(edges))
+            edges = await bootstrap.bootstrap(config.load(), stop)
+        except Unavailable:
+            if stop.is_set():  # SIGTERM while waiting for the bus or the database: not a crash
+                log.info("stopped before the edges answered")
+                return
+            raise
+        try:  # an outage of the bus or the database pauses the workers; it never exits us
+            await run_through_outages(
+                name, lambda round_stop: run_workers(round_stop, bootstrap.workers(edges)), stop
+            )
         finally:
             await edges.close()
 

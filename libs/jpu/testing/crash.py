@@ -156,6 +156,9 @@ class LogCheck:
     charged: dict[str, list[UsageCharged]] = field(default_factory=dict)  # charge id -> events
     charged_by_job: dict[str, float] = field(default_factory=dict)  # job id -> TFLOP-s
     last_attempt: dict[str, dict[str, Delivered]] = field(default_factory=dict)
+    # seqs of the JobDispatched the fold applied: one that lost a race (its job was cancelled
+    # first, or already placed) moves nothing, so no GPU, placement or end is checked against it
+    applied_dispatches: set[int] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -174,12 +177,24 @@ def end_amount(e: JobEnded) -> float:
     return (e.gpu_seconds_startup + e.gpu_seconds_run + e.gpu_seconds_reserved) * e.tflops
 
 
+def _placed(state: ClusterState, event: object) -> bool:
+    """Whether the fold has `event`'s job DISPATCHED (only asked for a JobDispatched): a
+    dispatch the fold applied is the one that moved its job there (jpu.domain.states)."""
+    if not isinstance(event, JobDispatched):
+        return False
+    job = state.jobs.get(event.job_id)
+    return job is not None and job.state == "DISPATCHED"
+
+
 def check_log(log: Sequence[Delivered], config: Config) -> LogCheck:
     """Every invariant that must hold on a log the platform wrote, however it crashed."""
     state = ClusterState.new(config, keep_ended=True)
     check = LogCheck(state)
     for d in log:
+        placed_before = _placed(state, d.event)
         evolve(state, d)
+        if not placed_before and _placed(state, d.event):
+            check.applied_dispatches.add(d.seq)
         check.stats[type(d.event).__name__] += 1
         if isinstance(d.event, JobSubmitted):  # an array's one event: each task a job (Q7)
             for task in tasks_of(d.event):
@@ -232,6 +247,15 @@ def _check_job(job_id: str, events: list[Delivered], config: Config, check: LogC
         )
         if final_end_at is not None and not after_end_ok:
             bad.append(f"{job_id}: {type(e).__name__} at seq {d.seq} after it ended (S2)")
+        if isinstance(e, JobDispatched) and d.seq not in check.applied_dispatches:
+            # E2: a dispatch that lost the race to its job's cancel (seed 154951, after leader
+            # kills: both landed, on one expected seq it seems) moves nothing: the fold, the agent
+            # and the API ignore it. A second placement of a placed attempt is still O5's breach.
+            if e.attempt in dispatched:
+                bad.append(f"{job_id}: attempt {e.attempt} dispatched twice (seq {d.seq}, O5)")
+            else:
+                check.stats["dispatch_not_applied"] += 1
+            continue
         if isinstance(e, JobDispatched | JobStarted | JobEnded):
             per_attempt[(type(e).__name__, e.attempt)] += 1
             if per_attempt[(type(e).__name__, e.attempt)] == 2:
@@ -288,7 +312,11 @@ def _check_job(job_id: str, events: list[Delivered], config: Config, check: LogC
     check.last_attempt.setdefault(job_id, {})
     if attempt in dispatched:
         check.last_attempt[job_id]["JobDispatched"] = next(
-            d for d in events if isinstance(d.event, JobDispatched) and d.event.attempt == attempt
+            d
+            for d in events
+            if isinstance(d.event, JobDispatched)
+            and d.event.attempt == attempt
+            and d.seq in check.applied_dispatches
         )
     if attempt in started:
         check.last_attempt[job_id]["JobStarted"] = next(
@@ -344,7 +372,7 @@ def _check_gpus(log: Sequence[Delivered], check: LogCheck) -> None:
             for g in e.gpus:
                 if holder.get((e.node, e.tier, g)) == f"reservation:{e.job_id}":
                     del holder[(e.node, e.tier, g)]
-        elif isinstance(e, JobDispatched):
+        elif isinstance(e, JobDispatched) and d.seq in check.applied_dispatches:
             for g in e.gpus:
                 take((e.node, e.tier, g), f"job:{e.job_id}", f"reservation:{e.job_id}", d.seq)
         elif isinstance(e, JobEnded):

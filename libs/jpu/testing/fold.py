@@ -190,3 +190,14 @@ async def end_job(
 ) -> int:
     event = end_event(state, config, clock, jid, final, **kw)
     return await bus.append(event, expected_last_subject_seq=state.jobs[jid].last_seq)
+
+
+async def decided_on(stats: Any, seq: int, timeout: float = 10.0) -> None:
+    """Wait for a dispatcher cycle that decided on the log up to `seq` (its DispatcherStats'
+    `decided_seq`): what it appended is in the log by then. The positive signal for "the
+    dispatcher saw it and left it" — never a sleep (issue 27)."""
+    deadline = time.monotonic() + timeout
+    while stats.decided_seq < seq:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no dispatcher cycle decided on seq {seq} in {timeout} s")
+        await asyncio.sleep(0.01)

@@ -119,7 +119,7 @@ async def inprocess_stack(
     gateway under uvicorn (its `base_url` is the server's), not through the ASGI transport."""
     await seed_demo(pool)
     app = create_app(GatewayConfig.from_config(config, env={}))
-    edges = await connect_edges(config, name="services")
+    edges = await connect_edges(config, name="services", timeout_s=60.0)  # a test fails, not hangs
     bus = await EventBus.connect(
         config.nats_url, stream=config.stream_name, prefix=config.subject_prefix
     )

@@ -4,8 +4,9 @@ Like the notification defaults, the setting is an event on the log, `WorkspaceDe
 the user's own subject for it (`<prefix>.user.<name>.workspace`): the log is the record (E1) and
 the current default is the subject's last message. A job that names no workspace runs in it
 (jpu.domain.workspaces.with_default, applied by the submit route). A PUT names a workspace the
-user may use (own, else the lab's; it may still be building) or null to clear it; a refusal is a
-422 naming `workspace` and appends nothing.
+user may use (own, else the lab's; it may still be building) or null to clear it; a name that is
+not a workspace name is a 422 naming `workspace`, one the user has no workspace by a 404 naming
+it (a missing resource, as the schema says: issue 27); neither appends anything.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from jpu.domain.workspaces import default_problem, lookup_ids
 from jpu.events import WorkspaceDefaultChanged, decode, new_event_id, subject_for
 from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.deps import CurrentUser, EdgesDep
-from jpu_services.gateway.errors import responses
+from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes._commands import now
 
@@ -60,7 +61,10 @@ async def get_default(user: CurrentUser, edges: EdgesDep) -> DefaultWorkspaceOut
     return DefaultWorkspaceOut(user=user.name, workspace=name, seq=seq)
 
 
-@router.put("/workspace", responses=responses(400, 401, 422))
+@router.put(
+    "/workspace",
+    responses=responses(400, 401, 404, 422, s404="NOT_FOUND (no such workspace for you)"),
+)
 async def put_default(
     request: Request, body: DefaultWorkspaceIn, user: CurrentUser, edges: EdgesDep
 ) -> DefaultWorkspaceOut:
@@ -71,7 +75,7 @@ async def put_default(
             raise cmd.shape_error("workspace", why)
         ws = await read_first(edges.pool, lookup_ids(name, user.name, user.lab))
         if (why := default_problem(ws, name, user.name, user.lab)) is not None:
-            raise cmd.shape_error("workspace", why)
+            raise ApiError(404, "NOT_FOUND", f"workspace: {why}", {"field": "workspace"})
     event = WorkspaceDefaultChanged(
         event_id=new_event_id(), ts=now(request), user=user.name, workspace=name
     )

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from jpu import commands
-from jpu.backends import joblogs
+from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
@@ -403,6 +403,7 @@ _FILES_DOC: Final = (
     "such job, attempt or directory. 503 OUTPUT_UNREADABLE: the gateway may not read the output."
 )
 _PATH_DOC: Final = "relative to JOB_OUTPUT_DIR; no `..`, no symbolic links"
+_PATH_SCHEMA: Final = {"pattern": jobfiles.PATH_PATTERN, "maxLength": jobfiles.MAX_PATH}
 
 
 @router.get(
@@ -416,7 +417,7 @@ async def files(
     pool: PoolDep,
     settings: SettingsDep,
     attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
-    path: Annotated[str, Query(description=_PATH_DOC)] = "",
+    path: Annotated[str, Query(description=_PATH_DOC, json_schema_extra=_PATH_SCHEMA)] = "",
     limit: Annotated[int, Query(ge=1, le=_files.MAX_LIMIT)] = 1000,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
 ) -> JSONResponse:
@@ -475,7 +476,7 @@ async def file(
     user: CurrentUser,
     pool: PoolDep,
     settings: SettingsDep,
-    path: Annotated[str, Path(description=_PATH_DOC)],
+    path: Annotated[str, Path(description=_PATH_DOC, json_schema_extra=_PATH_SCHEMA)],
     attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
     range_: Annotated[
         str | None, Header(alias="Range", description="`bytes=start-[last]` or `bytes=-suffix`")

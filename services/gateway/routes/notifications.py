@@ -32,20 +32,31 @@ from jpu_services.gateway.routes._commands import append, now
 router = APIRouter(prefix="/v1/me", tags=["users"])
 
 
+def _blank_or(pattern: str, max_length: int) -> dict[str, Any]:
+    """A field jpu.policy.mail checks, as the schema: null, "" (none), or `pattern` (^…$)."""
+    text = {"type": "string", "maxLength": max_length, "pattern": f"^(?:{pattern[1:-1]})?$"}
+    return {"anyOf": [text, {"type": "null"}]}
+
+
 class NotificationSettingsIn(BaseModel):
+    # Checked by jpu.policy.mail, so a refusal names its field; the schema says the same rules
+    # (SPEC §8: a schema-valid body is accepted, issue 27)
     model_config = ConfigDict(extra="forbid")
-    email: str | None = Field(None, description="where e-mail notifications go")
-    webhook_url: str | None = Field(
-        None, description='an http(s) URL a Slack-compatible `{"text": ...}` is POSTed to'
+    email: str | None = Field(
+        None,
+        description="where e-mail notifications go",
+        json_schema_extra=_blank_or(mail.EMAIL_PATTERN, mail.MAX_ADDRESS),
     )
-    # checked by jpu.policy.mail (a list or a comma-separated string), so a refusal names it
+    webhook_url: str | None = Field(
+        None,
+        description='an http(s) URL a Slack-compatible `{"text": ...}` is POSTed to',
+        json_schema_extra=_blank_or(mail.WEBHOOK_PATTERN, mail.MAX_URL),
+    )
     mail_type: Any = Field(
         default_factory=list,
-        description="the kinds for jobs that name none: BEGIN, END, FAIL, REQUEUE, ALL, NONE "
-        "(a list, or comma-separated like sbatch --mail-type)",
-        json_schema_extra={
-            "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]
-        },
+        description="the kinds for jobs that name none: BEGIN, END, FAIL, REQUEUE, ALL, "
+        "ARRAY_TASKS, NONE (a list, or comma-separated like sbatch --mail-type)",
+        json_schema_extra=mail.mail_type_schema(),
     )
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request
 
-from jpu.domain.states import STATES
+from jpu.domain.states import STATE_LIST_PATTERN, STATES
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.routes import explain
@@ -50,6 +50,7 @@ def _entry(
         "min_vram_gb": row["min_vram_gb"],  # D7 MinVram: the floor it waits for (X8 raises it)
         "state": row["state"],
         "attempt": row["attempt"],
+        "time_limit_s": row["time_limit_s"],  # squeue's TIME_LIMIT (%l)
         "lab_usage": usage,  # D1: charged, decayed — what orders the queue
         "lab_accrued_uncharged": accrued,  # F4: the lab's jobs in flight so far, not in the order
         "queue_entered_at": row["queue_entered_at"],
@@ -97,9 +98,10 @@ def _running(row: Any, usage: float, accrued: float, now: float) -> dict[str, An
 
 
 def _states(state: str | None) -> set[str] | None:
+    """STATE_LIST_PATTERN, as the schema says: exact names, no blanks, no spaces."""
     if not state:
         return None
-    states = {s.strip().upper() for s in state.split(",") if s.strip()}
+    states = set(state.split(","))
     unknown = sorted(states - set(JOB_STATES))
     if unknown:
         raise ApiError(
@@ -128,7 +130,13 @@ async def queue(
     settings: SettingsDep,
     user: Annotated[str | None, Query(description="only this user's jobs")] = None,
     lab: Annotated[str | None, Query(description="only this lab's jobs")] = None,
-    state: Annotated[str | None, Query(description="state or comma-separated states")] = None,
+    state: Annotated[
+        str | None,
+        Query(
+            description=f"a state or comma-separated states, of {', '.join(JOB_STATES)}",
+            json_schema_extra={"pattern": STATE_LIST_PATTERN},
+        ),
+    ] = None,
     at: Annotated[
         float | None,
         Query(

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jpu.policy import outbound
+from jpu.policy.outbound import _inet_aton
 
 REFUSED_URLS = [
     "http://127.0.0.1:4222/",  # the platform's own NATS
@@ -76,3 +80,26 @@ def test_reserved_test_names_need_no_lookup_SEC4() -> None:
 def test_allowlist_that_is_not_a_cidr_is_refused_SEC4() -> None:
     with pytest.raises(ValueError, match="not-a-net"):
         outbound.parse_networks(["not-a-net"])
+
+
+@settings(max_examples=2000)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(0, 2**33).map(str),
+            st.integers(0, 2**33).map(lambda n: f"0x{n:x}"),
+            st.integers(0, 2**33).map(lambda n: f"0{n:o}"),
+            st.sampled_from(["", "0x", "08", "0X1F", "00", "x1"]),
+        ),
+        min_size=1,
+        max_size=5,
+    ).map(".".join)
+)
+def test_SEC4_literal_ipv4_forms_read_as_the_resolver_reads_them(host: str) -> None:
+    """The pure inet_aton agrees with libc's on every numeric form (`127.1`, `0x7f.1`, octal,
+    one 32-bit number): a literal loopback in any spelling is seen as loopback."""
+    try:
+        expected: int | None = int(ipaddress.IPv4Address(socket.inet_aton(host)))
+    except OSError:
+        expected = None
+    assert _inet_aton(host) == expected

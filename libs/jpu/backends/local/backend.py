@@ -25,7 +25,7 @@ from pathlib import Path
 
 import msgspec
 
-from jpu.backends import containers, seccomp
+from jpu.backends import containers, seccomp, supervise
 from jpu.backends import isolation as iso_
 from jpu.backends import process as proc_
 from jpu.backends.accounts import Account, AccountMap, current_account
@@ -354,6 +354,10 @@ class LocalBackend(LocalBackfill):
             user_env=spec.env,
             workdir=spec.workdir,
         )
+        env.update(supervise.env_for_spec(spec))  # U7: the platform's, never the user's
+        # U6/U7: -o/-e, --signal, srun (no Slurm of ours here); podman's init signals one child
+        podman = self._isolation_for().podman is not None
+        env.update(supervise.run_env(spec, forward=podman, srun="always"))
         if spec.workspace is not None:
             env = venv_env(env, spec.env)
         return iso_.job_env(self._isolation_for(), env)

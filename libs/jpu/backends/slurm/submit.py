@@ -25,6 +25,7 @@ import math
 from collections.abc import Mapping
 
 from jpu.backends import isolation as iso_
+from jpu.backends import supervise
 from jpu.backends.base import LaunchSpec
 from jpu.backends.process import DEFAULT_PATH, env_records
 from jpu.backends.workspaces import venv_env
@@ -72,6 +73,12 @@ def job_env(
             "JPU_WORKDIR": spec.workdir,  # U5: the wrapper enters it as the user
         }
     )
+    # U7: the platform's SLURM_* over Slurm's where they differ (renamed inside the step); U6
+    # -o/-e/--signal; srun: Slurm's own where it can reach slurmctld (no isolation), else the
+    # shim: a job without network or in a container cannot use it (jpu.backends.supervise)
+    env.update(supervise.slurm_overrides(spec))
+    shim = "absent" if isolation.name == iso_.NONE.name else "always"
+    env.update(supervise.run_env(spec, forward=isolation.podman is not None, srun=shim))
     if spec.workspace is not None:  # X4a: the workspace's packages first on PATH
         env = venv_env(env, spec.env)
     return iso_.job_env(isolation, env)
