@@ -104,3 +104,15 @@ def test_sec1_a_move_across_file_systems_keeps_modes(tmp_path: Path) -> None:
         assert (new / "j1").stat().st_mode & 0o777 == 0o700
     finally:
         shutil.rmtree(new.parent)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the rule is for a stack run as root")
+def test_sec1_an_output_root_inside_the_data_dir_is_refused_at_start(tmp_path: Path) -> None:
+    inside = str(tmp_path / "outputs")
+    config = load_config(env={"JPU_DATA_DIR": str(tmp_path), "JPU_OUTPUT_ROOT": inside})
+    with pytest.raises(RuntimeError, match="inside the data dir"):
+        private.prepare_output_root(config, {})
+    with pytest.raises(RuntimeError, match="inside the data dir"):
+        private.prepare_output_root(config, {"JPU_AGENT_OUTPUT_ROOT": str(tmp_path)})
+    outside = tmp_path.parent / f"{tmp_path.name}-out"
+    assert private.prepare_output_root(config, {"JPU_AGENT_OUTPUT_ROOT": str(outside)}) is None

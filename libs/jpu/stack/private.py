@@ -77,6 +77,7 @@ def prepare_output_root(config: Config, env: Mapping[str, str]) -> Path | None:
     """`chosen_output_root`, made (root's, 0711) and holding what `<data_dir>/outputs` held."""
     root = chosen_output_root(config, env)
     if root is None:
+        _check_configured_root(config, env)
         return None
     site_dir_for(Path(config.data_dir), "outputs")
     carry_over(Path(config.data_dir) / "outputs", root, merge=True)
@@ -84,6 +85,18 @@ def prepare_output_root(config: Config, env: Mapping[str, str]) -> Path | None:
     os.chown(root, 0, 0)
     root.chmod(OUTPUTS_MODE)
     return root
+
+
+def _check_configured_root(config: Config, env: Mapping[str, str]) -> None:
+    """As root, an output root configured inside the data dir is refused at start: no job
+    account could reach its JOB_OUTPUT_DIR there (SPEC SEC1)."""
+    root = Path(os.path.realpath(joblogs.output_root(config, env)))
+    data = Path(os.path.realpath(config.data_dir))
+    if os.geteuid() == 0 and root.is_relative_to(data):
+        raise RuntimeError(
+            f"output_root {root} lies inside the data dir {data}, which no job account may enter "
+            "(SPEC SEC1); choose a directory outside it, or leave output_root unset"
+        )
 
 
 def carry_over(old: Path, new: Path, *, merge: bool) -> None:
