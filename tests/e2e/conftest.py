@@ -9,7 +9,6 @@ JPU_E2E_KEEP=1 keeps each stack's data dir (service logs, job outputs) for debug
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -59,7 +58,7 @@ async def stack(
         if os.environ.get("JPU_E2E_KEEP"):  # debugging: keep logs and outputs
             print(f"e2e data dir kept: {s.data_dir}")
         else:
-            shutil.rmtree(s.data_dir, ignore_errors=True)
+            s.remove()
     assert rc == 0, f"stack exited {rc}"
 
 

@@ -144,7 +144,7 @@ async def own_stack(env: dict[str, str], servers_root: Path) -> AsyncIterator[St
         if os.environ.get("JPU_E2E_KEEP"):
             print(f"data dirs kept: {s.data_dir} {servers_root}")
         else:
-            shutil.rmtree(s.data_dir, ignore_errors=True)
+            s.remove()
     assert rc == 0, f"stack exited {rc}:\n{s.log_tail()}"
 
 

@@ -24,9 +24,12 @@ import msgspec
 import pytest
 import yaml
 
+from jpu.backends import joblogs
 from jpu.bus import EventBus
+from jpu.config import load_config
 from jpu.domain import states
-from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
+from jpu.stack import private
+from jpu.testing.stack_process import StackProcess, remove_data_dir, world_searchable_tmpdir
 from jpu.testing.unavailable import skip_unless_required
 
 TERMINAL = states.in_order(states.TERMINAL)
@@ -154,13 +157,17 @@ class Stack(StackProcess):
     one HTTP client per demo user."""
 
     def __init__(self, env: dict[str, str], config: dict[str, Any] | None = None) -> None:
-        data_dir = world_searchable_tmpdir("jpu-e2e-")
-        self.gates = data_dir / "gates"
+        # the jobs (the users' accounts) wait on the gates: outside the data dir, which the
+        # stack makes 0700 (SPEC SEC1)
+        base = world_searchable_tmpdir("jpu-e2e-")
+        data_dir = base / "data"
+        data_dir.mkdir()
+        self.gates = base / "gates"
         self.gates.mkdir()
         self.gates.chmod(0o755)
         env = dict(env)
         if config is not None:
-            path = data_dir / "config.yaml"
+            path = base / "config.yaml"
             path.write_text(yaml.safe_dump(config))
             env["JPU_CONFIG"] = str(path)
         super().__init__(env, data_dir)
@@ -190,8 +197,10 @@ class Stack(StackProcess):
         return dict(next(p for p in pool if p["node"] == node))
 
     def output_dir(self, job_id: str, attempt: int = 1) -> Path:
-        """JOB_OUTPUT_DIR of an attempt (SPEC X2): <data_dir>/outputs/<job>/<attempt>."""
-        return self.data_dir / "outputs" / job_id / str(attempt)
+        """JOB_OUTPUT_DIR of an attempt (SPEC X2) where the stack put it: as root, outside
+        the data dir (SPEC SEC1, jpu.stack.private)."""
+        root = private.output_root(load_config(env=self.env), self.env)
+        return joblogs.attempt_dir(root, job_id, attempt)
 
     # --- cleanup ------------------------------------------------------------------------------
 
@@ -214,6 +223,11 @@ class Stack(StackProcess):
         for client in self._clients.values():
             client.close()
         return super().stop()
+
+    def remove(self) -> None:
+        """The data dir, the gates, and what the stack kept outside (jpu.stack.private)."""
+        remove_data_dir(self.data_dir)
+        shutil.rmtree(self.data_dir.parent, ignore_errors=True)
 
 
 def by_type(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from jpu.backends import joblogs
 from jpu.testing.api import add_lab_admins, assert_error, bearer
 from jpu.testing.stack import OOM_ON_ATTEMPT_1, Stack, ended, logs_stack, wait_job
 from jpu.testing.stack_process import world_searchable_tmpdir
@@ -56,7 +57,7 @@ async def test_U5_logs_of_attempt_1_stdout_stderr_and_byte_ranges(
         assert_error(await logs(s, "bcg-alice", job, stream="both"), 422, "VALIDATION_ERROR")
         # the job says where it ran and where its output is (U5, X2)
         assert done["chdir"] is None and done["workdir"] == done["output_dir"]
-        assert done["output_dir"] == str(s.data_dir / "outputs" / job / "1")
+        assert done["output_dir"] == str(joblogs.attempt_dir(joblogs.output_root(s.config), job, 1))
 
 
 async def test_U5_logs_of_an_oom_retried_attempt_2_and_of_its_attempt_1(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,14 +18,14 @@ import pytest
 from jpu.testing.cli import project_dir
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.receivers import Received, Webhook, until
-from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
+from jpu.testing.stack_process import StackProcess, remove_data_dir, world_searchable_tmpdir
 
 
 @pytest.fixture
 def data_dir() -> Iterator[Path]:
     d = world_searchable_tmpdir()
     yield d
-    shutil.rmtree(d, ignore_errors=True)
+    remove_data_dir(d)
 
 
 def jpu(stack: StackProcess, *argv: str, cwd: Path) -> str:

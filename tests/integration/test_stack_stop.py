@@ -4,7 +4,6 @@ backfill instances of the local backend included, although they outlive a servic
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,9 +13,11 @@ import httpx
 import pytest
 
 from jpu.bus import EventBus
+from jpu.config import load_config
+from jpu.stack import private
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.stack_process import StackProcess as Stack
-from jpu.testing.stack_process import alive, descendants, world_searchable_tmpdir
+from jpu.testing.stack_process import alive, descendants, remove_data_dir, world_searchable_tmpdir
 
 WAIT_S = 60.0
 T = TypeVar("T")
@@ -26,12 +27,13 @@ T = TypeVar("T")
 def data_dir() -> Iterator[Path]:
     d = world_searchable_tmpdir()
     yield d
-    shutil.rmtree(d, ignore_errors=True)
+    remove_data_dir(d)
 
 
-def processes_under(directory: Path) -> dict[int, str]:
-    """pid → command line of every live process whose working directory is under `directory`
-    (jobs and backfill instances run in their output directories under the data dir)."""
+def processes_under(*directories: Path) -> dict[int, str]:
+    """pid → command line of every live process whose working directory is under one of
+    `directories` (backfill instances run in theirs under the data dir, jobs in their output
+    directories: as root outside it, SPEC SEC1)."""
     found = {}
     for p in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -39,7 +41,7 @@ def processes_under(directory: Path) -> dict[int, str]:
             cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if cwd.is_relative_to(directory) and alive(int(p)):
+        if any(cwd.is_relative_to(d) for d in directories) and alive(int(p)):
             found[int(p)] = cmd
     return found
 
@@ -70,6 +72,7 @@ async def test_O2_ctrl_c_stops_running_jobs_and_backfill(
         data_dir,
     )
     started: set[int] = set()
+    outputs = private.output_root(load_config(env=stack.env), stack.env)
     try:
         stack.wait_ready()
         headers = {"Authorization": f"Bearer {stack.token('bcg-alice')}"}
@@ -91,7 +94,7 @@ async def test_O2_ctrl_c_stops_running_jobs_and_backfill(
         procs = wait_for(
             "job and backfill processes",
             lambda: (
-                (p := processes_under(data_dir))
+                (p := processes_under(data_dir, outputs))
                 and any("sleep 600" in c for c in p.values())
                 and any("jpu.tools.backfill_stub" in c for c in p.values())
                 and p
@@ -105,7 +108,7 @@ async def test_O2_ctrl_c_stops_running_jobs_and_backfill(
     while (left := {p for p in started if alive(p)}) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"processes left behind: { {p: procs.get(p) for p in left} }"
-    assert not processes_under(data_dir)
+    assert not processes_under(data_dir, outputs)
     [stop] = [e for e in stack.supervisor_log() if e["msg"] == "stopped local jobs and backfill"]
     assert f"local-{job_id}-1" in stop["stopped"]
     assert any(s.startswith("localbf-") for s in stop["stopped"])

@@ -24,7 +24,7 @@ import asyncpg
 import httpx
 import msgspec
 
-from jpu.backends import make_backend
+from jpu.backends import joblogs, make_backend
 from jpu.backends.slurm.backend import SlurmBackend
 from jpu.bus import EventBus
 from jpu.config import Config, load_config
@@ -192,7 +192,7 @@ async def slurm_stack(
     data_dir = root_dir("jpu-slurm-stack-")
     config = stack_config(nats_url, pg_dsn, data_dir, extra)
     stats, dispatcher_stats = BackfillStats(), DispatcherStats()
-    workers = stack_workers(config, cluster, data_dir / "outputs", stats, dispatcher_stats)
+    workers = stack_workers(config, cluster, joblogs.output_root(config), stats, dispatcher_stats)
     try:
         async with inprocess_stack(
             config, pool, workers, lambda: leave_nothing(config, cluster)

@@ -16,6 +16,7 @@ import asyncpg
 import httpx
 from stack_support import CAROL, N4090, slurm_stack
 
+from jpu.backends import joblogs
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -55,7 +56,7 @@ async def test_B2_X2_job_submitted_over_http_runs_on_slurm_over_backfill_and_is_
         assert started.backend_job_id.isdigit()  # a Slurm job id
         assert end.state == "COMPLETED" and charge.lab == "KDG" and charge.job_id == job
         assert abs(charge.amount - end.usage) < 1e-9 and charge.amount > 0
-        stdout = (s.data_dir / "outputs" / job / "1" / "stdout").read_text()
+        stdout = (joblogs.attempt_dir(joblogs.output_root(s.config), job, 1) / "stdout").read_text()
         assert "cvd=0,1 att=1" in stdout, stdout  # X2, on the Slurm node's GPUs
         # B2: the backfill on the job's node ended (preempted), and was never charged (B5)
         bf_started = [e for e in events if isinstance(e, BackfillStarted)]
@@ -83,7 +84,7 @@ async def test_X8_oom_on_slurm_rtx3080ti_retries_on_rtx4090_with_job_attempt_2(
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str, slurm_cluster: SlurmCluster
 ) -> None:
     async with slurm_stack(nats_url, pool, pg_dsn, slurm_cluster) as s:
-        data_dir, c, w, bus = s.data_dir, s.client, s.watcher, s.bus
+        c, w, bus = s.client, s.watcher, s.bus
         # The 4 rtx4090 GPUs are held by two jobs, so attempt 1 can only land on the 3080 Ti.
         blockers = [await _submit(c, {"command": "sleep 6", "num_gpus": 2, "tiers": ["rtx4090"]})
                     for _ in range(2)]  # fmt: skip
@@ -98,7 +99,7 @@ async def test_X8_oom_on_slurm_rtx3080ti_retries_on_rtx4090_with_job_attempt_2(
             (2, "COMPLETED", "rtx4090"),
         ], ends
         assert sum(isinstance(e, JobSubmitted) for e in events) == 1  # the user never resubmits
-        stdout = (data_dir / "outputs" / job / "2" / "stdout").read_text()
+        stdout = (joblogs.attempt_dir(joblogs.output_root(s.config), job, 2) / "stdout").read_text()
         assert "JOB_ATTEMPT=2" in stdout, stdout
 
 

@@ -3,8 +3,9 @@
 Where it is: `<output_root>/<job_id>/<attempt>/stdout` and `…/stderr` — JOB_OUTPUT_DIR of the
 attempt (the backends create it, 0700, owned by the job's account; Slurm writes there through
 `--output`/`--error`). `output_root` is the agent's (`JPU_AGENT_OUTPUT_ROOT`, else the
-`output_root` key, else `<data_dir>/outputs`); on a real cluster it is a directory on shared
-storage that the gateway's host mounts at the same path.
+`output_root` key, else `<data_dir>/outputs`; `make run` as root sets JPU_AGENT_OUTPUT_ROOT
+outside its 0700 data dir, SPEC SEC1, jpu.stack.private); on a real cluster it is a directory on
+shared storage that the gateway's host mounts at the same path.
 
 Reading it safely: the gateway may run as root, and everything below `<output_root>/<job_id>/` is
 the job's account's own (it could plant `stdout -> /etc/shadow`, or a FIFO). So every name under

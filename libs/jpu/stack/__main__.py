@@ -11,7 +11,7 @@ from pathlib import Path
 
 from jpu.config import load_config
 from jpu.runtime.service import setup_logging
-from jpu.stack import discover, run
+from jpu.stack import discover, private, run
 from jpu.stack.prepare import FIRST_ADMIN, prepare
 from jpu.stack.servers import start_servers
 
@@ -19,6 +19,7 @@ from jpu.stack.servers import start_servers
 def servers_only() -> int:
     """Start NATS + PostgreSQL, print shell-ready URLs, stop on Ctrl-C / SIGTERM."""
     data_dir = Path(load_config().data_dir).absolute()
+    private.make_private(data_dir)  # SPEC SEC1
     servers = start_servers(data_dir, os.environ)
     discover.record(data_dir, run.urls(servers))  # for jpu-admin on this checkout
     try:

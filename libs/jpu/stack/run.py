@@ -19,7 +19,7 @@ import httpx
 from jpu.backends.local.stop import terminate_all
 from jpu.config import ConfigError, load_config
 from jpu.runtime.service import install_stop_signals
-from jpu.stack import discover, metrics_targets
+from jpu.stack import discover, metrics_targets, private
 from jpu.stack.prepare import prepare
 from jpu.stack.servers import Servers, start_servers
 from jpu.stack.supervisor import Supervisor
@@ -76,6 +76,8 @@ async def run(
             "JPU_DATABASE_URL": servers.database_url,
         }
         config = load_config(env=child_env)
+        if (outputs := private.prepare_output_root(config, child_env)) is not None:  # SEC1
+            child_env["JPU_AGENT_OUTPUT_ROOT"] = str(outputs)  # gateway and agents agree
         local = config.slurm_backend == "local"
         users = await prepare(config, demo=True)  # `make run` is the demo (SPEC SEC3)
         supervisor = Supervisor(child_env, data_dir / "logs", identity=servers.nats_env)
@@ -142,6 +144,7 @@ def main(env: Mapping[str, str] | None = None) -> int:
         config = load_config(env=env)
         _check_port_free(config.gateway_host, config.gateway_port)
         data_dir = Path(config.data_dir).absolute()
+        private.make_private(data_dir)  # SPEC SEC1: no job account enters it
         servers = start_servers(data_dir, env, config.stream_name, config.subject_prefix)
         os.environ.update(servers.nats_env("admin"))  # prepare runs as the admin (SPEC SEC2)
         gateway = f"http://{config.gateway_host}:{config.gateway_port}"

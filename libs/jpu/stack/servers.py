@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from collections.abc import Mapping
@@ -12,6 +11,7 @@ from pathlib import Path
 from jpu.bus import auth
 from jpu.embedded.nats import EmbeddedNats
 from jpu.embedded.postgres import EmbeddedPostgres
+from jpu.stack import private
 
 log = logging.getLogger("jpu.stack")
 
@@ -44,19 +44,33 @@ def _port(env: Mapping[str, str], key: str) -> int:
 
 
 def postgres_data_dir(data_dir: Path) -> Path:
-    """Where the embedded cluster lives: `<data_dir>/pg`, unless we are root and the postgres
-    user cannot reach it (a checkout under /root, mode 0700): then a directory of its own under
-    /var/lib/jpu-share, one per checkout, so `make run` works from any folder."""
+    """Where the embedded cluster lives: `<data_dir>/pg`, unless we are root: then the postgres
+    user cannot enter the data dir (0700, SPEC SEC1), and the cluster has a directory of its own
+    under /var/lib/jpu-share, one per checkout. A cluster an earlier run kept in `<data_dir>/pg`
+    is moved there (stack.private), so its data survives."""
     data_dir = data_dir.absolute()
-    reachable = all(os.stat(p).st_mode & 0o001 for p in data_dir.parents if p.exists())
-    if os.geteuid() != 0 or reachable:
+    if os.geteuid() != 0:
         return data_dir / "pg"
-    digest = hashlib.sha1(str(data_dir).encode()).hexdigest()[:10]
-    fallback = Path("/var/lib/jpu-share") / f"pg-{digest}"
-    fallback.parent.mkdir(parents=True, exist_ok=True)
-    fallback.parent.chmod(0o755)
+    fallback = private.site_dir_for(data_dir, "pg")
+    old = data_dir / "pg"
+    if (pid := _running_postmaster(old / "pgdata")) is not None:
+        raise RuntimeError(f"a PostgreSQL (pid {pid}) still runs in {old}; stop it first")
+    if (old / "pgdata" / "PG_VERSION").exists():  # else no cluster there to keep
+        private.carry_over(old, fallback, merge=False)
+    fallback.mkdir(mode=0o700, exist_ok=True)  # its server's log too: nobody else's to read
+    fallback.chmod(0o700)
     log.info("PostgreSQL data outside the checkout", extra={"pg_data_dir": str(fallback)})
     return fallback
+
+
+def _running_postmaster(pgdata: Path) -> int | None:
+    """The pid in `postmaster.pid` when that process is alive (a cluster must not move then)."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return pid if comm in ("postgres", "postmaster") else None  # not a recycled pid
 
 
 def start_servers(

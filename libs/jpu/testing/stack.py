@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 import httpx
 
+from jpu.backends import joblogs
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
 from jpu.bus import EventBus
@@ -131,7 +132,7 @@ async def start_stack(
     settings = LocalSettings(data_dir=data_dir, nodes=list(config.nodes), timeout_grace_s=1.0)
     options = AgentOptions(
         cancel_grace_s=config.cancel_grace_s, poll_min_s=0.05, poll_max_s=0.3,
-        inventory_every_s=5.0, output_root=data_dir / "outputs", backfill_grace_s=2.0,
+        inventory_every_s=5.0, output_root=joblogs.output_root(config), backfill_grace_s=2.0,
     )  # fmt: skip
     bf_options = BackfillOptions(
         enabled=config.backfill_enabled, command=config.backfill_command,

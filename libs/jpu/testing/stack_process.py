@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 
 from jpu.embedded.base import free_port
+from jpu.stack import private
 
 READY_TIMEOUT_S = 60.0
 BANNER = "JPU-Share is up:"
@@ -33,6 +35,12 @@ def world_searchable_tmpdir(prefix: str = "jpu-stack-test-") -> Path:
     d = Path(tempfile.mkdtemp(prefix=prefix))
     d.chmod(0o755)
     return d
+
+
+def remove_data_dir(data_dir: Path) -> None:
+    """A stack's data dir and what a root stack kept for it outside (SPEC SEC1, stack.private)."""
+    for d in (data_dir, *(private.outside(data_dir, kind) for kind in private.KINDS)):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
