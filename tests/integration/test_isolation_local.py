@@ -21,6 +21,7 @@ from jpu.backends.isolation import Apptainer
 from jpu.backends.supervise import ARGV as SUPERVISOR
 from jpu.testing.apptainer_standin import standin_report, write_standin
 from jpu.testing.local_world import LocalWorld, root_dir
+from jpu.testing.unavailable import skip_unless_required
 from jpu.testing.waits import wait_end
 
 PROBE = (
@@ -186,8 +187,8 @@ async def test_X4_user_LD_PRELOAD_reaches_the_job_but_never_a_root_process(world
 async def test_X4_real_apptainer_runs_the_job_contained(world: World, listener: int) -> None:
     """With the real runtime: JPU_TEST_APPTAINER_IMAGE, else a sandbox that is only mount
     points and the host's /usr bound read-only (no image to download)."""
-    if shutil.which("apptainer") is None:  # not in Debian 12: CI has none to require
-        pytest.skip("apptainer is not installed here")
+    if shutil.which("apptainer") is None:  # the one rule: JPU_TEST_APPTAINER_REQUIRED=1 fails
+        skip_unless_required("apptainer", "apptainer is not installed here")
     image = os.environ.get("JPU_TEST_APPTAINER_IMAGE")
     args: tuple[str, ...] = ()
     if not image:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from jpu.backends.slurm.pyslurm_api import cluster_version, pyslurm_usable
 from jpu.testing.slurm_env import SlurmEnv, wait_end
+from jpu.testing.unavailable import skip_unless_required
 
 
 async def test_X9_pyslurm_reads_the_jobs_where_it_matches_the_cluster(slurm: SlurmEnv) -> None:
     backend = slurm.new_backend(pyslurm="auto")
     usable, why = pyslurm_usable(await cluster_version(backend.cli))
-    if not usable:  # no pyslurm matches Debian's Slurm 22.05: CI has none to require
-        pytest.skip(f"pyslurm path not testable on this cluster: {why}")
+    if not usable:  # the one skip-or-fail rule: JPU_TEST_PYSLURM_REQUIRED=1 makes it a failure
+        skip_unless_required("pyslurm", f"pyslurm path not testable on this cluster: {why}")
     status = await wait_end(backend, await backend.submit(slurm.spec("exit 3")))
     assert backend._reader == "pyslurm"
     assert status.state == "FAILED" and status.exit_code == 3
