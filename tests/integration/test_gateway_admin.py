@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -9,6 +10,8 @@ import sys
 import asyncpg
 
 from jpu.store import auth
+from jpu.testing.api import Api, assert_error, bearer
+from jpu_services.gateway.deps import TOKEN_CACHE_S
 
 
 def admin(dsn: str, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -92,3 +95,37 @@ async def test_admin_seed_demo_is_idempotent(pg_dsn: str, pool: asyncpg.Pool) ->
     } == set(users)
     assert users["admin"].role == "admin"
     assert (await auth.authenticate(pool, "demo-osl-frank")).lab == "OSL"  # type: ignore[union-attr]
+
+
+async def test_admin_user_remove_revokes_and_keeps_the_row(pg_dsn: str, api: Api) -> None:
+    # issue 34 item 4: a removed user's token answers 401 at the gateway; the row stays for the
+    # audit (jobs and charges in the log name the user), and the name is not reused
+    admin(pg_dsn, "user", "add", "kdg-leaver", "--lab", "KDG")
+    token = admin(pg_dsn, "token", "create", "kdg-leaver").stdout.strip()
+    assert (await api.client.get("/v1/me", headers=bearer(token=token))).status_code == 200
+
+    out = admin(pg_dsn, "user", "remove", "kdg-leaver").stdout
+    assert "user kdg-leaver removed; revoked 1 token(s)" in out
+    await asyncio.sleep(TOKEN_CACHE_S + 0.1)  # the gateway's accepted-token cache
+    assert_error(
+        await api.client.get("/v1/me", headers=bearer(token=token)), 401, "UNAUTHENTICATED"
+    )
+
+    assert "kdg-leaver" not in admin(pg_dsn, "user", "list").stdout
+    row = await api.pool.fetchrow("SELECT lab, removed_at FROM users WHERE name = 'kdg-leaver'")
+    assert row is not None and row["lab"] == "KDG" and row["removed_at"] is not None
+    assert (
+        await api.pool.fetchval(
+            """SELECT count(*) FROM api_tokens
+                WHERE "user" = 'kdg-leaver' AND revoked_at IS NOT NULL"""
+        )
+        == 1
+    )
+    assert (
+        "user kdg-leaver was removed"
+        in admin(pg_dsn, "user", "add", "kdg-leaver", "--lab", "KDG").stdout
+    )
+    r = admin(pg_dsn, "token", "create", "kdg-leaver", ok=False)
+    assert r.returncode == 2 and "user 'kdg-leaver' was removed" in r.stderr
+    r = admin(pg_dsn, "user", "remove", "ghost", ok=False)
+    assert r.returncode == 2 and "unknown user 'ghost'" in r.stderr

@@ -71,7 +71,7 @@ async def authenticate(db: Db, token: str) -> Principal | None:
     row = await db.fetchrow(
         """SELECT u.name, u.lab, u.role, u.max_active_jobs
              FROM api_tokens t JOIN users u ON u.name = t."user"
-            WHERE t.token_hash = $1 AND t.revoked_at IS NULL""",
+            WHERE t.token_hash = $1 AND t.revoked_at IS NULL AND u.removed_at IS NULL""",
         hash_token(token),
     )
     return None if row is None else _principal(row)
@@ -111,18 +111,21 @@ async def add_user(
 
 
 async def get_user(db: Db, name: str) -> Principal | None:
+    """The user, unless unknown or removed."""
     row = await db.fetchrow(
-        "SELECT name, lab, role, max_active_jobs FROM users WHERE name = $1", name
+        "SELECT name, lab, role, max_active_jobs FROM users WHERE name = $1 AND removed_at IS NULL",
+        name,
     )
     return None if row is None else _principal(row)
 
 
 async def list_users(db: Db) -> list[tuple[Principal, int]]:
-    """Every user with the number of active (unrevoked) tokens, by lab then name."""
+    """Every user (not removed) with the number of active (unrevoked) tokens, by lab then name."""
     rows = await db.fetch(
         """SELECT u.name, u.lab, u.role, u.max_active_jobs,
                   count(t.token_hash) FILTER (WHERE t.revoked_at IS NULL) AS tokens
              FROM users u LEFT JOIN api_tokens t ON t."user" = u.name
+            WHERE u.removed_at IS NULL
             GROUP BY u.name ORDER BY u.lab, u.name"""
     )
     return [(_principal(r), int(r["tokens"])) for r in rows]
@@ -132,8 +135,11 @@ async def _require_user(db: Db, user: str) -> None:
     why = limits.name_problem("user", user)
     if why:
         raise AuthError(f"{why}, not {limits.printable(user)!r}")
-    if await db.fetchval("SELECT 1 FROM users WHERE name = $1", user) is None:
+    removed = await db.fetchval("SELECT removed_at IS NOT NULL FROM users WHERE name = $1", user)
+    if removed is None:
         raise AuthError(f"unknown user {user!r}")
+    if removed:
+        raise AuthError(f"user {user!r} was removed")
 
 
 async def install_token(db: Db, user: str, token: str) -> None:
@@ -167,6 +173,17 @@ async def revoke_tokens(db: Db, user: str) -> int:
         user,
     )
     return int(status.split()[-1])
+
+
+async def remove_user(pool: asyncpg.Pool, user: str) -> int:
+    """Revoke the user's tokens and mark the user removed, atomically; returns the tokens
+    revoked. The row stays (removed_at): the log's jobs and charges name the user, and the audit
+    must still resolve the name, its lab and its tokens' dates. A removed user cannot
+    authenticate, get a token, or be re-added under the same name."""
+    async with pool.acquire() as conn, conn.transaction():
+        revoked = await revoke_tokens(conn, user)
+        await conn.execute("UPDATE users SET removed_at = now() WHERE name = $1", user)
+        return revoked
 
 
 async def rotate_token(pool: asyncpg.Pool, user: str) -> str:

@@ -83,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--role", default="user", choices=auth.ROLES)
     add.add_argument("--max-active-jobs", type=int, default=None)
     user.add_parser("list", help="list users").add_argument("--json", action="store_true")
+    user.add_parser(
+        "remove", help="revoke the user's tokens and disable the user (kept for the audit)"
+    ).add_argument("name")
 
     token = sub.add_parser("token", help="API tokens").add_subparsers(dest="action", required=True)
     for action, text in (
@@ -107,7 +110,13 @@ async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> None:
             print(row["name"])
     elif what == "user" and action == "add":
         created = await auth.add_user(pool, args.name, args.lab, args.role, args.max_active_jobs)
-        print(f"user {args.name} {'added' if created else 'already exists'}")
+        removed = not created and await auth.get_user(pool, args.name) is None
+        # a removed name is not reused: the log's jobs and charges already name that user
+        state = "added" if created else "was removed" if removed else "already exists"
+        print(f"user {args.name} {state}")
+    elif what == "user" and action == "remove":
+        revoked = await auth.remove_user(pool, args.name)
+        print(f"user {args.name} removed; revoked {revoked} token(s)")
     elif what == "user":
         _print_users(await auth.list_users(pool), as_json=args.json)
     elif what == "token" and action == "revoke":
