@@ -90,7 +90,13 @@ def cluster() -> Iterator[dict[str, str]]:
             capture_output=True,
             text=True,
         ).stdout.split()
+        networks = subprocess.run(
+            ["podman", "network", "ls", "--noheading", "--format", "{{.Name}}",
+             "--filter", f"label=io.podman.compose.project={env['JPU_CLUSTER_PROJECT']}"],
+            capture_output=True, text=True,
+        ).stdout.split()  # fmt: skip
         assert down.returncode == 0 and not left, f"cluster down left {left}: {down.stderr}"
+        assert not networks, f"cluster down left the network(s) {networks}"
         # SPEC O2: services first, then the servers; each drains and exits 0 on SIGTERM
         assert "every container exited 0" in down.stdout, down.stdout
 
@@ -214,3 +220,47 @@ def test_compose_cluster_prometheus_scrapes_every_copy_of_every_service_O4(
     )
     lag = wait_for(lambda: query("max by (projection) (jpu_projection_lag)"), 60, "projection lag")
     assert {"jobs", "lab_usage"} <= lag.keys() and all(v >= 0 for v in lag.values()), lag
+
+
+def test_compose_cluster_a_scaled_out_gateway_gets_its_share_through_the_front(
+    cluster: dict[str, str],
+) -> None:
+    """Issue 34: the front finds the gateways by the network's DNS, so a third copy added with
+    `scripts/cluster up --scale gateway=3` gets requests without a new front image; the fixture's
+    `down -v` then has to stop and remove that copy too (and the network), or fail. Last in the
+    module: it changes the number of gateways the tests above count."""
+    up = subprocess.run(
+        ["bash", str(CLUSTER), "up", "--scale", "gateway=3"],
+        env=cluster, capture_output=True, text=True,
+    )  # fmt: skip
+    assert up.returncode == 0, f"{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
+    project = cluster["JPU_CLUSTER_PROJECT"]
+    gateways = [f"{project}_gateway_{n}" for n in (1, 2, 3)]
+
+    def served() -> dict[str, float]:  # each gateway's own count of /healthz answered
+        counts = {}
+        for name in gateways:
+            metrics = subprocess.run(
+                ["podman", "exec", name, "python", "-c",
+                 "import urllib.request as u;"
+                 "print(u.urlopen('http://127.0.0.1:8080/metrics').read().decode())"],
+                capture_output=True, text=True, check=True,
+            ).stdout  # fmt: skip
+            counts[name] = sum(
+                float(line.rsplit(" ", 1)[1])
+                for line in metrics.splitlines()
+                if line.startswith("http_server_request_duration_seconds_count")
+                and 'http_route="/healthz"' in line
+            )
+        return counts
+
+    before = served()
+    front = f"http://127.0.0.1:{cluster['JPU_CLUSTER_PORT']}"
+
+    def every_gateway_served() -> bool:
+        for _ in range(30):
+            assert httpx.get(f"{front}/healthz", timeout=10).status_code == 200
+        after = served()
+        return all(after[g] > before[g] for g in gateways)
+
+    wait_for(every_gateway_served, 60, f"each of {gateways} serving through the front")
