@@ -70,7 +70,8 @@ def add_parsers(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         _filters(p)
         p.add_argument("-S", "--starttime", metavar="WHEN", help="submitted at or after")
         p.add_argument("-E", "--endtime", metavar="WHEN", help="submitted before")
-        p.add_argument("-n", "--limit", type=int, default=50, help="at most N jobs (50)")
+        # -n is the job's name, as in squeue/scancel (sbatch's -J); the count is --limit only
+        p.add_argument("--limit", type=int, default=50, help="at most N jobs (50)")
         p.add_argument("--all", action="store_true", help="every job (all pages)")
         p.set_defaults(func=cmd_jobs, ended_only=name == "history")
 
@@ -79,6 +80,7 @@ def _filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("-u", "--user", help="only this user's jobs")
     p.add_argument("--lab", help="only this lab's jobs")
     p.add_argument("--state", "-t", metavar="S[,S]", help="only these states (PD, R, … too)")
+    p.add_argument("-n", "--name", help="only jobs with this name (as squeue/scancel -n)")
 
 
 def _client(args: argparse.Namespace) -> RestClient:
@@ -96,6 +98,10 @@ def cmd_queue(args: argparse.Namespace) -> int:
         user = c.get("/v1/me")["user"] if args.me else args.user
         params = {"user": user, "lab": args.lab, "state": ",".join(states) if states else None}
         data = c.get("/v1/queue", {k: v for k, v in params.items() if v})
+        if args.name is not None:  # the API has no name filter: the rows with that name
+            for key in ("queue", "running"):
+                if isinstance(data.get(key), list):
+                    data[key] = [e for e in data[key] if e.get("name") == args.name]
         status = None if args.json else c.get("/v1/maintenance/status")
     if status and status.get("state", "NORMAL") != "NORMAL":  # M1: the admin's words, first
         print(views.maintenance(status))
@@ -119,11 +125,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     cursor: str | None = None
     with _client(args) as c:
         while True:
-            want = PAGE_MAX if args.all else min(PAGE_MAX, args.limit - len(jobs))
+            left = args.limit - len(jobs)
+            want = PAGE_MAX if args.all or args.name else min(PAGE_MAX, left)
             page_params = {**params, "limit": want, **({"cursor": cursor} if cursor else {})}
             page = c.get("/v1/jobs", page_params)
-            jobs += page.get("jobs", [])
+            jobs += [j for j in page.get("jobs", []) if args.name in (None, j.get("name"))]
             cursor = page.get("next_cursor")
             if cursor is None or (not args.all and len(jobs) >= args.limit):
                 break
+        jobs = jobs if args.all else jobs[: args.limit]  # a name filter may fetch more
     return _print(args, {"jobs": jobs, "next_cursor": cursor}, views.jobs)

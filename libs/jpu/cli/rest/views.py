@@ -18,7 +18,9 @@ _TIME_KEYS = {"since", "as_of"}
 def held(job: dict[str, Any]) -> str:
     """`jpu hold` / `jpu release` (Q9)."""
     what = "held" if job.get("held") else "released"
-    return f"Job {job['id']} {what} ({job.get('state', '?')}, reason {job.get('pending_reason')})"
+    reason = job.get("pending_reason")  # none once released and promoted: then not said
+    why = f", reason {reason}" if reason else ""
+    return f"Job {job['id']} {what} ({job.get('state', '?')}{why})"
 
 
 def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str, Any]:

@@ -1,0 +1,64 @@
+"""What a Slurm user's trial found in the CLI's answers (issue 28 item 7), through the real CLI
+(its own process) and the real gateway (HTTP, intake and the projections on real NATS
+JetStream + PostgreSQL). Every user's limit is 0 here (test_api_support): jobs stay in their
+personal queues, and no dispatcher runs, so a cancelled queued job stays CANCELLING in the
+database for the whole test."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+
+from jpu.testing.api import Api, job_body
+from jpu.testing.cli import jpu, ok
+from jpu.testing.inprocess import serve_http
+
+
+@pytest_asyncio.fixture
+async def server(api: Api) -> AsyncIterator[str]:
+    async with serve_http(api.app) as url:
+        yield url
+
+
+async def test_Q9_release_never_says_reason_None(server: str, api: Api) -> None:
+    job = (await api.submit("alice", job_body())).json()["id"]
+    assert f"Job {job} held" in ok(await jpu(server, "alice", "hold", job))
+    out = ok(await jpu(server, "alice", "release", job))
+    assert f"Job {job} released" in out and "None" not in out, out
+
+
+async def test_X5_cancel_of_a_queued_job_says_cancelled_not_cancelling(
+    server: str, api: Api
+) -> None:
+    job = (await api.submit("alice", job_body())).json()["id"]
+    out = ok(await jpu(server, "alice", "cancel", job))
+    assert out.strip() == f"Cancelled job {job} (it had not started)", out
+    assert "CANCELLING" not in out and "SIGTERM" not in out
+
+
+async def test_Q7_cancel_of_an_array_counts_only_the_tasks_it_cancelled(
+    server: str, api: Api
+) -> None:
+    r = await api.submit("alice", job_body(array="0-3"))
+    assert r.status_code == 201, r.text
+    array = r.json()["id"]
+    ok(await jpu(server, "alice", "cancel", f"{array}_1"))  # cancelled before: not counted again
+    out = ok(await jpu(server, "alice", "cancel", array))
+    assert out.strip() == (
+        f"Cancel requested for array {array} (3 of 4 tasks); the others had ended or were "
+        "being cancelled already"
+    ), out
+
+
+async def test_U1_dash_n_is_the_job_name_in_every_command(server: str, api: Api) -> None:
+    sweep = [(await api.submit("bob", job_body(name="sweep"))).json()["id"] for _ in range(2)]
+    other = (await api.submit("bob", job_body(name="other"))).json()["id"]
+    for cmd in (["jobs"], ["queue"], ["squeue"]):  # as squeue -n and scancel -n
+        out = ok(await jpu(server, "bob", *cmd, "-n", "sweep"))
+        assert all(j in out for j in sweep) and other not in out, (cmd, out)
+    one = json.loads(ok(await jpu(server, "bob", "--json", "jobs", "-n", "sweep", "--limit", "1")))
+    assert [j["id"] for j in one["jobs"]] == sweep[-1:]  # newest first, the count is --limit
+    out = ok(await jpu(server, "bob", "cancel", "-n", "other"))
+    assert other in out and not any(j in out for j in sweep)
