@@ -6,12 +6,15 @@ database for the whole test."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
 
-from jpu.testing.api import Api, job_body
+from jpu.domain.dependencies import NEVER_SATISFIED
+from jpu.events import JobEnded
+from jpu.testing.api import Api, bearer, job_body
 from jpu.testing.cli import jpu, ok
 from jpu.testing.inprocess import serve_http
 
@@ -62,3 +65,28 @@ async def test_U1_dash_n_is_the_job_name_in_every_command(server: str, api: Api)
     assert [j["id"] for j in one["jobs"]] == sweep[-1:]  # newest first, the count is --limit
     out = ok(await jpu(server, "bob", "cancel", "-n", "other"))
     assert other in out and not any(j in out for j in sweep)
+
+
+async def test_Q8_a_job_whose_dependency_can_never_be_met_says_so_in_jobs_and_why(
+    server: str, api: Api
+) -> None:
+    parent = (await api.submit("bob", job_body(name="prep"))).json()["id"]
+    r = await api.submit("bob", job_body(name="train", dependency=f"afterok:{parent}"))
+    assert r.status_code == 201, r.text
+    child = r.json()["id"]
+    # the parent fails (written as the services would: it never ran here); intake then ends
+    # the child CANCELLED, DEPENDENCY_NEVER_SATISFIED (Q8)
+    await api.append(JobEnded(**api.kw(), job_id=parent, attempt=0, state="FAILED"))
+    deadline = asyncio.get_running_loop().time() + 15
+    while True:
+        body = (await api.client.get(f"/v1/jobs/{child}", headers=bearer("bob"))).json()
+        if body["state"] == "CANCELLED":
+            break
+        assert asyncio.get_running_loop().time() < deadline, body
+        await asyncio.sleep(0.1)
+    assert body["reason"] == NEVER_SATISFIED
+    rows = ok(await jpu(server, "bob", "jobs")).splitlines()
+    row = next(line for line in rows if line.startswith(child))
+    assert "CANCELLED(DependencyNeverSatisfied)" in row.split(), row
+    why = ok(await jpu(server, "bob", "why", child))
+    assert f"job {parent} it depends on ended FAILED, so its dependency can never be met" in why
