@@ -88,5 +88,10 @@ async def test_Q8_a_job_whose_dependency_can_never_be_met_says_so_in_jobs_and_wh
     rows = ok(await jpu(server, "bob", "jobs")).splitlines()
     row = next(line for line in rows if line.startswith(child))
     assert "CANCELLED(DependencyNeverSatisfied)" in row.split(), row
+    queue = ok(await jpu(server, "bob", "queue"))  # it left the queue at once: said, not gone
+    assert "dependency can never be met" in queue, queue
+    row = next(line for line in queue.splitlines() if line.startswith(child))
+    assert "CANCELLED(DependencyNeverSatisfied)" in row.split(), row
+    assert child not in ok(await jpu(server, "alice", "queue"))  # another user's: not hers
     why = ok(await jpu(server, "bob", "why", child))
     assert f"job {parent} it depends on ended FAILED, so its dependency can never be met" in why

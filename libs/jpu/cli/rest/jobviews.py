@@ -38,6 +38,14 @@ def state_text(j: dict[str, Any]) -> str:
     return state
 
 
+def never_met(jobs: list[dict[str, Any]]) -> str:
+    """`jpu queue`'s footer for jobs that left the queue at once (Q8): which, and why."""
+    rows = [[j["id"], j.get("name"), state_text(j), fmt_ts(j.get("ended_at"))] for j in jobs]
+    head = "Left the queue in the last hour: a job they depend on ended so that their "
+    head += "dependency can never be met (Q8; `jpu why ID` names it)"
+    return head + "\n" + table(["JOBID", "NAME", "STATE", "ENDED"], rows)
+
+
 def estimate(j: dict[str, Any]) -> str:
     """SPEC U4 in words: an estimate with its basis and when it was computed, never a promise;
     with no start, why (`estimate_reason`)."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
 import jpu.cli.rest.views as views
-from jpu.cli.rest.client import RestClient, RestError, resolve_target
+from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
+from jpu.domain.dependencies import NEVER_SATISFIED
 from jpu.domain.states import PENDING, PLACED, STATES, TERMINAL, in_order
 
 QUEUED: Final = in_order(PENDING)  # both queues: what `squeue` calls pending
@@ -103,10 +105,35 @@ def cmd_queue(args: argparse.Namespace) -> int:
                 if isinstance(data.get(key), list):
                     data[key] = [e for e in data[key] if e.get("name") == args.name]
         status = None if args.json else c.get("/v1/maintenance/status")
+        gone = [] if args.json else _never_met(c, args)
     if status and status.get("state", "NORMAL") != "NORMAL":  # M1: the admin's words, first
         print(views.maintenance(status))
     _print(args, data, lambda d: views.queue(d, start=args.start))
+    if gone:  # Q8: they left the queue at once; say why rather than let them vanish
+        print(views.never_met(gone))
     return 0
+
+
+NEVER_MET_WINDOW_S: Final = 3600.0
+
+
+def _never_met(c: RestClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The caller's (or `-u`'s) jobs of the last hour that were CANCELLED because their
+    dependency can never be met (Q8): squeue would still show them pending with that reason."""
+    user = args.user or c.get("/v1/me")["user"]
+    since = time.time() - NEVER_MET_WINDOW_S  # ended since (the API's `since` is submitted)
+    params = {"state": "CANCELLED", "user": user, "limit": PAGE_MAX}
+    try:
+        jobs = c.get("/v1/jobs", params).get("jobs", [])
+    except ApiError:  # another user's jobs the caller may not list: the queue alone
+        return []
+    return [
+        j
+        for j in jobs
+        if j.get("reason") == NEVER_SATISFIED
+        and (j.get("ended_at") or 0) >= since
+        and args.name in (None, j.get("name"))
+    ]
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 
 from jpu.cli.rest.jobviews import job as job  # the job views live there (re-exported)
 from jpu.cli.rest.jobviews import jobs as jobs
+from jpu.cli.rest.jobviews import never_met as never_met
 from jpu.cli.rest.jobviews import queue as queue
 from jpu.cli.rest.render import fmt_ts, fmt_usage, table
 
