@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest_asyncio
 
 from jpu.domain.dependencies import NEVER_SATISFIED
 from jpu.events import JobEnded
 from jpu.testing.api import Api, bearer, job_body
-from jpu.testing.cli import jpu, ok
+from jpu.testing.cli import failed, jpu, ok
 from jpu.testing.inprocess import serve_http
 
 
@@ -95,3 +96,19 @@ async def test_Q8_a_job_whose_dependency_can_never_be_met_says_so_in_jobs_and_wh
     assert child not in ok(await jpu(server, "alice", "queue"))  # another user's: not hers
     why = ok(await jpu(server, "bob", "why", child))
     assert f"job {parent} it depends on ended FAILED, so its dependency can never be met" in why
+
+
+async def test_U1_submit_refusals_speak_the_users_flags_and_units(
+    server: str, api: Api, tmp_path: Path
+) -> None:
+    """`--time` in sbatch's form, not `time_limit_s` in seconds; the script by its name and
+    size, not `command`."""
+    err = failed(await jpu(server, "alice", "submit", "--wrap", "x", "--time", "400-00:00:00"),
+                 "VALIDATION_ERROR")  # fmt: skip
+    assert "--time: must be positive and at most 365-00:00:00" in err, err
+    assert "time_limit_s" not in err and "31536000" not in err
+    big = tmp_path / "huge.sh"
+    big.write_text("#!/bin/bash\n" + "# padding\n" * 8000)  # 80 KB: over the 64 KiB limit
+    err = failed(await jpu(server, "alice", "submit", str(big)), "VALIDATION_ERROR")
+    assert "huge.sh (78.1 KiB): must be at most 64 KiB" in err, err
+    assert "command" not in err
