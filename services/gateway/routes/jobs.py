@@ -499,7 +499,9 @@ async def cancel(
 ) -> JSONResponse:
     """Cancel (SPEC X5): 202 and the job, with `cancel_grace_s` (a running job gets SIGTERM at
     once and SIGKILL that many seconds later); again → 202 (idempotent); ended → 409
-    ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too."""
+    ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too.
+    An array's id (Q7): the array, and `cancelled`, the tasks this cancel hit (not those
+    already ended or cancelling)."""
     # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
     tasks = await load_array(edges.pool, user, job_id)  # Q7: every unfinished task
     if tasks is None:
