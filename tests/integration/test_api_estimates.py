@@ -17,7 +17,7 @@ from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import JobEnded, JobPromoted, JobSubmitted
 from jpu.explain.estimate import estimate
 from jpu.store.projection import wait_applied
-from jpu.testing.api import Api, bearer
+from jpu.testing.api import Api, bearer, job_body
 from jpu.testing.fold import Watcher
 from jpu_services.dispatcher.service import run_dispatcher
 
@@ -154,3 +154,26 @@ async def test_U4_unknown_estimate_says_why_in_the_api(api: Api) -> None:
         q = (await api.client.get("/v1/queue", headers=bearer("carol"))).json()
         (entry,) = [e for e in q["queue"] if e["job_id"] == "wait1"]
         assert entry["estimate_reason"] == why
+
+
+async def test_U4_an_estimate_is_never_served_in_the_past(api: Api) -> None:
+    """Between two estimates "now" moves on: a start the last estimate put a few seconds ago is
+    served as now (the answer's time), by the job's body and the queue alike."""
+    r = await api.submit("alice", job_body())
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    t = api.clock.now()
+    view = commands.EstimatesView(at=t - 10, seq=0, jobs={job_id: (t - 6, "limits")})
+    await ViewStore(api.bus).put_estimates(view)
+    api.clock.advance(2)  # and the next request a little later still
+    now = api.clock.now()
+    body = (await api.client.get(f"/v1/jobs/{job_id}", headers=bearer("alice"))).json()
+    assert body["estimated_start"] == now and body["estimated_at"] == t - 10, body
+    q = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()
+    entry = next(e for e in [*q["queue"]] if e["job_id"] == job_id)
+    assert entry["estimated_start"] >= now and entry["estimate_basis"] == "limits", entry
+    # a start still ahead is served as the estimate gave it
+    later = commands.EstimatesView(at=now, seq=0, jobs={job_id: (now + HOUR, "limits")})
+    await ViewStore(api.bus).put_estimates(later)
+    body = (await api.client.get(f"/v1/jobs/{job_id}", headers=bearer("alice"))).json()
+    assert body["estimated_start"] == now + HOUR, body

@@ -146,7 +146,7 @@ async def test_U1_jobs_are_listed_page_by_page_and_history_only_ended(
     ]  # fmt: skip
     assert [line.split()[0] for line in two[1:3]] == ids[::-1][:2]  # newest first
     assert two[3].startswith("(more jobs: --all")
-    page = json.loads(ok(await jpu(server, "bob", "--json", "jobs", "-n", "3")))
+    page = json.loads(ok(await jpu(server, "bob", "--json", "jobs", "--limit", "3")))
     assert [j["id"] for j in page["jobs"]] == ids[::-1][:3] and page["next_cursor"]
     every = json.loads(ok(await jpu(server, "bob", "jobs", "--all", "--json")))
     assert [j["id"] for j in every["jobs"]] == ids[::-1] and every["next_cursor"] is None

@@ -114,11 +114,11 @@ async def test_X5_cancel_several_ids_and_scancel_filters_say_how_many(
     # filters select the caller's own jobs unless -u names another: an admin empties no queue
     assert ok(await jpu(server, "admin", "cancel", "-n", "sweep")).startswith("No job to cancel")
     out = ok(await jpu(server, "admin", "cancel", "-u", "bcg-alice", "-n", "sweep"))
-    assert out.startswith(f"Cancel requested for job {d1} (")
+    assert out.startswith(f"Cancelled job {d1} (")
 
     # several ids: one not his is refused on its own line, the other is cancelled
     rc, out, err = await jpu(server, "bob", "cancel", d1, b1[:10])
-    assert rc == 1 and out.strip() == f"Cancel requested for job {b1} (CANCELLING)"
+    assert rc == 1 and out.strip() == f"Cancelled job {b1} (it had not started)"
     assert err.count("\n") == 1 and f"jpu cancel: error: {d1}: FORBIDDEN" in err
     assert ok(await jpu(server, "bob", "cancel", "-t", "PD")).startswith("No job to cancel")
     assert "FORBIDDEN" in failed(await jpu(server, "bob", "cancel", d1), "FORBIDDEN")  # one line

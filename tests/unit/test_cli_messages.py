@@ -49,6 +49,11 @@ def test_U1_validation_names_every_field_and_unauthenticated_says_where_the_toke
     msg = "tiers: unknown tier(s): a100 (tiers here: rtx3080ti, rtx4090)"
     line = messages.api_error("VALIDATION_ERROR", msg, details)
     assert line == f"VALIDATION_ERROR: {msg}; also num_gpus: must be an integer from 1 to 8"
+    line = messages.api_error("VALIDATION_ERROR", msg, details, submit=True)
+    assert line == (  # jpu submit's: the flags the user typed (--tier, --gpus)
+        "VALIDATION_ERROR: --tier: unknown tier(s): a100 (tiers here: rtx3080ti, rtx4090); "
+        "also --gpus: must be an integer from 1 to 8"
+    )
     line = messages.api_error("UNAUTHENTICATED", "unknown or revoked token", {})
     assert "JPU_TOKEN" in line and "jpu-admin token create USER" in line
     assert messages.api_error("NOT_FOUND", "no job 'x'", {"field": "id"}) == (
@@ -101,3 +106,33 @@ def test_U1_json_url_and_token_before_or_after_the_subcommand() -> None:
         assert build_parser().parse_args(argv).json is True
     args = build_parser().parse_args(["--url", "http://x:1", "show", "j1", "--token", "t"])
     assert (args.url, args.token, args.json) == ("http://x:1", "t", False)
+
+
+def test_U1_refusals_speak_the_users_flags_and_units() -> None:
+    """Issue 28: `--time` in [D-]HH:MM:SS, not `time_limit_s` in seconds; the script (named,
+    with its size), not `command`; every further problem likewise."""
+    from jpu.cli.messages import api_error, name_script
+
+    errors = [
+        {"field": "time_limit_s", "message": "must be positive and at most 31536000"},
+        {"field": "command", "message": "must be at most 64 KiB"},
+        {"field": "num_gpus", "message": "must be an integer from 1 to 8"},
+    ]
+    text = api_error(
+        "VALIDATION_ERROR",
+        "time_limit_s: must be positive and at most 31536000",
+        {"field": "time_limit_s", "errors": errors},
+        submit=True,
+    )
+    assert text == (
+        "VALIDATION_ERROR: --time: must be positive and at most 365-00:00:00; also the script: "
+        "must be at most 64 KiB; --gpus: must be an integer from 1 to 8"
+    )
+    assert "time_limit_s" not in text and "31536000" not in text and "command" not in text
+    refused = api_error("VALIDATION_ERROR", "command: must be at most 64 KiB", {"field": "command"})
+    assert name_script(refused, "train.sh", "x" * 70_000) == (
+        "VALIDATION_ERROR: train.sh (68.4 KiB): must be at most 64 KiB"
+    )
+    # outside jpu submit, only what a job alone has: a workspace's `name` stays `name`
+    other = api_error("VALIDATION_ERROR", "name: 1-64 characters", {"field": "name"})
+    assert other == "VALIDATION_ERROR: name: 1-64 characters"

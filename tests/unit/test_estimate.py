@@ -496,3 +496,11 @@ def test_U4_Q9_a_held_job_has_no_estimated_start_and_says_why():
     e = result.estimates["h"]
     assert (e.start, e.basis) == (None, "unknown")
     assert e.why == "it is held: it can start only once released (jpu release)"
+
+
+def test_U4_served_start_is_never_before_now() -> None:
+    from jpu.explain.estimate import served_start
+
+    assert served_start(100.0, 106.0) == 106.0  # computed 6 s ago for a start now due
+    assert served_start(200.0, 106.0) == 200.0
+    assert served_start(None, 106.0) is None  # unknown stays unknown

@@ -254,3 +254,13 @@ def test_Q7_jpu_cancel_of_an_array_says_so() -> None:
 
     array = {"id": "a1", "tasks": ["a1_0", "a1_1"], "state": "ARRAY", "cancel_grace_s": 30}
     assert cancelled([array]) == "Cancel requested for array a1 (2 tasks)"
+
+
+def test_Q7_jpu_cancel_of_an_array_counts_only_the_tasks_it_hit() -> None:
+    from jpu.cli.rest.cancel import cancelled
+
+    array = {"id": "a1", "tasks": ["a1_0", "a1_1", "a1_2"], "state": "ARRAY", "cancelled": ["a1_2"]}
+    assert cancelled([array]) == (
+        "Cancel requested for array a1 (1 of 3 tasks); the others had ended or were being "
+        "cancelled already"
+    )

@@ -8,6 +8,7 @@ the admin's message, `UNAUTHENTICATED` says where the token comes from.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -36,11 +37,68 @@ def _no_fit(details: Mapping[str, Any]) -> str:
     return f"; no active placement has {' and '.join(wanted)} (`jpu pool` lists them)"
 
 
-def _validation(details: Mapping[str, Any]) -> str:
+# The API's field → what the user typed (`jpu submit`'s flag, sbatch's name), so a refusal
+# speaks the user's flags and units, not the request body's (issue 28: `--time`, not
+# `time_limit_s` in seconds; the script, not `command`).
+FLAGS: Final[Mapping[str, str]] = {
+    "time_limit_s": "--time",
+    "num_gpus": "--gpus",
+    "tiers": "--tier",
+    "min_vram_gb": "--min-vram",
+    "name": "--job-name",
+    "env": "--env",
+    "chdir": "--chdir",
+    "mail_type": "--mail-type",
+    "mail_user": "--mail-user",
+    "workspace": "--workspace",
+    "dependency": "--dependency",
+    "array": "--array",
+    "output": "--output",
+    "error": "--error",
+    "open_mode": "--open-mode",
+    "signal": "--signal",
+    "command": "the script",
+}
+_SECONDS: Final = re.compile(r"(?<![\w.:-])(\d+)(?![\w.:-])")
+
+
+def _slurm_time(seconds: int) -> str:
+    """sbatch's --time form: [D-]HH:MM:SS."""
+    days, s = divmod(seconds, 86400)
+    out = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{out}" if days else out
+
+
+# Fields only a job has: named so by any command's refusal. The rest (`name`, `env`...) are
+# flags only for `jpu submit` (a workspace has a `name` too): see api_error's `submit`.
+_JOB_ONLY: Final = frozenset({"time_limit_s", "command"})
+
+
+def user_terms(field: str, message: str, submit: bool = False) -> str:
+    """`field: message` as the user wrote the request: the flag, and a time limit's seconds as
+    sbatch's [D-]HH:MM:SS."""
+    if field == "time_limit_s":
+        message = _SECONDS.sub(lambda m: _slurm_time(int(m.group(1))), message)
+    name = FLAGS.get(field, field) if submit or field in _JOB_ONLY else field
+    return f"{name}: {message}"
+
+
+def name_script(text: str, what: str, command: str) -> str:
+    """A refusal of `command` (said "the script: …") with the script's name and size."""
+    size = len(command.encode("utf-8", "surrogatepass"))
+    shown = f"{size / 1024:.1f} KiB" if size >= 1024 else f"{size} bytes"
+    return text.replace(f"{FLAGS['command']}: ", f"{what} ({shown}): ")
+
+
+def _validation(details: Mapping[str, Any], submit: bool = False) -> str:
     errors = details.get("errors")
     if not isinstance(errors, list) or len(errors) < 2:
         return ""
-    rest = [f"{e.get('field')}: {e.get('message')}" for e in errors[1:] if isinstance(e, Mapping)]
+    rest = [
+        user_terms(str(e.get("field")), str(e.get("message")), submit)
+        for e in errors[1:]
+        if isinstance(e, Mapping)
+    ]
     return "; also " + "; ".join(rest) if rest else ""
 
 
@@ -70,10 +128,17 @@ _DETAILS: Final[Mapping[str, Callable[[Mapping[str, Any]], str]]] = {
 }
 
 
-def api_error(code: str, message: str, details: Mapping[str, Any]) -> str:
-    """`CODE: message` and what the details add (the field, the limit, the valid values)."""
+def api_error(code: str, message: str, details: Mapping[str, Any], *, submit: bool = False) -> str:
+    """`CODE: message` and what the details add (the field, the limit, the valid values).
+    A refused field is said as the user gave it: `--time` in [D-]HH:MM:SS, the script; with
+    `submit` (a `jpu submit` refusal) every field as its flag (`--tier`, `--gpus`)."""
     field = details.get("field")
-    suffix = f" (field: {field})" if field and str(field) not in message else ""
+    said = isinstance(field, str) and message.startswith(f"{field}: ")
+    if code == "VALIDATION_ERROR" and said:  # the user's flag and units, not the body's
+        message = user_terms(str(field), message[len(str(field)) + 2 :], submit)
+    suffix = f" (field: {field})" if field and not said and str(field) not in message else ""
+    if code == "VALIDATION_ERROR":
+        return f"{code}: {message}{suffix}{_validation(details, submit)}"
     extra = _DETAILS.get(code)
     return f"{code}: {message}{suffix}{extra(details) if extra else ''}"
 

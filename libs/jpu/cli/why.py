@@ -129,6 +129,10 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.released": "{by} released it: it may be promoted again (Q9)",
         "cause.dependency_never_satisfied": "a job it depends on ended so that its dependency can "
         "never be met (Q8)",
+        "cause.dependency_never_satisfied.parent": "job {jobs} it depends on ended {state}, so its "
+        "dependency can never be met (Q8)",
+        "cause.dependency_never_satisfied.unknown": "job {jobs} it depends on is not known here, "
+        "so its dependency can never be met (Q8)",
         "cause.other_entered": "job {job} ({lab}) entered the global queue",
         "cause.other_entered_ahead": "job {job} ({lab}) entered the global queue ahead of it: the "
         "lab with lower usage ranks first (D1)",
@@ -264,6 +268,10 @@ _T: Final[dict[str, dict[str, str]]] = {
         "cause.released": "{by}이(가) 보류를 풂: 다시 올라갈 수 있습니다 (Q9)",
         "cause.dependency_never_satisfied": "의존하는 작업이 끝나 의존 조건을 결코 만족할 수 없게 "
         "됨 (Q8)",
+        "cause.dependency_never_satisfied.parent": "의존하는 작업 {jobs}이(가) {state}(으)로 "
+        "끝나 의존 조건을 결코 만족할 수 없게 됨 (Q8)",
+        "cause.dependency_never_satisfied.unknown": "의존하는 작업 {jobs}을(를) 알 수 없어 "
+        "의존 조건을 결코 만족할 수 없게 됨 (Q8)",
         "cause.other_entered": "{job} ({lab}) 작업이 전역 대기열에 들어옴",
         "cause.other_entered_ahead": "{job} ({lab}) 작업이 앞 "
         "순위로 전역 대기열에 들어옴: 사용량이 "
@@ -327,6 +335,8 @@ def _cause(t: dict[str, str], cause: Mapping[str, Any] | None) -> str:
     if not cause:
         return ""
     kind, reason = cause.get("kind", ""), cause.get("reason")
+    if kind == "dependency_never_satisfied" and cause.get("jobs"):  # Q8: the parent, its end
+        reason = "parent" if cause.get("state") else "unknown"
     template = t.get(f"cause.{kind}.{reason}") or t.get(f"cause.{kind}")
     if template is None:
         return ""

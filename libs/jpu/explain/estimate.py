@@ -124,6 +124,13 @@ def assume(
     return out
 
 
+def served_start(start: float | None, now: float) -> float | None:
+    """SPEC U4 at the answer's edge: an estimate computed at the dispatcher's last cycle is
+    never served in the past (between two estimates "now" moves on; a start already due is
+    "now", not seconds ago). None (unknown) stays None."""
+    return None if start is None else max(start, now)
+
+
 def present(
     state: ClusterState, config: Config, now: float, runtimes: RunTimes | None = None
 ) -> Present:

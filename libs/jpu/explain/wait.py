@@ -30,7 +30,7 @@ from typing import Final, Literal
 import msgspec
 
 from jpu.config import Cluster
-from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.cluster import ClusterState, evolve, parent_facts
 from jpu.domain.dispatch import DEFAULT_HALF_LIFE_S, snapshot
 from jpu.domain.promotion import personal_standing
 from jpu.domain.states import QUEUED, JobView
@@ -127,7 +127,8 @@ CauseKind = Literal[
     "cancel_requested",  # `by` asked
     "held",  # Q9: `by` held it in the personal queue
     "released",  # Q9: `by` released it
-    "dependency_never_satisfied",  # Q8: a parent ended so that its condition cannot be met
+    "dependency_never_satisfied",  # Q8: a parent (`jobs`, ended `state`; None: unknown here)
+    # ended so that its condition cannot be met
     # other jobs, labs, the cluster
     "other_entered",  # `job_id` of `lab` entered the global queue (behind it)
     "other_entered_ahead",  # ... and ranks ahead of it (D1: its lab's usage is lower)
@@ -353,6 +354,10 @@ def _own(e: Event, job: JobView, state: ClusterState, cluster: Cluster, seen: Se
             kind = _END_KINDS.get(e.reason or "", "exited" if e.reason is None else "failed")
         kw = {"node": e.node, "tier": e.tier, "vram_gb": _vram(cluster, e.tier),
               "code": e.exit_code, "reason": e.reason}  # fmt: skip
+        if kind == "dependency_never_satisfied" and job.never:  # Q8: name the parent, its end
+            parent = job.never.split(":", 1)[1]
+            facts = parent_facts(state, parent)
+            kw.update(jobs=[parent], state=facts[2] if facts is not None else None)
     elif isinstance(e, JobCancelRequested):
         kind, kw = "cancel_requested", {"by": e.by}
     elif isinstance(e, JobHeld):

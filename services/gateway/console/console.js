@@ -291,6 +291,7 @@ const STRINGS = {
     "end.NonZeroExitCode": "0이 아닌 종료 코드", "end.TIMEOUT": "시간 제한 초과",
     "end.NODE_FAIL": "노드 장애", "end.PREEMPTED": "선점됨", "end.cancelled": "취소됨",
     "end.kill_failed": "취소됨 (프로세스 종료 실패)",
+    "end.DEPENDENCY_NEVER_SATISFIED": "의존 조건을 결코 만족할 수 없음",
     "charges.mine": "우리 연구실에 부과된 이유", "charges.title": "연구실 부과 내역",
     "charges.summary": "현재 사용량 {usage} TFLOP-s = 아래 모든 부과액을 부과 시점부터 반감기({hl})로 감쇠한 합.",
     "charges.empty": "아직 부과된 것이 없습니다.",
@@ -751,9 +752,15 @@ const stateCounts = (tasks) => {
   return Object.entries(n).map(([s, c]) => `${s}:${c}`).join(", ");
 };
 
+// Q8: a job ended because its dependency can never be met says so next to CANCELLED (as
+// `jpu jobs`), not a bare CANCELLED
+const stateCell = (j) => j.state === "CANCELLED" && j.reason === "DEPENDENCY_NEVER_SATISFIED"
+  ? h("td", {}, codeSpan("state", j.state), " (", codeSpan("end", j.reason), ")")
+  : h("td", {}, codeSpan("state", j.state));
+
 const jobRow = (j, cls) => h("tr", { class: cls },
   h("td", {}, jobLink(j.id)), h("td", { class: "wrap" }, j.name), h("td", {}, j.user),
-  h("td", { class: "num" }, j.num_gpus), h("td", {}, codeSpan("state", j.state)),
+  h("td", { class: "num" }, j.num_gpus), stateCell(j),
   h("td", { class: "num" }, j.attempt));
 
 // Q7: the tasks of one array as one row (its indices and %N, its tasks per state), expanded to

@@ -61,6 +61,8 @@ Object.assign(STRINGS.en, {
   "why.cause.held": "{by} held it: it is not promoted until released (Q9)",
   "why.cause.released": "{by} released it: it may be promoted again (Q9)",
   "why.cause.dependency_never_satisfied": "a job it depends on ended so that its dependency can never be met (Q8)",
+  "why.cause.dependency_never_satisfied.parent": "job {jobs} it depends on ended {state}, so its dependency can never be met (Q8)",
+  "why.cause.dependency_never_satisfied.unknown": "job {jobs} it depends on is not known here, so its dependency can never be met (Q8)",
   "why.cause.other_entered": "job {job} ({lab}) entered the global queue",
   "why.cause.other_entered_ahead": "job {job} ({lab}) entered the global queue ahead of it: the lab with lower usage ranks first (D1)",
   "why.cause.other_retried": "job {job} ({lab}) came back to retry on a GPU with at least {min_vram} GB (X8)",
@@ -142,6 +144,8 @@ Object.assign(STRINGS.ko, {
   "why.cause.held": "{by}이(가) 보류함: 풀릴 때까지 올라가지 않습니다 (Q9)",
   "why.cause.released": "{by}이(가) 보류를 풂: 다시 올라갈 수 있습니다 (Q9)",
   "why.cause.dependency_never_satisfied": "의존하는 작업이 끝나 의존 조건을 결코 만족할 수 없게 됨 (Q8)",
+  "why.cause.dependency_never_satisfied.parent": "의존하는 작업 {jobs}이(가) {state}(으)로 끝나 의존 조건을 결코 만족할 수 없게 됨 (Q8)",
+  "why.cause.dependency_never_satisfied.unknown": "의존하는 작업 {jobs}을(를) 알 수 없어 의존 조건을 결코 만족할 수 없게 됨 (Q8)",
   "why.cause.other_entered": "{job} ({lab}) 작업이 전역 대기열에 들어옴",
   "why.cause.other_entered_ahead": "{job} ({lab}) 작업이 앞 순위로 전역 대기열에 들어옴: 사용량이 적은 연구실이 먼저입니다 (D1)",
   "why.cause.other_retried": "{job} ({lab}) 작업이 {min_vram} GB 이상인 GPU로 재시도하려고 돌아옴 (X8)",
@@ -177,7 +181,10 @@ const reasonText = (r) => t(has(`reason.${r}.t`) ? `reason.${r}.t` : `reason.${r
 // reason, as jpu.cli.why renders it; never the event's type.
 function whyCause(c) {
   if (!c) return "";
-  const key = has(`why.cause.${c.kind}.${c.reason}`) ? `why.cause.${c.kind}.${c.reason}` : `why.cause.${c.kind}`;
+  // Q8: the parent and how it ended, when the story knows them (as jpu.cli.why)
+  const sub = c.kind === "dependency_never_satisfied" && (c.jobs || []).length
+    ? (c.state ? "parent" : "unknown") : c.reason;
+  const key = has(`why.cause.${c.kind}.${sub}`) ? `why.cause.${c.kind}.${sub}` : `why.cause.${c.kind}`;
   if (!has(key)) return "";
   const jobs = (c.jobs || []).join(", "), waited = fmtDur(c.waited_s || 0);
   let text = tf(key, {

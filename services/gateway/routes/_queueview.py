@@ -23,6 +23,7 @@ from jpu import commands
 from jpu.bus.views import ViewStore
 from jpu.domain.arrays import held_back
 from jpu.domain.states import PENDING, SLOT_STATES, in_order
+from jpu.explain.estimate import served_start
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 from jpu.policy.model import LabUsage
 from jpu.store.projections.maintenance import read_maintenance
@@ -64,12 +65,13 @@ class QueuePage:
         """The rank of `ordered[i]` (0-based), None for a job no cycle has ranked yet."""
         return i + 1 if i < self.ranked else None
 
-    def estimate_of(self, job_id: str) -> dict[str, Any]:
+    def estimate_of(self, job_id: str, now: float) -> dict[str, Any]:
         """SPEC U4: `estimated_start` (null: unknown or not estimated yet), `estimate_basis`
         (limits | predicted | unknown; null: no estimate has seen this job yet) and
         `estimated_at` (the dispatcher's time the estimate was computed for); with no start,
         `estimate_reason` says why (maintenance, the jobs holding the GPUs have no limit and
-        no prediction, the horizon, or no estimate has covered the job yet)."""
+        no prediction, the horizon, or no estimate has covered the job yet). `now`: the
+        answer's time; a start is never served before it."""
         est = self.estimates
         got = est.jobs.get(job_id) if est is not None else None
         reason = None
@@ -80,7 +82,7 @@ class QueuePage:
                 self._why = {j: why for why, ids in est.why.items() for j in ids}
             reason = self._why.get(job_id) or "the estimate found no start for it"
         return {
-            "estimated_start": got[0] if got else None,
+            "estimated_start": served_start(got[0], now) if got else None,
             "estimate_basis": got[1] if got else None,
             "estimated_at": est.at if est is not None and got else None,
             "estimate_reason": reason,

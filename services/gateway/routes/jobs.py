@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from jpu import commands
 from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
-from jpu.domain.states import PENDING
+from jpu.domain.states import PENDING, TERMINAL
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.policy.workdir import chdir_problem
 from jpu.store.projections.workspaces import read_first
@@ -60,6 +60,7 @@ _SUBMIT_ERRORS: Final = {
         s503="SERVICE_MAINTENANCE (Q3) / INTAKE_UNAVAILABLE / SERVICE_UNAVAILABLE",
     ),
 }
+_UNCANCELLABLE: Final = TERMINAL | {"CANCELLING"}
 _CANCEL_ERRORS: Final = responses(401, 403, 404, 409, 422, s409="ALREADY_TERMINAL", s422=_PREFIX)
 
 
@@ -101,7 +102,7 @@ async def _job_body(
         view = await shared_view(request).get()  # read after this request's write (see there)
         rank, reason = view.rank_of(row["job_id"])  # D1/D7: the dispatcher's decision
         decided_at = view.decided_at
-        estimate = view.estimate_of(row["job_id"])  # U4: an estimate, not a promise
+        estimate = view.estimate_of(row["job_id"], cmd.now(request))  # U4: not a promise
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
             rank = None  # already be promoted; show the row's state (Q5, Q7, Q8, Q9)
             reason = await personal_reason(pool, row) if detail else "ConcurrencyLimit"
@@ -498,7 +499,9 @@ async def cancel(
 ) -> JSONResponse:
     """Cancel (SPEC X5): 202 and the job, with `cancel_grace_s` (a running job gets SIGTERM at
     once and SIGKILL that many seconds later); again → 202 (idempotent); ended → 409
-    ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too."""
+    ALREADY_TERMINAL. Allowed in every maintenance state (M1). `{id}`: a unique prefix too.
+    An array's id (Q7): the array, and `cancelled`, the tasks this cancel hit (not those
+    already ended or cancelling)."""
     # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
     tasks = await load_array(edges.pool, user, job_id)  # Q7: every unfinished task
     if tasks is None:
@@ -515,7 +518,10 @@ async def cancel(
         now = await cmd.read_back(
             edges, reply.seq, request, lambda: load_array(edges.pool, user, job_id)
         )
-        return JSONResponse({**array_out(job_id, now or tasks), **grace}, status_code=202)
+        # the tasks this cancel hit: not ended nor already cancelling before it
+        hit = [str(t["job_id"]) for t in tasks if t["state"] not in _UNCANCELLABLE]
+        body = {**array_out(job_id, now or tasks), **grace, "cancelled": hit}
+        return JSONResponse(body, status_code=202)
     row = await cmd.read_back(
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, job_id)
     )

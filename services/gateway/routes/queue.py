@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request
 from jpu.domain.states import STATE_LIST_PATTERN, STATES
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes import explain
 from jpu_services.gateway.routes._accrued import lab_accrued
 from jpu_services.gateway.routes._jobview import RUNNING_STATES, personal_reason
@@ -174,8 +175,9 @@ async def queue(
         _entry(r, None, await _personal_reason(pool, r, view), *usage(r["lab"]))
         for r in view.personal
     ]
+    answered = max(view.now, cmd.now(request))  # no estimate before this answer's time
     for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise
-        e.update(view.estimate_of(e["job_id"]))
+        e.update(view.estimate_of(e["job_id"], answered))
     running = [_running(r, *usage(r["lab"]), view.now) for r in running_rows]
 
     def keep(e: dict[str, Any]) -> bool:

@@ -406,3 +406,23 @@ def test_D7_jpu_queue_and_show_name_the_VRAM_floor() -> None:
              "attempt": 2, "lab_usage": 0.0, "pending_reason": "MinVram"}  # fmt: skip
     assert "(MinVram>=13GB)" in queue({"queue": [entry], "running": []})
     assert re.search(r"Reason\W+MinVram>=13GB", job({**entry, "id": "m"}))
+
+
+def test_why_Q8_names_the_parent_and_how_it_ended(config: Config) -> None:
+    """A job cancelled because its dependency can never be met: `jpu why` (and the console)
+    name the parent and how it ended, not just "a job it depends on"."""
+    log = Log()
+    log.submit("p", "bcg-alice", "BCG", 0.0, tiers=["rtx4090"])
+    log.promote("p", 0.0)
+    log.run("p", 0.1, N4090[0], "rtx4090", [0])
+    log.submit("c", "bcg-alice", "BCG", 1.0, dependency="afterok:p")
+    log.end("p", 5.0, N4090[0], "rtx4090", [0], state="FAILED", exit_code=1)
+    log.add(JobEnded, ts=5.1, job_id="c", attempt=0, state="CANCELLED",
+            reason="DEPENDENCY_NEVER_SATISFIED")  # fmt: skip
+    t, wait = story(log, "c", config, 6.0)
+    last = t.steps[-1].cause
+    assert last is not None and last.kind == "dependency_never_satisfied", t.steps
+    assert (last.jobs, last.state) == (["p"], "FAILED")
+    en = render(wait, "en")
+    assert "because job p it depends on ended FAILED, so its dependency can never be met" in en
+    assert "p이(가) FAILED(으)로 끝나" in render(wait, "ko")

@@ -64,7 +64,17 @@ def cancelled(jobs: list[dict[str, Any]]) -> str:
     """`Cancel requested for job ID (STATE)` or `for N jobs: …`, and the grace period when one
     of them was running (its process gets SIGTERM now, SIGKILL after the grace, X5)."""
     if len(jobs) == 1 and jobs[0].get("tasks") is not None:  # an array's id (Q7)
-        out = f"Cancel requested for array {jobs[0]['id']} ({len(jobs[0]['tasks'])} tasks)"
+        # only the tasks this cancel hit: ended (or already cancelling) ones are not counted
+        hit = jobs[0].get("cancelled", jobs[0]["tasks"])
+        n, total = len(hit), len(jobs[0]["tasks"])
+        count = f"{n} task{'s' if n != 1 else ''}" if n == total else f"{n} of {total} tasks"
+        out = f"Cancel requested for array {jobs[0]['id']} ({count})"
+        if n < total:
+            out += "; the others had ended or were being cancelled already"
+    elif len(jobs) == 1 and not _has_process(jobs[0]):
+        # never started: nothing to stop, the dispatcher ends it on its next round (not a
+        # CANCELLING the user has to wait out)
+        out = f"Cancelled job {jobs[0]['id']} (it had not started)"
     elif len(jobs) == 1:
         out = f"Cancel requested for job {jobs[0]['id']} ({jobs[0].get('state', '?')})"
     else:

@@ -8,6 +8,7 @@ from typing import Any
 from jpu.cli.arrays_view import group, ranges
 from jpu.cli.rest.render import fields, fmt_duration, fmt_ts, fmt_usage, table
 from jpu.domain.arrays import split_task_id
+from jpu.domain.dependencies import NEVER_SATISFIED
 
 _QUEUE_HEADERS = ["RANK", "JOBID", "NAME", "LAB", "USER", "GPUS", "TIERS", "STATE", "TIME"]
 
@@ -26,6 +27,23 @@ def reason(e: dict[str, Any]) -> str:
     if r == "MinVram" and e.get("min_vram_gb") is not None:
         return f"{r}>={e['min_vram_gb']}GB"
     return r
+
+
+def state_text(j: dict[str, Any]) -> str:
+    """The state, and why when a job was ended without running for a reason of its own:
+    `CANCELLED(DependencyNeverSatisfied)` (Q8; Slurm's reason for it), not a bare CANCELLED."""
+    state = str(j.get("state"))
+    if state == "CANCELLED" and j.get("reason") == NEVER_SATISFIED:
+        return f"{state}(DependencyNeverSatisfied)"
+    return state
+
+
+def never_met(jobs: list[dict[str, Any]]) -> str:
+    """`jpu queue`'s footer for jobs that left the queue at once (Q8): which, and why."""
+    rows = [[j["id"], j.get("name"), state_text(j), fmt_ts(j.get("ended_at"))] for j in jobs]
+    head = "Left the queue in the last hour: a job they depend on ended so that their "
+    head += "dependency can never be met (Q8; `jpu why ID` names it)"
+    return head + "\n" + table(["JOBID", "NAME", "STATE", "ENDED"], rows)
 
 
 def estimate(j: dict[str, Any]) -> str:
@@ -100,7 +118,7 @@ def jobs(data: dict[str, Any]) -> str:
                 j.get("name"),
                 j.get("user"),
                 j.get("lab"),
-                j.get("state"),
+                state_text(j),
                 j.get("exit_code"),
                 j.get("attempt"),
                 j.get("num_gpus"),

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
 import jpu.cli.rest.views as views
-from jpu.cli.rest.client import RestClient, RestError, resolve_target
+from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
+from jpu.domain.dependencies import NEVER_SATISFIED
 from jpu.domain.states import PENDING, PLACED, STATES, TERMINAL, in_order
 
 QUEUED: Final = in_order(PENDING)  # both queues: what `squeue` calls pending
@@ -70,7 +72,8 @@ def add_parsers(sub: Any, common: list[argparse.ArgumentParser]) -> None:
         _filters(p)
         p.add_argument("-S", "--starttime", metavar="WHEN", help="submitted at or after")
         p.add_argument("-E", "--endtime", metavar="WHEN", help="submitted before")
-        p.add_argument("-n", "--limit", type=int, default=50, help="at most N jobs (50)")
+        # -n is the job's name, as in squeue/scancel (sbatch's -J); the count is --limit only
+        p.add_argument("--limit", type=int, default=50, help="at most N jobs (50)")
         p.add_argument("--all", action="store_true", help="every job (all pages)")
         p.set_defaults(func=cmd_jobs, ended_only=name == "history")
 
@@ -79,6 +82,7 @@ def _filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("-u", "--user", help="only this user's jobs")
     p.add_argument("--lab", help="only this lab's jobs")
     p.add_argument("--state", "-t", metavar="S[,S]", help="only these states (PD, R, … too)")
+    p.add_argument("-n", "--name", help="only jobs with this name (as squeue/scancel -n)")
 
 
 def _client(args: argparse.Namespace) -> RestClient:
@@ -96,11 +100,40 @@ def cmd_queue(args: argparse.Namespace) -> int:
         user = c.get("/v1/me")["user"] if args.me else args.user
         params = {"user": user, "lab": args.lab, "state": ",".join(states) if states else None}
         data = c.get("/v1/queue", {k: v for k, v in params.items() if v})
+        if args.name is not None:  # the API has no name filter: the rows with that name
+            for key in ("queue", "running"):
+                if isinstance(data.get(key), list):
+                    data[key] = [e for e in data[key] if e.get("name") == args.name]
         status = None if args.json else c.get("/v1/maintenance/status")
+        gone = [] if args.json else _never_met(c, args)
     if status and status.get("state", "NORMAL") != "NORMAL":  # M1: the admin's words, first
         print(views.maintenance(status))
     _print(args, data, lambda d: views.queue(d, start=args.start))
+    if gone:  # Q8: they left the queue at once; say why rather than let them vanish
+        print(views.never_met(gone))
     return 0
+
+
+NEVER_MET_WINDOW_S: Final = 3600.0
+
+
+def _never_met(c: RestClient, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The caller's (or `-u`'s) jobs of the last hour that were CANCELLED because their
+    dependency can never be met (Q8): squeue would still show them pending with that reason."""
+    user = args.user or c.get("/v1/me")["user"]
+    since = time.time() - NEVER_MET_WINDOW_S  # ended since (the API's `since` is submitted)
+    params = {"state": "CANCELLED", "user": user, "limit": PAGE_MAX}
+    try:
+        jobs = c.get("/v1/jobs", params).get("jobs", [])
+    except ApiError:  # another user's jobs the caller may not list: the queue alone
+        return []
+    return [
+        j
+        for j in jobs
+        if j.get("reason") == NEVER_SATISFIED
+        and (j.get("ended_at") or 0) >= since
+        and args.name in (None, j.get("name"))
+    ]
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
@@ -119,11 +152,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     cursor: str | None = None
     with _client(args) as c:
         while True:
-            want = PAGE_MAX if args.all else min(PAGE_MAX, args.limit - len(jobs))
+            left = args.limit - len(jobs)
+            want = PAGE_MAX if args.all or args.name else min(PAGE_MAX, left)
             page_params = {**params, "limit": want, **({"cursor": cursor} if cursor else {})}
             page = c.get("/v1/jobs", page_params)
-            jobs += page.get("jobs", [])
+            jobs += [j for j in page.get("jobs", []) if args.name in (None, j.get("name"))]
             cursor = page.get("next_cursor")
             if cursor is None or (not args.all and len(jobs) >= args.limit):
                 break
+        jobs = jobs if args.all else jobs[: args.limit]  # a name filter may fetch more
     return _print(args, {"jobs": jobs, "next_cursor": cursor}, views.jobs)

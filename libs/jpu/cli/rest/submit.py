@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from jpu.cli import directives, messages
 from jpu.cli.directives.sbatch import refusal
-from jpu.cli.rest.client import RestClient, RestError, resolve_target
+from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
 from jpu.cli.rest.render import parse_time_limit
 from jpu.config import Tier, load_config
 from jpu.domain.sbatch_options import OPTIONS
@@ -153,6 +153,13 @@ def _script(args: argparse.Namespace, stdin: Any) -> tuple[str, str, str | None]
         return (stdin or sys.stdin).read(), "stdin", "stdin"
     path = Path(args.script)
     return path.read_text(), _NAME_BAD.sub("_", path.name)[:128] or "script", path.name
+
+
+def _what(args: argparse.Namespace) -> str:
+    """The script as the user gave it, for messages."""
+    if args.wrap is not None:
+        return "--wrap"
+    return "stdin" if args.script == "-" else Path(args.script).name
 
 
 def request(
@@ -289,7 +296,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 "first command are ignored, as sbatch ignores them (move them to the top)",
                 file=sys.stderr,
             )
-        job = c.post("/v1/jobs", body, headers)
+        try:
+            job = c.post("/v1/jobs", body, headers)
+        except ApiError as e:  # said in submit's flags; the script by its name and size
+            said = messages.api_error(e.code, e.message, e.details, submit=True)
+            e.args = (messages.name_script(said, _what(args), body["command"]),)
+            raise
         for w in job.get("warnings", []):  # U5: accepted, but e.g. its chdir is read-only to it
             print(f"jpu submit: warning: {w['message']}", file=sys.stderr)
         if args.json:

@@ -8,6 +8,7 @@ from typing import Any
 
 from jpu.cli.rest.jobviews import job as job  # the job views live there (re-exported)
 from jpu.cli.rest.jobviews import jobs as jobs
+from jpu.cli.rest.jobviews import never_met as never_met
 from jpu.cli.rest.jobviews import queue as queue
 from jpu.cli.rest.render import fmt_ts, fmt_usage, table
 
@@ -18,7 +19,9 @@ _TIME_KEYS = {"since", "as_of"}
 def held(job: dict[str, Any]) -> str:
     """`jpu hold` / `jpu release` (Q9)."""
     what = "held" if job.get("held") else "released"
-    return f"Job {job['id']} {what} ({job.get('state', '?')}, reason {job.get('pending_reason')})"
+    reason = job.get("pending_reason")  # none once released and promoted: then not said
+    why = f", reason {reason}" if reason else ""
+    return f"Job {job['id']} {what} ({job.get('state', '?')}{why})"
 
 
 def logs_json(job_id: str, headers: Mapping[str, str], data: bytes) -> dict[str, Any]:
