@@ -4,6 +4,7 @@ and never following what the job's own account may have planted in its output di
 from __future__ import annotations
 
 import os
+from hashlib import sha1
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,13 @@ def test_U5_a_file_not_owned_by_the_attempts_account_is_refused(tmp_path: Path) 
 
 def test_U5_output_root_is_the_agents(tmp_path: Path) -> None:
     config = load_config(env={"JPU_DATA_DIR": str(tmp_path)})
-    assert joblogs.output_root(config, env={}) == tmp_path / "outputs"
+    # SEC1: root's data dir is 0700, so its jobs' outputs live outside it, the same for every
+    # service that computes it (a gateway started alone finds what the agent wrote)
+    outside = (
+        Path("/var/lib/jpu-share") / f"outputs-{sha1(str(tmp_path).encode()).hexdigest()[:10]}"
+    )
+    expected = outside if os.geteuid() == 0 else tmp_path / "outputs"
+    assert joblogs.output_root(config, env={}) == expected
     config = load_config(env={"JPU_DATA_DIR": str(tmp_path), "JPU_OUTPUT_ROOT": "/shared/out"})
     assert joblogs.output_root(config, env={}) == Path("/shared/out")
     env = {"JPU_AGENT_OUTPUT_ROOT": "/nfs/jpu"}  # the agent's own override wins for both

@@ -18,6 +18,7 @@ file system; the byte range arithmetic (`byte_range`) is pure.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 from collections.abc import Mapping
@@ -45,11 +46,27 @@ class OutputError(Exception):
         self.unreadable = unreadable
 
 
+SITE_DIR: Final = Path("/var/lib/jpu-share")
+
+
+def site_path(data_dir: Path, kind: str, site_dir: Path = SITE_DIR) -> Path:
+    """`<site_dir>/<kind>-<digest of the data dir's absolute path>`: what root's platform keeps
+    outside its 0700 data dir (SPEC SEC1), the same for every service and every restart."""
+    digest = hashlib.sha1(str(Path(data_dir).absolute()).encode()).hexdigest()[:10]
+    return site_dir / f"{kind}-{digest}"
+
+
 def output_root(config: Config, env: Mapping[str, str] | None = None) -> Path:
-    """The root of every JOB_OUTPUT_DIR, as the agent uses it (absolute)."""
+    """The root of every JOB_OUTPUT_DIR, as every service computes it (absolute): the agent's
+    JPU_AGENT_OUTPUT_ROOT, else the `output_root` key, else — as root, whose data dir job
+    accounts cannot enter (SEC1, jpu.stack.private) — `site_path(data_dir, "outputs")`, else
+    `<data_dir>/outputs`. One rule, so a gateway started on its own finds what the agents wrote."""
     env = os.environ if env is None else env
     raw = env.get("JPU_AGENT_OUTPUT_ROOT") or config.output_root or ""
-    return Path(raw or Path(config.data_dir) / "outputs").absolute()
+    if raw:
+        return Path(raw).absolute()
+    data_dir = Path(config.data_dir).absolute()
+    return site_path(data_dir, "outputs") if os.geteuid() == 0 else data_dir / "outputs"
 
 
 def attempt_dir(root: Path, job_id: str, attempt: int) -> Path:

@@ -17,7 +17,6 @@ account, and everything stays in the data directory.
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import shutil
@@ -31,15 +30,14 @@ from jpu.config import Config
 
 log = logging.getLogger("jpu.stack")
 
-SITE_DIR = Path("/var/lib/jpu-share")
+SITE_DIR = joblogs.SITE_DIR
 KINDS = ("pg", "outputs")  # what lives outside, per data dir
 OUTPUTS_MODE = 0o711  # traversable to reach one's own <job_id>/, not listable
 
 
 def outside(data_dir: Path, kind: str, site_dir: Path = SITE_DIR) -> Path:
     """`<site_dir>/<kind>-<digest of the data dir's absolute path>` (not created)."""
-    digest = hashlib.sha1(str(Path(data_dir).absolute()).encode()).hexdigest()[:10]
-    return site_dir / f"{kind}-{digest}"
+    return joblogs.site_path(data_dir, kind, site_dir)
 
 
 def make_private(data_dir: Path) -> None:
