@@ -58,10 +58,17 @@ include-name = "POST /v1/jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "409", "422", "429"]
 
 # X4a: a default must name a workspace the caller may use (404 naming `workspace` otherwise);
-# PUT /v1/me/notifications and GET /v1/queue keep the default: their schema says every rule
+# GET /v1/queue keeps the default: its schema says every rule
 [[operations]]
 include-name = "PUT /v1/me/workspace"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "404"]
+
+# SEC4: a webhook whose host is, or resolves to, a loopback/private/link-local address is 422
+# naming webhook_url — decided by where the name leads, which no schema can say. The format rules
+# of this body are checked both ways against the schema in tests/unit/test_schema_rules.py.
+[[operations]]
+include-name = "PUT /v1/me/notifications"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "422"]
 [[operations]]
 include-name = "GET /v1/jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "422"]
