@@ -18,7 +18,7 @@ from jpu.commands import CommandReply, MaintenanceCommand, error_reply
 from jpu.events import MaintenanceChanged, MaintenanceState, decode, new_event_id
 from jpu.policy.maintenance import Rejected, on_admin
 
-DECIDE_TRIES: Final = 5
+DECIDE_TRIES: Final = 50  # the dispatcher steps once per cycle; a lost race is decided again
 
 
 async def current(bus: EventBus) -> tuple[MaintenanceState, int]:

@@ -66,6 +66,12 @@ def values(reader: InMemoryMetricReader, name: str, attribute: str) -> dict[str,
     return {dict(k)[attribute]: p.value for k, p in points(reader, name).items()}
 
 
+def nonzero(series: dict[str, float]) -> dict[str, float]:
+    """The series that counted something: every tier's counter exists at 0 from the start (issue
+    34.7, jpu.runtime.metrics.announce_*), so a test of what happened reads the non-zero ones."""
+    return {k: v for k, v in series.items() if v}
+
+
 def count(reader: InMemoryMetricReader, name: str, **attrs: str) -> float:
     return sum(p.value for k, p in points(reader, name).items() if attrs.items() <= dict(k).items())
 
@@ -114,7 +120,7 @@ async def test_O4_dispatcher_reports_queue_dispatches_reservations_and_cycle_dur
         want = {"GLOBAL_QUEUE_WAIT": 2, "RESERVING": 1, "DISPATCHED": 3, "RUNNING": 0}
         await until(lambda: values(reader, "jpu.queue.length", "state").items() >= want.items())
         assert values(reader, "jpu.queue.length", "state")["PERSONAL_QUEUE_WAIT"] == 0
-        assert values(reader, "jpu.dispatches", "tier") == {"rtx4090": 3}
+        assert nonzero(values(reader, "jpu.dispatches", "tier")) == {"rtx4090": 3}
         assert count(reader, "jpu.reservations", outcome="started", tier="rtx4090") == 1
         assert count(reader, "jpu.reservations", outcome="ended") == 0
         # the filler on X's node ends: X grows, its reservation ends as it dispatches (R2)
@@ -127,7 +133,7 @@ async def test_O4_dispatcher_reports_queue_dispatches_reservations_and_cycle_dur
         await w.until(lambda s: s.jobs[x].state == "DISPATCHED")
         want = {"GLOBAL_QUEUE_WAIT": 2, "RESERVING": 0, "DISPATCHED": 3, "RUNNING": 0}
         await until(lambda: values(reader, "jpu.queue.length", "state").items() >= want.items())
-        assert values(reader, "jpu.dispatches", "tier") == {"rtx4090": 4}
+        assert nonzero(values(reader, "jpu.dispatches", "tier")) == {"rtx4090": 4}
         assert count(reader, "jpu.reservations", outcome="ended", reason="dispatched") == 1
         # one histogram sample per completed cycle, in seconds
         (cycles,) = points(reader, "jpu.dispatch.cycle.duration").values()
@@ -224,8 +230,8 @@ async def test_O4_backfill_preemption_counted_and_every_projection_catches_up(
         await until(lambda: count(reader, "jpu.backfill.preemptions") == 1, timeout=10)
         ended = await s.events(BackfillEnded)
         assert [e.reason for e in ended] == ["preempted"]
-        assert values(reader, "jpu.backfill.preemptions", "tier") == {TIER: 1}
-        assert values(reader, "jpu.dispatches", "tier") == {TIER: 1}
+        assert nonzero(values(reader, "jpu.backfill.preemptions", "tier")) == {TIER: 1}
+        assert nonzero(values(reader, "jpu.dispatches", "tier")) == {TIER: 1}
         # dispatch → running of that job, by its events' own times, once its start is appended
         await until(lambda: points(reader, "jpu.job.start.delay"), timeout=10)
         ((attrs, delay),) = points(reader, "jpu.job.start.delay").items()
