@@ -22,6 +22,7 @@ import asyncpg
 import httpx
 import pytest_asyncio
 
+from jpu.backends import joblogs
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import terminate_all
 from jpu.backends.workspaces import PipSite
@@ -86,7 +87,7 @@ async def stack(
     config = _config(nats_url, pg_dsn, data_dir)
     options = AgentOptions(
         cancel_grace_s=2.0, poll_min_s=0.05, poll_max_s=0.3, inventory_every_s=5.0,
-        output_root=data_dir / "outputs",
+        output_root=joblogs.output_root(config),  # where the gateway serves it from (SEC1)
     )  # fmt: skip
     bf = BackfillOptions(enabled=False, command=config.backfill_command, settle_s=1.0)
 
