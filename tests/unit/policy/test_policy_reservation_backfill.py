@@ -14,7 +14,7 @@ import random
 import msgspec
 import pytest
 from builders import job, running, tier
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from simdriver import Sim
 from test_policy_properties import check_invariants
@@ -233,6 +233,7 @@ def run(sim: Sim, mode: str, steps: int = 150) -> tuple[Sim, list[Loan]]:
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 10**6), st.integers(2, 14))
+@example(176825, 13)  # a loan whose shadow time lies past the run's 150 cycles (CI found it)
 def test_R7_reserving_job_never_starts_later_than_with_off(seed, n_jobs):
     """One lab (ranks never change), one node, runs as long as their limits: the first job to
     reserve starts no later under `limit` than under `off`, and every reserving job by the
@@ -241,11 +242,11 @@ def test_R7_reserving_job_never_starts_later_than_with_off(seed, n_jobs):
     hypothesis found one; the shadow time, R7's promise, still holds: next test.)"""
     base, _ = run(workload(seed, n_jobs, nodes=1), "off")
     lim, loans = run(workload(seed, n_jobs, nodes=1), "limit")
-    for x, end, shadow in loans:
-        assert end <= shadow and lim.dispatched_at[x] <= shadow, f"{x} later than its shadow"
+    for x, end, shadow in loans:  # (a shadow past the run's horizon is still to come)
+        assert end <= shadow and lim.dispatched_at.get(x, lim.now) <= shadow, f"{x} late"
     first = next((r.starts[0].job_id for _, r in base.results if r.starts), None)
     if first is not None:
-        assert lim.dispatched_at[first] <= base.dispatched_at[first]
+        assert lim.dispatched_at.get(first, math.inf) <= base.dispatched_at[first]
 
 
 @settings(max_examples=300, deadline=None)
@@ -253,8 +254,8 @@ def test_R7_reserving_job_never_starts_later_than_with_off(seed, n_jobs):
 def test_R7_reserving_job_starts_by_its_shadow_time_when_runs_end_early(seed, n_jobs):
     """Users overestimate: runs end by their limit, often well before; 1-3 nodes (swaps)."""
     sim, loans = run(workload(seed, n_jobs, exact=False), "limit")
-    for x, end, shadow in loans:
-        assert end <= shadow and sim.dispatched_at[x] <= shadow, f"{x} later than its shadow"
+    for x, end, shadow in loans:  # (a shadow past the run's horizon is still to come)
+        assert end <= shadow and sim.dispatched_at.get(x, sim.now) <= shadow, f"{x} late"
 
 
 @settings(max_examples=300, deadline=None)
