@@ -300,3 +300,15 @@ def test_SEC2_tls_to_nats_is_configured_by_the_tls_keys(
         asyncio.run(probe())
     finally:
         server.stop()
+
+
+def test_SEC2_passwords_are_ones_nats_reads_back_as_strings(tmp_path: Path) -> None:
+    """A token_urlsafe password such as `2026-01-02…` lexes as a date in NATS's config (a `$VAR`
+    reference in compose's nats-auth.conf): the server exited 1 at random. Generated passwords
+    are letters then hex; an older stored one of another form is replaced."""
+    path = tmp_path / "secrets" / "nats.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"users": {"admin": "2026-01-02T03:04:05Z-x", "gateway": "ok"}}))
+    users = auth.ensure_secrets(path)
+    assert all(auth.SAFE_PASSWORD.fullmatch(pw) for pw in users.values()), users
+    assert auth.ensure_secrets(path) == users  # kept from then on

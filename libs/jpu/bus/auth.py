@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import ssl
 from collections.abc import Mapping
@@ -31,17 +32,28 @@ def secrets_path(data_dir: Path) -> Path:
     return Path(data_dir) / SECRETS_FILE
 
 
+# A password NATS's config lexer reads back as the same string wherever it stands, a `$VAR`
+# reference included (compose): letters first, then hex — never a number, a date or a size.
+SAFE_PASSWORD: Final = re.compile(r"jpu[0-9a-f]{48}")
+
+
+def new_password() -> str:
+    return "jpu" + secrets.token_hex(24)
+
+
 def ensure_secrets(path: Path) -> dict[str, str]:
     """user → password for admin and every service: read, or generated once (0600, its
     directory 0700) and kept across restarts. A service added later gets its password then."""
     users: dict[str, str] = {}
     if path.exists():
         users = dict(json.loads(path.read_text())["users"])
+    # one NATS may not read back (an older, token_urlsafe one: `1234-56…` lexes as a date)
+    users = {u: pw for u, pw in users.items() if SAFE_PASSWORD.fullmatch(pw)}
     wanted = (permissions.ADMIN, *permissions.SERVICES)
     if all(u in users for u in wanted):
         return users
     for user in wanted:
-        users.setdefault(user, secrets.token_urlsafe(32))
+        users.setdefault(user, new_password())
     path.parent.mkdir(parents=True, exist_ok=True)
     path.parent.chmod(0o700)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
