@@ -38,7 +38,7 @@ def _no_fit(details: Mapping[str, Any]) -> str:
 
 
 # The API's field → what the user typed (`jpu submit`'s flag, sbatch's name), so a refusal
-# speaks the user's flags and units, not the request body's (issue 28: `--time`, not
+# speaks the user's flags and units, not the request body's (SPEC U1: `--time`, not
 # `time_limit_s` in seconds; the script, not `command`).
 FLAGS: Final[Mapping[str, str]] = {
     "time_limit_s": "--time",

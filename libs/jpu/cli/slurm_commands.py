@@ -1,4 +1,4 @@
-"""Slurm's command names over the REST API (SPEC U1; issue 28 item 6): `jpu sbatch`, `jpu squeue`,
+"""Slurm's command names over the REST API (SPEC U1, U6, U8): `jpu sbatch`, `jpu squeue`,
 `jpu scancel`, `jpu sacct`, `jpu scontrol hold|release|show job`.
 
 Thin: each reads what `jpu queue|jobs|show|cancel|hold|release` read (the same API calls, the

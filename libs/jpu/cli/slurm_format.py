@@ -1,4 +1,4 @@
-"""The API's job dicts as Slurm's commands print them (SPEC U1; issue 28 item 6). Pure.
+"""The API's job dicts as Slurm's commands print them (SPEC U1, U6). Pure.
 
 `jpu squeue`, `jpu sacct` and `jpu scontrol show job` read a job as the API gives it (an entry
 of `GET /v1/queue`, a job of `GET /v1/jobs[/{id}]`) and print it with Slurm's names: its

@@ -1,5 +1,5 @@
 """Small job events for tests of the bus itself (SPEC E2): a submit and its promotion, nothing
-else to say. Shared here rather than imported from one test module into another (issue 27)."""
+else to say. Shared here: a test module is not a library to import from."""
 
 from __future__ import annotations
 

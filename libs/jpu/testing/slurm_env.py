@@ -1,6 +1,7 @@
 """The Slurm backend's test helpers (tests/slurm): a job environment on the test cluster
 (jpu.testing.slurm_fixtures' `slurm_cluster`), its launch specs, and the waits. Test modules
-import them from here, not from a conftest (issue 27); the fixtures stay in tests/slurm/conftest.py.
+import them from here (a conftest is pytest's, not an import path); the fixtures stay in
+tests/slurm/conftest.py.
 """
 
 from __future__ import annotations
