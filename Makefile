@@ -63,10 +63,11 @@ slurm-testcluster: ## start a local Slurm test cluster (fake GPUs) for JPU_SLURM
 	bash scripts/slurm-testcluster install
 	bash scripts/slurm-testcluster start
 
-lint: install  ## ruff (lint + format check) and mypy
+lint: install  ## ruff (lint + format check), mypy and the import layers (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy -p jpu -p jpu_services
+	$(VENV)/bin/lint-imports
 
 fmt: install  ## format the code
 	$(VENV)/bin/ruff format .
