@@ -18,21 +18,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 
 from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, UnknownBackendJob
 from jpu.backends.workspaces import Workspaces
 from jpu.bus import Delivered, EventBus
-from jpu.config import Config
-from jpu.domain.execution import AgentJob, next_action
+from jpu.config import Config, Tier
+from jpu.domain.execution import AgentJob, fold_job, next_action
 from jpu.domain.holdings import with_missing
+from jpu.domain.retention import EndedJob
 from jpu.events import JobCancelRequested, JobDispatched, NodeInventoryObserved, new_event_id
 from jpu.runtime.clock import Clock
+from jpu.runtime.metrics import count_outputs_pruned, observing_outputs_disk
 from jpu.runtime.service import wait_any
 from jpu_services.slurm_agent.agent import JobAgent
 from jpu_services.slurm_agent.builder import WorkspaceBuilder
 from jpu_services.slurm_agent.options import AgentOptions
 from jpu_services.slurm_agent.recovery import fold_log
+from jpu_services.slurm_agent.retention import ReadJob, prune_loop
 from jpu_services.slurm_agent.watchlist import Watched
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,18 @@ async def run_agent(
 ) -> None:
     """Run until `stop` is set. The caller owns (and closes) the bus and the backend."""
     options = options or AgentOptions.from_config(config)
+    with observing_outputs_disk(options.output_root):
+        await _run(bus, config, backend, clock, stop, options)
+
+
+async def _run(
+    bus: EventBus,
+    config: Config,
+    backend: ExecutionBackend,
+    clock: Clock,
+    stop: asyncio.Event,
+    options: AgentOptions,
+) -> None:
     agent = JobAgent(bus, {t.name: t for t in config.tiers}, backend, clock, options)
     inventory = InventoryReporter(bus, backend, clock, {n.name: dict(n.gpus) for n in config.nodes})
     await inventory.report(force=True)
@@ -70,6 +85,17 @@ async def run_agent(
         asyncio.create_task(watch_loop(agent, inventory, stop), name="agent-watch"),
         asyncio.create_task(inventory.loop(stop, options.inventory_every_s), name="agent-inv"),
     ]
+    if config.outputs_keep_days > 0:  # the site bounds how long outputs are kept
+        count_outputs_pruned(0)  # SPEC O4: at 0 from the start
+        pruning = prune_loop(
+            options.output_root,
+            ended_reader(bus, agent.tiers),
+            clock,
+            config.outputs_keep_days,
+            agent.cache.jobs,
+            stop,
+        )
+        tasks.append(asyncio.create_task(pruning, name="agent-prune"))
     builder = workspace_builder(bus, backend, clock, config)
     if builder is not None:  # X4a: the workspace-builder role, where the images are needed
         durable = f"{options.durable}-workspaces"
@@ -96,6 +122,19 @@ def workspace_builder(
     if not getattr(backend, "builds_workspaces", False) or not isinstance(spaces, Workspaces):
         return None
     return WorkspaceBuilder(bus, spaces, clock, config.subject_prefix)
+
+
+def ended_reader(bus: EventBus, tiers: Mapping[str, Tier]) -> ReadJob:
+    """A job's end as its own events say, read fresh from the log (never the agent's cache)."""
+
+    async def read(job_id: str) -> EndedJob | None:
+        events = await bus.job_events(job_id)
+        job = fold_job(events, tiers)
+        if job is None:
+            return None
+        return EndedJob(terminal=job.view.terminal, last_event_ts=events[-1].event.ts)
+
+    return read
 
 
 def _jobs_to_reconcile(batch: list[Delivered], recovered_to: int) -> list[str]:

@@ -126,6 +126,10 @@ class EventBus:
     async def last_seq(self) -> int:
         return int((await self.js.stream_info(self.stream)).state.last_seq)
 
+    async def stream_bytes(self) -> int:
+        """The event stream's size on each server's disk (the log is never pruned: E6)."""
+        return int((await self.js.stream_info(self.stream)).state.bytes)
+
     async def last_subject_seq(self, subject: str) -> int:
         """Stream seq of the last message on `subject`; 0 when there is none (SPEC E2)."""
         try:

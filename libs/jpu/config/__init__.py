@@ -114,6 +114,7 @@ class Config(Cluster, frozen=True, kw_only=True):
     snapshot_daily: int = 31  # ... days
     snapshot_weekly: int = 52  # ... and weeks (jpu.bus.snapshots.retained)
     output_root: str = ""  # X2: <output_root>/<job_id>/<attempt>; "": <data_dir>/outputs
+    outputs_keep_days: float = 0.0  # an ended job's outputs go this long after its end; 0: kept
     # SEC1: where a job's chdir may lie ("/x/*": strictly below /x); jpu.policy.workdir
     workdir_roots: list[str] = msgspec.field(
         default_factory=lambda: ["/home", "/srv", "/data", "/scratch", "/tmp/*"]
@@ -215,6 +216,8 @@ def _validate_snapshots(config: Config) -> None:
         raise ConfigError("snapshot_every_s: must be positive")
     if config.snapshot_keep < 1:
         raise ConfigError("snapshot_keep: must be at least 1")
+    if config.outputs_keep_days < 0:
+        raise ConfigError("outputs_keep_days: must be >= 0 (0 keeps outputs forever)")
     for key in ("snapshot_hourly", "snapshot_daily", "snapshot_weekly"):
         if getattr(config, key) < 0:
             raise ConfigError(f"{key}: must not be negative")

@@ -19,6 +19,7 @@ the services consume the log, call these functions with `now` and append what th
                                            observed.py   what a backend reports (X9, P2)
                                            attempts.py   a job's attempts told from its events
                                            workspaces.py a workspace's state, access, quota (X4a)
+                                           retention.py  when an ended job's outputs may go (X2)
     F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
     U  estimates (U4)                      runs.py       recent run times per user and lab
        sbatch habits (U6, U8)              sbatch_options.py  the one table of sbatch options

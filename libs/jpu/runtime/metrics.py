@@ -39,8 +39,10 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
@@ -95,6 +97,8 @@ class _Gauge:
 GAUGES: list[_Gauge] = []  # every observable gauge (jpu.runtime.metrics_endpoint lists their names)
 _queue, _usage, _lag = _Gauge("state"), _Gauge("lab"), _Gauge("projection")
 _consumer_lag = _Gauge("durable")
+_outputs_free = _Gauge("root")
+_log_size = _Gauge("stream")
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,7 @@ class _Instruments:
     parked: Counter
     auth_failures: Counter
     webhooks_refused: Counter
+    outputs_pruned: Counter
 
 
 def _create(meter: Meter) -> _Instruments:
@@ -130,6 +135,18 @@ def _create(meter: Meter) -> _Instruments:
         [_consumer_lag.observe],
         unit="{message}",
         description="messages a durable consumer has not been delivered yet",
+    )
+    meter.create_observable_gauge(
+        "jpu.log.size",
+        [_log_size.observe],
+        unit="By",
+        description="bytes of the event stream (the log, kept whole for the audit: E6)",
+    )
+    meter.create_observable_gauge(
+        "jpu.outputs.disk.free_ratio",
+        [_outputs_free.observe],
+        unit="1",
+        description="free fraction of the file system holding the job outputs (X2)",
     )
     return _Instruments(
         cycle_duration=meter.create_histogram(
@@ -178,6 +195,11 @@ def _create(meter: Meter) -> _Instruments:
             "jpu.webhooks.refused",
             unit="{request}",
             description="webhook sends refused: a forbidden destination (SEC4)",
+        ),
+        outputs_pruned=meter.create_counter(
+            "jpu.outputs.pruned",
+            unit="{job}",
+            description="ended jobs' output directories removed after outputs_keep_days",
         ),
     )
 
@@ -312,13 +334,30 @@ async def sample_lag(
     projection: str, measure: Callable[[], Awaitable[int]], stop: asyncio.Event, every_s: float
 ) -> None:
     """Keep `jpu.projection.lag{projection}` fresh: `measure()` every `every_s` until `stop`."""
+    await _sample(_lag, projection, measure, stop, every_s)
+
+
+async def sample_log_size(
+    stream: str, measure: Callable[[], Awaitable[int]], stop: asyncio.Event, every_s: float
+) -> None:
+    """Keep `jpu.log.size{stream}` fresh: `measure()` every `every_s` until `stop`."""
+    await _sample(_log_size, stream, measure, stop, every_s)
+
+
+async def _sample(
+    gauge: _Gauge,
+    key: str,
+    measure: Callable[[], Awaitable[int]],
+    stop: asyncio.Event,
+    every_s: float,
+) -> None:
     last: dict[str, float] = {}
-    with _lag.source(lambda: dict(last)):
+    with gauge.source(lambda: dict(last)):
         while not stop.is_set():
             try:
-                last[projection] = float(await measure())
-            except Exception as e:  # a metric never stops a projection
-                log.debug("projection lag of %s not measured: %r", projection, e)
+                last[key] = float(await measure())
+            except Exception as e:  # a metric never stops the service measuring it
+                log.debug("%s of %s not measured: %r", gauge.attribute, key, e)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every_s)
 
@@ -330,3 +369,21 @@ def count_auth_failure(outcome: str) -> None:
 
 def count_webhook_refused() -> None:
     _instruments().webhooks_refused.add(1)
+
+
+def count_outputs_pruned(n: int = 1) -> None:
+    """n = 0 announces the counter (SPEC O4: at 0 from the start)."""
+    _instruments().outputs_pruned.add(n)
+
+
+def observing_outputs_disk(root: Path) -> contextlib.AbstractContextManager[None]:
+    """`jpu.outputs.disk.free_ratio{root}` read on each collection while the agent runs."""
+
+    def read() -> dict[str, float]:
+        try:
+            st = os.statvfs(root)
+        except OSError:  # not created yet: nothing to report
+            return {}
+        return {str(root): st.f_bavail / st.f_blocks if st.f_blocks else 0.0}
+
+    return _outputs_free.source(read)

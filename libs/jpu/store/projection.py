@@ -27,7 +27,7 @@ from nats.aio.msg import Msg
 from jpu.bus.model import Delivered
 from jpu.bus.ordered import follow_ordered, sequences
 from jpu.events import decode
-from jpu.runtime.metrics import announce_projection, count_fault, sample_lag
+from jpu.runtime.metrics import announce_projection, count_fault, sample_lag, sample_log_size
 from jpu.store.faults import TRANSIENT, Fault, record_faults
 
 if TYPE_CHECKING:
@@ -384,6 +384,9 @@ async def run_projections(
         asyncio.create_task(sample_lag(name, lag_of(name), stop, lag_every_s))
         for name in runner.names
     ]
+    samplers.append(
+        asyncio.create_task(sample_log_size(bus.stream, bus.stream_bytes, stop, lag_every_s))
+    )
     try:
         await _until_stopped(runner.run(), stop)
     finally:
