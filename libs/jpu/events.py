@@ -344,6 +344,44 @@ class WorkspaceDefaultChanged(Event, frozen=True, kw_only=True, tag="WorkspaceDe
     workspace: str | None = None
 
 
+# --- identities (SPEC SEC3): `<prefix>.identity.lab.<lab>`, `<prefix>.identity.user.<user>` ---
+# Appended by the operator's tools only (the admin identity, SEC2); folded by jpu.domain.identities
+# and the `identities` projection (the authentication tables). `by`: who did it, for the audit.
+
+
+class IdentityEvent(Event, frozen=True, kw_only=True):
+    by: str = ""
+
+
+class LabAdded(IdentityEvent, frozen=True, kw_only=True, tag="LabAdded"):
+    lab: str
+
+
+class UserAdded(IdentityEvent, frozen=True, kw_only=True, tag="UserAdded"):
+    user: str
+    lab: str
+    role: str  # user | lab_admin | admin
+    max_active_jobs: int | None = None  # None: the configured default (§1.3)
+
+
+class UserRemoved(IdentityEvent, frozen=True, kw_only=True, tag="UserRemoved"):
+    """The user's tokens were revoked before (TokenRevoked); the name is never reused."""
+
+    user: str
+
+
+class TokenIssued(IdentityEvent, frozen=True, kw_only=True, tag="TokenIssued"):
+    """A bearer token of `user`, by its SHA-256 hex digest only: the log holds no secret."""
+
+    user: str
+    token_digest: str
+
+
+class TokenRevoked(IdentityEvent, frozen=True, kw_only=True, tag="TokenRevoked"):
+    user: str
+    token_digest: str
+
+
 AnyEvent = (
     JobSubmitted
     | JobPromoted
@@ -370,6 +408,11 @@ AnyEvent = (
     | WorkspaceBuildFailed
     | WorkspaceDeleted
     | WorkspaceDefaultChanged
+    | LabAdded
+    | UserAdded
+    | UserRemoved
+    | TokenIssued
+    | TokenRevoked
 )
 
 EVENT_TYPES: Final[tuple[type[Event], ...]] = AnyEvent.__args__
@@ -420,4 +463,8 @@ def subject_for(event: Event, prefix: str = "jpu") -> str:
         return f"{prefix}.user.{event.user}.workspace"
     if isinstance(event, WorkspaceEvent):
         return f"{prefix}.workspace.{event.workspace_id}"
+    if isinstance(event, LabAdded):
+        return f"{prefix}.identity.lab.{event.lab}"
+    if isinstance(event, UserAdded | UserRemoved | TokenIssued | TokenRevoked):
+        return f"{prefix}.identity.user.{event.user}"
     raise TypeError(f"no subject for {type(event).__name__}")

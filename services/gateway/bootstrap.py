@@ -7,7 +7,14 @@ import asyncio
 from jpu.runtime.edges import Edges, connect_edges
 from jpu.runtime.service import Worker
 from jpu.store.projection import Projection, run_projections
-from jpu.store.projections import backfill, gpu_resources, jobs, maintenance, workspaces
+from jpu.store.projections import (
+    backfill,
+    gpu_resources,
+    identities,
+    jobs,
+    maintenance,
+    workspaces,
+)
 from jpu_services.gateway.config import GatewayConfig
 
 # The read models the API serves; lab_usage is accounting's (SPEC E4).
@@ -17,6 +24,7 @@ PROJECTIONS: dict[str, Projection] = {
     "gpu_resources": gpu_resources.projection,
     "backfill": backfill.projection,
     "workspaces": workspaces.projection,  # X4a
+    "identities": identities.projection,  # SEC3: who may authenticate, from the log
 }
 
 

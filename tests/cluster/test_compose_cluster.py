@@ -102,18 +102,15 @@ def cluster() -> Iterator[dict[str, str]]:
 
 
 def admin_tool(env: dict[str, str], *args: str) -> str:
-    """`python -m jpu.tools.admin` in a gateway container: how an operator makes the first users
-    (SPEC SEC3: a deployment seeds no demo identity)."""
-    names = subprocess.run(
-        ["podman", "ps", "--format", "{{.Names}}",
-         "--filter", f"label=io.podman.compose.project={env['JPU_CLUSTER_PROJECT']}"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    gateway = next(n for n in names if "gateway" in n)
+    """`scripts/cluster admin …`: the admin tool in a gateway container as the NATS admin
+    identity — how an operator makes the first users (SPEC SEC3: a deployment seeds no demo
+    identity, and identity changes are events only the admin appends, SEC2)."""
     r = subprocess.run(
-        ["podman", "exec", gateway, "python", "-m", "jpu.tools.admin", *args],
+        ["bash", str(CLUSTER), "admin", *args],
         capture_output=True,
         text=True,
+        env={**os.environ, **env},
+        cwd=ROOT,
     )
     assert r.returncode == 0, r.stderr
     return r.stdout

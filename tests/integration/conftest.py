@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -27,12 +28,12 @@ from jpu.events import NodeInventoryObserved, new_event_id
 from jpu.runtime.clock import FakeClock
 from jpu.runtime.edges import Edges
 from jpu.runtime.service import run_workers
-from jpu.store import auth
 from jpu.store.projection import run_projections, wait_applied
 from jpu.testing.api import DEFAULT_NODES, T0, TOKENS, Api
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.receivers import Received, SmtpHandler, Webhook
 from jpu.tools.admin import seed_demo
+from jpu.tools.identities import Identities
 from jpu_services.accounting.service import READ_MODELS
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
@@ -86,13 +87,6 @@ async def api(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[A
         "JPU_SUBJECT_PREFIX": prefix,
     }
     config = load_config(env=env)
-    await seed_demo(pool)
-    await auth.add_user(pool, "bcg-zoe", "BCG", "user", max_active_jobs=0)
-    await auth.install_token(pool, "bcg-zoe", TOKENS["zoe"])
-    # Tests append job events directly (as intake would) with their own queue_entered_at; the
-    # real intake must not race them with its own JobPromoted (Q5). With no free slot it never
-    # promotes, so jobs it accepts stay in the personal queue and the tests promote explicitly.
-    await pool.execute("UPDATE users SET max_active_jobs = 0")
     clock = FakeClock(T0)
     app = create_app(GatewayConfig.from_config(config, env={}))
     app.state.clock = clock
@@ -101,6 +95,12 @@ async def api(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[A
     try:
         async with app.router.lifespan_context(app):
             edges: Edges = app.state.edges
+            # the demo users, as the admin tool adds them (identity events, SEC3), and bcg-zoe
+            ids = Identities(bus, None, time.time(), by="tests")
+            await seed_demo(ids)
+            await ids.add_user("bcg-zoe", "BCG", "user", max_active_jobs=0)
+            await ids.install_token("bcg-zoe", TOKENS["zoe"])
+            seeded = await bus.last_seq()
             workers: dict[str, Any] = dict(bootstrap.workers(edges))
 
             async def usage_projection(s: asyncio.Event) -> None:  # accounting's read model
@@ -108,6 +108,12 @@ async def api(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[A
 
             workers["projection.lab_usage"] = usage_projection
             async with _background(stop, workers):
+                await wait_applied(pool, "identities", seeded, timeout=30)
+                # Tests append job events directly (as intake would) with their own
+                # queue_entered_at; the real intake must not race them with its own JobPromoted
+                # (Q5). With no free slot it never promotes, so jobs it accepts stay in the
+                # personal queue and the tests promote explicitly.
+                await pool.execute("UPDATE users SET max_active_jobs = 0")
                 await _inventory(bus, pool, clock)
                 await _wait_for_intake(bus, prefix)
                 transport = httpx.ASGITransport(app=app)

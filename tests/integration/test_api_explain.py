@@ -29,9 +29,8 @@ from jpu.domain.codec import pack
 from jpu.events import UsageCharged
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
-from jpu.store import auth
 from jpu.store.projection import wait_applied
-from jpu.testing.api import Api, assert_error, bearer
+from jpu.testing.api import Api, add_lab_admins, assert_error, bearer
 from jpu.testing.cli import jpu, ok
 from jpu.testing.fold import Watcher, end_job, start_job, submit_global
 from jpu_services.accounting.service import run_accounting
@@ -225,8 +224,7 @@ async def test_F5_lab_members_see_their_own_labs_charges_admins_every_labs(
     the same answer as the admin route (one explain module), 403 to other labs' members; the
     CLI's `jpu usage --explain` prints it."""
     ex = await r3_live(api)
-    await auth.add_user(api.pool, "kdg-lead", "KDG", "lab_admin")
-    await auth.install_token(api.pool, "kdg-lead", "demo-kdg-lead")
+    await add_lab_admins(api.bus, api.pool)
     url = "/v1/labs/BCG/usage/explain"
     admin_view = await api.client.get("/v1/admin/labs/BCG/usage-explain", headers=bearer("admin"))
     for who in ("bob", "alice", "admin"):  # BCG's members (bob owns none of X's charges)

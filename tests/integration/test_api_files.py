@@ -181,7 +181,7 @@ async def test_files_visible_to_owner_lab_admin_and_admin_only_also_in_maintenan
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str
 ) -> None:
     async with logs_stack(nats_url, pool, pg_dsn) as s:
-        await add_lab_admins(pool)
+        await add_lab_admins(s.bus, pool)
         job = await s.submit("bcg-alice", 'echo secret-data > "$JOB_OUTPUT_DIR/data.txt"')
         await wait_job(s, "bcg-alice", job, ended)
         assert (await s.maintenance("start", "storage swap")).status_code == 200

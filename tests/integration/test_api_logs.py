@@ -119,7 +119,7 @@ async def test_U5_logs_are_visible_to_owner_lab_admin_and_admin_only(
     nats_url: str, pool: asyncpg.Pool, pg_dsn: str
 ) -> None:
     async with logs_stack(nats_url, pool, pg_dsn) as s:
-        await add_lab_admins(pool)
+        await add_lab_admins(s.bus, pool)
         job = await s.submit("bcg-alice", "echo secret-output")
         await wait_job(s, "bcg-alice", job, ended)
         for who in ("bcg-alice", "bcg-lead", "admin"):

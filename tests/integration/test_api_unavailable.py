@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -28,9 +29,10 @@ from jpu.embedded.base import free_port
 from jpu.embedded.postgres import EmbeddedPostgres
 from jpu.events import NodeInventoryObserved, new_event_id
 from jpu.store import create_pool, migrate
-from jpu.testing.api import TOKENS, assert_error
+from jpu.testing.api import TOKENS, assert_error, bearer
 from jpu.testing.nats_fixtures import unique_names
 from jpu.tools.admin import seed_demo
+from jpu.tools.identities import Identities
 
 ALICE = {"Authorization": f"Bearer {TOKENS['alice']}"}
 
@@ -57,12 +59,12 @@ async def stack(
     pool = await create_pool(dsn)
     try:
         await migrate(pool)
-        await seed_demo(pool)
     finally:
         await pool.close()
     stream, prefix = unique_names()
     bus = await EventBus.connect(nats_url, stream=stream, prefix=prefix, name="pytest-pg-down")
     await bus.ensure_stream()
+    await seed_demo(Identities(bus, None, time.time(), by="tests"))  # SEC3: events, folded later
     for node, tier in (("gpu-4090x2-01", "rtx4090"), ("gpu-3080tix2-01", "rtx3080ti")):
         await bus.append(
             NodeInventoryObserved(event_id=new_event_id(), ts=1.0, node=node, gpus={tier: 2})
@@ -91,7 +93,9 @@ async def stack(
         async with httpx.AsyncClient(base_url=url) as c:
             for _ in range(300):
                 with contextlib.suppress(httpx.TransportError):
-                    if (await c.get("/readyz")).status_code == 200:
+                    # ready, and the projector has folded the demo users' identity events
+                    me = await c.get("/v1/me", headers=bearer("alice"))
+                    if (await c.get("/readyz")).status_code == 200 and me.status_code == 200:
                         break
                 assert all(p.poll() is None for p in procs), _logs(tmp_path)
                 await asyncio.sleep(0.2)

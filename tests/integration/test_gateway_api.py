@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
+import msgspec
 import pytest_asyncio
 
 from jpu.bus import EventBus
@@ -17,6 +19,7 @@ from jpu.store.projection import wait_applied
 from jpu.testing.api import bearer
 from jpu.testing.nats_fixtures import unique_names
 from jpu.tools.admin import seed_demo
+from jpu.tools.identities import Identities
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
 
@@ -38,13 +41,16 @@ async def gateway_env(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIt
 
 @pytest_asyncio.fixture
 async def client(gateway_env: dict, pool: asyncpg.Pool) -> AsyncIterator[httpx.AsyncClient]:
-    """The real app, lifespan included (bus + pool + projector), over ASGI."""
-    await seed_demo(pool)
+    """The real app, lifespan included (bus + pool + projector), over ASGI; the demo users added
+    as the admin tool adds them (identity events, SEC3), `c.ids` to add more."""
     app = create_app(GatewayConfig.from_config(load_config(env=gateway_env), env={}))
     async with app.router.lifespan_context(app):
+        ids = Identities(app.state.edges.bus, pool, time.time(), by="tests")
+        await seed_demo(ids)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
             c.app = app  # type: ignore[attr-defined]
+            c.ids = ids  # type: ignore[attr-defined]
             yield c
 
 
@@ -112,7 +118,7 @@ async def test_A_readyz_names_the_failed_dependency(client: httpx.AsyncClient) -
 
 
 async def test_tokens_are_stored_hashed(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:
-    token = await auth.create_token(pool, "osl-erin")
+    token = await client.ids.create_token("osl-erin")  # type: ignore[attr-defined]
     assert len(token) >= 43  # 32 random bytes, URL-safe base64
     stored = [
         r["token_hash"]
@@ -121,8 +127,17 @@ async def test_tokens_are_stored_hashed(client: httpx.AsyncClient, pool: asyncpg
     assert hashlib.sha256(token.encode()).hexdigest() in stored
     dump = str(await pool.fetch("SELECT * FROM api_tokens"))
     assert token not in dump and "demo-osl-erin" not in dump  # no usable secret in the DB
+    bus = client.app.state.edges.bus  # type: ignore[attr-defined]
+    log = [bytes(m) async for m in _raw_identity_log(bus)]
+    assert log and not any(token.encode() in m or b"demo-osl-erin" in m for m in log)  # SEC3
     me = await client.get("/v1/me", headers=bearer(token=token))
     assert me.status_code == 200 and me.json()["user"] == "osl-erin"
+
+
+async def _raw_identity_log(bus: EventBus) -> AsyncIterator[bytes]:
+    """The identity events as stored in the stream: the bytes an auditor would read."""
+    async for d in bus.replay(filter_subject=f"{bus.prefix}.identity.>"):
+        yield msgspec.json.encode(d.event)
 
 
 async def test_A_me_counts_slot_holding_jobs(
@@ -192,7 +207,8 @@ async def test_A_me_reports_role_and_own_limit(
     client: httpx.AsyncClient, pool: asyncpg.Pool
 ) -> None:
     for role in auth.ROLES:
-        await auth.add_user(pool, f"kdg-{role}", "KDG", role, max_active_jobs=7)
-        token = await auth.create_token(pool, f"kdg-{role}")
+        ids = client.ids  # type: ignore[attr-defined]
+        await ids.add_user(f"kdg-{role}", "KDG", role, max_active_jobs=7)
+        token = await ids.create_token(f"kdg-{role}")
         me = (await client.get("/v1/me", headers=bearer(token=token))).json()
         assert (me["role"], me["lab"], me["max_active_jobs"]) == (role, "KDG", 7)

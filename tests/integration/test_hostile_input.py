@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,10 +22,12 @@ import pytest
 import pytest_asyncio
 import uvicorn
 
+from jpu.bus import EventBus
 from jpu.domain import limits
 from jpu.events import JobSubmitted
 from jpu.store.projection import wait_applied
 from jpu.testing.api import TOKENS, Api, assert_error, bearer, job_body
+from jpu.tools.identities import Identities
 from jpu_services.gateway import server
 from jpu_services.gateway.ratelimit import RateLimiter
 
@@ -443,19 +446,19 @@ async def test_finding5_a_slow_but_steady_upload_within_the_timeout_is_served(
     ids=["lab-not-utf8", "lab-with-dots", "user-not-utf8", "user-lab-not-utf8", "token-not-utf8"],
 )
 async def test_admin_names_that_cannot_be_stored_are_refused_with_a_reason(
-    pool: Any, pg_dsn: str, argv: list[bytes]
+    pool: Any, pg_dsn: str, nats_url: str, bus: EventBus, argv: list[bytes]
 ) -> None:
-    await pool.execute("INSERT INTO labs (name) VALUES ('BCG') ON CONFLICT DO NOTHING")
-    before = await pool.fetchval(
-        "SELECT (SELECT count(*) FROM labs) + (SELECT count(*) FROM users)"
-    )
+    await bus.ensure_stream()
+    await Identities(bus, None, 1.0).add_lab("BCG")  # SEC3: identities are events
+    before = await bus.last_seq()
+    env = {**os.environ, "JPU_STREAM_NAME": bus.stream, "JPU_SUBJECT_PREFIX": bus.prefix}
     proc = await asyncio.create_subprocess_exec(
         sys.executable.encode(), b"-P", b"-m", b"jpu.tools.admin",
-        b"--database-url", pg_dsn.encode(),
-        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        b"--database-url", pg_dsn.encode(), b"--nats-url", nats_url.encode(),
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2, (out, err)
     assert err.startswith(b"jpu-admin: ") and err.count(b"\n") == 1, err  # no traceback
-    after = await pool.fetchval("SELECT (SELECT count(*) FROM labs) + (SELECT count(*) FROM users)")
-    assert after == before
+    assert b" name " in err, err  # the refusal says which name, not that a server is missing
+    assert await bus.last_seq() == before  # nothing appended

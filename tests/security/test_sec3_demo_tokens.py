@@ -19,6 +19,7 @@ from jpu.bus import EventBus
 from jpu.config import Config, load_config
 from jpu.stack.prepare import prepare
 from jpu.store import auth
+from jpu.store.projection import wait_applied
 from jpu.testing.nats_fixtures import unique_names
 from jpu.tools.admin import DEMO_ADMIN, DEMO_LABS
 from jpu_services.gateway.app import create_app
@@ -45,9 +46,12 @@ async def env(nats_url: str, pg_dsn: str) -> AsyncIterator[dict[str, str]]:
 
 
 async def me_status(config: Config, token: str) -> int:
-    """GET /v1/me on a freshly started gateway (a restart: no token cache carried over)."""
+    """GET /v1/me on a freshly started gateway (a restart: no token cache carried over), once
+    its projector has folded every identity event of the log (SEC3: the tables are a fold)."""
     app = create_app(GatewayConfig.from_config(config, env={}))
     async with app.router.lifespan_context(app):
+        edges = app.state.edges
+        await wait_applied(edges.pool, "identities", await edges.bus.last_seq(), timeout=30)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
             r = await c.get("/v1/me", headers={"Authorization": f"Bearer {token}"})
@@ -75,7 +79,8 @@ async def test_SEC3_a_revoked_demo_token_stays_revoked_across_restarts(
     assert [u.token for u in await prepare(config, demo=True) if u.role == "admin"] == [token]
     assert await me_status(config, token) == 200
 
-    dsn = ("--database-url", env["JPU_DATABASE_URL"])
+    # no gateway runs between these restarts: the tool appends, the next gateway folds (SEC3)
+    dsn = ("--database-url", env["JPU_DATABASE_URL"], "--no-wait")
     out = run_module("jpu.tools.admin", *dsn, "token", "revoke", "admin", env=env, cwd=tmp_path)
     assert "revoked 1 token(s)" in out
 

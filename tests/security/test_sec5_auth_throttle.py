@@ -6,6 +6,7 @@ and another client address with a good token is not affected."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -21,6 +22,7 @@ from jpu.runtime import metrics
 from jpu.testing.api import assert_error, bearer
 from jpu.testing.nats_fixtures import unique_names
 from jpu.tools.admin import seed_demo
+from jpu.tools.identities import Identities
 from jpu_services.gateway.app import create_app
 from jpu_services.gateway.config import GatewayConfig
 
@@ -35,9 +37,9 @@ async def gateway(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterat
         "JPU_SUBJECT_PREFIX": prefix, "JPU_AUTH_FAIL_LIMIT": str(LIMIT),
         "JPU_AUTH_FAIL_WINDOW_S": "60",
     }  # fmt: skip
-    await seed_demo(pool)
     app = create_app(GatewayConfig.from_config(load_config(env=env), env={}))
     async with app.router.lifespan_context(app):
+        await seed_demo(Identities(app.state.edges.bus, pool, time.time(), by="tests"))
         yield app
 
 

@@ -65,6 +65,12 @@ OWNERS: Final[dict[type[ev.Event], tuple[str, ...]]] = {
     ev.WorkspaceDefaultChanged: ("intake",),
     ev.WorkspaceBuilt: ("slurm_agent",),
     ev.WorkspaceBuildFailed: ("slurm_agent",),
+    # SEC3: identities are the operator's (jpu.tools.identities, as admin); no service adds one
+    ev.LabAdded: (),
+    ev.UserAdded: (),
+    ev.UserRemoved: (),
+    ev.TokenIssued: (),
+    ev.TokenRevoked: (),
 }
 
 # The subject pattern each event type is appended on (jpu.events.subject_for, with `*` for ids).
@@ -76,6 +82,11 @@ _SUBJECTS: Final[dict[type[ev.Event], str]] = {
     ev.NodeInventoryObserved: "inventory.*",
     ev.NotificationSettingsChanged: "user.*",
     ev.WorkspaceDefaultChanged: "user.*.workspace",
+    ev.LabAdded: "identity.lab.*",
+    ev.UserAdded: "identity.user.*",
+    ev.UserRemoved: "identity.user.*",
+    ev.TokenIssued: "identity.user.*",
+    ev.TokenRevoked: "identity.user.*",
 }
 
 

@@ -26,6 +26,7 @@ the services consume the log, call these functions with `now` and append what th
                                            jobids.py     ids as typed: prefixes, ID_K, ID_[2-4]
        sbatch at execution (U6, U7)        slurm_io.py   -o/-e patterns, --open-mode, --signal
                                            slurm_env.py  the SLURM_* variables of an attempt
+    SEC identities (SEC3)                  identities.py labs, users, token digests as events
     B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)
                                            backfill.py   what backfill starts, cancels, records
 

@@ -13,6 +13,7 @@ from jpu.events import NodeInventoryObserved, new_event_id, subject_for
 from jpu.runtime.clock import Clock, SystemClock
 from jpu.runtime.edges import Edges, connect_edges
 from jpu.tools.admin import DemoUser, seed_config_labs, seed_demo
+from jpu.tools.identities import Identities, adopt
 
 log = logging.getLogger("jpu.stack")
 
@@ -47,9 +48,14 @@ async def prepare(
         # SPEC SEC2: only the admin creates streams; the services' identities bind to these.
         await SnapshotStore.configured(edges.bus.js, edges.bus.stream, config)._bucket()
         await ViewStore(edges.bus)._value(commands.queue_view_key(edges.bus.stream), create=True)
-        await publish_missing_inventory(edges, clock or SystemClock())
-        await seed_config_labs(edges.pool, config)
-        return await seed_demo(edges.pool) if demo else []
+        clock = clock or SystemClock()
+        await publish_missing_inventory(edges, clock)
+        # SPEC SEC3: identities are events. An earlier version's rows become events first (their
+        # history then starts in the log); the projector folds them into the tables once it runs.
+        await adopt(edges.bus, edges.pool, clock.now())
+        ids = Identities(edges.bus, None, clock.now(), by="prepare")
+        await seed_config_labs(ids, config)
+        return await seed_demo(ids) if demo else []
     finally:
         await edges.close()
 

@@ -31,10 +31,13 @@ log = logging.getLogger("jpu.stack")
 LOCAL_JOBS_GRACE_S = 5.0
 
 
-async def wait_ready(url: str, stop: asyncio.Event, timeout_s: float) -> bool:
-    """Poll `url` until it answers 200; False on timeout or stop."""
+async def wait_ready(
+    url: str, stop: asyncio.Event, timeout_s: float, token: str | None = None
+) -> bool:
+    """Poll `url` (with `token`, if given) until it answers 200; False on timeout or stop."""
     deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=2.0) as client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(timeout=2.0, headers=headers) as client:
         while time.monotonic() < deadline and not stop.is_set():
             with contextlib.suppress(httpx.HTTPError):
                 if (await client.get(url)).status_code == 200:
@@ -85,7 +88,10 @@ async def run(
         metrics_targets.assign(supervisor.children, data_dir, taken)  # SPEC O4: /metrics per child
         supervisor.start(stop)
         gateway = f"http://{config.gateway_host}:{config.gateway_port}"
-        if await wait_ready(f"{gateway}/readyz", stop, ready_timeout_s):
+        # ready, and the demo identities folded by the projector (SEC3: they are events)
+        if await wait_ready(f"{gateway}/readyz", stop, ready_timeout_s) and await wait_ready(
+            f"{gateway}/v1/me", stop, ready_timeout_s, token=users[0].token
+        ):
             print(banner(gateway, servers, data_dir / "logs", users), flush=True)
         elif not stop.is_set():
             log.error(

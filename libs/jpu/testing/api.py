@@ -4,6 +4,7 @@ real gateway app over ASGI with the real intake, on real NATS JetStream + Postgr
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from jpu.events import Event, new_event_id
 from jpu.runtime.clock import FakeClock
 from jpu.store import auth
 from jpu.store.projection import wait_applied
+from jpu.tools.identities import Identities
 
 T0 = 1_700_000_000.0  # the FakeClock's start: event times in tests are near it
 TOKENS = {
@@ -107,8 +109,10 @@ def to_builtins(e: Event) -> dict[str, Any]:
     return dict(msgspec.to_builtins(e))
 
 
-async def add_lab_admins(pool: asyncpg.Pool) -> None:
-    """bcg-lead and kdg-lead: a lab_admin of BCG and one of KDG, with `demo-<name>` tokens."""
+async def add_lab_admins(bus: EventBus, pool: asyncpg.Pool) -> None:
+    """bcg-lead and kdg-lead: a lab_admin of BCG and one of KDG, with `demo-<name>` tokens,
+    as the admin tool adds them (identity events, SEC3), applied by the running projector."""
+    ids = Identities(bus, pool, time.time(), by="tests")
     for name, lab in (("bcg-lead", "BCG"), ("kdg-lead", "KDG")):
-        await auth.add_user(pool, name, lab, "lab_admin")
-        await auth.install_token(pool, name, f"demo-{name}")
+        await ids.add_user(name, lab, "lab_admin")
+        await ids.install_token(name, f"demo-{name}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -21,8 +22,10 @@ from jpu.config import Config
 from jpu.runtime.clock import SystemClock
 from jpu.runtime.edges import Edges, connect_edges
 from jpu.runtime.service import run_workers
+from jpu.store.projection import wait_applied
 from jpu.testing.fold import Watcher
 from jpu.tools.admin import seed_demo
+from jpu.tools.identities import Identities
 from jpu_services.accounting import bootstrap as accounting
 from jpu_services.backfill.service import BackfillOptions, BackfillStats, run_backfill
 from jpu_services.dispatcher.service import DispatcherStats, run_dispatcher
@@ -117,16 +120,18 @@ async def inprocess_stack(
     own bus. On exit the services stop, `leftovers()` ends what outlives them by design (jobs,
     backfill instances), and the stream is deleted. `http`: the client talks real HTTP to the
     gateway under uvicorn (its `base_url` is the server's), not through the ASGI transport."""
-    await seed_demo(pool)
     app = create_app(GatewayConfig.from_config(config, env={}))
     edges = await connect_edges(config, name="services", timeout_s=60.0)  # a test fails, not hangs
     bus = await EventBus.connect(
         config.nats_url, stream=config.stream_name, prefix=config.subject_prefix
     )
+    await seed_demo(Identities(bus, None, time.time(), by="tests"))  # SEC3: as events
+    seeded = await bus.last_seq()
     stop = asyncio.Event()
     task = asyncio.create_task(run_workers(stop, workers(edges), 10.0))
     task.add_done_callback(_report_crash)  # a crashed service must not look like a stuck job
     try:
+        await wait_applied(pool, "identities", seeded, timeout=30.0)
         async with contextlib.AsyncExitStack() as scope:
             await scope.enter_async_context(app.router.lifespan_context(app))
             if http:

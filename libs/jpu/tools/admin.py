@@ -1,28 +1,36 @@
-"""jpu-admin: labs, users and API tokens in the database (`python -m jpu.tools.admin --help`).
+"""jpu-admin: labs, users and API tokens (`python -m jpu.tools.admin --help`).
 
-The database is `--database-url`, the one the configuration names (JPU_DATABASE_URL or the
-JPU_CONFIG file), else the running stack's on this checkout (jpu.stack.discover); with none, one
-sentence says what to do. Migrations are applied first, so the command works on an empty database.
-Tokens are printed once, on stdout, and stored only as hashes (SPEC §8 Auth).
+Every change is an event in the log (SPEC SEC3: jpu.tools.identities; the NATS admin identity
+appends it) and waits until the `identities` projection holds it, so a token printed works at
+once; lists are read from the database. NATS is `--nats-url` and the database `--database-url`,
+else the configuration's (JPU_NATS_URL, JPU_DATABASE_URL or the JPU_CONFIG file), else the
+running stack's on this checkout (jpu.stack.discover); with none, one sentence says what to do.
+Tokens are printed once, on stdout; the log and the tables keep only their digests (SPEC §8 Auth).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
 import os
+import socket
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import nats.errors
 
 from jpu.config import Config, load_config
+from jpu.domain.identities import IdentityError
 from jpu.stack import discover
 from jpu.store import auth
 from jpu.tools import admin_usage
+from jpu.tools.identities import Identities
 
 # Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
 DEMO_LABS: dict[str, tuple[str, ...]] = {
@@ -41,35 +49,45 @@ class DemoUser:
     token: str
 
 
-async def seed_demo(pool: asyncpg.Pool) -> list[DemoUser]:
-    """Labs BCG, KDG, OSL with two users each and the admin `admin`; idempotent."""
+def demo_users() -> list[DemoUser]:
     users = [
         DemoUser(u, lab, "user", auth.demo_token(u)) for lab, us in DEMO_LABS.items() for u in us
     ]
     users.append(DemoUser(DEMO_ADMIN[0], DEMO_ADMIN[1], "admin", auth.demo_token(DEMO_ADMIN[0])))
-    async with pool.acquire() as conn, conn.transaction():
-        for lab in DEMO_LABS:
-            await auth.add_lab(conn, lab)
-        for u in users:
-            await auth.add_user(conn, u.name, u.lab, u.role)
-            await auth.install_token(conn, u.name, u.token)
     return users
 
 
-async def seed_config_labs(pool: asyncpg.Pool, config: Config) -> int:
+async def seed_demo(ids: Identities) -> list[DemoUser]:
+    """Labs BCG, KDG, OSL with two users each and the admin `admin`; idempotent."""
+    users = demo_users()
+    for lab in DEMO_LABS:
+        await ids.add_lab(lab)
+    for u in users:
+        await ids.add_user(u.name, u.lab, u.role)
+        await ids.install_token(u.name, u.token)
+    return users
+
+
+async def seed_config_labs(ids: Identities, config: Config) -> int:
     """Labs and users named in the configuration file (SPEC O1); returns users created."""
     created = 0
-    async with pool.acquire() as conn, conn.transaction():
-        for lab in config.labs:
-            await auth.add_lab(conn, lab.name)
-            for u in lab.users:
-                created += await auth.add_user(conn, u.name, lab.name, u.role, u.max_active_jobs)
+    for lab in config.labs:
+        await ids.add_lab(lab.name)
+        for u in lab.users:
+            created += await ids.add_user(u.name, lab.name, u.role, u.max_active_jobs)
     return created
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jpu-admin", description="labs, users and API tokens")
     p.add_argument("--database-url", help="PostgreSQL DSN (default: from the configuration)")
+    p.add_argument("--nats-url", dest="nats", help="NATS URL (default: from the configuration)")
+    p.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="append and return: the change takes effect when the projector folds it "
+        "(default: wait until it has, up to 30 s)",
+    )
     sub = p.add_subparsers(dest="what", required=True)
 
     lab = sub.add_parser("lab", help="labs").add_subparsers(dest="action", required=True)
@@ -100,32 +118,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _run(args: argparse.Namespace, pool: asyncpg.Pool) -> None:
+async def _run(args: argparse.Namespace, pool: asyncpg.Pool, ids: Identities) -> None:
     what, action = args.what, getattr(args, "action", None)
     if what == "lab" and action == "add":
-        created = await auth.add_lab(pool, args.name)
+        created = await ids.add_lab(args.name)
         print(f"lab {args.name} {'added' if created else 'already exists'}")
     elif what == "lab":
         for row in await pool.fetch("SELECT name FROM labs ORDER BY name"):
             print(row["name"])
     elif what == "user" and action == "add":
-        created = await auth.add_user(pool, args.name, args.lab, args.role, args.max_active_jobs)
+        created = await ids.add_user(args.name, args.lab, args.role, args.max_active_jobs)
         removed = not created and await auth.get_user(pool, args.name) is None
         # a removed name is not reused: the log's jobs and charges already name that user
         state = "added" if created else "was removed" if removed else "already exists"
         print(f"user {args.name} {state}")
     elif what == "user" and action == "remove":
-        revoked = await auth.remove_user(pool, args.name)
+        revoked = await ids.remove_user(args.name)
         print(f"user {args.name} removed; revoked {revoked} token(s)")
     elif what == "user":
         _print_users(await auth.list_users(pool), as_json=args.json)
     elif what == "token" and action == "revoke":
-        print(f"revoked {await auth.revoke_tokens(pool, args.user)} token(s) of {args.user}")
+        print(f"revoked {await ids.revoke_tokens(args.user)} token(s) of {args.user}")
     elif what == "token":
-        make = auth.create_token if action == "create" else auth.rotate_token
-        print(await make(pool, args.user))  # shown once; only the hash is stored
+        make = ids.create_token if action == "create" else ids.rotate_token
+        print(await make(args.user))  # shown once; the log and the tables keep its digest only
     elif what == "seed-demo":
-        for u in await seed_demo(pool):
+        for u in await seed_demo(ids):
             print(f"{u.name:<10} {u.lab:<4} {u.role:<6} {u.token}")
 
 
@@ -153,18 +171,36 @@ def _print_users(users: list[tuple[auth.Principal, int]], *, as_json: bool) -> N
 
 
 async def _main(args: argparse.Namespace) -> None:
+    from jpu.bus import EventBus
     from jpu.store.db import create_pool, migrate
 
     config = load_config()
     dsn = args.database_url or discover.server_url(
         "database_url", config.database_url, Path(config.data_dir), os.environ
     )
+    url = args.nats or discover.server_url(
+        "nats_url", config.nats_url, Path(config.data_dir), os.environ
+    )
     pool = await create_pool(dsn)
     try:
         await migrate(pool)
-        await _run(args, pool)
+        bus = await EventBus.connect(
+            url, stream=config.stream_name, prefix=config.subject_prefix, name="jpu-admin"
+        )
+        try:  # SPEC SEC3: identities are events, recorded with who ran the tool
+            waits = None if args.no_wait else pool
+            await _run(args, pool, Identities(bus, waits, time.time(), by=_operator()))
+        finally:
+            await bus.close()
     finally:
         await pool.close()
+
+
+def _operator() -> str:
+    try:
+        return f"{getpass.getuser()}@{socket.gethostname()} (jpu-admin)"
+    except (OSError, KeyError):
+        return "jpu-admin"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -173,9 +209,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return admin_usage.main(args)
     try:
         asyncio.run(_main(args))
-    except (auth.AuthError, discover.NoServer) as e:
+    except (IdentityError, discover.NoServer) as e:
         print(f"jpu-admin: {e}", file=sys.stderr)
         return 2
+    except TimeoutError as e:  # appended, but no projector folded it (yet)
+        print(
+            f"jpu-admin: recorded in the log, but not yet in effect ({e}): is the gateway's "
+            "projector running?",
+            file=sys.stderr,
+        )
+        return 1
+    except nats.errors.Error as e:
+        print(f"jpu-admin: NATS error: {e!r}", file=sys.stderr)
+        return 1
     except (OSError, asyncpg.PostgresError) as e:
         print(f"jpu-admin: database error: {e}", file=sys.stderr)
         return 1

@@ -8,6 +8,7 @@ from jpu.store.projection import Projection
 from jpu.store.projections import (
     backfill,
     gpu_resources,
+    identities,
     jobs,
     lab_usage,
     maintenance,
@@ -23,6 +24,7 @@ ALL: Final[tuple[Projection, ...]] = (
     backfill.projection,
     usage_ledger.projection,
     workspaces.projection,
+    identities.projection,
 )
 
 BY_NAME: Final[dict[str, Projection]] = {p.name: p for p in ALL}
@@ -32,6 +34,7 @@ __all__ = [
     "BY_NAME",
     "backfill",
     "gpu_resources",
+    "identities",
     "jobs",
     "lab_usage",
     "maintenance",
