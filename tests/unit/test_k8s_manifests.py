@@ -445,3 +445,60 @@ def test_k8s_prepare_job_creates_the_configured_labs_as_the_nats_admin_like_comp
     assert "labs" in k8s_config
     assert k8s_config == yaml.safe_load((ROOT / "compose/config.yaml").read_text())
     assert job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"  # servers starting
+
+
+# --- the one exception: the slurm-agent on a site's Slurm (k8s/components/slurm) --------------
+
+SLURM_COMPONENT = K8S / "components" / "slurm"
+# runuser (SETUID, SETGID) to submit as each user's account; the output directory made for that
+# account and read back (CHOWN, FOWNER, DAC_OVERRIDE): docs/deployment.md "Slurm"
+SLURM_AGENT_CAPABILITIES = {"SETUID", "SETGID", "CHOWN", "FOWNER", "DAC_OVERRIDE"}
+SLURM_AGENT_HOST_PATHS = {"/run/munge", "/etc/slurm", "/etc/passwd", "/etc/group"}
+
+
+def test_k8s_slurm_component_is_the_one_exception_and_only_as_far_as_runuser_needs(
+    tmp_path: Path,
+) -> None:
+    """A site's overlay of k8s/ with the Slurm component renders, fits the schemas, leaves every
+    other object as it was, and gives the slurm-agent root with exactly the capabilities named
+    above, the host's munge socket, slurm.conf and accounts, and nothing else."""
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(K8S, tmp_path)],
+                "components": [os.path.relpath(SLURM_COMPONENT, tmp_path)],
+            }
+        )
+    )
+    docs = rendered(tmp_path)
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+    base = {(d["kind"], d["metadata"]["name"]): d for d in documents()}
+    ours = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert ours.keys() == base.keys()
+    changed = {key for key in ours if ours[key] != base[key]}
+    assert changed == {("Deployment", "slurm-agent")}
+
+    agent = ours[("Deployment", "slurm-agent")]
+    spec = pod_spec(agent)
+    (c,) = spec["containers"]
+    entry = yaml.safe_load((SLURM_COMPONENT / "kustomization.yaml").read_text())["images"]
+    assert c["image"] == f"{entry[0]['newName']}:{entry[0]['newTag']}"
+    containerfile = (ROOT / "compose/images/agent-slurm.Containerfile").read_text()
+    assert re.findall(r"^USER (\S+)", containerfile, re.M)[-1] == "root"  # as the pod runs it
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert not c["securityContext"].get("privileged", False)
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert set(c["securityContext"]["capabilities"]["add"]) == SLURM_AGENT_CAPABILITIES
+    assert _security(agent, c, "seccompProfile") == {"type": "RuntimeDefault"}
+    assert not (spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"))
+    host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    assert set(host.values()) == SLURM_AGENT_HOST_PATHS
+    for m in c["volumeMounts"]:
+        if m["name"] in host and host[m["name"]] != "/run/munge":  # the socket: connect() only
+            assert m.get("readOnly") is True, m
+    env = env_values(c, docs)
+    assert env["JPU_SLURM_BACKEND"] == "slurm"
+    assert env["JPU_SLURM_CREATE_ACCOUNTS"] == "0"  # the site's accounts, never a local useradd
