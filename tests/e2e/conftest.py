@@ -9,11 +9,16 @@ JPU_E2E_KEEP=1 keeps each stack's data dir (service logs, job outputs) for debug
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
-from e2e_support import Stack, own_stream_and_database
+from e2e_support import Stack
+
+from jpu.bus import EventBus
+from jpu.store import create_database, drop_database
+from jpu.testing.nats_fixtures import unique_names
 
 BASE_ENV = {
     "JPU_CYCLE_S": "0.5",  # D3/D8: short upper bound; triggered cycles do most of the work
@@ -27,18 +32,33 @@ BASE_ENV = {
 async def stack(
     request: pytest.FixtureRequest, nats_url: str, pg_server_dsn: str
 ) -> AsyncIterator[Stack]:
-    async with own_stream_and_database(nats_url, pg_server_dsn) as servers_env:
-        env = {**BASE_ENV, **servers_env, **getattr(request.module, "STACK_ENV", {})}
-        s = Stack(env, getattr(request.module, "STACK_CONFIG", None))
+    database = f"e2e_{uuid.uuid4().hex[:12]}"
+    dsn = await create_database(pg_server_dsn, database)
+    stream, prefix = unique_names()
+    env = {
+        **BASE_ENV,
+        "JPU_NATS_URL": nats_url,
+        "JPU_DATABASE_URL": dsn,
+        "JPU_STREAM_NAME": stream,
+        "JPU_SUBJECT_PREFIX": prefix,
+        **getattr(request.module, "STACK_ENV", {}),
+    }
+    s = Stack(env, getattr(request.module, "STACK_CONFIG", None))
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        rc = s.stop()
+        bus = await EventBus.connect(nats_url, stream=stream, prefix=prefix, name="e2e-cleanup")
         try:
-            s.wait_ready()
-            yield s
+            await bus.delete_stream()
         finally:
-            rc = s.stop()
-            if os.environ.get("JPU_E2E_KEEP"):  # debugging: keep logs and outputs
-                print(f"e2e data dir kept: {s.data_dir}")
-            else:
-                s.remove()
+            await bus.close()
+        await drop_database(pg_server_dsn, database)
+        if os.environ.get("JPU_E2E_KEEP"):  # debugging: keep logs and outputs
+            print(f"e2e data dir kept: {s.data_dir}")
+        else:
+            s.remove()
     assert rc == 0, f"stack exited {rc}"
 
 

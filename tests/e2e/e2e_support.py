@@ -9,15 +9,13 @@ says so wait on a *gate*: a file the test creates in a world-readable directory
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,8 +29,6 @@ from jpu.bus import EventBus
 from jpu.config import load_config
 from jpu.domain import states
 from jpu.stack import private
-from jpu.store import create_database, drop_database
-from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.stack_process import StackProcess, remove_data_dir, world_searchable_tmpdir
 from jpu.testing.unavailable import skip_unless_required
 
@@ -51,32 +47,6 @@ R3_STACK_CONFIG = {
     ],
     "labs": [{"name": "BCG", "usage": BCG_START}, {"name": "KDG", "usage": KDG_START}],
 }
-
-
-@contextlib.asynccontextmanager
-async def own_stream_and_database(
-    nats_url: str, pg_server_dsn: str, database_prefix: str = "e2e"
-) -> AsyncIterator[dict[str, str]]:
-    """A stream, subject prefix and database of its own on the session's servers, as the
-    services' environment (JPU_NATS_URL, JPU_DATABASE_URL, JPU_STREAM_NAME,
-    JPU_SUBJECT_PREFIX); the stream deleted and the database dropped at the end."""
-    database = f"{database_prefix}_{uuid.uuid4().hex[:12]}"
-    dsn = await create_database(pg_server_dsn, database)
-    stream, prefix = unique_names()
-    try:
-        yield {
-            "JPU_NATS_URL": nats_url,
-            "JPU_DATABASE_URL": dsn,
-            "JPU_STREAM_NAME": stream,
-            "JPU_SUBJECT_PREFIX": prefix,
-        }
-    finally:
-        bus = await EventBus.connect(nats_url, stream=stream, prefix=prefix, name="e2e-cleanup")
-        try:
-            await bus.delete_stream()
-        finally:
-            await bus.close()
-        await drop_database(pg_server_dsn, database)
 
 
 def chromium_or_skip() -> str:

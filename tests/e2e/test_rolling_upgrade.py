@@ -1,8 +1,9 @@
 """Rolling upgrade from the previous release (docs/operations.md, Upgrades; SPEC E1, E3, E6, O5).
 
 The previous release (jpu.testing.previous_release: a git worktree of that commit with its own
-venv, built once per commit into a cache) runs every service as its own process on the session's
-NATS JetStream and PostgreSQL, local backend. With jobs running (held by a gate), queued behind
+venv, built once per commit into a cache) runs every service as its own process on a NATS
+JetStream of the test's own, set up as `make run` sets up its embedded one, and the session's
+PostgreSQL; local backend. With jobs running (held by a gate), queued behind
 them and LLM backfill on the idle GPUs, a client keeps submitting while each service in turn is
 replaced by this checkout's: the new copy is started next to the old one and the old one is
 stopped (SIGTERM, it drains and exits 0) once the new one is ready; the two singletons
@@ -13,6 +14,8 @@ stopped (SIGTERM, it drains and exits 0) once the new one is ready; the two sing
   (jpu.testing.crash.check_log, the jobs' own launch marks);
 * the old log folds with the new code: the new fold of the whole stream (old and new events)
   satisfies every invariant and equals what the API shows (job by job, lab by lab);
+* the servers are set up as a deployment's: each service connects to NATS as its own identity
+  with its subject permissions (SPEC SEC2), the old release's services too;
 * PostgreSQL's projections equal a rebuild from the log by the new code
   (`python -m jpu.tools.replay`), and no projection recorded a fault.
 """
@@ -39,6 +42,8 @@ from typing import Any
 
 import asyncpg
 import httpx
+import nats
+import nats.errors
 import pytest
 import pytest_asyncio
 import yaml
@@ -51,17 +56,19 @@ from crash_support import (
     read_log,
     run_replay,
 )
-from e2e_support import own_stream_and_database
 
 from jpu.backends import joblogs
 from jpu.backends.local.stop import terminate_all
-from jpu.bus import Delivered, EventBus
+from jpu.bus import Delivered, EventBus, auth, permissions
 from jpu.config import load_config
 from jpu.embedded.base import free_port
+from jpu.embedded.nats import EmbeddedNats
 from jpu.events import BackfillStarted, JobDispatched, JobEnded, JobStarted, UsageCharged
 from jpu.stack import private
+from jpu.store import create_database, drop_database
 from jpu.testing import previous_release
 from jpu.testing.crash import check_log, compare_api
+from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.stack_process import remove_data_dir, world_searchable_tmpdir
 
 pytestmark = pytest.mark.slow
@@ -127,8 +134,10 @@ class Platform:
     """The services as separate processes, each run by the old release's or this checkout's
     interpreter, on one data dir, stream and database (what a deployment upgrades in place)."""
 
-    def __init__(self, env: dict[str, str], base: Path, release: previous_release.Release) -> None:
-        self.base, self.release = base, release
+    def __init__(
+        self, env: dict[str, str], base: Path, release: previous_release.Release, secrets: Path
+    ) -> None:
+        self.base, self.release, self.secrets = base, release, secrets
         self.data_dir = base / "data"
         self.data_dir.mkdir()
         private.make_private(self.data_dir)  # SPEC SEC1
@@ -170,7 +179,8 @@ class Platform:
         with open(log, "ab") as out:
             popen = subprocess.Popen(
                 [self.python(version), "-m", f"jpu_services.{service}"],
-                env=self.env, cwd=self.base, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                env={**self.env, **auth.identity_env(service, self.secrets)},  # its own (SEC2)
+                cwd=self.base, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                 start_new_session=True,
             )  # fmt: skip
         proc = Proc(service, version, popen, log)
@@ -240,20 +250,66 @@ def release() -> previous_release.Release:
     return built
 
 
+@pytest.fixture
+def secured_nats(tmp_path: Path) -> Iterator[tuple[str, Path, str, str]]:
+    """A NATS JetStream of its own that, as every deployment's, requires one identity per
+    service with its subject permissions (SPEC SEC2; jpu.stack.servers): (url, the passwords'
+    file, stream, prefix). The old release's services must run under it as they are."""
+    stream, prefix = unique_names()
+    secrets = auth.secrets_path(tmp_path / "nats-auth")
+    conf = auth.write_server_config(
+        secrets.with_name("nats-server.conf"), auth.ensure_secrets(secrets), stream, prefix
+    )
+    server = EmbeddedNats(tmp_path / "nats", port=free_port(), extra_args=["-c", str(conf)])
+    try:
+        url = server.start()
+        yield url, secrets, stream, prefix
+    finally:
+        server.stop()
+
+
+async def test_SEC2_the_upgrade_runs_on_a_nats_that_refuses_a_client_without_identity(
+    secured_nats: tuple[str, Path, str, str],
+) -> None:
+    """What the rolling upgrade below runs under is a deployment's NATS, not an open one."""
+    with pytest.raises((nats.errors.Error, OSError)):
+        nc = await nats.connect(
+            secured_nats[0], allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3
+        )
+        await nc.close()
+
+
 @pytest_asyncio.fixture
 async def platform(
-    nats_url: str, pg_server_dsn: str, release: previous_release.Release
+    secured_nats: tuple[str, Path, str, str],
+    pg_server_dsn: str,
+    release: previous_release.Release,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Platform]:
-    async with own_stream_and_database(nats_url, pg_server_dsn, "upgrade") as servers_env:
-        p = Platform({**ENV, **servers_env}, world_searchable_tmpdir("jpu-upgrade-"), release)
-        try:
-            yield p
-        finally:
-            p.kill_all()
-            if os.environ.get("JPU_E2E_KEEP"):
-                print(f"upgrade data dir kept: {p.base}")
-            else:
-                p.remove()
+    url, secrets, stream, prefix = secured_nats
+    # the test's own connections (the log's reader, the replay tool) as the admin (SEC2)
+    admin = auth.identity_env(permissions.ADMIN, secrets)
+    for key, value in admin.items():
+        monkeypatch.setenv(key, value)
+    database = f"upgrade_{uuid.uuid4().hex[:12]}"
+    env = {
+        **ENV,
+        **admin,
+        "JPU_NATS_URL": url,
+        "JPU_DATABASE_URL": await create_database(pg_server_dsn, database),
+        "JPU_STREAM_NAME": stream,
+        "JPU_SUBJECT_PREFIX": prefix,
+    }
+    p = Platform(env, world_searchable_tmpdir("jpu-upgrade-"), release, secrets)
+    try:
+        yield p
+    finally:
+        p.kill_all()
+        await drop_database(pg_server_dsn, database)
+        if os.environ.get("JPU_E2E_KEEP"):
+            print(f"upgrade data dir kept: {p.base}")
+        else:
+            p.remove()
 
 
 class Submitter(Workload):
