@@ -36,7 +36,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,6 @@ class Proc:
     version: str  # "old" | "new"
     popen: subprocess.Popen[bytes]
     log: Path
-    started: float = field(default_factory=time.time)
 
     def logged(self, prefix: str) -> bool:
         try:

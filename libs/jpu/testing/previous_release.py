@@ -2,13 +2,12 @@
 tests/e2e/test_rolling_upgrade.py; docs/operations.md, Upgrades).
 
 `PREVIOUS_RELEASE` is the one place that names it. At each release, move it to the commit that
-was just released (the one deployments run before they upgrade to the next), after checking that
-that commit passed CI; the test then upgrades from it to the checkout under test. It must run
-against the servers the test starts the way this checkout's services do (same environment
-variables, the same NATS without per-service identities in the tests): a commit from before
-jpu.stack's per-service NATS identities would need its own server setup.
+was just released (the one deployments run before they upgrade to the next), once CI passed on
+it; the test then upgrades from it to the checkout under test. It must run unchanged against the
+servers as this checkout sets them up (the same `JPU_*` environment, NATS with one identity per
+service, SPEC SEC2): a commit from before the per-service identities (668303e) could not.
 
-`checkout()` gives `git worktree` of that commit with its own venv (the project installed into it
+`checkout()` gives a `git worktree` of that commit with its own venv (the project installed into it
 editable, as `make install` does), built once per commit into a cache directory
 (`JPU_RELEASE_CACHE`, default `~/.cache/jpu-share/releases`) and reused by later runs.
 """
@@ -25,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # The release deployments run before this one: 55e746f ("R7 property test: a loan whose shadow lies
-# past the simulated horizon ..."), the last commit of main that CI passed before the NATS
-# password format change (531c01f), which changed no event, projection or service interface.
+# past the simulated horizon ..."), main before the NATS password format changed (531c01f, which
+# changed no event, projection or service interface).
 PREVIOUS_RELEASE = "55e746f07c6e9b1b81ebed6660a63be1cd1aff2f"
 
 ROOT = Path(__file__).resolve().parents[3]
