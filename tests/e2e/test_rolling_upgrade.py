@@ -165,13 +165,16 @@ class Platform:
     def python(self, version: str) -> str:
         return str(self.release.python) if version == "old" else sys.executable
 
-    def prepare(self) -> None:
-        """The old release's one-shot step: schema, stream, inventory, labs, demo users."""
+    def prepare(self, version: str = "old") -> None:
+        """The one-shot step: schema, stream, inventory, labs; the old release's also the demo
+        users. The new release's runs first in the upgrade (docs/operations.md, Upgrades): it
+        adopts into the log the identities the old one kept only in its tables (SEC3)."""
+        demo = ["--demo"] if version == "old" else []
         r = subprocess.run(
-            [self.python("old"), "-m", "jpu.stack", "prepare", "--demo"],
+            [self.python(version), "-m", "jpu.stack", "prepare", *demo],
             env=self.env, cwd=self.base, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
-        assert r.returncode == 0, f"previous release's prepare failed:\n{r.stdout}\n{r.stderr}"
+        assert r.returncode == 0, f"{version} release's prepare failed:\n{r.stdout}\n{r.stderr}"
 
     def start(self, service: str, version: str) -> Proc:
         log = self.data_dir / "logs" / f"{service}-{version}.log"
@@ -394,6 +397,8 @@ async def test_E1_E3_O5_rolling_upgrade_from_the_previous_release(platform: Plat
         loops = [asyncio.create_task(load.loop(u)) for u in SUBMITTERS]
         await asyncio.sleep(1.0)
         t_upgrade = time.monotonic()
+        with timed("prepare_new_s", times):
+            await asyncio.to_thread(platform.prepare, "new")
         for service in ORDER:
             old = first[service]
             with timed(f"replace_{service}_s", times):
