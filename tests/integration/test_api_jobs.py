@@ -323,3 +323,32 @@ async def test_E2_job_events_are_the_audit_trail_in_order(api: Api) -> None:
     assert [e["type"] for e in events] == ["JobSubmitted", "JobPromoted"]
     assert events[0]["seq"] < events[1]["seq"] and events[0]["job_id"] == job_id
     assert events[0]["command"] == "secret-command --flag"
+
+
+async def test_D7_Q7_ArrayThrottle_is_the_job_views_reason_for_a_task_beyond_its_percent_N(
+    api: Api,
+) -> None:
+    """SPEC D7, Q7: right after an array's submit, intake promotes its first `%N` tasks at once;
+    a task beyond them waits for its array, not for a slot (Q5). The job view, the queue and
+    the domain's own answer (jpu.domain.promotion.personal_standing, as `jpu why` reads it) say
+    the same: ArrayThrottle for the task beyond `%2`, ConcurrencyLimit for the ones it lets
+    through."""
+    from jpu.domain.cluster import ClusterState
+    from jpu.domain.promotion import personal_standing
+    from jpu.testing.fold import fold
+
+    r = await api.client.post("/v1/jobs", json=job_body(array="0-5%2"), headers=bearer("alice"))
+    assert r.status_code == 201, r.text
+    aid = r.json()["id"]
+    body = (await api.client.get(f"/v1/jobs/{aid}_4", headers=bearer("alice"))).json()
+    assert (body["state"], body["pending_reason"]) == ("PERSONAL_QUEUE_WAIT", "ArrayThrottle")
+    first = (await api.client.get(f"/v1/jobs/{aid}_0", headers=bearer("alice"))).json()
+    assert first["pending_reason"] == "ConcurrencyLimit", first
+    queue = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()["queue"]
+    shown = {e["job_id"]: e["pending_reason"] for e in queue if e["job_id"].startswith(aid)}
+    state = fold([d async for d in api.bus.replay()], ClusterState.new(api.config))
+    domain = {j: personal_standing(state, api.config, state.jobs[j])[0] for j in shown}
+    assert shown == domain, (shown, domain)
+    assert [shown[f"{aid}_{k}"] for k in range(6)] == ["ConcurrencyLimit"] * 2 + [
+        "ArrayThrottle"
+    ] * 4
