@@ -760,7 +760,14 @@ async def test_Q7_Q8_jobs_view_shows_an_array_as_one_expandable_row_and_a_jobs_d
     await expect(array).to_contain_text("COMPLETED:3")
     await _shot(page, "job-dependency-chain.png")
 
+    answers: list[int] = []
+    page.on("response", lambda r: answers.append(r.status) if "/events" in r.url else None)
     await array.locator(f"a[href='#/job/{sweep}']").click()  # the array's own page
     await expect(page.locator("#job-fields dd[data-field=states]")).to_have_text("COMPLETED:3")
     await expect(page.locator("#job-fields dd[data-field=tasks] a")).to_have_count(3)
     await expect(page.locator("#job-run-panes")).to_be_hidden()  # each task has its own
+    # Q7: the array's page is not "a task of" itself, and none of its calls failed (its
+    # events are its own, GET /v1/jobs/{array}/events)
+    await expect(page.locator("#job-fields dd[data-field=array_id]")).to_have_count(0)
+    await expect(page.locator("#error")).to_be_hidden()
+    assert answers and set(answers) == {200}, answers

@@ -352,3 +352,22 @@ async def test_D7_Q7_ArrayThrottle_is_the_job_views_reason_for_a_task_beyond_its
     assert [shown[f"{aid}_{k}"] for k in range(6)] == ["ConcurrencyLimit"] * 2 + [
         "ArrayThrottle"
     ] * 4
+
+
+async def test_Q7_an_arrays_events_are_its_own_for_its_owner_and_forbidden_to_others(
+    api: Api,
+) -> None:
+    """Q7, E2: `GET /v1/jobs/{array id}/events` (the console's array page asks it) answers the
+    array's own audit trail, its one submit, by its id whole or a prefix (U8), as
+    `GET /v1/jobs/{array id}` does, not a 422 for the many tasks the id starts."""
+    r = await api.client.post("/v1/jobs", json=job_body(array="0-2"), headers=bearer("alice"))
+    assert r.status_code == 201, r.text
+    aid = r.json()["id"]
+    for given in (aid, aid[:8]):
+        got = await api.client.get(f"/v1/jobs/{given}/events", headers=bearer("alice"))
+        assert got.status_code == 200, got.text
+        trail = got.json()
+        assert trail["job_id"] == aid
+        assert [(e["type"], e["job_id"]) for e in trail["events"]] == [("JobSubmitted", aid)]
+    forbidden = await api.client.get(f"/v1/jobs/{aid}/events", headers=bearer("carol"))
+    assert_error(forbidden, 403, "FORBIDDEN")

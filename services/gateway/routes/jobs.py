@@ -305,8 +305,13 @@ async def show(
 
 @router.get("/{job_id}/events", responses=_ERRORS)
 async def events(job_id: str, user: CurrentUser, edges: EdgesDep) -> dict[str, Any]:
-    """The job's events from the log, in stream order (the audit trail, SPEC E2)."""
-    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the full id
+    """The job's events from the log, in stream order (the audit trail, SPEC E2). The id of an
+    array (Q7): the array's own events (its submit; each task has its own)."""
+    tasks = await load_array(edges.pool, user, job_id)
+    if tasks is not None:  # its id whole or a prefix (U8), as GET /v1/jobs/{id}
+        job_id = str(tasks[0]["array_id"])
+    else:
+        job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the id
     delivered = await edges.bus.job_events(job_id)
     return {
         "job_id": job_id,
