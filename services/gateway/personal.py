@@ -4,7 +4,8 @@ Q8; ArrayThrottle, Q7; ConcurrencyLimit, Q5).
 The reason is a function of the whole cluster's state (a parent's end, the slots an array's
 tasks or a singleton's name hold, what intake promotes at once), so the gateway keeps the
 services' own fold of the log (jpu.domain.cluster, in-flight jobs only as the dispatcher does,
-SPEC O6) and asks jpu.domain.promotion.personal_standing: no second derivation from rows.
+SPEC O6) and asks jpu.domain.promotion (`personal_reasons`, `personal_standing` for many
+jobs): no second derivation from rows.
 
 Read-your-writes: before answering, the fold is brought at least as far as the `jobs`
 projection the request read its rows from, so a job just held, released or submitted already
@@ -26,7 +27,7 @@ from jpu.bus import EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
-from jpu.domain.promotion import personal_standing
+from jpu.domain.promotion import personal_reasons as domain_reasons
 from jpu.store.projection import last_applied
 from jpu_services.gateway.errors import ApiError
 
@@ -61,12 +62,7 @@ class PersonalReasons:
             raise ApiError(
                 503, "SERVICE_UNAVAILABLE", "the gateway is still reading the log; try again"
             ) from e
-        out: dict[str, str] = {}
-        for jid in job_ids:
-            job = self.state.jobs.get(jid)
-            if job is not None:
-                out[jid] = personal_standing(self.state, self.config, job)[0]
-        return out
+        return dict(domain_reasons(self.state, self.config, job_ids))
 
 
 def personal_reasons(request: Request) -> PersonalReasons:

@@ -28,7 +28,7 @@ from jpu.bus import Delivered
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import snapshot
 from jpu.domain.holdings import gpus
-from jpu.domain.promotion import personal_standing
+from jpu.domain.promotion import personal_reasons, personal_standing
 from jpu.domain.states import GpuKey
 from jpu.events import (
     BackfillStarted,
@@ -127,9 +127,11 @@ async def test_D7_personal_queue_reasons_of_the_gateways_fold_are_the_explanatio
         evolve(whole, d)
         queued = [j for q in whole.personal.values() for j in q]
         assert queued == [j for q in gateway.personal.values() for j in q], (seed, d.seq)
+        served = personal_reasons(gateway, CLUSTER, queued)  # what the gateway answers
         for jid in queued:
-            got = personal_standing(gateway, CLUSTER, gateway.jobs[jid])
-            assert got == personal_standing(whole, CLUSTER, whole.jobs[jid]), (seed, d.seq, jid)
+            got = personal_standing(whole, CLUSTER, whole.jobs[jid])
+            assert served[jid] == got[0], (seed, d.seq, jid)
+            assert personal_standing(gateway, CLUSTER, gateway.jobs[jid]) == got, (seed, d.seq)
             seen.add(got[0])
         if i % 64 == 0 or i == len(log):
             await apply_batch(pool, jobs.projection, log[applied:i])
