@@ -428,7 +428,10 @@ function codeSpan(kind, code) {
   const base = String(code).split(":")[0];
   const tip = has(`${kind}.${base}.t`) ? t(`${kind}.${base}.t`) : "";
   const title = state.lang === "en" ? tip : [base, tip].filter(Boolean).join(" — ");
-  return h("span", { class: "code", title: title || null, "data-code": base }, codeText(kind, code));
+  // a code breaks only after its underscores (PERSONAL_QUEUE_ / WAIT), never inside a word
+  const parts = String(codeText(kind, code)).split(/(?<=_)/);
+  return h("span", { class: "code", title: title || null, "data-code": base },
+    parts.flatMap((p, i) => (i ? [h("wbr"), p] : [p])));
 }
 
 // --- API ---------------------------------------------------------------------------------------
@@ -648,7 +651,9 @@ function usageChart(hist, hours) {
   const all = labs.flatMap((l) => hist.series[l]);
   if (!all.length) return h("p", {}, t("chart.empty"));
   const svg = document.createElementNS(NS, "svg");
-  const W = 800, H = 240, L = 70, B = 22, R = 14;
+  // drawn at the size it is shown (the box's width, the CSS height): it fills the whole width
+  const box = $("usage-chart");
+  const W = Math.max(480, Math.round((box && box.clientWidth) || 800)), H = 260, L = 70, B = 22, R = 14;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const x0 = hist.start, x1 = Math.max(hist.end, x0 + 1);
   Object.entries({ "data-hours": hours, "data-start": x0, "data-end": x1 }).forEach(([k, v]) => svg.setAttribute(k, v));
