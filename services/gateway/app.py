@@ -22,6 +22,7 @@ from jpu_services.gateway.deps import TokenCache
 from jpu_services.gateway.errors import install_error_handlers
 from jpu_services.gateway.guards import PathTemplates, TextGuard
 from jpu_services.gateway.openapi import install_openapi
+from jpu_services.gateway.personal import PersonalReasons
 from jpu_services.gateway.ratelimit import from_settings
 from jpu_services.gateway.routes import (
     admin,
@@ -63,6 +64,8 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         app.state.job_accounts = JobAccounts(settings)
         app.state.wait_cache = OrderedDict()
         app.state.queue_view = new_shared_view(app)
+        app.state.personal_reasons = PersonalReasons(edges.bus, settings.base)
+        folding = await app.state.personal_reasons.start(stop)  # D7 in the personal queue
         projector = asyncio.create_task(  # paused, not crashed, by an outage (SPEC O5)
             run_through_outages(
                 "projector", lambda s: run_workers(s, bootstrap.workers(settings, edges)), stop
@@ -74,7 +77,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
             yield
         finally:
             stop.set()  # drain: projections finish their batch and commit (SPEC E3)
-            await asyncio.gather(projector, return_exceptions=True)
+            await asyncio.gather(projector, folding, return_exceptions=True)
             await app.state.positions.close()
             await edges.close()
 

@@ -249,6 +249,11 @@ async def test_U2_usage_chart_window_1h_24h_7d_30d_and_its_axis(
     assert abs(span - 24 * 3600) < 5, span
     assert ticks and all(re.fullmatch(r"\d{2}:00", x) for x in ticks), ticks  # clock times
     await expect(svg.locator("polyline[data-lab=OSL]")).to_be_visible()
+    # drawn at the size it is shown: the drawing fills the chart's whole width, not a middle part
+    drawn = await svg.evaluate(
+        "s => [s.viewBox.baseVal.width, s.viewBox.baseVal.height, s.clientWidth, s.clientHeight]"
+    )
+    assert abs(drawn[0] - drawn[2]) <= 2 and abs(drawn[1] - drawn[3]) <= 2, drawn
 
     async with page.expect_request(lambda r: "/v1/usage/history?hours=168" in r.url):
         await buttons.nth(2).click()
@@ -277,6 +282,37 @@ async def test_U2_usage_chart_window_1h_24h_7d_30d_and_its_axis(
     await expect(svg.locator("polyline[data-lab=OSL]")).to_be_visible()
     await buttons.nth(1).click()
     await expect(svg).to_have_attribute("data-hours", "24")
+
+
+async def test_U2_queue_table_breaks_a_state_name_only_after_its_underscores(
+    stack: Stack, browser_page: Page
+) -> None:
+    """In a narrow window the queue's state column wraps `PERSONAL_QUEUE_WAIT` at its
+    underscores, never inside a word (`PERSONAL_QUEU` / `E_WAIT`)."""
+    page = browser_page
+    alice = stack.api("bcg-alice")
+    held = alice.submit("true", name="narrow", hold=True)  # Q9: stays in the personal queue
+    try:
+        await page.set_viewport_size({"width": 640, "height": 900})
+        await _login(page, stack, "bcg-alice")
+        await _english(page)
+        await _go(page, stack, "queue")
+        code = page.locator(f"#queue-rows tr:has-text('{held['id']}') .code[data-code]").first
+        await expect(code).to_have_text("PERSONAL_QUEUE_WAIT")
+        # each piece between break opportunities lies on one line: no break inside a word
+        lines = await code.evaluate(
+            """el => [...el.childNodes].filter(n => n.nodeType === 3).map(n => {
+                 const r = document.createRange(); r.selectNodeContents(n);
+                 return [n.textContent, new Set([...r.getClientRects()].map(c => c.top)).size];
+               })"""
+        )
+        assert [t for t, _ in lines] == ["PERSONAL_", "QUEUE_", "WAIT"], lines
+        assert all(n == 1 for _, n in lines), lines
+        await _no_horizontal_overflow(page)
+        await _shot(page, "console-queue-narrow.png")
+    finally:
+        await page.set_viewport_size({"width": 1280, "height": 900})
+        assert alice.cancel(held["id"]).status_code == 202
 
 
 async def test_U2_korean_and_english(stack: Stack, browser_page: Page) -> None:
@@ -760,7 +796,14 @@ async def test_Q7_Q8_jobs_view_shows_an_array_as_one_expandable_row_and_a_jobs_d
     await expect(array).to_contain_text("COMPLETED:3")
     await _shot(page, "job-dependency-chain.png")
 
+    answers: list[int] = []
+    page.on("response", lambda r: answers.append(r.status) if "/events" in r.url else None)
     await array.locator(f"a[href='#/job/{sweep}']").click()  # the array's own page
     await expect(page.locator("#job-fields dd[data-field=states]")).to_have_text("COMPLETED:3")
     await expect(page.locator("#job-fields dd[data-field=tasks] a")).to_have_count(3)
     await expect(page.locator("#job-run-panes")).to_be_hidden()  # each task has its own
+    # Q7: the array's page is not "a task of" itself, and none of its calls failed (its
+    # events are its own, GET /v1/jobs/{array}/events)
+    await expect(page.locator("#job-fields dd[data-field=array_id]")).to_have_count(0)
+    await expect(page.locator("#error")).to_be_hidden()
+    assert answers and set(answers) == {200}, answers

@@ -103,6 +103,43 @@ async def test_U2_job_page_tells_the_oom_retry_in_a_sentence(stack: Stack, page:
     await expect(fields).to_contain_text("no GPU with more than 24 GB exists here")
 
 
+OOM_ON_FIRST_ATTEMPT = """if [ "$JOB_ATTEMPT" = 1 ]; then
+  echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2
+  exit 1
+fi
+"""
+
+
+async def test_X8_U2_the_oom_timeline_names_the_attempt_that_ran_out_of_memory(
+    stack: Stack, page: Page
+) -> None:
+    """X8: attempt 1 runs out of memory on an rtx3080ti (the rtx4090s are busy) and the job
+    goes back to the queue as attempt 2; the timeline's sentence names attempt 1, the one that
+    ran out, and the retry as attempt 2."""
+    carol, dave, bob = stack.api("kdg-carol"), stack.api("kdg-dave"), stack.api("bcg-bob")
+    hold = stack.hold("x8-console")
+    busy = [u.submit(hold, tiers=["rtx4090"], name="busy") for u in (carol, carol, carol, dave)]
+    try:
+        for b in busy:
+            who = carol if b["user"] == "kdg-carol" else dave
+            assert who.wait(b["id"], ["RUNNING"])["placement"]["tier"] == "rtx4090"
+        job = bob.submit(OOM_ON_FIRST_ATTEMPT, tiers=["rtx4090", "rtx3080ti"], name="x8-page")
+        bob.wait(job["id"], lambda j: j["attempt"] == 2, what="attempt 2 scheduled")
+        scheduled = [e for e in bob.events(job["id"]) if e["type"] == "JobRetryScheduled"]
+        assert [e["attempt"] for e in scheduled] == [2], scheduled  # the event opens attempt 2
+        await _token(page, stack, "demo-bcg-bob")
+        await page.goto(f"{stack.url}/#/job/{job['id']}")
+        await page.reload()
+        events = page.locator("#job-events")
+        await expect(events).to_contain_text(
+            "Attempt 1 ran out of GPU memory: back to the queue, to retry as attempt 2"
+        )
+        await expect(events).not_to_contain_text("Attempt 2 ran out of GPU memory")
+    finally:
+        stack.release("x8-console")
+    assert bob.wait(job["id"], ["COMPLETED", "FAILED", "CANCELLED"], timeout=60)["attempt"] == 2
+
+
 async def test_U2_the_time_limit_takes_slurm_format_and_refuses_anything_else(
     stack: Stack, page: Page
 ) -> None:

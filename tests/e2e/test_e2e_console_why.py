@@ -77,7 +77,7 @@ async def test_U4_console_job_page_explains_the_wait_and_the_demotion(
     await expect(demoted).to_contain_text("charging BCG")
     await expect(demoted).to_contain_text(f"then KDG's job {k}")
     await expect(page.locator("#job-why .why-reservation")).to_contain_text(
-        "released, no longer rank 1"
+        "demoted, it was no longer rank 1"  # the catalog's one sentence, as `jpu why` says
     )
     step = page.locator("#job-why .why-steps li[data-rank='2']").first
     await expect(step).to_contain_text("RESERVING, rank 2 of")  # the state's code, as the page

@@ -323,3 +323,51 @@ async def test_E2_job_events_are_the_audit_trail_in_order(api: Api) -> None:
     assert [e["type"] for e in events] == ["JobSubmitted", "JobPromoted"]
     assert events[0]["seq"] < events[1]["seq"] and events[0]["job_id"] == job_id
     assert events[0]["command"] == "secret-command --flag"
+
+
+async def test_D7_Q7_ArrayThrottle_is_the_job_views_reason_for_a_task_beyond_its_percent_N(
+    api: Api,
+) -> None:
+    """SPEC D7, Q7: right after an array's submit, intake promotes its first `%N` tasks at once;
+    a task beyond them waits for its array, not for a slot (Q5). The job view, the queue and
+    the domain's own answer (jpu.domain.promotion.personal_standing, as `jpu why` reads it) say
+    the same: ArrayThrottle for the task beyond `%2`, ConcurrencyLimit for the ones it lets
+    through."""
+    from jpu.domain.cluster import ClusterState
+    from jpu.domain.promotion import personal_standing
+    from jpu.testing.fold import fold
+
+    r = await api.client.post("/v1/jobs", json=job_body(array="0-5%2"), headers=bearer("alice"))
+    assert r.status_code == 201, r.text
+    aid = r.json()["id"]
+    body = (await api.client.get(f"/v1/jobs/{aid}_4", headers=bearer("alice"))).json()
+    assert (body["state"], body["pending_reason"]) == ("PERSONAL_QUEUE_WAIT", "ArrayThrottle")
+    first = (await api.client.get(f"/v1/jobs/{aid}_0", headers=bearer("alice"))).json()
+    assert first["pending_reason"] == "ConcurrencyLimit", first
+    queue = (await api.client.get("/v1/queue", headers=bearer("alice"))).json()["queue"]
+    shown = {e["job_id"]: e["pending_reason"] for e in queue if e["job_id"].startswith(aid)}
+    state = fold([d async for d in api.bus.replay()], ClusterState.new(api.config))
+    domain = {j: personal_standing(state, api.config, state.jobs[j])[0] for j in shown}
+    assert shown == domain, (shown, domain)
+    assert [shown[f"{aid}_{k}"] for k in range(6)] == ["ConcurrencyLimit"] * 2 + [
+        "ArrayThrottle"
+    ] * 4
+
+
+async def test_Q7_an_arrays_events_are_its_own_for_its_owner_and_forbidden_to_others(
+    api: Api,
+) -> None:
+    """Q7, E2: `GET /v1/jobs/{array id}/events` (the console's array page asks it) answers the
+    array's own audit trail, its one submit, by its id whole or a prefix (U8), as
+    `GET /v1/jobs/{array id}` does, not a 422 for the many tasks the id starts."""
+    r = await api.client.post("/v1/jobs", json=job_body(array="0-2"), headers=bearer("alice"))
+    assert r.status_code == 201, r.text
+    aid = r.json()["id"]
+    for given in (aid, aid[:8]):
+        got = await api.client.get(f"/v1/jobs/{given}/events", headers=bearer("alice"))
+        assert got.status_code == 200, got.text
+        trail = got.json()
+        assert trail["job_id"] == aid
+        assert [(e["type"], e["job_id"]) for e in trail["events"]] == [("JobSubmitted", aid)]
+    forbidden = await api.client.get(f"/v1/jobs/{aid}/events", headers=bearer("carol"))
+    assert_error(forbidden, 403, "FORBIDDEN")

@@ -28,6 +28,7 @@ from jpu.bus import Delivered
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dispatch import snapshot
 from jpu.domain.holdings import gpus
+from jpu.domain.promotion import personal_reasons, personal_standing
 from jpu.domain.states import GpuKey
 from jpu.events import (
     BackfillStarted,
@@ -105,6 +106,39 @@ def test_D1_D7_simulator_cycles_rank_and_reasons_as_the_dispatcher_would(seed: i
         assert dict(result.pending.items()) == dict(sim_result.pending.items()), (seed, seq)
         reasons += len(result.pending)
     assert reasons, "some job waited with a pending reason"
+
+
+@pytest.mark.parametrize("seed", SEEDS[:4])
+async def test_D7_personal_queue_reasons_of_the_gateways_fold_are_the_explanations(
+    seed: int, pool: asyncpg.Pool
+) -> None:
+    """D7 in the personal queue (Q5, Q7-Q9) has one owner, jpu.domain.promotion: the gateway
+    asks it on its own fold of in-flight jobs (keep_ended=False, as the dispatcher folds, O6),
+    `jpu why` and the queue at a past moment on the whole fold. After every event they give
+    every personal-queue job the same reason, and after every batch the jobs projection the
+    gateway reads its rows from holds exactly those jobs in PERSONAL_QUEUE_WAIT."""
+    log, _, _ = seeded_run(seed)
+    gateway = ClusterState.new(CLUSTER, keep_ended=False)
+    whole = ClusterState.new(CLUSTER)
+    seen: set[str] = set()
+    applied = 0
+    for i, d in enumerate(log, start=1):
+        evolve(gateway, d)
+        evolve(whole, d)
+        queued = [j for q in whole.personal.values() for j in q]
+        assert queued == [j for q in gateway.personal.values() for j in q], (seed, d.seq)
+        served = personal_reasons(gateway, CLUSTER, queued)  # what the gateway answers
+        for jid in queued:
+            got = personal_standing(whole, CLUSTER, whole.jobs[jid])
+            assert served[jid] == got[0], (seed, d.seq, jid)
+            assert personal_standing(gateway, CLUSTER, gateway.jobs[jid]) == got, (seed, d.seq)
+            seen.add(got[0])
+        if i % 64 == 0 or i == len(log):
+            await apply_batch(pool, jobs.projection, log[applied:i])
+            applied = i
+            rows = await pool.fetch("SELECT job_id FROM jobs WHERE state = 'PERSONAL_QUEUE_WAIT'")
+            assert {r["job_id"] for r in rows} == set(queued), (seed, d.seq)
+    assert seen, "some job waited in a personal queue"
 
 
 def _logged(events: list) -> list[Delivered]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSETS = ("index.html", "console.js", "why.js", "files.js", "console.css")
+CATALOG = "jpu/explain/why.json"  # the "why" sentences, served at /console/why.json
 
 # Run from an empty folder with -P: neither the cwd nor the checkout is on sys.path, so the only
 # `jpu_services` importable is the installed wheel's (first on PYTHONPATH).
@@ -46,6 +47,7 @@ def test_wheel_carries_and_serves_the_console(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [a for a in ASSETS if f"jpu_services/gateway/console/{a}" not in names]
     assert not missing, f"console assets missing from the wheel: {missing}"
+    assert CATALOG in names, "the why catalog is missing from the wheel"
 
     target = tmp_path / "site"
     subprocess.run(
@@ -56,9 +58,9 @@ def test_wheel_carries_and_serves_the_console(tmp_path: Path) -> None:
     empty = tmp_path / "cwd"
     empty.mkdir()
     done = subprocess.run(
-        [sys.executable, "-P", "-c", _SERVE, str(target), *ASSETS],
+        [sys.executable, "-P", "-c", _SERVE, str(target), *ASSETS, "why.json"],
         cwd=empty, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"served {len(ASSETS) + 1}"
+    assert done.stdout.strip() == f"served {len(ASSETS) + 2}"  # the page, the assets, why.json

@@ -55,7 +55,7 @@ async def test_D1_a_failed_computation_fails_its_waiters_only() -> None:
     assert (await view.get()).now == 2.0
 
 
-def test_D1_rank_of_ranks_global_and_names_personal() -> None:
+def test_D1_rank_of_ranks_the_global_queue_only() -> None:
     view = QueuePage(
         now=0.0,
         maintenance="off",
@@ -69,5 +69,6 @@ def test_D1_rank_of_ranks_global_and_names_personal() -> None:
     assert view.rank_of("a") == (1, None)
     assert view.rank_of("b") == (2, "Resources")
     assert view.rank_of("new") == (None, None)  # D7: the next cycle decides
-    assert view.rank_of("p") == (None, "ConcurrencyLimit")
+    # D7 in the personal queue is the domain's, on the gateway's fold (gateway.personal)
+    assert view.rank_of("p") == (None, None)
     assert view.rank_of("zzz") == (None, None)

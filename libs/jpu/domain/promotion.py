@@ -9,7 +9,7 @@ instead: it holds no slot while it waits. services/intake/promote.py appends the
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 from typing import Final, Literal
 
@@ -36,6 +36,27 @@ def personal_standing(
     its `personal_reason` counting what intake promotes at once (Q7), and those jobs."""
     promoting = promoting_now(state, cluster, job)
     return personal_reason(state, job, promoting), promoting
+
+
+def personal_reasons(
+    state: ClusterState, cluster: Cluster, job_ids: Iterable[str]
+) -> dict[str, PersonalReason]:
+    """`personal_standing`'s reason for many jobs at once (the gateway's queue and job views):
+    what intake promotes at once is worked out once per user, not once per task (Q5, Q7).
+    A job the state does not hold (ended, O6) gets none."""
+    promoting: dict[str, list[str]] = {}
+    out: dict[str, PersonalReason] = {}
+    for jid in job_ids:
+        job = state.jobs.get(jid)
+        if job is None:
+            continue
+        now: list[str] = []
+        if job.array_id is not None and job.array_throttle is not None:
+            if job.user not in promoting:
+                promoting[job.user] = promoting_now(state, cluster, job)
+            now = promoting[job.user]
+        out[jid] = personal_reason(state, job, now)
+    return out
 
 
 def promoting_now(state: ClusterState, cluster: Cluster, job: JobView) -> list[str]:

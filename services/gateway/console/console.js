@@ -94,7 +94,7 @@ const STRINGS = {
     "ev.JobEnded": "Attempt {attempt} ended: {state}{exit}{reason}{usage}",
     "ev.exit": ", exit code {code}", "ev.reason": " — {reason}", "ev.usage": "; {usage} TFLOP-s charged",
     "ev.JobEnded.d": "ran for {d}", "ev.JobEnded.held": "held the GPUs for {d} without starting",
-    "ev.JobRetryScheduled": "Attempt {attempt} ran out of GPU memory: back to the queue, to retry on a GPU with at least {vram} GB",
+    "ev.JobRetryScheduled": "Attempt {attempt} ran out of GPU memory: back to the queue, to retry as attempt {next} on a GPU with at least {vram} GB",
     "ev.JobRetryDeclined": "No retry after attempt {attempt}: {why}",
     "ev.JobRetryDeclined.max_attempts": "it used up its attempts",
     "ev.JobRetryDeclined.no_fit": "no GPU here has the {vram} GB it would need",
@@ -238,7 +238,7 @@ const STRINGS = {
     "ev.JobEnded": "시도 {attempt} 종료: {state}{exit}{reason}{usage}",
     "ev.exit": ", 종료 코드 {code}", "ev.reason": " — {reason}", "ev.usage": "; {usage} TFLOP-s 부과",
     "ev.JobEnded.d": "{d} 동안 실행", "ev.JobEnded.held": "시작하지 못한 채 {d} 동안 GPU 보유",
-    "ev.JobRetryScheduled": "시도 {attempt}에서 GPU 메모리 부족: 대기열로 돌아가 {vram} GB 이상의 GPU에서 다시 시도",
+    "ev.JobRetryScheduled": "시도 {attempt}에서 GPU 메모리 부족: 대기열로 돌아가 {vram} GB 이상의 GPU에서 시도 {next}(으)로 다시 시도",
     "ev.JobRetryDeclined": "시도 {attempt} 이후 재시도하지 않음: {why}",
     "ev.JobRetryDeclined.max_attempts": "시도 횟수를 모두 썼음",
     "ev.JobRetryDeclined.no_fit": "필요한 {vram} GB를 가진 GPU가 여기에는 없음",
@@ -428,7 +428,10 @@ function codeSpan(kind, code) {
   const base = String(code).split(":")[0];
   const tip = has(`${kind}.${base}.t`) ? t(`${kind}.${base}.t`) : "";
   const title = state.lang === "en" ? tip : [base, tip].filter(Boolean).join(" — ");
-  return h("span", { class: "code", title: title || null, "data-code": base }, codeText(kind, code));
+  // a code breaks only after its underscores (PERSONAL_QUEUE_ / WAIT), never inside a word
+  const parts = String(codeText(kind, code)).split(/(?<=_)/);
+  return h("span", { class: "code", title: title || null, "data-code": base },
+    parts.flatMap((p, i) => (i ? [h("wbr"), p] : [p])));
 }
 
 // --- API ---------------------------------------------------------------------------------------
@@ -648,7 +651,9 @@ function usageChart(hist, hours) {
   const all = labs.flatMap((l) => hist.series[l]);
   if (!all.length) return h("p", {}, t("chart.empty"));
   const svg = document.createElementNS(NS, "svg");
-  const W = 800, H = 240, L = 70, B = 22, R = 14;
+  // drawn at the size it is shown (the box's width, the CSS height): it fills the whole width
+  const box = $("usage-chart");
+  const W = Math.max(480, Math.round((box && box.clientWidth) || 800)), H = 260, L = 70, B = 22, R = 14;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const x0 = hist.start, x1 = Math.max(hist.end, x0 + 1);
   Object.entries({ "data-hours": hours, "data-start": x0, "data-end": x1 }).forEach(([k, v]) => svg.setAttribute(k, v));
@@ -946,7 +951,8 @@ function timeline(events) {
         break;
       case "JobRetryScheduled":
         queued = ts;  // back in the global queue, keeping its place (X8)
-        text = tf("ev.JobRetryScheduled", { attempt: e.attempt, vram: e.min_vram_gb });
+        // X8: the event opens attempt n+1; the one that ran out of memory is n
+        text = tf("ev.JobRetryScheduled", { attempt: e.attempt - 1, next: e.attempt, vram: e.min_vram_gb });
         break;
       case "JobRetryDeclined":
         text = tf("ev.JobRetryDeclined", { attempt: e.attempt,
@@ -1089,7 +1095,7 @@ async function loadJob(id) {
     api("/v1/jobs/" + encodeURIComponent(id)),
     api("/v1/jobs/" + encodeURIComponent(id) + "/events").catch((e) => e)]);
   const array = Array.isArray(job.tasks);  // Q7: an array's page: its fields and tasks
-  if (ev instanceof Error && !array) throw ev;
+  if (ev instanceof Error) throw ev;
   const deps = job.dependency ? await dependencyChain(job.dependency, new Set([job.id])) : [];
   const chain = deps.length ? h("span", {}, job.dependency, chainNodes(deps)) : null;
   return () => {
@@ -1097,6 +1103,8 @@ async function loadJob(id) {
     $("job-title").textContent = job.id;
     setRows($("job-fields"), JSON.stringify([job, deps]), () => {
       const items = JOB_FIELDS.flatMap((k) => {
+        // Q7: an array's own page is not a task of itself
+        if (k === "array_id" && job[k] === job.id) return [];
         let v = describe(k, job[k], job);
         // X8 raises min_vram_gb after an OOM: never show it as if the user had set it
         if (k === "min_vram_gb" && v !== null && "min_vram_gb_requested" in job

@@ -15,8 +15,7 @@ from typing import Any, Final
 import asyncpg
 
 from jpu.domain import jobids
-from jpu.domain.dependencies import ArrayProgress, array_verdict, parsed, verdict
-from jpu.domain.states import PLACED, QUEUED, SLOT_STATES, TERMINAL, in_order  # SPEC §1.4
+from jpu.domain.states import PLACED, QUEUED, TERMINAL, in_order  # SPEC §1.4
 from jpu.store import auth
 from jpu_services.gateway.errors import ApiError
 
@@ -197,59 +196,6 @@ async def _by_prefix(
         "give more of the id",
         {"field": "job_id", "job_id": prefix, "candidates": shown},
     )
-
-
-_PARENTS_SQL: Final = (
-    "SELECT job_id, state, oom_pending, "
-    "coalesce((view->>'ever_started')::boolean, false) OR attempt > 1 AS started "
-    "FROM jobs WHERE job_id = ANY($1::text[])"
-)
-# Q8: a whole-array parent, counted from its tasks' rows as the fold counts them
-_ARRAYS_SQL: Final = (
-    "SELECT array_id, min(lab) AS lab, count(*) AS total, "
-    "count(*) FILTER (WHERE coalesce((view->>'ever_started')::boolean, false) OR attempt > 1 "
-    "OR (state = ANY($2::text[]) AND NOT oom_pending)) AS started, "
-    "count(*) FILTER (WHERE state = ANY($2::text[]) AND NOT oom_pending) AS ended, "
-    "count(*) FILTER (WHERE state = 'COMPLETED') AS completed "
-    "FROM jobs WHERE array_id = ANY($1::text[]) GROUP BY array_id"
-)
-_NAMED_SQL: Final = (
-    'SELECT 1 FROM jobs WHERE "user" = $1 AND name = $2 AND job_id <> $3 '
-    "AND (state = ANY($4::text[]) OR oom_pending) LIMIT 1"
-)
-
-
-async def personal_reason(pool: asyncpg.Pool, row: Any) -> str:
-    """D7 of a personal-queue job from the rows (the intake decides the same on its fold,
-    jpu.domain.promotion.personal_reason): `Held` (Q9), `Dependency` (Q8: a condition on a
-    parent not met, or a singleton whose name holds a slot), else `ConcurrencyLimit`."""
-    if row.get("held"):
-        return "Held"
-    dep = parsed(row.get("dependency"))
-    if dep.conditions:
-        ids = [p for _, p in dep.conditions]
-        parents = {r["job_id"]: r for r in await pool.fetch(_PARENTS_SQL, ids)}
-        missing = [p for p in ids if p not in parents]
-        arrays = {
-            r["array_id"]: ArrayProgress(**dict(r))
-            for r in (await pool.fetch(_ARRAYS_SQL, missing, list(TERMINAL)) if missing else [])
-        }
-        for kind, parent in dep.conditions:
-            r = parents.get(parent)
-            if parent in arrays:
-                if array_verdict(kind, arrays[parent]) != "met":
-                    return "Dependency"
-                continue
-            if r is None:
-                return "Dependency"
-            final = r["state"] if r["state"] in TERMINAL and not r["oom_pending"] else None
-            if verdict(kind, bool(r["started"]), final) != "met":
-                return "Dependency"
-    if dep.singleton:
-        slots = list(in_order(SLOT_STATES))
-        if await pool.fetchval(_NAMED_SQL, row["user"], row["name"], row["job_id"], slots):
-            return "Dependency"
-    return "ConcurrencyLimit"
 
 
 def _placement(row: Any) -> dict[str, Any] | None:

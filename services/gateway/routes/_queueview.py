@@ -21,8 +21,7 @@ from fastapi import FastAPI, Request
 
 from jpu import commands
 from jpu.bus.views import ViewStore
-from jpu.domain.arrays import held_back
-from jpu.domain.states import PENDING, SLOT_STATES, in_order
+from jpu.domain.states import PENDING, in_order
 from jpu.explain.estimate import served_start
 from jpu.policy.fairshare import ZERO_USAGE, decayed
 from jpu.policy.model import LabUsage
@@ -32,15 +31,9 @@ PERSONAL: Final = "PERSONAL_QUEUE_WAIT"
 _QUEUE_SQL: Final = (
     'SELECT job_id, lab, "user", name, num_gpus, tiers, min_vram_gb, time_limit_s, state, '
     "attempt, queue_entered_at, submitted_at, reservation_node, reservation_tier, "
-    "reservation_gpus, reservation_since, view->>'dependency' AS dependency, "
-    "coalesce((view->>'held')::boolean, false) AS held, array_id, "
+    "reservation_gpus, reservation_since, array_id, "
     "(view->>'array_throttle')::int AS array_throttle FROM jobs "
     "WHERE state = ANY($1::text[]) ORDER BY queue_entered_at NULLS LAST, submitted_at, job_id"
-)
-# Q7: how many tasks of each throttled array hold slots (S1), for the ArrayThrottle reason
-_ARRAY_SLOTS_SQL: Final = (
-    "SELECT array_id, count(*) AS n FROM jobs WHERE array_id = ANY($1::text[]) "
-    "AND state = ANY($2::text[]) GROUP BY array_id"
 )
 
 
@@ -57,7 +50,6 @@ class QueuePage:
     ranked: int = 0  # the first `ranked` of `ordered` have the dispatcher's rank; the rest none
     decided_at: float | None = None  # the dispatcher's cycle these ranks and reasons come from
     estimates: commands.EstimatesView | None = None  # U4: the dispatcher's latest estimate
-    throttled: set[str] = field(default_factory=set)  # personal-queue tasks %N holds back (Q7)
     _ranks: dict[str, int] | None = None  # job id -> rank, built on first use (shared views)
     _why: dict[str, str] | None = None  # job id -> why its start is unknown, likewise
 
@@ -89,33 +81,14 @@ class QueuePage:
         }
 
     def rank_of(self, job_id: str) -> tuple[int | None, str | None]:
+        """D1/D7 of a global-queue job; a personal-queue job has no rank, and its reason is the
+        domain's on the gateway's fold (jpu_services.gateway.personal)."""
         if self._ranks is None:
-            self._ranks = {row["job_id"]: i for i, row in enumerate(self.ordered, start=1)}
-            self._ranks.update((r["job_id"], 0) for r in self.personal)
+            self._ranks = {row["job_id"]: i for i, row in enumerate(self.ordered)}
         rank = self._ranks.get(job_id)
         if rank is None:
             return None, None
-        if rank == 0:
-            return None, self.personal_reason(job_id)
-        return self.rank(rank - 1), self.reasons.get(job_id)
-
-    def personal_reason(self, job_id: str) -> str:
-        """D7 in the personal queue: ArrayThrottle for a task its array's %N holds back (Q7),
-        else ConcurrencyLimit (Q5)."""
-        return "ArrayThrottle" if job_id in self.throttled else "ConcurrencyLimit"
-
-
-async def _throttled(pool: asyncpg.Pool, personal: list[Any]) -> set[str]:
-    """The personal-queue tasks whose array already holds its %N slots (Q7, S1)."""
-    tasks = [r for r in personal if r["array_throttle"] is not None]
-    if not tasks:
-        return set()
-    arrays = sorted({r["array_id"] for r in tasks})
-    held = {
-        r["array_id"]: r["n"]
-        for r in await pool.fetch(_ARRAY_SLOTS_SQL, arrays, list(in_order(SLOT_STATES)))
-    }
-    return {r["job_id"] for r in tasks if held_back(r["array_id"], r["array_throttle"], held)}
+        return self.rank(rank), self.reasons.get(job_id)
 
 
 async def _snapshot_parts(
@@ -155,7 +128,6 @@ async def queue_view(
         ranked=len(order),
         decided_at=decision.at if decision else None,
         estimates=estimates,
-        throttled=await _throttled(pool, personal),
     )
 
 

@@ -6,6 +6,7 @@ Only the files listed here are served (no directory walking).
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Final
 
@@ -15,8 +16,11 @@ from fastapi.responses import FileResponse
 from jpu_services.gateway.errors import ApiError
 
 CONSOLE_DIR: Final = Path(__file__).resolve().parent.parent / "console"
+# the "why" sentences (SPEC U4), one catalog with `jpu why`'s: jpu/explain/why.json
+WHY_CATALOG: Final = Path(str(resources.files("jpu.explain").joinpath("why.json")))
 _ASSETS: Final = {
     "index.html": "text/html; charset=utf-8",
+    "why.json": "application/json; charset=utf-8",
     "console.js": "text/javascript; charset=utf-8",
     "why.js": "text/javascript; charset=utf-8",
     "files.js": "text/javascript; charset=utf-8",
@@ -29,9 +33,8 @@ router = APIRouter(tags=["console"], include_in_schema=False)
 def _file(name: str) -> FileResponse:
     if name not in _ASSETS:
         raise ApiError(404, "NOT_FOUND", f"no console file {name!r}")
-    return FileResponse(
-        CONSOLE_DIR / name, media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"}
-    )
+    path = WHY_CATALOG if name == "why.json" else CONSOLE_DIR / name
+    return FileResponse(path, media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"})
 
 
 @router.get("/")

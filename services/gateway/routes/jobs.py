@@ -25,6 +25,7 @@ from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.personal import personal_reasons
 from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
 from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
@@ -34,7 +35,6 @@ from jpu_services.gateway.routes._jobview import (
     list_jobs,
     load_array,
     load_visible,
-    personal_reason,
 )
 from jpu_services.gateway.routes._queueview import shared_view
 from jpu_services.gateway.routes.default_workspace import current_default
@@ -105,13 +105,17 @@ async def _job_body(
         estimate = view.estimate_of(row["job_id"], cmd.now(request))  # U4: not a promise
         if row["state"] == "PERSONAL_QUEUE_WAIT":  # the view was read after the row: it may
             rank = None  # already be promoted; show the row's state (Q5, Q7, Q8, Q9)
-            reason = await personal_reason(pool, row) if detail else "ConcurrencyLimit"
-            if reason == "ConcurrencyLimit":  # or its array's %N holds it back (Q7)
-                reason = view.personal_reason(row["job_id"])
+            reason = await _personal_reason(request, pool, row)
     out = job_out(row, rank, reason, detail=detail)
     out["decided_at"] = decided_at  # when the dispatcher decided that rank and reason
     out.update(estimate)
     return _with_dirs(out, settings, job_accounts(request).name_for(row["user"]))
+
+
+async def _personal_reason(request: Request, pool: Any, row: Any) -> str | None:
+    """D7 in the personal queue: the domain's answer on the gateway's fold (Q5, Q7, Q8, Q9)."""
+    found = await personal_reasons(request).reasons(pool, [row["job_id"]])
+    return found.get(row["job_id"])
 
 
 def _with_dirs(out: dict[str, Any], settings: Any, account: str) -> dict[str, Any]:
@@ -159,12 +163,14 @@ async def _workspace_image(pool: Any, user: Any, body: dict[str, Any]) -> str | 
     return ws.image
 
 
-async def _submitted_body(row: Any, pool: Any, settings: Any, account: str) -> dict[str, Any]:
+async def _submitted_body(
+    request: Request, row: Any, pool: Any, settings: Any, account: str
+) -> dict[str, Any]:
     """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
     on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
-    cycle has seen yet has no D7 reason but its personal queue's (D7 ConcurrencyLimit)."""
+    cycle has seen yet has no D7 reason but its personal queue's."""
     personal = row["state"] == "PERSONAL_QUEUE_WAIT"
-    reason = await personal_reason(pool, row) if personal else None  # D7 (Q5, Q8, Q9)
+    reason = await _personal_reason(request, pool, row) if personal else None  # D7
     return _with_dirs(job_out(row, None, reason, detail=True), settings, account)
 
 
@@ -240,7 +246,7 @@ async def submit(
     )
     if row is not None:
         account = job_accounts(request).name_for(user.name)
-        out = await _submitted_body(row, edges.pool, settings, account)
+        out = await _submitted_body(request, row, edges.pool, settings, account)
     else:  # projection lag or database down: what intake told us (the GET will catch up)
         out = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
     if warnings:  # U5: accepted, but what it writes in its chdir would be lost
@@ -299,8 +305,13 @@ async def show(
 
 @router.get("/{job_id}/events", responses=_ERRORS)
 async def events(job_id: str, user: CurrentUser, edges: EdgesDep) -> dict[str, Any]:
-    """The job's events from the log, in stream order (the audit trail, SPEC E2)."""
-    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the full id
+    """The job's events from the log, in stream order (the audit trail, SPEC E2). The id of an
+    array (Q7): the array's own events (its submit; each task has its own)."""
+    tasks = await load_array(edges.pool, user, job_id)
+    if tasks is not None:  # its id whole or a prefix (U8), as GET /v1/jobs/{id}
+        job_id = str(tasks[0]["array_id"])
+    else:
+        job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the id
     delivered = await edges.bus.job_events(job_id)
     return {
         "job_id": job_id,

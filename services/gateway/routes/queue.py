@@ -10,23 +10,14 @@ from fastapi import APIRouter, Query, Request
 from jpu.domain.states import STATE_LIST_PATTERN, STATES
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.personal import personal_reasons
 from jpu_services.gateway.routes import _commands as cmd
 from jpu_services.gateway.routes import explain
 from jpu_services.gateway.routes._accrued import lab_accrued
-from jpu_services.gateway.routes._jobview import RUNNING_STATES, personal_reason
+from jpu_services.gateway.routes._jobview import RUNNING_STATES
 from jpu_services.gateway.routes._queueview import shared_view
 
 router = APIRouter(prefix="/v1", tags=["queue"])
-
-
-async def _personal_reason(pool: Any, row: Any, view: Any) -> str:
-    """D7 in the personal queue: the rows' own answer unless a dependency needs its parents
-    (Q8, Q9; jpu_services.gateway.routes._jobview.personal_reason), then the array's %N (Q7)."""
-    if row["held"]:
-        return "Held"
-    if row["dependency"] and await personal_reason(pool, row) == "Dependency":
-        return "Dependency"
-    return str(view.personal_reason(row["job_id"]))
 
 
 def _entry(
@@ -171,9 +162,10 @@ async def queue(
     entries = [
         _entry(r, view.rank(i), view.reasons.get(r["job_id"]), *usage(r["lab"]))
         for i, r in enumerate(view.ordered)
-    ] + [
-        _entry(r, None, await _personal_reason(pool, r, view), *usage(r["lab"]))
-        for r in view.personal
+    ]
+    personal = await personal_reasons(request).reasons(pool, (r["job_id"] for r in view.personal))
+    entries += [  # Q4: no rank; D7 the domain's (Q5, Q7, Q8, Q9)
+        _entry(r, None, personal.get(r["job_id"]), *usage(r["lab"])) for r in view.personal
     ]
     answered = max(view.now, cmd.now(request))  # no estimate before this answer's time
     for e in entries:  # U4: the dispatcher's forward estimate — an estimate, not a promise

@@ -37,6 +37,7 @@ from jpu.explain.wait import CAUSE_KINDS, Cause, WaitTimeline, wait_timeline
 
 ROOT = Path(__file__).resolve().parents[3]
 WHY_JS = ROOT / "services" / "gateway" / "console" / "why.js"
+CATALOG = ROOT / "libs" / "jpu" / "explain" / "why.json"  # the CLI's and the console's sentences
 EVENT_NAMES = [t.__name__ for t in EVENT_TYPES]
 N4090 = ("gpu-4090x2-01", "gpu-4090x2-02")
 
@@ -373,13 +374,12 @@ def test_why_every_cause_kind_is_a_sentence_never_an_event_type(
 
 
 def _js_strings(lang: str) -> dict[str, str]:
-    js = WHY_JS.read_text()
-    start = js.index(f"Object.assign(STRINGS.{lang}, {{")
-    body = js[start : js.index("\n});", start)]
-    return {
-        k: json.loads(f'"{v}"')
-        for k, v in re.findall(r'"(why\.[\w.]+)": "((?:[^"\\]|\\.)*)"', body)
-    }
+    """The console's `why.*` strings as why.js builds them from the one catalog: `why.k` for
+    every key `k`, the catalog's `console.k` overriding it (the page's own layout)."""
+    catalog = json.loads(CATALOG.read_text(encoding="utf-8"))[lang]
+    out = {f"why.{k}": v for k, v in catalog.items() if not k.startswith("console.")}
+    out.update({f"why.{k[8:]}": v for k, v in catalog.items() if k.startswith("console.")})
+    return out
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
