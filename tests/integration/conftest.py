@@ -96,7 +96,7 @@ async def api(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[A
         async with app.router.lifespan_context(app):
             edges: Edges = app.state.edges
             # the demo users, as the admin tool adds them (identity events, SEC3), and bcg-zoe
-            ids = Identities(bus, None, time.time(), by="tests")
+            ids = Identities(bus, None, clock.now(), by="tests")  # the log's own clock
             await seed_demo(ids)
             await ids.add_user("bcg-zoe", "BCG", "user", max_active_jobs=0)
             await ids.install_token("bcg-zoe", TOKENS["zoe"])

@@ -224,7 +224,7 @@ async def test_F5_lab_members_see_their_own_labs_charges_admins_every_labs(
     the same answer as the admin route (one explain module), 403 to other labs' members; the
     CLI's `jpu usage --explain` prints it."""
     ex = await r3_live(api)
-    await add_lab_admins(api.bus, api.pool)
+    await add_lab_admins(api.bus, api.pool, api.clock.now())
     url = "/v1/labs/BCG/usage/explain"
     admin_view = await api.client.get("/v1/admin/labs/BCG/usage-explain", headers=bearer("admin"))
     for who in ("bob", "alice", "admin"):  # BCG's members (bob owns none of X's charges)

@@ -159,6 +159,25 @@ async def test_SEC2_the_gateway_publishes_commands_not_events(as_user: Any) -> N
     assert (await intake.publish_event(_maintenance())).seq > 0
 
 
+async def test_SEC2_SEC3_no_service_adds_an_identity_only_the_admin(
+    as_user: Any, secured: tuple[str, dict[str, str]]
+) -> None:
+    """An admin made by a compromised gateway (or intake) would own the platform: identity
+    events are the admin identity's alone."""
+    forged = ev.UserAdded(
+        event_id=ev.new_event_id(), ts=1.0, user="mallory", lab="BCG", role="admin"
+    )
+    subject = subject_for(forged, PREFIX)
+    for service in ("gateway", "intake", "dispatcher"):
+        user = await as_user(service)
+        with pytest.raises((nats.errors.TimeoutError, TimeoutError)):
+            await user.publish_event(forged)
+        assert user.refused(subject), service
+    assert await _last_on(secured, subject) == 0  # not in the log
+    admin = await as_user("admin")
+    assert (await admin.publish_event(forged)).seq > 0
+
+
 async def test_SEC2_only_the_admin_creates_or_updates_streams(as_user: Any) -> None:
     intake = await as_user("intake")
     js = intake.nc.jetstream(timeout=REFUSE_WAIT_S)
@@ -173,7 +192,10 @@ async def test_SEC2_only_the_admin_creates_or_updates_streams(as_user: Any) -> N
 def test_SEC2_every_event_type_has_an_owner_and_its_subject_is_covered() -> None:
     """The table follows the event catalogue: a new event type without an owner fails here."""
     for event_type in _event_types(ev.Event):
-        if event_type in (ev.JobEvent, ev.WorkspaceEvent):
+        if event_type in (ev.JobEvent, ev.WorkspaceEvent, ev.IdentityEvent):
+            continue
+        if issubclass(event_type, ev.IdentityEvent):  # SEC3: the admin's alone, no service's
+            assert permissions.OWNERS[event_type] == (), event_type.__name__
             continue
         assert permissions.OWNERS.get(event_type), f"{event_type.__name__} has no owner"
     assert permissions.owned_subjects("gateway", PREFIX) == []

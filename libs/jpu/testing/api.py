@@ -109,10 +109,11 @@ def to_builtins(e: Event) -> dict[str, Any]:
     return dict(msgspec.to_builtins(e))
 
 
-async def add_lab_admins(bus: EventBus, pool: asyncpg.Pool) -> None:
+async def add_lab_admins(bus: EventBus, pool: asyncpg.Pool, now: float | None = None) -> None:
     """bcg-lead and kdg-lead: a lab_admin of BCG and one of KDG, with `demo-<name>` tokens,
-    as the admin tool adds them (identity events, SEC3), applied by the running projector."""
-    ids = Identities(bus, pool, time.time(), by="tests")
+    as the admin tool adds them (identity events, SEC3), applied by the running projector.
+    `now`: the log's clock (a test's fake one), else the wall clock."""
+    ids = Identities(bus, pool, time.time() if now is None else now, by="tests")
     for name, lab in (("bcg-lead", "BCG"), ("kdg-lead", "KDG")):
         await ids.add_user(name, lab, "lab_admin")
         await ids.install_token(name, f"demo-{name}")

@@ -131,9 +131,9 @@ async def inprocess_stack(
     task = asyncio.create_task(run_workers(stop, workers(edges), 10.0))
     task.add_done_callback(_report_crash)  # a crashed service must not look like a stuck job
     try:
-        await wait_applied(pool, "identities", seeded, timeout=30.0)
         async with contextlib.AsyncExitStack() as scope:
             await scope.enter_async_context(app.router.lifespan_context(app))
+            await wait_applied(pool, "identities", seeded, timeout=30.0)  # its projector's fold
             if http:
                 url = await scope.enter_async_context(serve_http(app))
                 client = httpx.AsyncClient(base_url=url, timeout=30.0)
