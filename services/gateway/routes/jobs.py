@@ -24,7 +24,7 @@ from jpu.policy.workdir import chdir_problem
 from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
-from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.errors import ApiError, responses, unreachable_dependency
 from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
 from jpu_services.gateway.routes import _attempts, _files, _logs
 from jpu_services.gateway.routes import _commands as cmd
@@ -35,6 +35,9 @@ from jpu_services.gateway.routes._jobview import (
     load_array,
     load_visible,
     personal_reason,
+)
+from jpu_services.gateway.routes._jobview import (
+    from_log as job_from_log,
 )
 from jpu_services.gateway.routes._queueview import shared_view
 from jpu_services.gateway.routes.default_workspace import current_default
@@ -288,11 +291,17 @@ async def show(
     """The job: state, attempt, rank and pending reason if queued, placement, reservation,
     usage charged, backend (Slurm) job id, isolation; its run time (`elapsed_s`, live while it
     runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8). The id
-    of an array (Q7): the array, its tasks and their counts per state."""
-    tasks = await load_array(edges.pool, user, job_id)
-    if tasks is not None:  # its id whole or a prefix (U8)
-        return array_out(str(tasks[0]["array_id"]), tasks)
-    row = await load_visible(edges.pool, user, job_id)
+    of an array (Q7): the array, its tasks and their counts per state. While the database
+    does not answer: the job as its events in the log say (`from_log`, SPEC O5)."""
+    try:
+        tasks = await load_array(edges.pool, user, job_id)
+        if tasks is not None:  # its id whole or a prefix (U8)
+            return array_out(str(tasks[0]["array_id"]), tasks)
+        row = await load_visible(edges.pool, user, job_id)
+    except Exception as e:
+        if unreachable_dependency(e) is None:
+            raise
+        return await job_from_log(edges.bus, user, job_id, type(e).__name__)
     out = await _job_body(request, edges.pool, settings, row)
     return await _attempts.job_page(out, dict(row), edges, settings, cmd.now(request))
 
