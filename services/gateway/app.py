@@ -17,6 +17,7 @@ from jpu.runtime.resilience import retry, run_through_outages
 from jpu.runtime.service import run_workers
 from jpu.store.positions import PositionWatch
 from jpu_services.gateway import bootstrap
+from jpu_services.gateway.accesslog import AccessLog
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import TokenCache
 from jpu_services.gateway.errors import install_error_handlers
@@ -106,6 +107,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
     install_openapi(app, [t.name for t in settings.base.tiers])
     app.state.paths = PathTemplates(lambda: app.openapi()["paths"])  # 405 Allow, guard
     app.add_middleware(TextGuard, templates=app.state.paths)  # NUL in path/query: 422 (§8)
+    app.add_middleware(AccessLog)  # outermost: one line for every answer, the guard's too (O4)
     return app
 
 

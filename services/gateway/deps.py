@@ -16,6 +16,7 @@ from jpu.policy.authfail import AuthThrottle
 from jpu.runtime import metrics
 from jpu.runtime.edges import Edges
 from jpu.store import auth
+from jpu_services.gateway.accesslog import USER_KEY
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.errors import (
     RETRY_AFTER_S,
@@ -125,6 +126,7 @@ async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
             _failed(throttle, client, now)
             raise unauthenticated("invalid or revoked token")
         cache.put(token, principal, now)
+    request.scope[USER_KEY] = principal.name  # the access log's `user` (accesslog.py)
     return principal
 
 
