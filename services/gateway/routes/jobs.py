@@ -20,7 +20,7 @@ from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING, TERMINAL
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
-from jpu.policy.workdir import chdir_problem
+from jpu.policy.workdir import NOT_ON_CLUSTER, chdir_problem
 from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
@@ -41,7 +41,7 @@ from jpu_services.gateway.routes._jobview import (
 )
 from jpu_services.gateway.routes._queueview import shared_view
 from jpu_services.gateway.routes.default_workspace import current_default
-from jpu_services.gateway.workdir import job_accounts, roots_problem
+from jpu_services.gateway.workdir import job_accounts, not_on_cluster, roots_problem
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -131,10 +131,14 @@ async def _workdir_warnings(
 ) -> list[Any]:
     """U5 at submit: a `chdir` the job's account cannot enter is refused (422 naming `chdir`,
     the account and the fix); one it cannot write is accepted with a warning saying so.
-    SEC1 first: a `chdir` outside the site's roots is refused whoever the account is."""
+    First, one that does not exist where jobs run (a laptop's folder) and SEC1: a `chdir`
+    outside the site's roots, whoever the account is."""
     chdir = body.get("chdir")
     if not isinstance(chdir, str) or chdir_problem(chdir):
         return []  # absent, or refused by intake's validation with its own words (Q1)
+    unseen = await asyncio.to_thread(not_on_cluster, settings, chdir)  # U5: before a GPU
+    if unseen is not None:
+        raise cmd.shape_error("chdir", unseen, chdir=chdir, reason=NOT_ON_CLUSTER)
     outside = await asyncio.to_thread(roots_problem, settings, "chdir", chdir)  # SPEC SEC1
     if outside is not None:
         roots = settings.base.workdir_roots
