@@ -283,11 +283,13 @@ async def test_O5_every_service_starts_and_keeps_running_through_a_postgresql_ou
         platform.assert_all_running()
         async with httpx.AsyncClient(timeout=5.0) as http:
             assert (await http.get(f"{platform.gateway}/healthz")).status_code == 200
+            ready = await http.get(f"{platform.gateway}/readyz")  # still in rotation
+            assert (ready.status_code, ready.json()["status"]) == (200, "degraded"), ready.text
             own_pg.start()
             await submit_and_dispatch(own_nats.url, platform.env, "bob")
             await platform.until_all_up(20)
             deadline = time.monotonic() + 20  # the gateway's pool answers again
-            while (await http.get(f"{platform.gateway}/readyz")).status_code != 200:
+            while (await http.get(f"{platform.gateway}/readyz")).json()["status"] != "ready":
                 assert time.monotonic() < deadline, "the gateway never got its database back"
                 await asyncio.sleep(0.3)
         platform.assert_all_running()
