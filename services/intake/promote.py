@@ -40,7 +40,7 @@ class Limits:
             rows = await self.pool.fetch(
                 "SELECT name, max_active_jobs FROM users WHERE max_active_jobs IS NOT NULL"
             )
-        except (asyncpg.UndefinedTableError, OSError, asyncpg.PostgresError) as e:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:  # away: kept
             log.debug("users table not readable: %s", e)
             return
         self.table = {r["name"]: int(r["max_active_jobs"]) for r in rows}
