@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from jpu.cli.rest import jobviews
 from jpu.cli.rest.client import ApiError, RestError, decode
 
 # HAProxy's own 503 page, as its front answered on every route when no gateway was in rotation
@@ -53,3 +54,19 @@ def test_O5_cli_still_reads_the_apis_own_503() -> None:
         decode(_answer(503, envelope, "application/json"))
     assert raised.value.code == "SERVICE_UNAVAILABLE"
     assert raised.value.details == {"dependency": "database"}
+
+
+def test_O5_jpu_show_says_the_job_came_from_the_log() -> None:
+    # what GET /v1/jobs/{id} answers while the database is away (routes/_jobview.from_log)
+    from_log = {
+        "id": "c38d7644fbba42518c937001", "name": "train", "user": "bcg-alice", "lab": "BCG",
+        "num_gpus": 1, "state": "RUNNING", "attempt": 1, "submitted_at": 1796432000.0,
+        "queue_entered_at": 1796432000.5, "dispatched_at": 1796432001.0,
+        "started_at": 1796432002.0, "backend_job_id": None, "from_log": True,
+        "placement": {"node": "gpu-4090x2-01", "tier": "rtx4090", "gpus": [0]},
+        "degraded": "the database is unavailable (OSError): the job as its events in the log say",
+    }  # fmt: skip
+    shown = jobviews.job(from_log)
+    assert "State: RUNNING" in shown
+    assert "gpu-4090x2-01 rtx4090 gpus=0" in shown
+    assert "the database is unavailable (OSError)" in shown
