@@ -15,6 +15,7 @@ from fastapi import Depends, Request
 from jpu.policy.authfail import AuthThrottle
 from jpu.runtime import metrics
 from jpu.runtime.edges import Edges
+from jpu.runtime.resilience import within
 from jpu.store import auth
 from jpu_services.gateway.accesslog import USER_KEY
 from jpu_services.gateway.config import GatewayConfig
@@ -60,6 +61,10 @@ TOKEN_CACHE_S: Final = 1.0  # a revoked token, or a changed role or limit, count
 # database write, so none can happen meanwhile; only one made in the last
 # AUTH_OUTAGE_GRACE_S before the outage could be missed, and only until the database is back.
 AUTH_OUTAGE_GRACE_S: Final = 600.0
+# A database that hangs (a network partition, a frozen server) rather than refusing: a token's
+# lookup waits this long, then counts as the database being away.
+AUTH_QUERY_TIMEOUT_S: Final = 3.0
+DATABASE_AWAY: Final = "jpu.database_away"  # in a request's scope once it found it away
 
 
 class TokenCache:
@@ -117,11 +122,14 @@ async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
     principal = cache.get(token, now)
     if principal is None:
         try:
-            principal = await auth.authenticate(pool, token)
+            principal = await within(
+                auth.authenticate(pool, token), AUTH_QUERY_TIMEOUT_S, "the token's lookup"
+            )
         except Exception as e:
             if unreachable_dependency(e) is None:
                 raise
             principal = _during_outage(cache, token, now, e)
+            request.scope[DATABASE_AWAY] = True  # this request does not wait on it again
         if principal is None:
             _failed(throttle, client, now)
             raise unauthenticated("invalid or revoked token")

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -58,7 +59,8 @@ async def stack(
     own_pg: EmbeddedPostgres, nats_url: str, tmp_path: Path
 ) -> AsyncIterator[tuple[str, EventBus, subprocess.Popen[bytes]]]:
     """Intake and the gateway as processes on a fresh database and stream; (url, bus, gw)."""
-    dsn = own_pg.create_database("t_unavailable")
+    # a database of each test's own: the projections' positions belong to one stream
+    dsn = own_pg.create_database(f"t_unavailable_{uuid.uuid4().hex[:12]}")
     pool = await create_pool(dsn)
     try:
         await migrate(pool)
@@ -205,3 +207,66 @@ async def test_O5_a_database_blip_is_not_an_outage(
         assert shown.status_code == 200 and "from_log" not in shown.json(), shown.text
         assert (await c.get("/readyz")).json()["status"] == "ready"
         assert (await c.post("/v1/jobs", json=body, headers=ALICE)).status_code == 201
+
+
+def _processes(pid: int) -> list[int]:
+    """`pid` and all its descendants (the postmaster and its backends)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):
+            kids = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+            todo += [int(k) for k in kids]
+    return out
+
+
+@contextlib.contextmanager
+def frozen(server: EmbeddedPostgres) -> Iterator[None]:
+    """The server hangs rather than refuses (a network partition, a stopped VM): every one of
+    its processes SIGSTOPped, connections open and silent; SIGCONT after."""
+    pid = int((server.pgdata / "postmaster.pid").read_text().split()[0])
+    procs = _processes(pid)
+    for p in procs:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGCONT)
+
+
+async def test_O5_a_hung_database_does_not_hang_submits(
+    stack: tuple[str, EventBus, subprocess.Popen[bytes]], own_pg: EmbeddedPostgres
+) -> None:
+    """PostgreSQL frozen (SIGSTOP), not stopped: the submit path, readiness and maintenance
+    status answer within their bounds instead of waiting on a silent connection."""
+    url, _, gateway = stack
+    body = {"command": "echo hi", "num_gpus": 1}
+    async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+        r = await c.post("/v1/jobs", json=body, headers=ALICE)
+        assert r.status_code == 201, r.text
+        with frozen(own_pg):
+            await asyncio.sleep(1.5)  # past the token cache: auth asks the database
+            t0 = time.monotonic()
+            r = await c.post("/v1/jobs", json=body, headers=ALICE)
+            took = time.monotonic() - t0
+            print(f"submit while the database hangs: {r.status_code} in {took:.3f} s")
+            assert r.status_code == 201, r.text
+            assert r.json()["projection_lag"] is True, r.json()
+            assert took < 8.0, took  # auth's 3 s, then no read-your-writes wait
+            accepted = r.json()["id"]
+            t0 = time.monotonic()
+            ready = await c.get("/readyz")
+            assert (ready.status_code, ready.json()["status"]) == (200, "degraded"), ready.text
+            status = await c.get("/v1/maintenance/status")
+            assert status.status_code == 200, status.text
+            assert time.monotonic() - t0 < 6.0
+        assert gateway.poll() is None
+        for _ in range(150):  # thawed: the projection catches up, the job is listed
+            r = await c.get(f"/v1/jobs/{accepted}", headers=ALICE)
+            if r.status_code == 200 and "from_log" not in r.json():
+                break
+            await asyncio.sleep(0.2)
+        assert r.status_code == 200 and "from_log" not in r.json(), r.text

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
+from jpu.runtime.resilience import within
 from jpu_services.gateway.deps import EdgesDep, SettingsDep
 
 router = APIRouter(tags=["health"])
@@ -29,7 +30,7 @@ async def healthz() -> dict[str, str]:
 
 async def _check(probe: Any, timeout_s: float) -> str | None:
     try:
-        await asyncio.wait_for(probe, timeout_s)
+        await within(probe, timeout_s, "readiness")
     except Exception as e:  # any failure means "not ready"; say which
         return f"{type(e).__name__}: {e}"
     return None

@@ -7,7 +7,7 @@ projection holds once it has caught up (SPEC O5: a database blip is not an outag
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Final, Literal
 
 from fastapi import APIRouter
 from nats.js.errors import NotFoundError
@@ -15,11 +15,13 @@ from pydantic import BaseModel
 
 from jpu.bus import EventBus
 from jpu.events import MaintenanceChanged, decode, subject_for
+from jpu.runtime.resilience import within
 from jpu_services.gateway.deps import EdgesDep
 from jpu_services.gateway.errors import unreachable_dependency
 
 router = APIRouter(prefix="/v1/maintenance", tags=["maintenance"])
 log = logging.getLogger("jpu.gateway.maintenance")
+QUERY_TIMEOUT_S: Final = 2.0  # then the log answers (one JetStream request)
 
 
 class MaintenanceStatus(BaseModel):
@@ -34,8 +36,10 @@ _NEVER = MaintenanceStatus(state="NORMAL", since=None, message="")
 @router.get("/status")
 async def status(edges: EdgesDep) -> MaintenanceStatus:
     try:
-        row = await edges.pool.fetchrow(
-            "SELECT state, since, message FROM maintenance WHERE id = 1"
+        row = await within(  # a hung database counts as away
+            edges.pool.fetchrow("SELECT state, since, message FROM maintenance WHERE id = 1"),
+            QUERY_TIMEOUT_S,
+            "maintenance status",
         )
     except Exception as e:
         if unreachable_dependency(e) is None:
