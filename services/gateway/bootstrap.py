@@ -29,8 +29,12 @@ PROJECTIONS: dict[str, Projection] = {
 
 
 async def bootstrap(config: GatewayConfig, stop: asyncio.Event | None = None) -> Edges:
-    """Connect the bus (ensuring the stream) and the pool (applying migrations)."""
-    return await connect_edges(config.base, name="gateway", stop=stop)
+    """Connect the bus (ensuring the stream) and a pool that connects on first use: the
+    gateway starts and serves what the log knows while PostgreSQL is away (SPEC O5); the
+    migrations, the position watch and the projector follow once it answers (app.py)."""
+    return await connect_edges(
+        config.base, name="gateway", stop=stop, run_migrations=False, lazy_pool=True
+    )
 
 
 def workers(config: GatewayConfig, edges: Edges) -> dict[str, Worker]:

@@ -26,6 +26,9 @@ class GatewayConfig:
     # sees it with the nodes' accounts (jpu_services.gateway.workdir); JPU_GATEWAY_WORKDIR_CHECK=0
     # where it does not
     workdir_check: bool = True
+    # U5: this host sees the storage jobs run in as the nodes do, so a `chdir` missing here is
+    # missing there (refused at submit); JPU_GATEWAY_SEES_JOB_STORAGE=0 where it does not
+    sees_job_storage: bool = True
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -39,6 +42,8 @@ class GatewayConfig:
             projector=projector,
             output_root=joblogs.output_root(config, env),
             workdir_check=env.get("JPU_GATEWAY_WORKDIR_CHECK", "1").strip().lower()
+            not in {"0", "false", "no"},
+            sees_job_storage=env.get("JPU_GATEWAY_SEES_JOB_STORAGE", "1").strip().lower()
             not in {"0", "false", "no"},
         )
 

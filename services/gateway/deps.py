@@ -15,9 +15,16 @@ from fastapi import Depends, Request
 from jpu.policy.authfail import AuthThrottle
 from jpu.runtime import metrics
 from jpu.runtime.edges import Edges
+from jpu.runtime.resilience import within
 from jpu.store import auth
+from jpu_services.gateway.accesslog import USER_KEY
 from jpu_services.gateway.config import GatewayConfig
-from jpu_services.gateway.errors import ApiError, unauthenticated
+from jpu_services.gateway.errors import (
+    RETRY_AFTER_S,
+    ApiError,
+    unauthenticated,
+    unreachable_dependency,
+)
 from jpu_services.gateway.ratelimit import retry_after_header
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,15 @@ def bearer_token(request: Request) -> str | None:
 
 
 TOKEN_CACHE_S: Final = 1.0  # a revoked token, or a changed role or limit, counts within this
+# While PostgreSQL does not answer, a token this gateway accepted within this many seconds is
+# still accepted (SPEC O5: a database blip is not an outage of the API). A revocation is itself a
+# database write, so none can happen meanwhile; only one made in the last
+# AUTH_OUTAGE_GRACE_S before the outage could be missed, and only until the database is back.
+AUTH_OUTAGE_GRACE_S: Final = 600.0
+# A database that hangs (a network partition, a frozen server) rather than refusing: a token's
+# lookup waits this long, then counts as the database being away.
+AUTH_QUERY_TIMEOUT_S: Final = 3.0
+DATABASE_AWAY: Final = "jpu.database_away"  # in a request's scope once it found it away
 
 
 class TokenCache:
@@ -57,20 +73,33 @@ class TokenCache:
     accepted tokens are kept, so a new token works at once; a revoked one is refused at most
     `ttl_s` after its revocation."""
 
-    def __init__(self, ttl_s: float = TOKEN_CACHE_S, max_entries: int = 10_000) -> None:
-        self.ttl_s, self.max_entries = ttl_s, max_entries
-        self._seen: dict[str, tuple[float, auth.Principal]] = {}
+    def __init__(
+        self,
+        ttl_s: float = TOKEN_CACHE_S,
+        max_entries: int = 10_000,
+        outage_grace_s: float = AUTH_OUTAGE_GRACE_S,
+    ) -> None:
+        self.ttl_s, self.max_entries, self.outage_grace_s = ttl_s, max_entries, outage_grace_s
+        self._seen: dict[str, tuple[float, auth.Principal]] = {}  # token -> (checked at, who)
 
     def get(self, token: str, now: float) -> auth.Principal | None:
+        return self._within(token, now, self.ttl_s)
+
+    def get_during_outage(self, token: str, now: float) -> auth.Principal | None:
+        """The principal the database confirmed for `token` within `outage_grace_s`: asked
+        only when the database does not answer."""
+        return self._within(token, now, self.outage_grace_s)
+
+    def _within(self, token: str, now: float, age_s: float) -> auth.Principal | None:
         hit = self._seen.get(token)
-        if hit is None or hit[0] <= now:
+        if hit is None or now - hit[0] >= age_s:
             return None
         return hit[1]
 
     def put(self, token: str, principal: auth.Principal, now: float) -> None:
         if len(self._seen) >= self.max_entries:  # many distinct tokens: start over
             self._seen.clear()
-        self._seen[token] = (now + self.ttl_s, principal)
+        self._seen[token] = (now, principal)
 
 
 async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
@@ -92,12 +121,40 @@ async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
     cache: TokenCache = request.app.state.token_cache
     principal = cache.get(token, now)
     if principal is None:
-        principal = await auth.authenticate(pool, token)
+        try:
+            principal = await within(
+                auth.authenticate(pool, token), AUTH_QUERY_TIMEOUT_S, "the token's lookup"
+            )
+        except Exception as e:
+            if unreachable_dependency(e) is None:
+                raise
+            principal = _during_outage(cache, token, now, e)
+            request.scope[DATABASE_AWAY] = True  # this request does not wait on it again
         if principal is None:
             _failed(throttle, client, now)
             raise unauthenticated("invalid or revoked token")
         cache.put(token, principal, now)
+    request.scope[USER_KEY] = principal.name  # the access log's `user` (accesslog.py)
     return principal
+
+
+def _during_outage(
+    cache: TokenCache, token: str, now: float, error: BaseException
+) -> auth.Principal:
+    """The database did not answer: a token confirmed lately is still accepted; any other is
+    neither accepted nor refused, but told the database is away (503, never a 401 that would
+    make a client drop a good token)."""
+    principal = cache.get_during_outage(token, now)
+    if principal is not None:
+        return principal
+    log.warning("token not checked: database unavailable", extra={"error": repr(error)})
+    raise ApiError(
+        503,
+        "SERVICE_UNAVAILABLE",
+        "the database is unavailable, so this token cannot be checked now; try again shortly",
+        {"dependency": "database"},
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 def _failed(throttle: AuthThrottle, client: str, now: float) -> None:

@@ -24,7 +24,14 @@ from fastapi import Request
 
 from jpu.backends import account_map
 from jpu.backends.accounts import AccountMap
-from jpu.policy.workdir import Access, DirMode, RunAs, access, outside_roots_problem
+from jpu.policy.workdir import (
+    Access,
+    DirMode,
+    RunAs,
+    access,
+    not_on_cluster_problem,
+    outside_roots_problem,
+)
 from jpu_services.gateway.config import GatewayConfig
 
 _ACL = "system.posix_acl_access"
@@ -69,6 +76,26 @@ def roots_problem(settings: GatewayConfig, field: str, path: str) -> str | None:
         problem = outside_roots_problem(field, p, base.workdir_roots, data_dir)
         if problem is not None:
             return problem
+    return None
+
+
+def not_on_cluster(settings: GatewayConfig, chdir: str) -> str | None:
+    """U5: `chdir` refused because it does not exist where jobs run (jpu.policy.workdir
+    not_on_cluster_problem); None when it exists or this host cannot tell. Blocking (stat)."""
+    return not_on_cluster_problem(chdir, _first_missing(chdir), settings.sees_job_storage)
+
+
+def _first_missing(chdir: str) -> str | None:
+    """The first directory from / down to `chdir` that does not exist here; None when each
+    does, or when one cannot be looked into (no permission: the node decides)."""
+    path = PurePosixPath(os.path.normpath(chdir))
+    for p in [*reversed(path.parents), path]:
+        try:
+            os.stat(p)
+        except (FileNotFoundError, NotADirectoryError):
+            return str(p)
+        except OSError:
+            return None
     return None
 
 

@@ -20,8 +20,10 @@ from jpu.domain.cluster import ClusterState
 from jpu.domain.promotion import configured_limits, never_satisfied, promoted, to_promote
 from jpu.domain.submission import never_satisfied_end
 from jpu.events import new_event_id
+from jpu.runtime.resilience import within
 
 log = logging.getLogger(__name__)
+QUERY_TIMEOUT_S = 2.0  # the per-user limits refresh; on timeout the last ones stay
 
 
 class Limits:
@@ -37,10 +39,14 @@ class Limits:
             return
         self._loaded_at = time.monotonic()
         try:
-            rows = await self.pool.fetch(
-                "SELECT name, max_active_jobs FROM users WHERE max_active_jobs IS NOT NULL"
+            rows = await within(  # a hung database must not hold up commands
+                self.pool.fetch(
+                    "SELECT name, max_active_jobs FROM users WHERE max_active_jobs IS NOT NULL"
+                ),
+                QUERY_TIMEOUT_S,
+                "the per-user limits",
             )
-        except (asyncpg.UndefinedTableError, OSError, asyncpg.PostgresError) as e:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:  # away: kept
             log.debug("users table not readable: %s", e)
             return
         self.table = {r["name"]: int(r["max_active_jobs"]) for r in rows}

@@ -110,11 +110,27 @@ async def test_E3_readyz_is_degraded_while_a_projection_fault_is_recorded(
     assert (await client.get("/readyz")).json()["status"] == "ready"
 
 
-async def test_A_readyz_names_the_failed_dependency(client: httpx.AsyncClient) -> None:
+async def test_O5_readyz_stays_ready_degraded_without_the_database(
+    client: httpx.AsyncClient,
+) -> None:
+    """SPEC §8 readiness is the bus and the database: plain /readyz is 503 naming the database;
+    a load balancer's probe (`?degraded=ok`) keeps the gateway in rotation, degraded, naming the
+    database's error, since submits need only the log (routes/health.py)."""
     await client.app.state.edges.pool.close()  # type: ignore[attr-defined]
+    plain = await client.get("/readyz")
+    assert plain.status_code == 503 and set(plain.json()["error"]["details"]) == {"database"}
+    r = await client.get("/readyz?degraded=ok")
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "degraded" and r.json()["bus"] == "ok"
+    assert "InterfaceError" in r.json()["database"], r.json()
+
+
+async def test_O5_readyz_names_the_bus_when_the_log_is_away(client: httpx.AsyncClient) -> None:
+    await client.app.state.edges.bus.close()  # type: ignore[attr-defined]
     r = await client.get("/readyz")
-    assert r.status_code == 503
-    assert set(r.json()["error"]["details"]) == {"database"}
+    assert r.status_code == 503, r.text
+    assert r.json()["error"]["code"] == "NOT_READY"
+    assert "bus" in r.json()["error"]["details"], r.json()
 
 
 async def test_tokens_are_stored_hashed(client: httpx.AsyncClient, pool: asyncpg.Pool) -> None:

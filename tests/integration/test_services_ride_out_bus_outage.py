@@ -112,13 +112,20 @@ class Platform:
                     pytest.fail(f"not up after {timeout} s; up: {down}")
                 await asyncio.sleep(0.3)
 
-    async def until_each_logged(self, text: str, timeout: float) -> None:
-        """Every service's log has `text` (a start on a loaded machine takes seconds of
-        imports: the outage must be seen by each service, not just happen meanwhile)."""
+    async def until_each_logged(
+        self, text: str, timeout: float, only: tuple[str, ...] | None = None
+    ) -> None:
+        """Every service's log (or those `only` names) has `text` (a start on a loaded machine
+        takes seconds of imports: the outage must be seen by each service, not just happen
+        meanwhile)."""
         deadline = time.monotonic() + timeout
         while True:
             self.assert_all_running()
-            logs = {s.name: s.log.read_text(errors="replace") for s in self.services}
+            logs = {
+                s.name: s.log.read_text(errors="replace")
+                for s in self.services
+                if only is None or s.name in only
+            }
             missing = [name for name, log in logs.items() if text not in log]
             if not missing:
                 return
@@ -173,8 +180,11 @@ async def platform(own_nats: EmbeddedNats, pg_dsn: str, tmp_path: Path) -> Async
         yield p
 
 
-async def submit_and_dispatch(nats_url: str, env: dict[str, str], user: str) -> None:
-    """A submit accepted by intake and dispatched by the dispatcher, through the log."""
+async def submit_and_dispatch(
+    nats_url: str, env: dict[str, str], user: str, dispatched: bool = True
+) -> str:
+    """A submit accepted by intake and (`dispatched`) dispatched by the dispatcher, through
+    the log; the job's id."""
     bus = await EventBus.connect(
         nats_url, stream=env["JPU_STREAM_NAME"], prefix=env["JPU_SUBJECT_PREFIX"], name="pytest"
     )
@@ -193,13 +203,30 @@ async def submit_and_dispatch(nats_url: str, env: dict[str, str], user: str) -> 
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.2)
-        while True:
-            dispatched = [
+        while dispatched:
+            done = [
                 d.event.job_id async for d in bus.replay() if isinstance(d.event, JobDispatched)
             ]
-            if job_id in dispatched:
-                return
+            if job_id in done:
+                break
             assert time.monotonic() < deadline, f"{job_id} not dispatched"
+            await asyncio.sleep(0.3)
+        return str(job_id)
+    finally:
+        await bus.close()
+
+
+async def until_dispatched(nats_url: str, env: dict[str, str], job_id: str) -> None:
+    bus = await EventBus.connect(
+        nats_url, stream=env["JPU_STREAM_NAME"], prefix=env["JPU_SUBJECT_PREFIX"], name="pytest"
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            events = await bus.job_events(job_id)
+            if any(isinstance(d.event, JobDispatched) for d in events):
+                return
+            assert time.monotonic() < deadline, f"{job_id} not dispatched: {events}"
             await asyncio.sleep(0.3)
     finally:
         await bus.close()
@@ -272,17 +299,40 @@ async def test_O5_every_service_starts_and_keeps_running_through_a_postgresql_ou
     own_pg.start()  # initdb and the database, as a deployment has them; then a restart
     own_pg.stop()
     async with platform_on(own_nats.url, own_pg.dsn(), tmp_path) as platform:
-        # started while the database is away: each one waits (the notifier used to exit)
+        # started while the database is away: each worker that needs it waits (the notifier
+        # used to exit); the gateway and intake, which need it for nothing a submit needs,
+        # serve: the gateway ready (degraded) with maintenance status from the log, intake
+        # accepting a submit into the log
         platform.spawn_all()
-        await platform.until_each_logged("PostgreSQL unavailable; retrying", 60)
+        waiting = tuple(w for w in WORKERS if w != "intake")
+        await platform.until_each_logged("PostgreSQL unavailable; retrying", 60, waiting)
+        await platform.until_each_logged("migrations unavailable; retrying", 60, ("gateway",))
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    ready = await http.get(f"{platform.gateway}/readyz?degraded=ok")
+                    if ready.status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the gateway did not serve without PG"
+                platform.assert_all_running()
+                await asyncio.sleep(0.3)
+            assert ready.json()["status"] == "degraded", ready.text
+            status = await http.get(f"{platform.gateway}/v1/maintenance/status")
+            assert (status.status_code, status.json()["state"]) == (200, "NORMAL"), status.text
+        early = await submit_and_dispatch(own_nats.url, platform.env, "carol", dispatched=False)
+        platform.assert_all_running()
         await asyncio.to_thread(own_pg.start)
         await platform.until_all_up(40)
         await submit_and_dispatch(own_nats.url, platform.env, "alice")
+        await until_dispatched(own_nats.url, platform.env, early)  # accepted before: not lost
         own_pg.stop()  # a restart of the database: same port, same data
         await asyncio.sleep(4.0)
         platform.assert_all_running()
         async with httpx.AsyncClient(timeout=5.0) as http:
             assert (await http.get(f"{platform.gateway}/healthz")).status_code == 200
+            ready = await http.get(f"{platform.gateway}/readyz?degraded=ok")  # still in rotation
+            assert (ready.status_code, ready.json()["status"]) == (200, "degraded"), ready.text
             own_pg.start()
             await submit_and_dispatch(own_nats.url, platform.env, "bob")
             await platform.until_all_up(20)

@@ -32,7 +32,7 @@ def test_O3_compose_and_k8s_manifests_parse() -> None:
     # on it): a worker's heartbeat, or the gateway's /readyz
     image = (ROOT / "compose" / "images" / "service.Containerfile").read_text()
     assert "HEALTHCHECK" in image and "jpu.runtime.health" in image
-    assert services["gateway"]["environment"]["JPU_HEALTH_URL"].endswith("/readyz")
+    assert services["gateway"]["environment"]["JPU_HEALTH_URL"].endswith("/readyz?degraded=ok")
     assert services["dispatcher"]["deploy"]["replicas"] == 2
     nats = [n for n in services if n.startswith("nats-")]
     assert len(nats) == 3 and all("-js" in services[n]["command"] for n in nats)
@@ -51,7 +51,7 @@ def test_O3_k8s_every_service_has_probes_and_replicas() -> None:
         assert dep["spec"]["replicas"] >= 1
     gw = deployments["gateway"]["spec"]["template"]["spec"]["containers"][0]
     assert gw["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert gw["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert gw["readinessProbe"]["httpGet"]["path"] == "/readyz?degraded=ok"
     assert deployments["dispatcher"]["spec"]["replicas"] == 2  # leader + standby (SPEC E4)
 
     [nats] = [d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "nats"]
@@ -99,3 +99,25 @@ def test_U5_agent_and_gateway_share_the_job_output_storage() -> None:
         assert vol["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"], name
     kustomization = yaml.safe_load((ROOT / "k8s" / "kustomization.yaml").read_text())
     assert "outputs.yaml" in kustomization["resources"]
+
+
+def test_O5_every_container_restarts_and_its_log_is_capped() -> None:
+    """No container stays stopped (a service that ends for any reason the in-process retry
+    does not cover is restarted by the engine), and none fills the disk with its output."""
+    compose = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+    wrong = []
+    for name, svc in compose["services"].items():
+        if svc.get("restart") not in ("unless-stopped", "always", "on-failure"):
+            wrong.append(f"{name}: restart {svc.get('restart')!r}")
+        opts = (svc.get("logging") or {}).get("options") or {}
+        if svc.get("logging", {}).get("driver") != "json-file" or not opts.get("max-size"):
+            wrong.append(f"{name}: logging {svc.get('logging')!r}")
+    assert not wrong, wrong
+    # Kubernetes: long-running pods restart always (the default); the one-shot Job on failure
+    for d in k8s_docs():
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            policy = d["spec"]["template"]["spec"].get("restartPolicy", "Always")
+            assert policy == "Always", (d["metadata"]["name"], policy)
+        if d["kind"] == "Job":
+            assert d["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
+            assert d["spec"]["backoffLimit"] >= 10, d["metadata"]["name"]

@@ -21,6 +21,18 @@ def test_A_token_cache_keeps_accepted_tokens_for_ttl_only() -> None:
     assert cache.get("other", now=10.5) is None
 
 
+def test_O5_token_cache_answers_for_a_lately_confirmed_token_while_the_database_is_away() -> None:
+    # A database blip is not an outage: a token the database confirmed within the grace is
+    # still accepted while it does not answer; an older or unknown one is not (503, not 401).
+    cache = TokenCache(ttl_s=1.0, outage_grace_s=600.0)
+    cache.put("t", ALICE, now=10.0)
+    assert cache.get("t", now=20.0) is None  # normally: asked again
+    assert cache.get_during_outage("t", now=20.0) == ALICE
+    assert cache.get_during_outage("t", now=609.9) == ALICE
+    assert cache.get_during_outage("t", now=610.0) is None  # confirmed too long ago
+    assert cache.get_during_outage("never", now=20.0) is None
+
+
 def test_A_token_cache_is_bounded() -> None:
     cache = TokenCache(ttl_s=60.0, max_entries=3)
     for i in range(3):

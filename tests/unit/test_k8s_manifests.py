@@ -58,7 +58,7 @@ def test_k8s_gateway_probes_healthz_and_readyz_O4() -> None:
     for name in ("gateway", "projector"):
         (c,) = pod_spec(workloads(documents())[name])["containers"]
         assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", name
-        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz", name
+        assert c["readinessProbe"]["httpGet"]["path"] == "/readyz?degraded=ok", name
 
 
 def test_k8s_every_container_requests_cpu_and_memory_and_is_probed_O4() -> None:

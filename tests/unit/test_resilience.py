@@ -18,6 +18,7 @@ from jpu.runtime.resilience import (
     is_transient,
     retry,
     run_through_outages,
+    within,
 )
 
 FAST = Backoff(first_s=0.001, cap_s=0.004)
@@ -161,3 +162,33 @@ async def test_O5_a_stop_whose_drain_meets_the_outage_is_still_a_stop() -> None:
         raise ConnectionRefusedError(111, "refused")  # the last write, PostgreSQL still away
 
     await asyncio.wait_for(run_through_outages("svc", workers, stop, backoff=FAST), 2)
+
+
+async def test_O5_within_gives_up_on_a_hung_call_without_waiting_for_its_cancellation() -> None:
+    # what asyncpg does with a query on a frozen server: its cleanup on cancel waits too
+    released = asyncio.Event()
+    cleanup_done = asyncio.Event()
+
+    async def hung_query() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await released.wait()  # the connection's reset, on a server that does not answer
+            cleanup_done.set()
+
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    with pytest.raises(TimeoutError, match=r"the lookup: no answer within 0\.05 s"):
+        await within(hung_query(), 0.05, "the lookup")
+    assert loop.time() - t0 < 1.0  # asyncio.wait_for would wait for `released` forever
+    assert isinstance(TimeoutError(), OSError)  # an outage to the gateway's error handling
+    released.set()
+    await asyncio.wait_for(cleanup_done.wait(), 1.0)  # the cleanup still runs, later
+
+
+async def test_O5_within_returns_what_answers_in_time() -> None:
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    assert await within(answer(), 1.0, "x") == 7

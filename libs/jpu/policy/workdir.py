@@ -11,6 +11,16 @@ are the log's. What the job's Unix account (X4) may do there is checked twice:
   * on the node, as the account, before the script runs (jpu.backends.isolation.ENTER_WORKDIR):
     a directory it cannot enter fails the attempt with a clear line on its stderr.
 
+SPEC U5 in a deployment (`not_on_cluster_problem`): `jpu submit` sends the directory it runs
+in, which on a laptop is no directory of the cluster. Where the gateway sees the storage jobs
+run in (as the nodes see it: `make run`, and compose/k8s, whose gateway and agent see the same
+volumes), a `chdir` missing there is refused at submit (422 naming `chdir`, details.reason
+NOT_ON_CLUSTER) — the job would fail on the node only after holding a GPU. The CLI, when the
+directory was its implicit default (no --chdir / #SBATCH --chdir), then submits without one
+and says so: a job with no `chdir` runs in its own output directory, which the cluster has.
+A site whose gateway host does not mount the nodes' storage says so
+(JPU_GATEWAY_SEES_JOB_STORAGE=0) and the node decides, as for an ACL.
+
 SPEC SEC1: where a job may run at all (`outside_roots_problem`): the resolved path (symlinks
 followed) lies under one of the site's `workdir_roots` and never inside the platform's data
 directory or the host's own trees (/proc, /sys, /run, /dev, /etc) — a job's directory is
@@ -50,6 +60,27 @@ def chdir_problem(value: Any) -> str | None:
     if size > MAX_CHDIR_BYTES:
         return f"at most {MAX_CHDIR_BYTES} bytes (PATH_MAX), got {size}"
     return None
+
+
+# --- U5: does it exist where the cluster runs jobs? -----------------------------------------
+
+NOT_ON_CLUSTER: Final = "not_on_cluster"  # details.reason of the refusal, for the CLI
+
+
+def not_on_cluster_problem(chdir: str, missing: str | None, sees_job_storage: bool) -> str | None:
+    """Why `chdir` is refused because the cluster has no such directory, or None. `missing`:
+    the first directory on the way that does not exist where the gateway looks (None: all
+    exist, or it cannot tell — no permission to look); `sees_job_storage`: the gateway sees
+    the storage jobs run in as the nodes do (else the node decides at launch)."""
+    if missing is None or not sees_job_storage:
+        return None
+    gone = "it" if missing.rstrip("/") == chdir.rstrip("/") else missing
+    return (
+        f"chdir: {chdir} does not exist on the cluster ({gone} is missing where jobs run): a "
+        "job started there would fail after holding a GPU. Submit from a directory on the "
+        "cluster's storage, give --chdir DIR, or give no chdir: the job then runs in its own "
+        "output directory"
+    )
 
 
 # --- can the job's account write it? (checked where the directory can be seen) ----------------

@@ -52,9 +52,12 @@ async def connect_edges(
     ensure_stream: bool = True,
     timeout_s: float | None = None,
     stop: asyncio.Event | None = None,
+    lazy_pool: bool = False,
 ) -> Edges:
     """Connect bus and pool, ensure the stream, apply migrations: each step retried through an
-    outage until `stop` is set or `timeout_s` has passed (None: as long as it takes)."""
+    outage until `stop` is set or `timeout_s` has passed (None: as long as it takes).
+    `lazy_pool`: the pool connects on first use (min_size 0), so the start does not wait for
+    PostgreSQL — the gateway serves what the log knows while it is away (SPEC O5)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
 
     def left() -> float | None:
@@ -72,7 +75,10 @@ async def connect_edges(
     bus = await retry("NATS", bus_, stop=stop, timeout_s=left())
     try:
         pool = await retry(
-            "PostgreSQL", lambda: create_pool(config.database_url), stop=stop, timeout_s=left()
+            "PostgreSQL",
+            lambda: create_pool(config.database_url, min_size=0 if lazy_pool else 1),
+            stop=stop,
+            timeout_s=left(),
         )
     except BaseException:
         await bus.close()

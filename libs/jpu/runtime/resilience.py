@@ -15,7 +15,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 import nats.errors
@@ -218,3 +218,22 @@ async def run_through_outages(
 async def _relay(outer: asyncio.Event, inner: asyncio.Event) -> None:
     await outer.wait()
     inner.set()
+
+
+async def within(aw: Awaitable[T], timeout_s: float, what: str) -> T:
+    """`await aw`, or TimeoutError (an OSError: an outage to the callers) after `timeout_s`.
+    Unlike asyncio.wait_for, the late awaitable is cancelled but not waited for: cancelling
+    a query on a server that hangs (a partition, a frozen host) waits on that server too —
+    asyncpg's release resets the connection — and the caller must not."""
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if task in done:
+        return task.result()
+    task.add_done_callback(_retrieved)
+    task.cancel()
+    raise TimeoutError(f"{what}: no answer within {timeout_s:g} s")
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception was never retrieved" when it ends

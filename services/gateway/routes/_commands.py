@@ -23,8 +23,10 @@ from jpu.bus.errors import ConcurrencyConflict
 from jpu.domain import limits
 from jpu.events import subject_for
 from jpu.runtime.edges import Edges
+from jpu.runtime.resilience import within
 from jpu.store.positions import PositionWatch
 from jpu.store.projection import wait_applied
+from jpu_services.gateway.deps import DATABASE_AWAY
 from jpu_services.gateway.errors import ApiError, unreachable_dependency
 
 T = TypeVar("T")
@@ -127,10 +129,16 @@ async def read_back(
     row. None when the projection lags or the database does not answer right now: the command
     is in the log all the same, so the client must learn it was accepted — never a 503 that
     invites a second submit."""
-    try:
+
+    async def wait_and_load() -> T | None:
         if not await caught_up(edges, seq, request=request):
             return None
         return await load()
+
+    if request.scope.get(DATABASE_AWAY):  # found away by this very request (its token)
+        return None
+    try:  # bounded as a whole: a database that hangs rather than refuses (SPEC O5)
+        return await within(wait_and_load(), READ_YOUR_WRITES_TIMEOUT_S + 1.0, "read-your-writes")
     except Exception as e:
         if unreachable_dependency(e) is None:
             raise

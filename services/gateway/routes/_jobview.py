@@ -14,10 +14,11 @@ from typing import Any, Final
 
 import asyncpg
 
+from jpu.bus import EventBus
 from jpu.domain import jobids
-from jpu.domain.states import PLACED, QUEUED, TERMINAL, in_order  # SPEC §1.4
+from jpu.domain.states import PLACED, QUEUED, TERMINAL, in_order, job_view  # SPEC §1.4
 from jpu.store import auth
-from jpu_services.gateway.errors import ApiError
+from jpu_services.gateway.errors import RETRY_AFTER_S, ApiError
 
 QUEUED_STATES: Final = in_order(QUEUED)
 RUNNING_STATES: Final = in_order(PLACED)
@@ -333,3 +334,54 @@ async def list_jobs(
     rows = rows[:limit]
     nxt = encode_cursor(rows[-1]["submitted_at"], rows[-1]["job_id"]) if more and rows else None
     return rows, nxt
+
+
+async def from_log(bus: EventBus, user: auth.Principal, job_id: str, why: str) -> dict[str, Any]:
+    """The job folded from its own events in the log (jpu.domain.states.job_view), for when
+    the database does not answer (SPEC O5): its state, attempt and placement, marked
+    `from_log`. Only a whole id (a prefix needs the projection); the same visibility."""
+    view = job_view(await bus.job_events(job_id)) if _whole_id(job_id) else None
+    if view is None:
+        raise ApiError(
+            503,
+            "SERVICE_UNAVAILABLE",
+            f"the database is unavailable ({why}) and the log has no job {job_id!r} by that"
+            " whole id; try again shortly",
+            {"dependency": "database", "job_id": job_id},
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    if not can_see(user, {"user": view.user, "lab": view.lab}):
+        raise ApiError(
+            403,
+            "FORBIDDEN",
+            "only the owner, a lab_admin of its lab or an admin may see or cancel this job",
+            {"job_id": job_id},
+        )
+    node, tier, gpus = view.placement if view.placement is not None else (None, None, ())
+    return {
+        "id": view.job_id,
+        "name": view.name,
+        "user": view.user,
+        "lab": view.lab,
+        "num_gpus": view.num_gpus,
+        "state": view.state,
+        "attempt": view.attempt,
+        "submitted_at": view.submitted_at,
+        "queue_entered_at": view.queue_entered_at,
+        "dispatched_at": view.dispatched_at,
+        "started_at": view.started_at,
+        "placement": None if node is None else {"node": node, "tier": tier, "gpus": list(gpus)},
+        "backend_job_id": view.backend_job_id,
+        "from_log": True,
+        "degraded": f"the database is unavailable ({why}): the job as its events in the log"
+        " say; rank, usage and attempts come back with the database",
+    }
+
+
+def _whole_id(text: str) -> bool:
+    """`ID` or `ID_K` as jpu.domain.jobids reads it (no wildcard reaches a subject filter)."""
+    try:
+        jobids.parse(text)
+    except ValueError:
+        return False
+    return True

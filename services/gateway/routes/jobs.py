@@ -20,11 +20,11 @@ from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING, TERMINAL
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
-from jpu.policy.workdir import chdir_problem
+from jpu.policy.workdir import NOT_ON_CLUSTER, chdir_problem
 from jpu.store.projections.workspaces import read_first
 from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
-from jpu_services.gateway.errors import ApiError, responses
+from jpu_services.gateway.errors import ApiError, responses, unreachable_dependency
 from jpu_services.gateway.personal import personal_reasons
 from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
 from jpu_services.gateway.routes import _attempts, _files, _logs
@@ -36,9 +36,12 @@ from jpu_services.gateway.routes._jobview import (
     load_array,
     load_visible,
 )
+from jpu_services.gateway.routes._jobview import (
+    from_log as job_from_log,
+)
 from jpu_services.gateway.routes._queueview import shared_view
 from jpu_services.gateway.routes.default_workspace import current_default
-from jpu_services.gateway.workdir import job_accounts, roots_problem
+from jpu_services.gateway.workdir import job_accounts, not_on_cluster, roots_problem
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -132,10 +135,14 @@ async def _workdir_warnings(
 ) -> list[Any]:
     """U5 at submit: a `chdir` the job's account cannot enter is refused (422 naming `chdir`,
     the account and the fix); one it cannot write is accepted with a warning saying so.
-    SEC1 first: a `chdir` outside the site's roots is refused whoever the account is."""
+    First, one that does not exist where jobs run (a laptop's folder) and SEC1: a `chdir`
+    outside the site's roots, whoever the account is."""
     chdir = body.get("chdir")
     if not isinstance(chdir, str) or chdir_problem(chdir):
         return []  # absent, or refused by intake's validation with its own words (Q1)
+    unseen = await asyncio.to_thread(not_on_cluster, settings, chdir)  # U5: before a GPU
+    if unseen is not None:
+        raise cmd.shape_error("chdir", unseen, chdir=chdir, reason=NOT_ON_CLUSTER)
     outside = await asyncio.to_thread(roots_problem, settings, "chdir", chdir)  # SPEC SEC1
     if outside is not None:
         roots = settings.base.workdir_roots
@@ -294,11 +301,17 @@ async def show(
     """The job: state, attempt, rank and pending reason if queued, placement, reservation,
     usage charged, backend (Slurm) job id, isolation; its run time (`elapsed_s`, live while it
     runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8). The id
-    of an array (Q7): the array, its tasks and their counts per state."""
-    tasks = await load_array(edges.pool, user, job_id)
-    if tasks is not None:  # its id whole or a prefix (U8)
-        return array_out(str(tasks[0]["array_id"]), tasks)
-    row = await load_visible(edges.pool, user, job_id)
+    of an array (Q7): the array, its tasks and their counts per state. While the database
+    does not answer: the job as its events in the log say (`from_log`, SPEC O5)."""
+    try:
+        tasks = await load_array(edges.pool, user, job_id)
+        if tasks is not None:  # its id whole or a prefix (U8)
+            return array_out(str(tasks[0]["array_id"]), tasks)
+        row = await load_visible(edges.pool, user, job_id)
+    except Exception as e:
+        if unreachable_dependency(e) is None:
+            raise
+        return await job_from_log(edges.bus, user, job_id, type(e).__name__)
     out = await _job_body(request, edges.pool, settings, row)
     return await _attempts.job_page(out, dict(row), edges, settings, cmd.now(request))
 

@@ -155,5 +155,32 @@ def decode(response: httpx.Response) -> Any:
             str(error.get("message", "")),
             error.get("details") or {},
         )
+    if body is None and response.content:  # never the proxy's HTML on the user's terminal
+        raise RestError(not_the_api(response))
     text = response.text.strip().replace("\n", " ")[:200]
     raise RestError(f"HTTP {response.status_code}: {text or response.reason_phrase}")
+
+
+# A proxy or load balancer in front of the gateways answers these itself when none answers.
+_PROXY_STATUSES = {502: "bad gateway", 503: "no gateway available", 504: "gateway timeout"}
+
+
+def not_the_api(response: httpx.Response) -> str:
+    """One line for an error answer that is not JSON (an HTML page from HAProxy, nginx, an
+    ingress): who answered, what it means, and when to try again — never the page itself."""
+    status = response.status_code
+    kind = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    host = response.request.url.host if response.request else "the server"
+    meaning = _PROXY_STATUSES.get(status)
+    what = f" ({meaning})" if meaning else ""
+    line = (
+        f"HTTP {status}{what} from {host}: the answer is {kind}, not the JPU-Share API's JSON, "
+        "so a proxy or load balancer in front of the gateways answered"
+    )
+    if meaning:
+        wait = response.headers.get("retry-after", "").strip()
+        after = f" in {wait} s" if wait.isdigit() else " shortly"
+        line += f"; the platform may be restarting: try again{after}"
+    else:
+        line += "; check the URL (--url, JPU_URL)"
+    return line

@@ -251,6 +251,8 @@ def job(j: dict[str, Any]) -> str:
             )
         )
     pairs += [("Warning", w) for w in j.get("sbatch_warnings") or []]  # U6, as at submit
+    if j.get("degraded"):  # SPEC O5: the database is away, the job as the log says
+        pairs.append(("Note", j["degraded"]))
     out = fields(pairs)
     for sentence in j.get("oom_explanation") or []:
         out += f"\nOOM retry: {sentence}."

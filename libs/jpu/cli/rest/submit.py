@@ -26,6 +26,7 @@ from jpu.cli.rest.render import parse_time_limit
 from jpu.config import Tier, load_config
 from jpu.domain.sbatch_options import OPTIONS
 from jpu.policy import sbatch as sbatch_policy
+from jpu.policy.workdir import NOT_ON_CLUSTER
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 SiteOf = Callable[[], sbatch_policy.Site]  # the site's tiers and sbatch settings (the API's)
@@ -297,7 +298,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         try:
-            job = c.post("/v1/jobs", body, headers)
+            job = _post_submit(c, body, headers, implicit_chdir=not (args.chdir or d.chdir))
         except ApiError as e:  # said in submit's flags; the script by its name and size
             said = messages.api_error(e.code, e.message, e.details, submit=True)
             e.args = (messages.name_script(said, _what(args), body["command"]),)
@@ -315,6 +316,30 @@ def cmd_submit(args: argparse.Namespace) -> int:
         else:
             print(messages.submitted(*_held_check(c, job)))
     return 0
+
+
+def _post_submit(
+    c: RestClient, body: dict[str, Any], headers: Any, *, implicit_chdir: bool
+) -> dict[str, Any]:
+    """POST the job. U5: when the directory `jpu submit` ran in was only the default (no
+    --chdir, no #SBATCH --chdir) and the cluster has no such directory (a laptop's folder:
+    jpu.policy.workdir NOT_ON_CLUSTER, refused before anything was appended), the job is
+    submitted with no chdir — it runs in its own output directory — and the user is told."""
+    try:
+        job: dict[str, Any] = c.post("/v1/jobs", body, headers)
+        return job
+    except ApiError as e:
+        if not implicit_chdir or e.details.get("reason") != NOT_ON_CLUSTER:
+            raise
+        where = body.pop("chdir")
+    job = c.post("/v1/jobs", body, headers)
+    workdir = job.get("workdir") or f"its output directory (jpu show {job.get('id')})"
+    print(
+        f"jpu submit: note: {where} is not on the cluster, so the job runs in {workdir}; "
+        "give --chdir DIR to run it in a directory of the cluster",
+        file=sys.stderr,
+    )
+    return job
 
 
 def _held_check(c: RestClient, job: dict[str, Any]) -> tuple[dict[str, Any], Any]:
