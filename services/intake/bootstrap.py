@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from jpu.backends.workdir_check import check_enabled
 from jpu.runtime.clock import SystemClock
 from jpu.runtime.edges import Edges, connect_edges
 from jpu.runtime.service import Worker
@@ -20,6 +21,9 @@ def workers(edges: Edges) -> dict[str, Worker]:
     """Submit/cancel commands and promotion (SPEC Q1-Q6), any number of replicas."""
 
     async def intake(stop: asyncio.Event) -> None:
-        await run_intake(edges.bus, edges.config, SystemClock(), stop, pool=edges.pool)
+        await run_intake(
+            edges.bus, edges.config, SystemClock(), stop, pool=edges.pool,
+            workdir_check=check_enabled(),  # U5: JPU_WORKDIR_CHECK=0 where accounts differ
+        )  # fmt: skip
 
     return {"intake": intake}

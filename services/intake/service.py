@@ -17,6 +17,7 @@ import asyncpg
 import msgspec
 from nats.aio.msg import Msg
 
+from jpu.backends.workdir_check import JobAccounts
 from jpu.bus import Delivered, EventBus
 from jpu.bus.errors import ConcurrencyConflict
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
@@ -75,9 +76,16 @@ _SLOT_EVENTS = (
 
 class Intake:
     def __init__(
-        self, bus: EventBus, config: Config, clock: Clock, pool: asyncpg.Pool | None
+        self,
+        bus: EventBus,
+        config: Config,
+        clock: Clock,
+        pool: asyncpg.Pool | None,
+        workdir_check: bool = True,
     ) -> None:
         self.bus, self.config, self.clock = bus, config, clock
+        # U5, X4: the account a job runs as, to look at its chdir as that account would
+        self.accounts = JobAccounts(config, enabled=workdir_check)
         self.state = ClusterState.new(config, keep_ended=False)  # SPEC O6
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
@@ -185,7 +193,9 @@ class Intake:
             return await hold(cmd, self.state, self.follower, self.bus, now)  # Q9
         if cmd.max_active_jobs is not None:
             self.promoter.limits.table.setdefault(cmd.user, cmd.max_active_jobs)
-        reply = await submit(cmd, self.state, self.bus, self.config, now, self.follower)
+        reply = await submit(
+            cmd, self.state, self.bus, self.config, now, self.accounts, self.follower
+        )
         if reply.status == 201 and reply.seq is not None:
             try:
                 await self.follower.wait_for(reply.seq, timeout=5.0)
@@ -228,8 +238,11 @@ async def run_intake(
     stop: asyncio.Event,
     *,
     pool: asyncpg.Pool | None = None,
+    workdir_check: bool = True,
 ) -> None:
-    intake = Intake(bus, config, clock, pool)
+    """`workdir_check` False: this host does not share the nodes' Unix accounts (U5: the node
+    decides at launch); SEC1's roots are checked all the same."""
+    intake = Intake(bus, config, clock, pool, workdir_check)
     await intake.follower.restore()  # SPEC O6: the newest snapshot, then only the log's tail
     follow = asyncio.create_task(intake.follower.run(stop))
     subs = []

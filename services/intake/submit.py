@@ -14,6 +14,7 @@ import uuid
 
 import msgspec
 
+from jpu.backends.workdir_check import JobAccounts, chdir_facts
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand, error_reply
@@ -26,6 +27,8 @@ from jpu.domain.submission import (
     array_refused,
     cancel_answer,
     cancel_requested,
+    chdir_answer,
+    chdir_to_check,
     hold_answer,
     hold_event,
     idempotent_job_id,
@@ -33,6 +36,7 @@ from jpu.domain.submission import (
     refused,
     replay,
     submitted,
+    with_workspace,
 )
 from jpu.events import JobSubmitted, new_event_id
 
@@ -48,9 +52,33 @@ async def submit(
     bus: EventBus,
     config: Config,
     now: float,
+    accounts: JobAccounts,
     follower: Follower | None = None,
 ) -> CommandReply:
-    """Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit → JobSubmitted (Q4)."""
+    """U5/SEC1 chdir → X4a workspace → Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit →
+    JobSubmitted (Q4)."""
+    warnings: list[dict[str, object]] = []
+    if (chdir := chdir_to_check(cmd)) is not None:  # as the job's account would see it (X4)
+        facts = await asyncio.to_thread(chdir_facts, config, accounts, cmd.user, chdir)
+        refusal, warnings = chdir_answer(chdir, *facts, config.workdir_roots)
+        if refusal is not None:
+            return refusal
+    cmd, image, refusal = with_workspace(cmd, state)
+    if refusal is not None:
+        return refusal
+    reply = await _decided(cmd, image, state, bus, config, now, follower)
+    return msgspec.structs.replace(reply, warnings=warnings) if warnings and reply.ok else reply
+
+
+async def _decided(
+    cmd: SubmitCommand,
+    image: str | None,
+    state: ClusterState,
+    bus: EventBus,
+    config: Config,
+    now: float,
+    follower: Follower | None,
+) -> CommandReply:
     tiers = {t.name: t for t in config.tiers}
     answer = invalid(cmd, tiers) or array_refused(
         cmd, state, config.array_max_tasks, config.array_max_queued_per_user
@@ -58,7 +86,7 @@ async def submit(
     if answer is not None:
         return answer
     jid = job_id_for(cmd.user, cmd.idempotency_key)
-    event = submitted(cmd, jid, now, new_event_id())
+    event = submitted(cmd, jid, now, new_event_id(), image)
     known = state.jobs.get(event.job_id)
     if cmd.idempotency_key is not None and known is None:
         known = await _ended_job(bus, event.job_id)  # an ended job left the hot state

@@ -1,13 +1,13 @@
 """SPEC U5, Q1: the `chdir` of a submit — the directory the job runs in. Pure.
 
 Like sbatch's `--chdir` (the CLI sends the directory `jpu submit` runs in): an absolute path,
-at most 4096 bytes of UTF-8 (PATH_MAX; the kernel itself takes one byte less), no NUL. Intake
-does not look it up: it names a directory on the nodes (shared storage), and intake's decisions
-are the log's. What the job's Unix account (X4) may do there is checked twice:
-  * at submit, by the gateway, from the directories' modes where it can see them (`access`;
-    jpu_services.gateway.workdir): a directory the account cannot enter is refused (422 naming
-    `chdir`, the account and the fix), one it cannot write is accepted with a warning (a job may
-    only read there; what it writes there would be lost);
+at most 4096 bytes of UTF-8 (PATH_MAX; the kernel itself takes one byte less), no NUL: Q1 does
+not look it up (it names a directory on the nodes, shared storage). What the job's Unix account
+(X4) may do there is checked twice:
+  * at submit, by intake, from the directories' modes where it can see them (`access`;
+    jpu.backends.workdir_check; jpu.domain.submission.chdir_answer): a directory the account
+    cannot enter is refused (422 naming `chdir`, the account and the fix), one it cannot write
+    is accepted with a warning (a job may only read there; what it writes there would be lost);
   * on the node, as the account, before the script runs (jpu.backends.isolation.ENTER_WORKDIR):
     a directory it cannot enter fails the attempt with a clear line on its stderr.
 
@@ -15,7 +15,7 @@ SPEC SEC1: where a job may run at all (`outside_roots_problem`): the resolved pa
 followed) lies under one of the site's `workdir_roots` and never inside the platform's data
 directory or the host's own trees (/proc, /sys, /run, /dev, /etc) — a job's directory is
 bind-mounted into its container, so the platform's sockets or the host's processes must never
-be one. Checked at submit on the gateway's view and again at launch as the job's account.
+be one. Checked at submit on intake's view and again at launch as the job's account.
 """
 
 from __future__ import annotations

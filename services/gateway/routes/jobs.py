@@ -7,7 +7,6 @@ intake decides and appends the event (SPEC E4); the verdicts (422 / 503 / 409) a
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Annotated, Any, Final
 
@@ -19,10 +18,6 @@ from jpu import commands
 from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING, TERMINAL
-from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
-from jpu.policy.workdir import chdir_problem
-from jpu.store.projections.workspaces import read_first
-from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
@@ -37,8 +32,7 @@ from jpu_services.gateway.routes._jobview import (
     personal_reason,
 )
 from jpu_services.gateway.routes._queueview import shared_view
-from jpu_services.gateway.routes.default_workspace import current_default
-from jpu_services.gateway.workdir import job_accounts, roots_problem
+from jpu_services.gateway.workdir import job_accounts
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -123,42 +117,6 @@ def _with_dirs(out: dict[str, Any], settings: Any, account: str) -> dict[str, An
     return {**out, **dirs, "account": account}
 
 
-async def _workdir_warnings(
-    request: Request, user: str, body: dict[str, Any], settings: GatewayConfig
-) -> list[Any]:
-    """U5 at submit: a `chdir` the job's account cannot enter is refused (422 naming `chdir`,
-    the account and the fix); one it cannot write is accepted with a warning saying so.
-    SEC1 first: a `chdir` outside the site's roots is refused whoever the account is."""
-    chdir = body.get("chdir")
-    if not isinstance(chdir, str) or chdir_problem(chdir):
-        return []  # absent, or refused by intake's validation with its own words (Q1)
-    outside = await asyncio.to_thread(roots_problem, settings, "chdir", chdir)  # SPEC SEC1
-    if outside is not None:
-        roots = settings.base.workdir_roots
-        raise cmd.shape_error("chdir", outside, chdir=chdir, workdir_roots=roots)
-    who, can = await asyncio.to_thread(job_accounts(request).check, user, chdir)
-    if can is None or can.write:
-        return []
-    if not can.enter:
-        raise cmd.shape_error("chdir", can.message, account=who.name, chdir=chdir)
-    return [{"field": "chdir", "account": who.name, "message": f"chdir: {can.message}"}]
-
-
-async def _workspace_image(pool: Any, user: Any, body: dict[str, Any]) -> str | None:
-    """X4a: the image of the READY workspace `workspace` names (own, else the lab's); 422
-    naming `workspace` when it is missing, not the caller's to use, or not READY — nothing is
-    appended. A malformed name is left to intake's validation (Q1)."""
-    name = body.get("workspace")
-    if not isinstance(name, str) or limits.workspace_name_problem(name):
-        return None
-    ws = await read_first(pool, lookup_ids(name, user.name, user.lab))
-    problem = usable_problem(ws, name, user.name, user.lab)
-    if problem is not None:
-        raise cmd.shape_error("workspace", problem)
-    assert ws is not None
-    return ws.image
-
-
 async def _submitted_body(row: Any, pool: Any, settings: Any, account: str) -> dict[str, Any]:
     """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
     on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
@@ -207,11 +165,7 @@ async def submit(
     key_problem = limits.idempotency_key_problem(idempotency_key)
     if key_problem:
         raise cmd.shape_error("Idempotency-Key", key_problem)
-    body = await _json_object(request)
-    warnings = await _workdir_warnings(request, user.name, body, settings)
-    default, _ = await current_default(edges.bus, user.name)  # X4a: the user's default
-    body = with_default(body, default)
-    image = await _workspace_image(edges.pool, user, body)
+    body = await _json_object(request)  # forwarded untouched: intake decides (U5, X4a, Q1–Q3)
     reply = await cmd.send(
         edges,
         commands.submit_subject(settings.base.subject_prefix),
@@ -221,9 +175,9 @@ async def submit(
             body=body,
             idempotency_key=idempotency_key,
             max_active_jobs=user.max_active_jobs,
-            workspace_image=image,
         ),
     )
+    warnings = list(reply.warnings)  # U5: e.g. a chdir the job's account cannot write
     status = 200 if reply.replayed else 201
     headers = {"Location": f"/v1/jobs/{reply.job_id}"}
     if body.get("array") is not None:  # Q7: the array, as one body
