@@ -20,7 +20,9 @@ from typing import Any, Final
 
 import msgspec
 
+from jpu.domain.states import JobView
 from jpu.events import (
+    JobSubmitted,
     NotificationSettingsChanged,
     WorkspaceBuildRequested,
     WorkspaceDefaultChanged,
@@ -127,6 +129,12 @@ class CommandReply(msgspec.Struct, frozen=True, kw_only=True):
     error: CommandError | None = None
     # U5: accepted, but e.g. the job's account cannot write its chdir (one sentence each)
     warnings: list[dict[str, Any]] = []
+    # A single job accepted (201): the event appended and the job as intake's fold holds it
+    # after the submit's promotion round, with its D7 reason while in the personal queue; the
+    # gateway answers from these without waiting for a projection.
+    submitted: JobSubmitted | None = None
+    job: JobView | None = None
+    pending_reason: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -40,6 +40,7 @@ from jpu.commands import (
 )
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
+from jpu.domain.promotion import personal_reason
 from jpu.events import (
     JobCancelRequested,
     JobEnded,
@@ -196,6 +197,28 @@ class Intake:
         reply = await submit(
             cmd, self.state, self.bus, self.config, now, self.accounts, self.follower
         )
+        return await self._with_job(await self._promoted(cmd, reply))
+
+    async def _with_job(self, reply: CommandReply) -> CommandReply:
+        """The accepted job as the fold holds it once it folded the submit and its promotion
+        (its state, D7 reason), so the gateway can answer without a projection read; a fold
+        still behind after a second answers without it (the gateway then reads the projection,
+        as for a replay)."""
+        event = reply.submitted
+        if event is None:
+            return reply
+        needed = max(reply.seq or 0, self.promoter.max_seq)  # the submit and its promotion
+        if self.state.seq < needed:
+            with contextlib.suppress(TimeoutError):
+                await self.follower.wait_for(needed, timeout=1.0)
+        job = self.state.jobs.get(event.job_id)
+        if job is None or self.state.seq < needed:
+            return msgspec.structs.replace(reply, submitted=None)
+        waiting = job.state == "PERSONAL_QUEUE_WAIT"
+        reason = personal_reason(self.state, job) if waiting else None  # D7 (Q5, Q8, Q9)
+        return msgspec.structs.replace(reply, job=job, state=job.state, pending_reason=reason)
+
+    async def _promoted(self, cmd: SubmitCommand, reply: CommandReply) -> CommandReply:
         if reply.status == 201 and reply.seq is not None:
             try:
                 await self.follower.wait_for(reply.seq, timeout=5.0)

@@ -105,7 +105,10 @@ async def _decided(
         winner = first_event.event
         assert isinstance(winner, JobSubmitted)
         return replay(request_digest(winner), event, first_event.seq, "PERSONAL_QUEUE_WAIT")
-    return CommandReply(status=201, job_id=event.job_id, seq=seq, state="PERSONAL_QUEUE_WAIT")
+    single = event if event.array is None else None  # an array's tasks are the projection's
+    return CommandReply(
+        status=201, job_id=event.job_id, seq=seq, state="PERSONAL_QUEUE_WAIT", submitted=single
+    )
 
 
 async def _ended_job(bus: EventBus, job_id: str) -> JobView | None:

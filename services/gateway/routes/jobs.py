@@ -17,7 +17,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from jpu import commands
 from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
-from jpu.domain.states import PENDING, TERMINAL
+from jpu.domain.states import PENDING, TERMINAL, JobView
+from jpu.store.projections.jobs import new_row
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses
 from jpu_services.gateway.ratelimit import RateLimiter, retry_after_header
@@ -117,6 +118,26 @@ def _with_dirs(out: dict[str, Any], settings: Any, account: str) -> dict[str, An
     return {**out, **dirs, "account": account}
 
 
+def _view_columns(view: JobView) -> dict[str, Any]:
+    """What the API reads of a row's JobView besides its columns (Q7, Q8, Q9; _jobview)."""
+    return {"dependency": view.dependency, "held": view.held, "array_throttle": view.array_throttle}
+
+
+async def _visible(request: Request, edges: Any, user: Any, job_id: str) -> Any:
+    """`load_visible` after this user's own writes through this gateway (read-your-writes); a
+    job not found may have been submitted a moment ago through another gateway, answered
+    before the projection wrote it: then once more when the projection reached the log's end."""
+    await cmd.own_writes(request, edges, user.name)
+    try:
+        return await load_visible(edges.pool, user, job_id)
+    except ApiError as e:
+        if e.status != 404 or not await cmd.caught_up(
+            edges, await edges.bus.last_seq(), request=request
+        ):
+            raise
+    return await load_visible(edges.pool, user, job_id)
+
+
 async def _submitted_body(row: Any, pool: Any, settings: Any, account: str) -> dict[str, Any]:
     """The job as just submitted: its state, not its rank. SPEC §8 gives rank and pending reason
     on GET /v1/jobs/{id}; a rank here would cost a whole dispatch cycle per submit, and a job no
@@ -189,11 +210,22 @@ async def submit(
         if warnings:
             answer["warnings"] = warnings
         return JSONResponse(answer, status_code=status, headers=headers)
-    row = await cmd.read_back(
+    account = job_accounts(request).name_for(user.name)
+    if reply.submitted is not None and reply.job is not None and reply.seq is not None:
+        # accepted: intake's own view of the job answers (no projection wait); this user's
+        # next read through this gateway waits for the projection to apply it
+        cmd.wrote(request, user.name, reply.seq)
+        accepted = {**new_row(reply.submitted, reply.job), **_view_columns(reply.job)}
+        out = _with_dirs(
+            job_out(accepted, None, reply.pending_reason, detail=True), settings, account
+        )
+        if warnings:  # U5: accepted, but what it writes in its chdir would be lost
+            out["warnings"] = warnings
+        return JSONResponse(out, status_code=status, headers=headers)
+    row = await cmd.read_back(  # a replay (Q6): the job as the projection has it now
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, str(reply.job_id))
     )
     if row is not None:
-        account = job_accounts(request).name_for(user.name)
         out = await _submitted_body(row, edges.pool, settings, account)
     else:  # projection lag or database down: what intake told us (the GET will catch up)
         out = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
@@ -225,6 +257,7 @@ async def list_(
     """Jobs visible to the caller (own; lab_admin: the lab's; admin: all), newest first, a page
     of `limit` at a time (`next_cursor` until the last page). Each with `elapsed_s` (the latest
     attempt's run time) and `gpu_seconds` (held by all its attempts, F5) — `jpu jobs`/`history`."""
+    await cmd.own_writes(request, edges, user.name)  # read-your-writes (the submit's answer)
     states = [s.strip().upper() for s in state.split(",") if s.strip()] if state else None
     rows, nxt = await list_jobs(
         edges.pool, user, states=states, lab=lab, owner=user_, limit=limit, cursor=cursor,
@@ -243,18 +276,21 @@ async def show(
     usage charged, backend (Slurm) job id, isolation; its run time (`elapsed_s`, live while it
     runs) and each attempt, with one sentence per OOM retry (`oom_explanation`, X8). The id
     of an array (Q7): the array, its tasks and their counts per state."""
+    await cmd.own_writes(request, edges, user.name)  # read-your-writes (the submit's answer)
     tasks = await load_array(edges.pool, user, job_id)
     if tasks is not None:  # its id whole or a prefix (U8)
         return array_out(str(tasks[0]["array_id"]), tasks)
-    row = await load_visible(edges.pool, user, job_id)
+    row = await _visible(request, edges, user, job_id)
     out = await _job_body(request, edges.pool, settings, row)
     return await _attempts.job_page(out, dict(row), edges, settings, cmd.now(request))
 
 
 @router.get("/{job_id}/events", responses=_ERRORS)
-async def events(job_id: str, user: CurrentUser, edges: EdgesDep) -> dict[str, Any]:
+async def events(
+    request: Request, job_id: str, user: CurrentUser, edges: EdgesDep
+) -> dict[str, Any]:
     """The job's events from the log, in stream order (the audit trail, SPEC E2)."""
-    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the full id
+    job_id = (await _visible(request, edges, user, job_id))["job_id"]  # a prefix: the full id
     delivered = await edges.bus.job_events(job_id)
     return {
         "job_id": job_id,
@@ -457,9 +493,10 @@ async def cancel(
     An array's id (Q7): the array, and `cancelled`, the tasks this cancel hit (not those
     already ended or cancelling)."""
     # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
+    await cmd.own_writes(request, edges, user.name)  # read-your-writes (the submit's answer)
     tasks = await load_array(edges.pool, user, job_id)  # Q7: every unfinished task
     if tasks is None:
-        job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
+        job_id = (await _visible(request, edges, user, job_id))["job_id"]
     else:
         job_id = str(tasks[0]["array_id"])  # a prefix (U8): the array's id
     reply = await cmd.send(
@@ -495,7 +532,7 @@ async def _hold(
     request: Request, job_id: str, user: Any, edges: Any, settings: Any, *, hold: bool
 ) -> dict[str, Any]:
     # 404 / 403 before bothering intake; a prefix (U8): the full id from now on
-    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
+    job_id = (await _visible(request, edges, user, job_id))["job_id"]
     reply = await cmd.send(
         edges,
         commands.hold_subject(settings.base.subject_prefix),
