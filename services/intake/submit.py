@@ -88,8 +88,6 @@ async def _decided(
     jid = job_id_for(cmd.user, cmd.idempotency_key)
     event = submitted(cmd, jid, now, new_event_id(), image)
     known = state.jobs.get(event.job_id)
-    if cmd.idempotency_key is not None and known is None:
-        known = await _ended_job(bus, event.job_id)  # an ended job left the hot state
     if cmd.idempotency_key is not None and known is not None:
         return replay(known.digest, event, known.submit_seq, known.state)
     parents = [p for _, p in parsed(event.dependency).conditions]
@@ -97,18 +95,30 @@ async def _decided(
         await follower.catch_up(timeout=5.0)  # Q8: a parent submitted a moment ago elsewhere
     answer = refused(state, event, tiers)
     if answer is not None:
+        # Q6 before Q3/Q2: the key's job may have ended and left the hot state (SPEC O6); only
+        # a refused submit reads the log for it: an accepted one learns it from its append
+        if cmd.idempotency_key is not None and (ended := await _ended_job(bus, jid)) is not None:
+            return replay(ended.digest, event, ended.submit_seq, ended.state)
         return answer
     try:
         seq = await bus.append(event, expected_last_subject_seq=0)
-    except ConcurrencyConflict:  # another replica created this idempotent job first
-        first_event = (await bus.job_events(event.job_id))[0]
-        winner = first_event.event
-        assert isinstance(winner, JobSubmitted)
-        return replay(request_digest(winner), event, first_event.seq, "PERSONAL_QUEUE_WAIT")
+    except ConcurrencyConflict:  # the key's job exists: another replica's, or one that ended
+        return await _replayed(bus, event)
     single = event if event.array is None else None  # an array's tasks are the projection's
     return CommandReply(
         status=201, job_id=event.job_id, seq=seq, state="PERSONAL_QUEUE_WAIT", submitted=single
     )
+
+
+async def _replayed(bus: EventBus, event: JobSubmitted) -> CommandReply:
+    """Q6: the job this key made, as its own subject of the log has it now."""
+    events = await bus.job_events(event.job_id)
+    known = job_view(events)
+    if known is not None:
+        return replay(known.digest, event, known.submit_seq, known.state)
+    winner = events[0]  # a job view needs a JobSubmitted first: this is it
+    assert isinstance(winner.event, JobSubmitted)
+    return replay(request_digest(winner.event), event, winner.seq, "PERSONAL_QUEUE_WAIT")
 
 
 async def _ended_job(bus: EventBus, job_id: str) -> JobView | None:
