@@ -14,7 +14,7 @@ Closed loop on loopback, `--clients` keep-alive connections. Figures, with ratio
 (a) a bare FastAPI app under uvicorn: GET /healthz (the reference),
 (b) the gateway's GET /healthz, (c) GET /v1/me (bearer auth = one PostgreSQL query),
 (d) POST /v1/jobs: auth → intake over NATS request/reply (validate, append JobSubmitted, promote)
-    → wait until the jobs projection applied it (read-your-writes) → the job with its rank.
+    → the job as intake's fold holds it (the user's next GET waits for the projection).
 Under each line, the CPU each part of the stack used per request (from /proc; the bare app is
 `other`). Progress on stderr.
 """

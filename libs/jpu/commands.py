@@ -20,7 +20,9 @@ from typing import Any, Final
 
 import msgspec
 
+from jpu.domain.states import JobView
 from jpu.events import (
+    JobSubmitted,
     NotificationSettingsChanged,
     WorkspaceBuildRequested,
     WorkspaceDefaultChanged,
@@ -55,9 +57,6 @@ class SubmitCommand(msgspec.Struct, frozen=True, kw_only=True, tag="SubmitJob"):
     body: dict[str, Any]  # the POST /v1/jobs JSON body as received (validated by intake, Q1)
     idempotency_key: str | None = None  # the Idempotency-Key header (Q6)
     max_active_jobs: int | None = None  # the user's own limit if the gateway knows it (S1)
-    # X4a: the image of the READY workspace the body's `workspace` names, resolved by the
-    # gateway on the workspaces projection (never taken from the body)
-    workspace_image: str | None = None
 
 
 class CancelCommand(msgspec.Struct, frozen=True, kw_only=True, tag="CancelJob"):
@@ -128,6 +127,14 @@ class CommandReply(msgspec.Struct, frozen=True, kw_only=True):
     replayed: bool = False
     state: str | None = None  # the job state after the command (e.g. PERSONAL_QUEUE_WAIT)
     error: CommandError | None = None
+    # U5: accepted, but e.g. the job's account cannot write its chdir (one sentence each)
+    warnings: list[dict[str, Any]] = []
+    # A single job accepted (201): the event appended and the job as intake's fold holds it
+    # after the submit's promotion round, with its D7 reason while in the personal queue; the
+    # gateway answers from these without waiting for a projection.
+    submitted: JobSubmitted | None = None
+    job: JobView | None = None
+    pending_reason: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from jpu.backends.workdir_check import JobAccounts
 from jpu.policy.authfail import AuthThrottle
 from jpu.runtime.edges import Edges
 from jpu.runtime.resilience import Unavailable, retry, run_through_outages
@@ -44,7 +45,6 @@ from jpu_services.gateway.routes import (
     workspaces,
 )
 from jpu_services.gateway.routes._queueview import new_shared_view
-from jpu_services.gateway.workdir import JobAccounts
 
 log = logging.getLogger("jpu.gateway")
 
@@ -62,7 +62,7 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         app.state.auth_throttle = AuthThrottle(  # SEC5
             settings.base.auth_fail_limit, settings.base.auth_fail_window_s
         )
-        app.state.job_accounts = JobAccounts(settings)
+        app.state.job_accounts = JobAccounts(settings.base)  # X4: `account` in answers
         app.state.wait_cache = OrderedDict()
         app.state.queue_view = new_shared_view(app)
         app.state.personal_reasons = PersonalReasons(edges.bus, settings.base)

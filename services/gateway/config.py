@@ -22,13 +22,6 @@ class GatewayConfig:
     readiness_timeout_s: float = 2.0
     # where the agent writes every JOB_OUTPUT_DIR (X2): GET /v1/jobs/{id}/logs reads there
     output_root: Path = field(default_factory=lambda: Path(".jpu/outputs").absolute())
-    # U5: check at submit that the job's account can enter and write its chdir, where this host
-    # sees it with the nodes' accounts (jpu_services.gateway.workdir); JPU_GATEWAY_WORKDIR_CHECK=0
-    # where it does not
-    workdir_check: bool = True
-    # U5: this host sees the storage jobs run in as the nodes do, so a `chdir` missing here is
-    # missing there (refused at submit); JPU_GATEWAY_SEES_JOB_STORAGE=0 where it does not
-    sees_job_storage: bool = True
 
     @classmethod
     def from_config(cls, config: Config, env: Mapping[str, str] | None = None) -> GatewayConfig:
@@ -41,10 +34,6 @@ class GatewayConfig:
             port=config.gateway_port,
             projector=projector,
             output_root=joblogs.output_root(config, env),
-            workdir_check=env.get("JPU_GATEWAY_WORKDIR_CHECK", "1").strip().lower()
-            not in {"0", "false", "no"},
-            sees_job_storage=env.get("JPU_GATEWAY_SEES_JOB_STORAGE", "1").strip().lower()
-            not in {"0", "false", "no"},
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from jpu.backends.workdir_check import check_enabled
 from jpu.runtime.clock import SystemClock
 from jpu.runtime.edges import Edges, connect_edges
 from jpu.runtime.resilience import Unavailable, retry
@@ -26,7 +27,10 @@ def workers(edges: Edges) -> dict[str, Worker]:
     """Submit/cancel commands and promotion (SPEC Q1-Q6), any number of replicas."""
 
     async def intake(stop: asyncio.Event) -> None:
-        await run_intake(edges.bus, edges.config, SystemClock(), stop, pool=edges.pool)
+        await run_intake(
+            edges.bus, edges.config, SystemClock(), stop, pool=edges.pool,
+            workdir_check=check_enabled(),  # U5: JPU_WORKDIR_CHECK=0 where accounts differ
+        )  # fmt: skip
 
     async def database(stop: asyncio.Event) -> None:
         """The lazy pool's first connection, waited for as any start step (an outage is

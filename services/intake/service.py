@@ -17,6 +17,7 @@ import asyncpg
 import msgspec
 from nats.aio.msg import Msg
 
+from jpu.backends.workdir_check import JobAccounts, sees_job_storage
 from jpu.bus import Delivered, EventBus
 from jpu.bus.errors import ConcurrencyConflict
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
@@ -39,6 +40,7 @@ from jpu.commands import (
 )
 from jpu.config import Config
 from jpu.domain.cluster import ClusterState
+from jpu.domain.promotion import personal_reason
 from jpu.events import (
     JobCancelRequested,
     JobEnded,
@@ -75,9 +77,16 @@ _SLOT_EVENTS = (
 
 class Intake:
     def __init__(
-        self, bus: EventBus, config: Config, clock: Clock, pool: asyncpg.Pool | None
+        self,
+        bus: EventBus,
+        config: Config,
+        clock: Clock,
+        pool: asyncpg.Pool | None,
+        workdir_check: bool = True,
     ) -> None:
         self.bus, self.config, self.clock = bus, config, clock
+        # U5, X4: the account a job runs as, to look at its chdir as that account would
+        self.accounts = JobAccounts(config, enabled=workdir_check, sees_storage=sees_job_storage())
         self.state = ClusterState.new(config, keep_ended=False)  # SPEC O6
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
@@ -185,7 +194,31 @@ class Intake:
             return await hold(cmd, self.state, self.follower, self.bus, now)  # Q9
         if cmd.max_active_jobs is not None:
             self.promoter.limits.table.setdefault(cmd.user, cmd.max_active_jobs)
-        reply = await submit(cmd, self.state, self.bus, self.config, now, self.follower)
+        reply = await submit(
+            cmd, self.state, self.bus, self.config, now, self.accounts, self.follower
+        )
+        return await self._with_job(await self._promoted(cmd, reply))
+
+    async def _with_job(self, reply: CommandReply) -> CommandReply:
+        """The accepted job as the fold holds it once it folded the submit and its promotion
+        (its state, D7 reason), so the gateway can answer without a projection read; a fold
+        still behind after a second answers without it (the gateway then reads the projection,
+        as for a replay)."""
+        event = reply.submitted
+        if event is None:
+            return reply
+        needed = max(reply.seq or 0, self.promoter.max_seq)  # the submit and its promotion
+        if self.state.seq < needed:
+            with contextlib.suppress(TimeoutError):
+                await self.follower.wait_for(needed, timeout=1.0)
+        job = self.state.jobs.get(event.job_id)
+        if job is None or self.state.seq < needed:
+            return msgspec.structs.replace(reply, submitted=None)
+        waiting = job.state == "PERSONAL_QUEUE_WAIT"
+        reason = personal_reason(self.state, job) if waiting else None  # D7 (Q5, Q8, Q9)
+        return msgspec.structs.replace(reply, job=job, state=job.state, pending_reason=reason)
+
+    async def _promoted(self, cmd: SubmitCommand, reply: CommandReply) -> CommandReply:
         if reply.status == 201 and reply.seq is not None:
             try:
                 await self.follower.wait_for(reply.seq, timeout=5.0)
@@ -228,8 +261,11 @@ async def run_intake(
     stop: asyncio.Event,
     *,
     pool: asyncpg.Pool | None = None,
+    workdir_check: bool = True,
 ) -> None:
-    intake = Intake(bus, config, clock, pool)
+    """`workdir_check` False: this host does not share the nodes' Unix accounts (U5: the node
+    decides at launch); SEC1's roots are checked all the same."""
+    intake = Intake(bus, config, clock, pool, workdir_check)
     await intake.follower.restore()  # SPEC O6: the newest snapshot, then only the log's tail
     follow = asyncio.create_task(intake.follower.run(stop))
     subs = []

@@ -14,6 +14,7 @@ import uuid
 
 import msgspec
 
+from jpu.backends.workdir_check import JobAccounts, chdir_facts
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.fold_follow import Follower
 from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand, error_reply
@@ -26,6 +27,8 @@ from jpu.domain.submission import (
     array_refused,
     cancel_answer,
     cancel_requested,
+    chdir_answer,
+    chdir_to_check,
     hold_answer,
     hold_event,
     idempotent_job_id,
@@ -33,6 +36,7 @@ from jpu.domain.submission import (
     refused,
     replay,
     submitted,
+    with_workspace,
 )
 from jpu.events import JobSubmitted, new_event_id
 
@@ -48,9 +52,33 @@ async def submit(
     bus: EventBus,
     config: Config,
     now: float,
+    accounts: JobAccounts,
     follower: Follower | None = None,
 ) -> CommandReply:
-    """Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit → JobSubmitted (Q4)."""
+    """U5/SEC1 chdir → X4a workspace → Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit →
+    JobSubmitted (Q4)."""
+    warnings: list[dict[str, object]] = []
+    if (chdir := chdir_to_check(cmd)) is not None:  # as the job's account would see it (X4)
+        facts = await asyncio.to_thread(chdir_facts, config, accounts, cmd.user, chdir)
+        refusal, warnings = chdir_answer(chdir, *facts, config.workdir_roots)
+        if refusal is not None:
+            return refusal
+    cmd, image, refusal = with_workspace(cmd, state)
+    if refusal is not None:
+        return refusal
+    reply = await _decided(cmd, image, state, bus, config, now, follower)
+    return msgspec.structs.replace(reply, warnings=warnings) if warnings and reply.ok else reply
+
+
+async def _decided(
+    cmd: SubmitCommand,
+    image: str | None,
+    state: ClusterState,
+    bus: EventBus,
+    config: Config,
+    now: float,
+    follower: Follower | None,
+) -> CommandReply:
     tiers = {t.name: t for t in config.tiers}
     answer = invalid(cmd, tiers) or array_refused(
         cmd, state, config.array_max_tasks, config.array_max_queued_per_user
@@ -58,10 +86,8 @@ async def submit(
     if answer is not None:
         return answer
     jid = job_id_for(cmd.user, cmd.idempotency_key)
-    event = submitted(cmd, jid, now, new_event_id())
+    event = submitted(cmd, jid, now, new_event_id(), image)
     known = state.jobs.get(event.job_id)
-    if cmd.idempotency_key is not None and known is None:
-        known = await _ended_job(bus, event.job_id)  # an ended job left the hot state
     if cmd.idempotency_key is not None and known is not None:
         return replay(known.digest, event, known.submit_seq, known.state)
     parents = [p for _, p in parsed(event.dependency).conditions]
@@ -69,15 +95,30 @@ async def submit(
         await follower.catch_up(timeout=5.0)  # Q8: a parent submitted a moment ago elsewhere
     answer = refused(state, event, tiers)
     if answer is not None:
+        # Q6 before Q3/Q2: the key's job may have ended and left the hot state (SPEC O6); only
+        # a refused submit reads the log for it: an accepted one learns it from its append
+        if cmd.idempotency_key is not None and (ended := await _ended_job(bus, jid)) is not None:
+            return replay(ended.digest, event, ended.submit_seq, ended.state)
         return answer
     try:
         seq = await bus.append(event, expected_last_subject_seq=0)
-    except ConcurrencyConflict:  # another replica created this idempotent job first
-        first_event = (await bus.job_events(event.job_id))[0]
-        winner = first_event.event
-        assert isinstance(winner, JobSubmitted)
-        return replay(request_digest(winner), event, first_event.seq, "PERSONAL_QUEUE_WAIT")
-    return CommandReply(status=201, job_id=event.job_id, seq=seq, state="PERSONAL_QUEUE_WAIT")
+    except ConcurrencyConflict:  # the key's job exists: another replica's, or one that ended
+        return await _replayed(bus, event)
+    single = event if event.array is None else None  # an array's tasks are the projection's
+    return CommandReply(
+        status=201, job_id=event.job_id, seq=seq, state="PERSONAL_QUEUE_WAIT", submitted=single
+    )
+
+
+async def _replayed(bus: EventBus, event: JobSubmitted) -> CommandReply:
+    """Q6: the job this key made, as its own subject of the log has it now."""
+    events = await bus.job_events(event.job_id)
+    known = job_view(events)
+    if known is not None:
+        return replay(known.digest, event, known.submit_seq, known.state)
+    winner = events[0]  # a job view needs a JobSubmitted first: this is it
+    assert isinstance(winner.event, JobSubmitted)
+    return replay(request_digest(winner.event), event, winner.seq, "PERSONAL_QUEUE_WAIT")
 
 
 async def _ended_job(bus: EventBus, job_id: str) -> JobView | None:

@@ -127,6 +127,28 @@ async def test_Q4_submit_returns_the_job_read_your_writes(api: Api) -> None:
     assert shown["id"] == job["id"] and shown["command"] == "python train.py"
 
 
+async def test_Q4_the_201_is_intakes_view_of_the_job_and_the_next_get_agrees(api: Api) -> None:
+    """A submit is answered from intake's reply (its fold's view of the job, put in the jobs
+    projection's own row shape), not from a projection read; the same user's next GET waits
+    for that event's seq (read-your-writes) and shows the same job, field by field: its D7
+    reason in the personal queue (Q9 held) included."""
+    for body in (job_body(env={"A": "1"}), job_body(hold=True, name="held")):
+        r = await api.submit("alice", body)
+        assert r.status_code == 201, r.text
+        created = r.json()
+        shown = (await api.client.get(f"/v1/jobs/{created['id']}", headers=bearer("alice"))).json()
+        differ = {
+            k: (v, shown.get(k))
+            for k, v in created.items()
+            if k not in ("rank", "decided_at") and shown.get(k) != v
+        }
+        assert differ == {}, differ
+        assert created["command"] == "python train.py" and created["terminal"] is False
+    assert created["state"] == "PERSONAL_QUEUE_WAIT" and created["pending_reason"] == "Held"
+    listed = (await api.client.get("/v1/jobs", headers=bearer("alice"))).json()["jobs"]
+    assert created["id"] in {j["id"] for j in listed}  # the list waits for it too
+
+
 async def test_Q6_idempotent_replay_200_and_conflict_409(api: Api) -> None:
     first = await api.submit("alice", job_body(), key="k-1")
     assert first.status_code == 201, first.text

@@ -127,6 +127,38 @@ async def test_Q6_idempotency_key_replays_or_conflicts_even_across_replicas(bus:
     assert len(submitted) == 3
 
 
+async def test_Q6_a_key_whose_job_ended_is_replayed_even_during_maintenance(bus: EventBus):
+    """Q6 comes before Q3: a key whose job ended and left intake's hot state (SPEC O6) is
+    answered from the job's own subject of the log (a replay with its final state, or
+    IDEMPOTENCY_CONFLICT for another body), also while maintenance refuses new submits. An
+    accepted submit learns of a used key from its own append (expected subject sequence 0)."""
+    clock = FakeClock(10.0)
+    config = msgspec.structs.replace(load_config(env={}), cycle_s=0.5, min_cycle_gap_s=0.02)
+    async with Watcher(bus, config) as w, running(run_intake, bus, config, clock):
+        await wait_subscribed(bus)
+        first = await submit(bus, BODY, key="k-end")
+        assert first.status == 201 and (await cancel(bus, first.job_id)).status == 202
+        async with running(run_dispatcher, bus, config, clock):  # it ends the queued job
+            await w.until(lambda s: s.jobs[first.job_id].state == "CANCELLED")
+        await intake_has_passed(bus, w)  # intake folded the end: the job left its hot state
+        again = await submit(bus, BODY, key="k-end")
+        assert (again.status, again.replayed, again.job_id) == (200, True, first.job_id)
+        assert again.state == "CANCELLED"
+        other = await submit(bus, {**BODY, "num_gpus": 2}, key="k-end")
+        assert (other.status, other.error.code) == (409, "IDEMPOTENCY_CONFLICT")
+        await bus.append(
+            MaintenanceChanged(event_id=new_event_id(), ts=clock.now(), state="DRAINING", by="a")
+        )
+        refused = await submit(bus, BODY)  # Q3 for a new job: intake folded the change
+        while refused.status == 201:
+            refused = await submit(bus, BODY)
+        assert (refused.status, refused.error.code) == (503, "SERVICE_MAINTENANCE")
+        during = await submit(bus, BODY, key="k-end")
+        assert (during.status, during.replayed, during.job_id) == (200, True, first.job_id)
+    submitted = [d.event async for d in bus.replay() if isinstance(d.event, JobSubmitted)]
+    assert sum(e.idempotency_key == "k-end" for e in submitted) == 1
+
+
 async def test_cancel_is_idempotent_and_409_once_terminal(bus: EventBus):
     clock = FakeClock(10.0)
     config = msgspec.structs.replace(load_config(env={}), cycle_s=0.5, min_cycle_gap_s=0.02)

@@ -107,3 +107,31 @@ def test_U5_slurm_wrapper_binds_the_chdir_into_apptainer_once(tmp_path: Path) ->
     argv = text.splitlines()
     i = argv.index("--no-eval")
     assert argv[i + 1 : i + 5] == ["--bind", str(out), "--pwd", str(out)] and rc == 0
+
+
+def test_U5_SEC1_intake_answers_a_chdir_from_what_the_account_may_do_there() -> None:
+    """jpu.domain.submission.chdir_answer: SEC1 refuses whoever the account is; a directory
+    the account cannot enter is refused naming `chdir` and the account; one it cannot write is
+    accepted with a warning; undecidable here (None) is the node's to decide at launch."""
+    from jpu.domain.submission import chdir_answer
+    from jpu.policy.workdir import Access
+
+    roots = ["/home", "/tmp/*"]
+    outside = "chdir: /opt/x (symlinks followed) is not under the site's workdir_roots; …"
+    refusal, warnings = chdir_answer("/opt/x", outside, "", None, roots)
+    assert refusal is not None and refusal.error is not None and warnings == []
+    assert (refusal.status, refusal.error.message) == (422, outside)
+    assert refusal.error.details == {"field": "chdir", "chdir": "/opt/x", "workdir_roots": roots}
+    shut = Access(enter=False, write=False, message="the job runs as Unix account jpu-a, …")
+    refusal, _ = chdir_answer("/home/p", None, "jpu-a", shut, roots)
+    assert refusal is not None and refusal.error is not None
+    assert refusal.error.message == f"chdir: {shut.message}"
+    assert refusal.error.details == {"field": "chdir", "account": "jpu-a", "chdir": "/home/p"}
+    read_only = Access(enter=True, write=False, message="cannot write /home/p")
+    assert chdir_answer("/home/p", None, "jpu-a", read_only, roots) == (
+        None, [{"field": "chdir", "account": "jpu-a", "message": "chdir: cannot write /home/p"}]
+    )  # fmt: skip
+    assert chdir_answer("/home/p", None, "jpu-a", Access(enter=True, write=True), roots) == (
+        None, []
+    )  # fmt: skip
+    assert chdir_answer("/home/p", None, "jpu-a", None, roots) == (None, [])

@@ -3,6 +3,11 @@ use and manage it, the lab's quota, and whether a job may name it."""
 
 from __future__ import annotations
 
+from jpu.commands import SubmitCommand
+from jpu.config import Cluster, load_config
+from jpu.domain import codec
+from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.submission import invalid, with_workspace
 from jpu.domain.workspaces import (
     can_manage,
     can_read,
@@ -15,10 +20,12 @@ from jpu.domain.workspaces import (
     workspace_id,
 )
 from jpu.events import (
+    Delivered,
     Event,
     WorkspaceBuildFailed,
     WorkspaceBuildRequested,
     WorkspaceBuilt,
+    WorkspaceDefaultChanged,
     WorkspaceDeleted,
 )
 
@@ -123,24 +130,63 @@ def test_E1_X4a_job_submitted_v3_carries_the_workspace_and_v2_still_decodes() ->
     assert request_digest(event) != request_digest(old)
 
 
-def test_X4a_intake_refuses_a_workspace_the_gateway_did_not_resolve() -> None:
-    """A command naming a workspace without its READY image (not through the gateway's check)
-    is a 422 naming `workspace`: intake never records a job that would run in no image."""
-    from jpu.commands import SubmitCommand
-    from jpu.config import load_config
-    from jpu.domain.submission import invalid
+def _folded(*events: Event) -> ClusterState:
+    state = ClusterState.new(Cluster(tiers=[], nodes=[]))
+    for seq, event in enumerate(events, 1):
+        evolve(state, Delivered(seq=seq, subject="", event=event, headers={}))
+    return state
 
+
+def _cmd(body: dict[str, object], user: str = "alice", lab: str = "BCG") -> SubmitCommand:
+    return SubmitCommand(user=user, lab=lab, body={"command": "true", "num_gpus": 1, **body})
+
+
+def test_X4a_intake_decides_the_workspace_on_its_fold_of_the_log() -> None:
+    """The workspace a job runs in is decided by intake on its own fold (never a projection
+    that may lag the log): the one it names, else the user's default; READY, the user's to
+    use, else a 422 naming `workspace` and nothing appended."""
+    building = _folded(_req())
+    cmd, image, refusal = with_workspace(_cmd({"workspace": "six"}), building)
+    assert image is None and refusal is not None and refusal.error is not None
+    assert (refusal.status, refusal.error.code) == (422, "VALIDATION_ERROR")
+    assert refusal.error.message == "workspace 'six' is BUILDING, not READY"
+    assert refusal.error.details == {"field": "workspace"}
+    ready = _folded(_req(), _built())
+    cmd, image, refusal = with_workspace(_cmd({"workspace": "six"}), ready)
+    assert refusal is None and image == f"localhost/jpu-ws-{WID}-b1:latest"
+    # another user of the lab may not use alice's own workspace
+    _, image, refusal = with_workspace(_cmd({"workspace": "six"}, user="bob"), ready)
+    assert image is None and refusal is not None and refusal.error is not None
+    assert refusal.error.message == "workspace: no workspace 'six' for bob"
+    # no workspace named: the user's default, as its last WorkspaceDefaultChanged says
+    default = WorkspaceDefaultChanged(event_id="d", ts=30.0, user="alice", workspace="six")
+    state = _folded(_req(), _built(), default)
+    cmd, image, refusal = with_workspace(_cmd({}), state)
+    assert refusal is None and cmd.body["workspace"] == "six" and image is not None
+    cleared = _folded(_req(), _built(), default, WorkspaceDefaultChanged(
+        event_id="c", ts=31.0, user="alice", workspace=None))  # fmt: skip
+    cmd, image, refusal = with_workspace(_cmd({}), cleared)
+    assert (refusal, image, "workspace" in cmd.body) == (None, None, False)
+    deleted = _folded(_req(), _built(), WorkspaceDeleted(
+        event_id="x", ts=40.0, workspace_id=WID, by="alice"))  # fmt: skip
+    _, image, refusal = with_workspace(_cmd({"workspace": "six"}), deleted)
+    assert image is None and refusal is not None
+    # a malformed name is Q1's to refuse, in its words, naming the field
+    bad, image, refusal = with_workspace(_cmd({"workspace": "Not A Name"}), ready)
+    assert (image, refusal) == (None, None)
     tiers = {t.name: t for t in load_config(env={}).tiers}
-    body = {"command": "true", "num_gpus": 1, "workspace": "six"}
-    reply = invalid(SubmitCommand(user="u", lab="L", body=body), tiers)
-    assert reply is not None and reply.status == 422 and reply.error is not None
-    assert reply.error.details["field"] == "workspace"
-    resolved = SubmitCommand(user="u", lab="L", body=body, workspace_image="localhost/x:latest")
-    assert invalid(resolved, tiers) is None
-    bad = {**body, "workspace": "Not A Name"}
-    reply = invalid(SubmitCommand(user="u", lab="L", body=bad, workspace_image="x"), tiers)
+    reply = invalid(bad, tiers)
     assert reply is not None and reply.error is not None
     assert reply.error.details["field"] == "workspace"
+
+
+def test_O6_X4a_a_snapshot_keeps_the_workspaces_and_defaults_the_fold_holds() -> None:
+    default = WorkspaceDefaultChanged(event_id="d", ts=30.0, user="alice", workspace="six")
+    state = _folded(_req(), _built(), default)
+    assert state.workspaces[WID].log == "" and state.workspaces[WID].source == ""  # kept lean
+    _, restored = codec.unpack(codec.pack(state, "JPU", 0.0), Cluster(tiers=[], nodes=[]))
+    assert restored.workspaces == state.workspaces
+    assert restored.default_workspace == {"alice": "six"}
 
 
 BASE = "localhost/jpu-base:bookworm"

@@ -12,13 +12,15 @@ The GPU pool starts from the configured nodes; `NodeInventoryObserved` replaces 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from jpu.config import Cluster
 from jpu.domain.arrays import tasks_of
 from jpu.domain.dependencies import ArrayProgress, Condition, array_verdict, parsed, verdict
 from jpu.domain.runs import RecentRuns, observe
 from jpu.domain.states import PLACED, QUEUED, GpuKey, JobView, apply_job_event, queued_job
+from jpu.domain.workspaces import Workspace
+from jpu.domain.workspaces import apply as apply_workspace
 from jpu.events import (
     BackfillEnded,
     BackfillStarted,
@@ -40,6 +42,8 @@ from jpu.events import (
     ReservationShrunk,
     ReservationStarted,
     UsageCharged,
+    WorkspaceDefaultChanged,
+    WorkspaceEvent,
 )
 from jpu.policy.charging import Charge, charge_for
 from jpu.policy.labqueues import LabQueues
@@ -100,6 +104,11 @@ class ClusterState:
     arrays: dict[str, ArrayProgress] = field(default_factory=dict)
     # Q8 singleton: (user, name) -> slot-holding jobs (S1)
     named: dict[tuple[str, str], int] = field(default_factory=dict)
+    # X4a: every workspace by id as its events leave it (without its source and build log, which
+    # no decision reads), and each user's default workspace: a submit is decided on these, the
+    # log's own order, never on a projection that may lag it
+    workspaces: dict[str, Workspace] = field(default_factory=dict)
+    default_workspace: dict[str, str] = field(default_factory=dict)  # user -> workspace name
     # the job the last event dropped (for on_event callbacks); not part of the state proper
     just_ended: JobView | None = field(default=None, compare=False)
     # users whose jobs the last event's parent resolved (Q8), for on_event callbacks; likewise
@@ -159,12 +168,28 @@ def evolve(state: ClusterState, delivered: Delivered) -> None:
         backfilled(state.backfill, event)
     elif isinstance(event, JobSubmitted):
         _submitted(state, event, delivered.seq)
+    elif isinstance(event, WorkspaceEvent):
+        _workspace(state, event, delivered.seq)
+    elif isinstance(event, WorkspaceDefaultChanged):
+        if event.workspace is None:
+            state.default_workspace.pop(event.user, None)
+        else:
+            state.default_workspace[event.user] = event.workspace
     else:
         if isinstance(event, JobEnded | ReservationReleased):
             _owe(state, event)
         _job(state, delivered)
         if isinstance(event, JobEnded):
             observe(state.runs, state.job_seen(event.job_id), event)
+
+
+def _workspace(state: ClusterState, event: WorkspaceEvent, seq: int) -> None:
+    """X4a: the workspace's fold (jpu.domain.workspaces.apply), kept lean."""
+    ws = apply_workspace(state.workspaces.get(event.workspace_id), event, seq)
+    if ws is None:
+        state.workspaces.pop(event.workspace_id, None)
+    else:
+        state.workspaces[event.workspace_id] = replace(ws, source="", log="")
 
 
 def _charged(state: ClusterState, event: UsageCharged) -> None:

@@ -27,6 +27,7 @@ from jpu.domain.cluster import ClusterState, Maintenance, count_named, count_slo
 from jpu.domain.dependencies import ArrayProgress
 from jpu.domain.runs import RecentRuns
 from jpu.domain.states import QUEUED, JobView, queued_job
+from jpu.domain.workspaces import Workspace
 from jpu.policy.charging import Charge
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage
@@ -34,8 +35,9 @@ from jpu.policy.model import LabUsage
 # Bump when ClusterState, JobView or anything inside them changes shape or meaning: snapshots of
 # another version are ignored (a full replay rebuilds the state under the new rules).
 # 2: charge ids carry their job (bounded dedup); 3: recent runs; 4: dependencies, holds (Q8,
-# Q9), array tasks (JobView.array_*, Q7); 5: arrays as parents (ClusterState.arrays, Q8)
-SCHEMA_VERSION: Final = 5
+# Q9), array tasks (JobView.array_*, Q7); 5: arrays as parents (ClusterState.arrays, Q8);
+# 6: workspaces and users' default workspaces (X4a, decided at submit on the fold)
+SCHEMA_VERSION: Final = 6
 MAGIC: Final = b"JPUSNAP\n"
 
 
@@ -66,6 +68,8 @@ class _Payload(msgspec.Struct):
     runs: RecentRuns
     finals: list[tuple[str, str, str, bool]] = []  # Q8: (job id, lab, final state, started)
     arrays: list[ArrayProgress] = []  # Q8: arrays with a task left, as whole-array parents
+    workspaces: list[Workspace] = []  # X4a: as folded (no source, no build log)
+    default_workspace: dict[str, str] = {}  # X4a: user -> default workspace's name
 
 
 def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
@@ -84,6 +88,8 @@ def pack(state: ClusterState, stream: str, written_at: float) -> bytes:
             runs=state.runs,
             finals=[(j, lab, f, s) for j, (lab, f, s) in state.finals.items()],
             arrays=list(state.arrays.values()),
+            workspaces=list(state.workspaces.values()),
+            default_workspace=dict(state.default_workspace),
         )
     )
     header = Header(
@@ -148,6 +154,8 @@ def _restore(p: _Payload, cluster: Cluster) -> ClusterState:
     state.owed = {c.charge_id: c for c in p.owed}
     state.maintenance = p.maintenance
     state.runs = p.runs
+    state.workspaces = {w.workspace_id: w for w in p.workspaces}
+    state.default_workspace = dict(p.default_workspace)
     state.finals = OrderedDict((j, (lab, f, s)) for j, lab, f, s in p.finals)
     state.arrays = {a.array_id: a for a in p.arrays}
     with_jobs(state, p.jobs)

@@ -1,15 +1,18 @@
 """Submit and cancel, decided on the intake's fold (SPEC Q1–Q4, Q6; cancel: §8, S2). Pure: the
 job id, the event id and `now` are passed in; services/intake/submit.py reads and appends.
 
-A submit is refused in this order: Q1 validation, then (with an Idempotency-Key) Q6 replay of the
-job the key made, then Q3 maintenance, then Q2 no-fit; else it is `JobSubmitted` (Q4).
+A submit is refused in this order: U5/SEC1 its `chdir` (`chdir_answer`, on the facts intake's edge
+gathered as the job's account would see them), X4a its workspace (`with_workspace`: the user's
+default when it names none, READY on the fold), Q1 validation, then (with an Idempotency-Key) Q6
+replay of the job the key made, then Q3 maintenance, then Q2 no-fit; else it is `JobSubmitted`
+(Q4).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -20,10 +23,12 @@ from jpu.domain import arrays, dependencies, limits
 from jpu.domain.cluster import ClusterState, parent_facts
 from jpu.domain.holdings import gpus
 from jpu.domain.states import JobView, request_digest
+from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.events import JobCancelRequested, JobEnded, JobHeld, JobReleased, JobSubmitted
 from jpu.policy import mail, maintenance
 from jpu.policy.placements import ever_fits
 from jpu.policy.queue import largest_placement, validate_submit
+from jpu.policy.workdir import NOT_ON_CLUSTER, Access, chdir_problem
 
 
 class _Want(msgspec.Struct, frozen=True):
@@ -37,13 +42,74 @@ def idempotent_job_id(user: str, key: str) -> str:
     return hashlib.sha256(f"{user}\x00{key}".encode()).hexdigest()[:24]
 
 
+def field_refused(field: str, message: str, **details: Any) -> CommandReply:
+    """422 VALIDATION_ERROR naming `field` (details.field, and the message's first word)."""
+    text = message if message.startswith(field) else f"{field}: {message}"
+    return error_reply("VALIDATION_ERROR", text, {"field": field, **details})
+
+
+def chdir_to_check(cmd: SubmitCommand) -> str | None:
+    """The `chdir` whose directories intake's edge must look at (U5, SEC1); None when absent,
+    or malformed (then Q1 refuses it in its own words)."""
+    chdir = cmd.body.get("chdir")
+    return chdir if isinstance(chdir, str) and chdir_problem(chdir) is None else None
+
+
+def chdir_answer(
+    chdir: str,
+    unseen: str | None,
+    outside: str | None,
+    account: str,
+    can: Access | None,
+    roots: Sequence[str],
+) -> tuple[CommandReply | None, list[dict[str, Any]]]:
+    """U5 at submit, from what the edge saw: a `chdir` that does not exist where jobs run
+    (`unseen`, jpu.policy.workdir.not_on_cluster_problem) is refused before a GPU is held,
+    with `reason: not_on_cluster` (the CLI then falls back to no chdir when the folder was only
+    its default); SEC1, a `chdir` outside the site's roots (`outside`,
+    jpu.policy.workdir.outside_roots_problem), is refused whoever the account is; then one the
+    job's `account` cannot enter is refused (422 naming `chdir`, the account and the fix); one
+    it cannot write is accepted with a warning saying so. `can` None: not decidable here (the
+    node decides at launch)."""
+    if unseen is not None:
+        return field_refused("chdir", unseen, chdir=chdir, reason=NOT_ON_CLUSTER), []
+    if outside is not None:
+        return field_refused("chdir", outside, chdir=chdir, workdir_roots=list(roots)), []
+    if can is None or can.write:
+        return None, []
+    if not can.enter:
+        return field_refused("chdir", can.message, account=account, chdir=chdir), []
+    return None, [{"field": "chdir", "account": account, "message": f"chdir: {can.message}"}]
+
+
+def with_workspace(
+    cmd: SubmitCommand, state: ClusterState
+) -> tuple[SubmitCommand, str | None, CommandReply | None]:
+    """X4a on the fold (never a projection that may lag the log): a job naming no workspace
+    runs in its user's default (jpu.domain.workspaces.with_default); the one it names — own,
+    else the lab's — must exist, be the user's to use and be READY, else 422 naming
+    `workspace` (nothing appended). The command as decided, and the image of that workspace.
+    A malformed name is left to Q1 (`invalid`)."""
+    body = with_default(cmd.body, state.default_workspace.get(cmd.user))
+    if body is not cmd.body:
+        cmd = msgspec.structs.replace(cmd, body=body)
+    name = body.get("workspace")
+    if not isinstance(name, str) or limits.workspace_name_problem(name):
+        return cmd, None, None
+    found = (state.workspaces.get(i) for i in lookup_ids(name, cmd.user, cmd.lab))
+    ws = next((w for w in found if w is not None), None)
+    problem = usable_problem(ws, name, cmd.user, cmd.lab)
+    if problem is not None:
+        return cmd, None, field_refused("workspace", problem)
+    assert ws is not None
+    return cmd, ws.image, None
+
+
 def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | None:
     """Q1: 422 naming each bad field; nothing reaches the log that a projection could not
     store (jpu.domain.limits)."""
     problems = validate_submit(cmd.body, list(tiers))
     problems += _dependency_problems(cmd.body)
-    if cmd.body.get("workspace") is not None and cmd.workspace_image is None and not problems:
-        problems.append(limits.FieldError("workspace", "not resolved to a READY workspace"))
     key_problem = limits.idempotency_key_problem(cmd.idempotency_key)
     if key_problem:
         problems.append(limits.FieldError("Idempotency-Key", key_problem))
@@ -89,8 +155,11 @@ def array_refused(
     )
 
 
-def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> JobSubmitted:
-    """Q4: the accepted job, as the log records it; an array is this one event (Q7)."""
+def submitted(
+    cmd: SubmitCommand, job_id: str, now: float, event_id: str, image: str | None = None
+) -> JobSubmitted:
+    """Q4: the accepted job, as the log records it; an array is this one event (Q7). `image`:
+    the READY workspace's the body names (`with_workspace`)."""
     b: Mapping[str, Any] = cmd.body
     limit = b.get("time_limit_s")
     array = b.get("array")
@@ -114,8 +183,8 @@ def submitted(cmd: SubmitCommand, job_id: str, now: float, event_id: str) -> Job
         mail_user=b.get("mail_user"),
         dependency=dependencies.parse(dep).text() if (dep := b.get("dependency")) else None,
         hold=bool(b.get("hold")),
-        workspace=b.get("workspace"),  # X4a: checked READY by the gateway (workspace_image)
-        workspace_image=cmd.workspace_image if b.get("workspace") is not None else None,
+        workspace=b.get("workspace"),  # X4a: checked READY on the fold (with_workspace)
+        workspace_image=image if b.get("workspace") is not None else None,
         array=arrays.parse(array, arrays.MAX_INDEX + 1) if array is not None else None,
         output=b.get("output"),  # U6: checked by Q1 (jpu.policy.queue)
         error=b.get("error"),

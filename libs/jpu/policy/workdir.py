@@ -1,13 +1,13 @@
 """SPEC U5, Q1: the `chdir` of a submit — the directory the job runs in. Pure.
 
 Like sbatch's `--chdir` (the CLI sends the directory `jpu submit` runs in): an absolute path,
-at most 4096 bytes of UTF-8 (PATH_MAX; the kernel itself takes one byte less), no NUL. Intake
-does not look it up: it names a directory on the nodes (shared storage), and intake's decisions
-are the log's. What the job's Unix account (X4) may do there is checked twice:
-  * at submit, by the gateway, from the directories' modes where it can see them (`access`;
-    jpu_services.gateway.workdir): a directory the account cannot enter is refused (422 naming
-    `chdir`, the account and the fix), one it cannot write is accepted with a warning (a job may
-    only read there; what it writes there would be lost);
+at most 4096 bytes of UTF-8 (PATH_MAX; the kernel itself takes one byte less), no NUL: Q1 does
+not look it up (it names a directory on the nodes, shared storage). What the job's Unix account
+(X4) may do there is checked twice:
+  * at submit, by intake, from the directories' modes where it can see them (`access`;
+    jpu.backends.workdir_check; jpu.domain.submission.chdir_answer): a directory the account
+    cannot enter is refused (422 naming `chdir`, the account and the fix), one it cannot write
+    is accepted with a warning (a job may only read there; what it writes there would be lost);
   * on the node, as the account, before the script runs (jpu.backends.isolation.ENTER_WORKDIR):
     a directory it cannot enter fails the attempt with a clear line on its stderr.
 
@@ -19,13 +19,13 @@ NOT_ON_CLUSTER) — the job would fail on the node only after holding a GPU. The
 directory was its implicit default (no --chdir / #SBATCH --chdir), then submits without one
 and says so: a job with no `chdir` runs in its own output directory, which the cluster has.
 A site whose gateway host does not mount the nodes' storage says so
-(JPU_GATEWAY_SEES_JOB_STORAGE=0) and the node decides, as for an ACL.
+(JPU_SEES_JOB_STORAGE=0 on intake) and the node decides, as for an ACL.
 
 SPEC SEC1: where a job may run at all (`outside_roots_problem`): the resolved path (symlinks
 followed) lies under one of the site's `workdir_roots` and never inside the platform's data
 directory or the host's own trees (/proc, /sys, /run, /dev, /etc) — a job's directory is
 bind-mounted into its container, so the platform's sockets or the host's processes must never
-be one. Checked at submit on the gateway's view and again at launch as the job's account.
+be one. Checked at submit on intake's view and again at launch as the job's account.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ NOT_ON_CLUSTER: Final = "not_on_cluster"  # details.reason of the refusal, for t
 
 def not_on_cluster_problem(chdir: str, missing: str | None, sees_job_storage: bool) -> str | None:
     """Why `chdir` is refused because the cluster has no such directory, or None. `missing`:
-    the first directory on the way that does not exist where the gateway looks (None: all
-    exist, or it cannot tell — no permission to look); `sees_job_storage`: the gateway sees
+    the first directory on the way that does not exist where intake looks (None: all
+    exist, or it cannot tell — no permission to look); `sees_job_storage`: intake sees
     the storage jobs run in as the nodes do (else the node decides at launch)."""
     if missing is None or not sees_job_storage:
         return None

@@ -1,9 +1,11 @@
 """Forwarding commands to intake over NATS request/reply (SPEC E4), and read-your-writes.
 
 The gateway authenticates and shape-checks; intake decides (Q1–Q3, Q6, cancel rules) and answers
-with a `CommandReply` carrying the stream sequence of the event it appended. Before answering the
-client, the gateway waits until the jobs projection has applied that sequence, so the job body it
-returns (and any GET right after) already shows the command's effect.
+with a `CommandReply` carrying the stream sequence of the event it appended. A submit is answered
+from intake's reply (its fold's view of the job); the user's next read through this gateway waits
+until the jobs projection has applied that sequence (`wrote`, `own_writes`), so it shows the
+submit's effect. Other commands wait before answering (`read_back`), so the body they return (and
+any GET right after) already shows it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -41,6 +44,7 @@ READ_YOUR_WRITES_TIMEOUT_S: Final = 5.0
 NO_RESPONDERS_RETRY_S: Final = 3.0  # an intake reconnecting to another NATS node
 _NO_RESPONDERS_PAUSE_S: Final = 0.2
 MAX_BODY_BYTES: Final = limits.MAX_BODY_BYTES
+MAX_WRITERS: Final = 10_000  # users whose last write one process remembers (oldest forgotten)
 
 
 def now(request: Request) -> float:
@@ -120,6 +124,40 @@ async def caught_up(
         log.warning("projection lag", extra={"projection": projection, "seq": seq})
         return False
     return True
+
+
+def _writes(request: Request) -> OrderedDict[str, int]:
+    state = request.app.state
+    if getattr(state, "own_writes", None) is None:
+        state.own_writes = OrderedDict()
+    written: OrderedDict[str, int] = state.own_writes
+    return written
+
+
+def wrote(request: Request, user: str, seq: int) -> None:
+    """`user` wrote `seq` through this process, answered before the projection applied it: the
+    user's next read here waits for it (`own_writes`)."""
+    written = _writes(request)
+    written[user] = max(seq, written.pop(user, 0))
+    while len(written) > MAX_WRITERS:
+        written.popitem(last=False)
+
+
+async def own_writes(request: Request, edges: Edges, user: str) -> None:
+    """Read-your-writes: wait until the jobs projection applied `user`'s last write through this
+    process (at most READ_YOUR_WRITES_TIMEOUT_S; then the read answers what it has)."""
+    written = _writes(request)
+    seq = written.get(user)
+    if seq is None:
+        return
+    try:
+        done = await caught_up(edges, seq, request=request)
+    except Exception as e:
+        if unreachable_dependency(e) is None:
+            raise
+        return  # the database does not answer: the read itself will say so
+    if done and written.get(user) == seq:
+        del written[user]
 
 
 async def read_back(

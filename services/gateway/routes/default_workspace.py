@@ -3,7 +3,7 @@
 Like the notification defaults, the setting is an event on the log, `WorkspaceDefaultChanged` on
 the user's own subject for it (`<prefix>.user.<name>.workspace`): the log is the record (E1) and
 the current default is the subject's last message. A job that names no workspace runs in it
-(jpu.domain.workspaces.with_default, applied by the submit route). A PUT names a workspace the
+(jpu.domain.workspaces.with_default, applied by intake on its fold). A PUT names a workspace the
 user may use (own, else the lab's; it may still be building) or null to clear it; a name that is
 not a workspace name is a 422 naming `workspace`, one the user has no workspace by a 404 naming
 it (a missing resource, as the schema says: issue 27); neither appends anything.

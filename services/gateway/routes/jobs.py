@@ -7,7 +7,6 @@ intake decides and appends the event (SPEC E4); the verdicts (422 / 503 / 409) a
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Annotated, Any, Final
 
@@ -18,11 +17,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from jpu import commands
 from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
-from jpu.domain.states import PENDING, TERMINAL
-from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
-from jpu.policy.workdir import NOT_ON_CLUSTER, chdir_problem
-from jpu.store.projections.workspaces import read_first
-from jpu_services.gateway.config import GatewayConfig
+from jpu.domain.states import PENDING, TERMINAL, JobView
+from jpu.store.projections.jobs import new_row
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses, unreachable_dependency
 from jpu_services.gateway.personal import personal_reasons
@@ -40,8 +36,7 @@ from jpu_services.gateway.routes._jobview import (
     from_log as job_from_log,
 )
 from jpu_services.gateway.routes._queueview import shared_view
-from jpu_services.gateway.routes.default_workspace import current_default
-from jpu_services.gateway.workdir import job_accounts, not_on_cluster, roots_problem
+from jpu_services.gateway.workdir import job_accounts
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -130,44 +125,24 @@ def _with_dirs(out: dict[str, Any], settings: Any, account: str) -> dict[str, An
     return {**out, **dirs, "account": account}
 
 
-async def _workdir_warnings(
-    request: Request, user: str, body: dict[str, Any], settings: GatewayConfig
-) -> list[Any]:
-    """U5 at submit: a `chdir` the job's account cannot enter is refused (422 naming `chdir`,
-    the account and the fix); one it cannot write is accepted with a warning saying so.
-    First, one that does not exist where jobs run (a laptop's folder) and SEC1: a `chdir`
-    outside the site's roots, whoever the account is."""
-    chdir = body.get("chdir")
-    if not isinstance(chdir, str) or chdir_problem(chdir):
-        return []  # absent, or refused by intake's validation with its own words (Q1)
-    unseen = await asyncio.to_thread(not_on_cluster, settings, chdir)  # U5: before a GPU
-    if unseen is not None:
-        raise cmd.shape_error("chdir", unseen, chdir=chdir, reason=NOT_ON_CLUSTER)
-    outside = await asyncio.to_thread(roots_problem, settings, "chdir", chdir)  # SPEC SEC1
-    if outside is not None:
-        roots = settings.base.workdir_roots
-        raise cmd.shape_error("chdir", outside, chdir=chdir, workdir_roots=roots)
-    who, can = await asyncio.to_thread(job_accounts(request).check, user, chdir)
-    if can is None or can.write:
-        return []
-    if not can.enter:
-        raise cmd.shape_error("chdir", can.message, account=who.name, chdir=chdir)
-    return [{"field": "chdir", "account": who.name, "message": f"chdir: {can.message}"}]
+def _view_columns(view: JobView) -> dict[str, Any]:
+    """What the API reads of a row's JobView besides its columns (Q7, Q8, Q9; _jobview)."""
+    return {"dependency": view.dependency, "held": view.held, "array_throttle": view.array_throttle}
 
 
-async def _workspace_image(pool: Any, user: Any, body: dict[str, Any]) -> str | None:
-    """X4a: the image of the READY workspace `workspace` names (own, else the lab's); 422
-    naming `workspace` when it is missing, not the caller's to use, or not READY — nothing is
-    appended. A malformed name is left to intake's validation (Q1)."""
-    name = body.get("workspace")
-    if not isinstance(name, str) or limits.workspace_name_problem(name):
-        return None
-    ws = await read_first(pool, lookup_ids(name, user.name, user.lab))
-    problem = usable_problem(ws, name, user.name, user.lab)
-    if problem is not None:
-        raise cmd.shape_error("workspace", problem)
-    assert ws is not None
-    return ws.image
+async def _visible(request: Request, edges: Any, user: Any, job_id: str) -> Any:
+    """`load_visible` after this user's own writes through this gateway (read-your-writes); a
+    job not found may have been submitted a moment ago through another gateway, answered
+    before the projection wrote it: then once more when the projection reached the log's end."""
+    await cmd.own_writes(request, edges, user.name)
+    try:
+        return await load_visible(edges.pool, user, job_id)
+    except ApiError as e:
+        if e.status != 404 or not await cmd.caught_up(
+            edges, await edges.bus.last_seq(), request=request
+        ):
+            raise
+    return await load_visible(edges.pool, user, job_id)
 
 
 async def _submitted_body(
@@ -220,11 +195,7 @@ async def submit(
     key_problem = limits.idempotency_key_problem(idempotency_key)
     if key_problem:
         raise cmd.shape_error("Idempotency-Key", key_problem)
-    body = await _json_object(request)
-    warnings = await _workdir_warnings(request, user.name, body, settings)
-    default, _ = await current_default(edges.bus, user.name)  # X4a: the user's default
-    body = with_default(body, default)
-    image = await _workspace_image(edges.pool, user, body)
+    body = await _json_object(request)  # forwarded untouched: intake decides (U5, X4a, Q1–Q3)
     reply = await cmd.send(
         edges,
         commands.submit_subject(settings.base.subject_prefix),
@@ -234,9 +205,9 @@ async def submit(
             body=body,
             idempotency_key=idempotency_key,
             max_active_jobs=user.max_active_jobs,
-            workspace_image=image,
         ),
     )
+    warnings = list(reply.warnings)  # U5: e.g. a chdir the job's account cannot write
     status = 200 if reply.replayed else 201
     headers = {"Location": f"/v1/jobs/{reply.job_id}"}
     if body.get("array") is not None:  # Q7: the array, as one body
@@ -248,11 +219,22 @@ async def submit(
         if warnings:
             answer["warnings"] = warnings
         return JSONResponse(answer, status_code=status, headers=headers)
-    row = await cmd.read_back(
+    account = job_accounts(request).name_for(user.name)
+    if reply.submitted is not None and reply.job is not None and reply.seq is not None:
+        # accepted: intake's own view of the job answers (no projection wait); this user's
+        # next read through this gateway waits for the projection to apply it
+        cmd.wrote(request, user.name, reply.seq)
+        accepted = {**new_row(reply.submitted, reply.job), **_view_columns(reply.job)}
+        out = _with_dirs(
+            job_out(accepted, None, reply.pending_reason, detail=True), settings, account
+        )
+        if warnings:  # U5: accepted, but what it writes in its chdir would be lost
+            out["warnings"] = warnings
+        return JSONResponse(out, status_code=status, headers=headers)
+    row = await cmd.read_back(  # a replay (Q6): the job as the projection has it now
         edges, reply.seq, request, lambda: load_visible(edges.pool, user, str(reply.job_id))
     )
     if row is not None:
-        account = job_accounts(request).name_for(user.name)
         out = await _submitted_body(request, row, edges.pool, settings, account)
     else:  # projection lag or database down: what intake told us (the GET will catch up)
         out = {"id": reply.job_id, "state": reply.state, "projection_lag": True}
@@ -284,6 +266,7 @@ async def list_(
     """Jobs visible to the caller (own; lab_admin: the lab's; admin: all), newest first, a page
     of `limit` at a time (`next_cursor` until the last page). Each with `elapsed_s` (the latest
     attempt's run time) and `gpu_seconds` (held by all its attempts, F5) — `jpu jobs`/`history`."""
+    await cmd.own_writes(request, edges, user.name)  # read-your-writes (the submit's answer)
     states = [s.strip().upper() for s in state.split(",") if s.strip()] if state else None
     rows, nxt = await list_jobs(
         edges.pool, user, states=states, lab=lab, owner=user_, limit=limit, cursor=cursor,
@@ -304,10 +287,11 @@ async def show(
     of an array (Q7): the array, its tasks and their counts per state. While the database
     does not answer: the job as its events in the log say (`from_log`, SPEC O5)."""
     try:
+        await cmd.own_writes(request, edges, user.name)  # read-your-writes (the submit's answer)
         tasks = await load_array(edges.pool, user, job_id)
         if tasks is not None:  # its id whole or a prefix (U8)
             return array_out(str(tasks[0]["array_id"]), tasks)
-        row = await load_visible(edges.pool, user, job_id)
+        row = await _visible(request, edges, user, job_id)
     except Exception as e:
         if unreachable_dependency(e) is None:
             raise
@@ -317,14 +301,17 @@ async def show(
 
 
 @router.get("/{job_id}/events", responses=_ERRORS)
-async def events(job_id: str, user: CurrentUser, edges: EdgesDep) -> dict[str, Any]:
+async def events(
+    request: Request, job_id: str, user: CurrentUser, edges: EdgesDep
+) -> dict[str, Any]:
     """The job's events from the log, in stream order (the audit trail, SPEC E2). The id of an
     array (Q7): the array's own events (its submit; each task has its own)."""
+    await cmd.own_writes(request, edges, user.name)  # read-your-writes (the submit's answer)
     tasks = await load_array(edges.pool, user, job_id)
     if tasks is not None:  # its id whole or a prefix (U8), as GET /v1/jobs/{id}
         job_id = str(tasks[0]["array_id"])
     else:
-        job_id = (await load_visible(edges.pool, user, job_id))["job_id"]  # a prefix: the id
+        job_id = (await _visible(request, edges, user, job_id))["job_id"]  # a prefix: the id
     delivered = await edges.bus.job_events(job_id)
     return {
         "job_id": job_id,
@@ -527,9 +514,10 @@ async def cancel(
     An array's id (Q7): the array, and `cancelled`, the tasks this cancel hit (not those
     already ended or cancelling)."""
     # 404 / 403 before bothering intake; a unique prefix was given: the full id from now on
+    await cmd.own_writes(request, edges, user.name)  # read-your-writes (the submit's answer)
     tasks = await load_array(edges.pool, user, job_id)  # Q7: every unfinished task
     if tasks is None:
-        job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
+        job_id = (await _visible(request, edges, user, job_id))["job_id"]
     else:
         job_id = str(tasks[0]["array_id"])  # a prefix (U8): the array's id
     reply = await cmd.send(
@@ -565,7 +553,7 @@ async def _hold(
     request: Request, job_id: str, user: Any, edges: Any, settings: Any, *, hold: bool
 ) -> dict[str, Any]:
     # 404 / 403 before bothering intake; a prefix (U8): the full id from now on
-    job_id = (await load_visible(edges.pool, user, job_id))["job_id"]
+    job_id = (await _visible(request, edges, user, job_id))["job_id"]
     reply = await cmd.send(
         edges,
         commands.hold_subject(settings.base.subject_prefix),

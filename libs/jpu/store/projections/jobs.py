@@ -70,7 +70,9 @@ def columns(view: JobView) -> Row:
     }
 
 
-def _new_row(e: JobSubmitted, view: JobView) -> Row:
+def new_row(e: JobSubmitted, view: JobView) -> Row:
+    """The row of a job as its JobSubmitted and its JobView leave it (the gateway answers a
+    submit with it before the projection wrote it)."""
     return {
         "job_id": e.job_id, "lab": e.lab, "user": e.user, "name": e.name,
         "num_gpus": e.num_gpus, "tiers": e.tiers, "time_limit_s": e.time_limit_s,
@@ -106,7 +108,7 @@ def step(rows: dict[str, Row], views: dict[str, JobView], job_id: str, d: Delive
         if not isinstance(event, JobSubmitted):
             return False  # an event of a job whose submit was never seen: nothing to show
         new = views[job_id] = JobView.submitted(event, d.seq)
-        rows[job_id] = {**_new_row(event, new), "updated_at": event.ts, "updated_seq": d.seq}
+        rows[job_id] = {**new_row(event, new), "updated_at": event.ts, "updated_seq": d.seq}
         return True
     if isinstance(event, JobSubmitted):
         return False  # a second submit of the same id never wins (E2: expected seq 0)
