@@ -1,4 +1,5 @@
-"""jpu-admin: labs, users and API tokens in the database (`python -m jpu.tools.admin --help`).
+"""jpu-admin: labs, users and API tokens in the database (`python -m jpu.tools.admin --help`);
+backup and restore of the whole platform (jpu.tools.backup).
 
 The database is `--database-url`, the one the configuration names (JPU_DATABASE_URL or the
 JPU_CONFIG file), else the running stack's on this checkout (jpu.stack.discover); with none, one
@@ -22,7 +23,7 @@ import asyncpg
 from jpu.config import Config, load_config
 from jpu.stack import discover
 from jpu.store import auth
-from jpu.tools import admin_usage
+from jpu.tools import admin_usage, backup
 
 # Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
 DEMO_LABS: dict[str, tuple[str, ...]] = {
@@ -97,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("seed-demo", help="demo labs, users and well-known tokens (demo only)")
     admin_usage.add_parsers(sub)  # from the log (NATS), not the database
+    backup.add_parsers(sub)  # the streams, buckets and user tables to one file and back
     return p
 
 
@@ -171,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.what in admin_usage.COMMANDS:
         return admin_usage.main(args)
+    if args.what in backup.COMMANDS:
+        return backup.main(args)
     try:
         asyncio.run(_main(args))
     except (auth.AuthError, discover.NoServer) as e:
