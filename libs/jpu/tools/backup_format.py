@@ -81,6 +81,8 @@ def frames(f: Readable, name: str = "backup") -> Iterator[dict[str, Any]]:
     """Every frame after the magic, the end frame included, with its framing checked (not its
     checksum: see `verify`)."""
     magic = f.read(len(MAGIC))
+    if len(magic) < len(MAGIC) and MAGIC.startswith(magic):
+        raise BackupInvalid(f"{name}: truncated: {len(magic)} bytes, not even the file's magic")
     if magic != MAGIC:
         if magic[:6] == MAGIC[:6]:
             raise BackupInvalid(f"{name}: layout {magic[6:7]!r} is not one this tool reads (1)")
@@ -120,12 +122,10 @@ def frames(f: Readable, name: str = "backup") -> Iterator[dict[str, Any]]:
         n += 1
         offset += _LEN.size + length
         frame["_at"] = (n, offset - _LEN.size - length)
+        if frame["k"] == "end" and f.read(1):
+            raise BackupInvalid(f"{name}: corrupted: bytes after the end record (byte {offset})")
         yield frame
         if frame["k"] == "end":
-            if f.read(1):
-                raise BackupInvalid(
-                    f"{name}: corrupted: bytes after the end record (byte {offset})"
-                )
             return
 
 
@@ -152,6 +152,13 @@ class Summary:
 def verify(f: Readable, name: str = "backup") -> Summary:
     """Read the whole file once (streaming): framing, order, counts and the SHA-256 of the end
     record. Raises BackupInvalid naming the first fault."""
+    try:
+        return _verify(f, name)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a record of the wrong shape
+        raise BackupInvalid(f"{name}: corrupted: a record lacks or mangles {e}") from e
+
+
+def _verify(f: Readable, name: str) -> Summary:
     sha = hashlib.sha256()
     hashing = _Hashing(f, sha)
     summary: Summary | None = None
