@@ -9,11 +9,12 @@ so not the session's shared server) and its own databases.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ from jpu.bus import EventBus
 from jpu.bus.reader import read_range
 from jpu.bus.snapshots import SnapshotStore
 from jpu.commands import VIEWS_BUCKET
-from jpu.embedded.base import free_port
 from jpu.embedded.nats import EmbeddedNats
 from jpu.store import auth
 from jpu.store.db import create_pool
@@ -40,32 +40,34 @@ from jpu.tools.backup_format import BackupInvalid
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def nats_server(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(tmp_path / "nats", port=free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def fresh_nats(server: EmbeddedNats) -> None:
-    """Every volume gone: the server stopped, its store removed, started empty on its port."""
+@contextlib.asynccontextmanager
+async def empty_target(
+    server: EmbeddedNats, stream: str, prefix: str, databases: DatabaseFactory
+) -> AsyncIterator[tuple[EventBus, asyncpg.Pool, str]]:
+    """Every volume gone: the server stopped, its store removed, started empty on its port; a
+    new empty database. Its bus, pool and DSN."""
     server.stop()
     shutil.rmtree(server.data_dir / "jetstream", ignore_errors=True)
     server.start()
+    dsn = await databases()
+    pool = await create_pool(dsn)
+    bus = await EventBus.connect(server.url, stream=stream, prefix=prefix, name="pytest-restored")
+    try:
+        yield bus, pool, dsn
+    finally:
+        await bus.close()
+        await pool.close()
 
 
 @pytest_asyncio.fixture
 async def live(
-    nats_server: EmbeddedNats, pool: asyncpg.Pool
+    own_nats: EmbeddedNats, pool: asyncpg.Pool
 ) -> AsyncIterator[tuple[EventBus, asyncpg.Pool]]:
     """A log of 40 jobs, a view written 5 times (4 overwritten values: deleted sequences in its
     KV stream), 3 snapshots (thinned to 2: deleted sequences in the object store), a lab with a
     user and a token, projections applied."""
     stream, prefix = unique_names()
-    bus = await EventBus.connect(nats_server.url, stream=stream, prefix=prefix, name="pytest")
+    bus = await EventBus.connect(own_nats.url, stream=stream, prefix=prefix, name="pytest")
     await bus.ensure_stream()
     events = sample_log(40)
     for i in range(0, len(events), 200):
@@ -122,7 +124,7 @@ USERS += "SELECT row_to_json(t)::text FROM (SELECT * FROM api_tokens ORDER BY to
 
 async def test_E2_E3_restore_into_an_empty_cluster_keeps_every_sequence_and_rebuilds_projections(
     live: tuple[EventBus, asyncpg.Pool],
-    nats_server: EmbeddedNats,
+    own_nats: EmbeddedNats,
     pg_database_factory: DatabaseFactory,
     tmp_path: Path,
 ) -> None:
@@ -136,12 +138,8 @@ async def test_E2_E3_restore_into_an_empty_cluster_keeps_every_sequence_and_rebu
         counts = await backup(bus, pool, out, lambda _: None)
     assert counts[bus.stream] == before[bus.stream]["messages"]
 
-    fresh_nats(nats_server)
-    new_pool = await create_pool(await pg_database_factory())
-    bus2 = await EventBus.connect(
-        nats_server.url, stream=bus.stream, prefix=bus.prefix, name="pytest-restored"
-    )
-    try:
+    target = empty_target(own_nats, bus.stream, bus.prefix, pg_database_factory)
+    async with target as (bus2, new_pool, _):
         with pytest.raises(NotFoundError):
             await bus2.js.stream_info(bus.stream)  # the cluster is empty
         await restore(bus2, new_pool, file)
@@ -160,14 +158,11 @@ async def test_E2_E3_restore_into_an_empty_cluster_keeps_every_sequence_and_rebu
         assert await snaps.seqs() == [30, 20]
         view = await (await bus2.js.key_value(VIEWS_BUCKET)).get(f"queue.{bus.stream}")
         assert view.value == b'{"n": 4}'
-    finally:
-        await bus2.close()
-        await new_pool.close()
 
 
 async def test_E6_a_damaged_backup_is_refused_naming_the_fault_before_the_cluster_is_touched(
     live: tuple[EventBus, asyncpg.Pool],
-    nats_server: EmbeddedNats,
+    own_nats: EmbeddedNats,
     pg_database_factory: DatabaseFactory,
     tmp_path: Path,
 ) -> None:
@@ -183,13 +178,8 @@ async def test_E6_a_damaged_backup_is_refused_naming_the_fault_before_the_cluste
     not_ours = tmp_path / "not-a-backup"
     not_ours.write_bytes(b"PK\x03\x04 a zip file")
 
-    fresh_nats(nats_server)
-    new_dsn = await pg_database_factory()
-    new_pool = await create_pool(new_dsn)
-    bus2 = await EventBus.connect(
-        nats_server.url, stream=bus.stream, prefix=bus.prefix, name="pytest-restored"
-    )
-    try:
+    target = empty_target(own_nats, bus.stream, bus.prefix, pg_database_factory)
+    async with target as (bus2, new_pool, new_dsn):
         for path, said in (
             (truncated, "truncated"),
             (flipped, "checksum mismatch"),
@@ -203,27 +193,24 @@ async def test_E6_a_damaged_backup_is_refused_naming_the_fault_before_the_cluste
                     await bus2.js.stream_info(name)
         assert not await new_pool.fetchval("SELECT to_regclass('public.users') IS NOT NULL")
         # the command says it too, and exits 2
-        run = admin("restore", str(flipped), "--nats", nats_server.url, "--database-url", new_dsn)
+        run = admin("restore", str(flipped), "--nats", own_nats.url, "--database-url", new_dsn)
         assert run.returncode == 2
         assert "refused" in run.stderr and "checksum mismatch" in run.stderr
-    finally:
-        await bus2.close()
-        await new_pool.close()
 
 
 async def test_O5_restore_into_a_cluster_that_holds_a_log_is_refused_unless_forced(
-    live: tuple[EventBus, asyncpg.Pool], nats_server: EmbeddedNats, pg_dsn: str, tmp_path: Path
+    live: tuple[EventBus, asyncpg.Pool], own_nats: EmbeddedNats, pg_dsn: str, tmp_path: Path
 ) -> None:
     bus, pool = live
     file = tmp_path / "platform.jpubak"
-    run = admin("backup", str(file), "--nats", nats_server.url, "--database-url", pg_dsn, bus=bus)
+    run = admin("backup", str(file), "--nats", own_nats.url, "--database-url", pg_dsn, bus=bus)
     assert run.returncode == 0, run.stderr
     assert file.exists() and not file.with_name(file.name + ".part").exists()
     before = await streams_state(bus)
     jobs_before = await table(pool, JOBS)
     with pytest.raises(RestoreRefused, match=f"stream {bus.stream} .*not empty|not empty"):
         await restore(bus, pool, file)
-    run = admin("restore", str(file), "--nats", nats_server.url, "--database-url", pg_dsn, bus=bus)
+    run = admin("restore", str(file), "--nats", own_nats.url, "--database-url", pg_dsn, bus=bus)
     assert run.returncode == 2
     assert f"stream {bus.stream} (" in run.stderr and "--force" in run.stderr
     assert "table users" in run.stderr
