@@ -142,6 +142,7 @@ async def test_E2_E3_restore_into_an_empty_cluster_keeps_every_sequence_and_rebu
     async with target as (bus2, new_pool, _):
         with pytest.raises(NotFoundError):
             await bus2.js.stream_info(bus.stream)  # the cluster is empty
+        await bus2.ensure_stream()  # what a service's start would make: empty streams are fine
         await restore(bus2, new_pool, file)
         after = await streams_state(bus2)
         for name in before:  # stream by stream, field by field: a failure says which

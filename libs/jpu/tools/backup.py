@@ -206,12 +206,12 @@ async def restore(
     busy = await check_target(js, pool, summary, force=force)
     if busy:
         progress("--force: deleting " + "; ".join(busy))
-        for s in summary.streams:
-            with contextlib.suppress(NotFoundError):
-                await js.delete_stream(s.name)
-        if pool is not None:
-            for table in reversed(list(summary.tables)):
-                await pool.execute(f'DELETE FROM "{table}"')
+    for s in summary.streams:  # empty ones too (a service's start may have made them): they
+        with contextlib.suppress(NotFoundError):  # are made again with the file's configuration
+            await js.delete_stream(s.name)
+    if busy and pool is not None:
+        for table in reversed(list(summary.tables)):
+            await pool.execute(f'DELETE FROM "{table}"')
     by_name = {s.name: s for s in summary.streams}
     with path.open("rb") as f:
         it = frames(f, str(path))
