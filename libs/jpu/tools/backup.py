@@ -74,10 +74,6 @@ def stream_names(bus: EventBus) -> list[str]:
     return [f"OBJ_{SNAPSHOTS_BUCKET}", f"KV_{VIEWS_BUCKET}", bus.dlq_stream, bus.stream]
 
 
-def _time_ns(msg: Any) -> int:
-    return round(msg.metadata.timestamp.timestamp() * 1e9)
-
-
 async def backup(
     bus: EventBus, pool: asyncpg.Pool | None, out: IO[bytes], progress: Callable[[str], None]
 ) -> dict[str, int]:
@@ -116,12 +112,13 @@ async def backup(
         reader = read_range(js, name, filter_subject, 1)
         async with contextlib.aclosing(reader) as msgs:
             async for msg in msgs:
-                seq = msg.metadata.sequence.stream
+                meta = msg.metadata  # parsed from the reply subject at each access: once
+                seq = meta.sequence.stream
                 if seq > last:
                     break
                 w.frame(
                     "msg", seq=seq, subject=msg.subject, headers=dict(msg.headers or {}) or None,
-                    data=bytes(msg.data), time_ns=_time_ns(msg),
+                    data=bytes(msg.data), time_ns=round(meta.timestamp.timestamp() * 1e9),
                 )  # fmt: skip
                 n += 1
                 if n % 100_000 == 0:
