@@ -14,6 +14,7 @@ Then the platform goes on from there: the gates open, the running jobs end, the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -29,7 +30,7 @@ from e2e_support import Api, Stack, wait_until
 
 from jpu.embedded.base import free_port
 from jpu.testing.crash import KillableNats, KillablePostgres
-from jpu.testing.stack_process import StackProcess, world_searchable_tmpdir
+from jpu.testing.stack_process import StackProcess, alive, world_searchable_tmpdir
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -210,8 +211,14 @@ def test_E2_E3_E6_O5_backup_lose_every_volume_restore_and_the_api_answers_as_bef
 
     # the disaster: every process of the platform dies at once (SIGKILL: nothing appended on the
     # way down) and both servers lose their volumes; the jobs run on, as on a compute node
-    os.killpg(stack.proc.pid, signal.SIGKILL)
+    services = [e["pid"] for e in stack.supervisor_log() if e["msg"] == "service started"]
+    assert len(services) >= 7, services
+    os.killpg(stack.proc.pid, signal.SIGKILL)  # the supervisor first: it restarts no one now
+    for pid in services:  # each service leads its own process group (jpu.stack.supervisor)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
     stack.proc.wait(30)
+    wait_until(lambda: not any(alive(p) for p in services), 30, "every service to be gone")
     servers.destroy_volumes()
     servers.start()
 
