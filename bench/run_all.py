@@ -27,6 +27,7 @@ BENCHES: dict[str, tuple[list[str], list[str]]] = {
     "estimate": ([], []),
     "start": ([], ["--n", "1000000"]),
     "audit": (["--n", "100000"], ["--n", "1000000"]),
+    "backup": (["--n", "100000"], ["--n", "612666"]),
     "gateway": ([], ["--requests", "10000", "--seconds", "60"]),
     "e2e": ([], ["--jobs", "3000", "--timeout", "240"]),
     "slurm": ([], ["--preempt-rounds", "20", "--watch-s", "60"]),

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,23 +26,12 @@ import pytest_asyncio
 
 from jpu.bus import EventBus
 from jpu.bus.client import CLOSE_TIMEOUT_S
-from jpu.embedded.base import free_port
 from jpu.embedded.nats import EmbeddedNats
 from jpu.events import JobEnded, JobSubmitted, UsageCharged, new_event_id
 from jpu.testing.nats_fixtures import unique_names
 
 # SIGTERM → exit: run_workers' drain grace (10 s) + the bus close (drain, close: 2 × 5 s) + slack.
 STOP_BOUND_S = 10 + 2 * CLOSE_TIMEOUT_S + 3
-
-
-@pytest.fixture
-def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
-    server = EmbeddedNats(tmp_path / "nats", port=free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 class CuttingProxy:

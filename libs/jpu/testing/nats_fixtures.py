@@ -17,6 +17,8 @@ import pytest
 import pytest_asyncio
 
 from jpu.bus import EventBus
+from jpu.embedded.base import free_port
+from jpu.embedded.nats import EmbeddedNats
 from jpu.testing.servers import NatsServers, ServerProvider
 
 
@@ -63,3 +65,15 @@ def nats_cluster(tmp_path: Path, server_provider: ServerProvider) -> Iterator[Na
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    """A nats-server of the test's own (one it may stop, or whose account-wide buckets it may
+    fill), started on a free port under tmp_path."""
+    server = EmbeddedNats(tmp_path / "nats", port=free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

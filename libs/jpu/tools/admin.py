@@ -1,4 +1,5 @@
-"""jpu-admin: labs, users and API tokens (`python -m jpu.tools.admin --help`).
+"""jpu-admin: labs, users and API tokens (`python -m jpu.tools.admin --help`); backup and
+restore of the whole platform (jpu.tools.backup).
 
 Every change is an event in the log (SPEC SEC3: jpu.tools.identities; the NATS admin identity
 appends it) and waits until the `identities` projection holds it, so a token printed works at
@@ -29,7 +30,7 @@ from jpu.config import Config, load_config
 from jpu.domain.identities import IdentityError
 from jpu.stack import discover
 from jpu.store import auth
-from jpu.tools import admin_usage
+from jpu.tools import admin_usage, backup
 from jpu.tools.identities import Identities
 
 # Demo only (`make run`, README): well-known tokens `demo-<user>`; never seed these in production.
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("seed-demo", help="demo labs, users and well-known tokens (demo only)")
     admin_usage.add_parsers(sub)  # from the log (NATS), not the database
+    backup.add_parsers(sub)  # the streams, buckets and user tables to one file and back
     return p
 
 
@@ -207,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.what in admin_usage.COMMANDS:
         return admin_usage.main(args)
+    if args.what in backup.COMMANDS:
+        return backup.main(args)
     try:
         asyncio.run(_main(args))
     except (IdentityError, discover.NoServer) as e:
