@@ -45,3 +45,37 @@ async def test_jpu_submit_sbatch_mail_lines_reach_the_log_Q10(
     assert [(s.mail_type, s.mail_user) for s in subs] == [
         (["END", "FAIL"], "me@lab.example"), (["BEGIN"], None),
     ]  # fmt: skip
+
+
+async def test_Q10_mail_user_on_a_site_without_smtp_is_warned_and_kept_on_the_job(
+    server: str,
+    api: Api,
+    tmp_path: Path,
+) -> None:
+    """This server's site has no smtp_host: the address is accepted, never dropped unsaid — a
+    warning on stderr at submit, kept on the job (JobSubmitted.sbatch_warnings) as U6's are,
+    and shown by `jpu show`."""
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --mail-type=END\n#SBATCH --mail-user=me@lab.example\n"
+                      "true\n")  # fmt: skip
+    for argv, who, where in (
+        ([str(script)], "me@lab.example", "train.sh:3: #SBATCH --mail-user=me@lab.example"),
+        (["--wrap", "true", "--mail-user", "you@lab.example"], "you@lab.example",
+         "command line: --mail-user=you@lab.example"),
+    ):  # fmt: skip
+        rc, out, err = await jpu(server, "alice", "submit", "--parsable", *argv)
+        assert rc == 0, err
+        said = [line for line in err.splitlines() if "--mail-user" in line]
+        assert said == [
+            f"jpu submit: warning: {where}: this site sends no e-mail (no SMTP server "
+            f"configured: smtp_host), so none will reach {who}; `jpu notify --webhook URL` "
+            "sends them to a webhook instead"
+        ], err
+        job_id = out.strip()
+        subs = [d.event async for d in api.bus.replay() if isinstance(d.event, JobSubmitted)]
+        kept = next(s for s in subs if s.job_id == job_id)
+        assert (kept.mail_user, kept.sbatch_warnings) == (who, [said[0].split("warning: ", 1)[1]])
+        shown = ok(await jpu(server, "alice", "show", job_id))
+        assert f"Warning: {where}: this site sends no e-mail" in shown
+    rc, _, err = await jpu(server, "alice", "submit", "--wrap", "true", "--mail-type", "END")
+    assert rc == 0 and "e-mail" not in err  # no address named: the user's defaults decide

@@ -176,3 +176,20 @@ async def test_M1_queue_shows_the_admins_maintenance_message(server: str, api: A
         assert json.loads(ok(await jpu(server, "alice", "queue", "--json")))  # JSON unchanged
     finally:
         ok(await jpu(server, "admin", "admin", "maintenance", "end"))
+
+
+async def test_M1_sinfo_and_pool_show_maintenance_as_queue_does(server: str, api: Api) -> None:
+    for command in ("sinfo", "pool"):  # NORMAL: nothing said, the table first
+        first = ok(await jpu(server, "alice", command)).splitlines()[0]
+        assert first.split()[0] in ("TIER", "NODE")
+    ok(await jpu(server, "admin", "admin", "maintenance", "start", "-m", "NFS swap until 10:00"))
+    try:
+        queue = ok(await jpu(server, "alice", "queue")).splitlines()[0]
+        for command, header in (("sinfo", "TIER"), ("pool", "NODE")):
+            lines = ok(await jpu(server, "alice", command)).splitlines()
+            assert lines[0] == queue  # the same line as the queue's: state, since, message
+            assert lines[0].startswith("Maintenance: DRAINING since ")
+            assert lines[0].endswith(": NFS swap until 10:00") and lines[1].split()[0] == header
+            assert "Maintenance" not in ok(await jpu(server, "alice", command, "--json"))
+    finally:
+        ok(await jpu(server, "admin", "admin", "maintenance", "end"))

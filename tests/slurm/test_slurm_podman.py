@@ -6,9 +6,11 @@ grace) and the container is gone with the job (Slurm's Epilog). No podman is a f
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -21,6 +23,7 @@ import pytest
 from jpu.backends import BackendError
 from jpu.backends.isolation import BASE_IMAGE, Podman
 from jpu.backends.podman_job import container_of
+from jpu.backends.slurm.backend import SlurmBackend
 from jpu.backends.workspaces import PipSite, Workspaces
 from jpu.testing.slurm_env import SlurmEnv, wait_end, wait_file
 from jpu.testing.unavailable import needs_root
@@ -102,26 +105,80 @@ async def test_X4a_slurm_job_runs_in_its_workspace_container_as_the_user_without
     assert (Path(outside.output_dir) / "stdout").read_text() == "six=missing\n"
 
 
-async def test_X5_slurm_cancel_reaches_the_job_in_its_container_within_the_grace(
-    slurm: SlurmEnv, podman_helper: None
-) -> None:
-    backend = slurm.new_backend(isolation="container")
-    trap = (
-        "trap 'date +%s.%N > \"$JOB_OUTPUT_DIR/ckpt\"; exit 0' TERM\n"
-        'echo ready > "$JOB_OUTPUT_DIR/ready"\n'
-        "while :; do sleep 0.1; done\n"
-    )
-    spec = slurm.spec(trap)
+CHECKPOINT_ON_TERM = (
+    "trap 'date +%s.%N > \"$JOB_OUTPUT_DIR/ckpt\"; exit 0' TERM\n"
+    'echo ready > "$JOB_OUTPUT_DIR/ready"\n'
+    "while :; do sleep 0.1; done\n"
+)
+
+
+async def _started_checkpointing(slurm: SlurmEnv, backend: SlurmBackend) -> tuple[str, Path]:
+    """A job whose SIGTERM trap writes the time to OUT/ckpt, once it runs with the trap set."""
+    spec = slurm.spec(CHECKPOINT_ON_TERM)
     bid = await backend.submit(spec)
     out = Path(spec.output_dir)
     await wait_file(out / "ready", 60)
-    assert _exists(container_of(bid))  # running in its container, named after the Slurm job
+    return bid, out
+
+
+async def _cancel_checkpoints_within_the_grace(backend: SlurmBackend, bid: str, out: Path) -> None:
     asked = time.time()
     await backend.cancel(bid, 10.0)
     status = await wait_end(backend, bid, 60)
     assert status.state == "CANCELLED", (out / "stderr").read_text()
+    assert (out / "ckpt").exists(), (out / "stderr").read_text()  # what the helper said
     assert float((out / "ckpt").read_text()) - asked < 10.0  # the checkpoint, within the grace
+
+
+async def test_X5_slurm_cancel_reaches_the_job_in_its_container_within_the_grace(
+    slurm: SlurmEnv, podman_helper: None
+) -> None:
+    backend = slurm.new_backend(isolation="container")
+    bid, out = await _started_checkpointing(slurm, backend)
+    assert _exists(container_of(bid))  # running in its container, named after the Slurm job
+    await _cancel_checkpoints_within_the_grace(backend, bid, out)
     assert not _exists(container_of(bid))
+
+
+def _podman_client_of(name: str) -> int:
+    """The pid of the `podman run` client of container `name` (the helper's child)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"run" in argv and name.encode() in argv and b"--name" in argv:
+            return int(proc.name)
+    raise AssertionError(f"no podman client of {name}")
+
+
+def _proc_state(pid: int) -> bytes:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return b"X"
+    return stat[stat.rindex(b")") + 2 :][:1]
+
+
+async def test_X5_slurm_cancel_reaches_the_job_after_its_podman_client_died(
+    slurm: SlurmEnv, podman_helper: None
+) -> None:
+    """The client can die before its container: the helper stays until the container ends and
+    still passes the cancel in, so the job checkpoints within the grace."""
+    backend = slurm.new_backend(isolation="container")
+    bid, out = await _started_checkpointing(slurm, backend)
+    client = _podman_client_of(container_of(bid))
+    os.kill(client, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{client}").exists() and b"Z" not in _proc_state(client):
+        assert time.monotonic() < deadline, "the podman client outlived its SIGKILL"
+        await asyncio.sleep(0.05)
+    assert _exists(container_of(bid))  # the job runs on without its client
+    await _cancel_checkpoints_within_the_grace(backend, bid, out)
+    deadline = time.monotonic() + 30
+    while _exists(container_of(bid)):
+        assert time.monotonic() < deadline, "the container outlived its job"
+        await asyncio.sleep(0.2)
 
 
 async def test_X5_slurm_container_ignoring_sigterm_is_removed_with_its_job(

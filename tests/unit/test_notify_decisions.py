@@ -200,3 +200,17 @@ def test_an_array_never_started_ends_once_without_running_Q10() -> None:
         ("END", "Array A (train) ended: 3 CANCELLED of 3 tasks without running, charged 0 "
          f"TFLOP-s: {URL}/#/job/A"),
     ]  # fmt: skip
+
+
+def test_Q10_an_address_on_a_site_without_smtp_is_a_warning_not_silence() -> None:
+    from jpu.config import load_config
+    from jpu.policy.sbatch import Site, unsent_mail
+
+    tiers = list(load_config().tiers)
+    without, with_smtp = Site(tiers=tiers, mail=False), Site(tiers=tiers, mail=True)
+    where = "train.sh:3: #SBATCH --mail-user=me@lab.example"
+    said = unsent_mail(without, "me@lab.example", where)
+    assert said is not None and said.startswith(f"{where}: this site sends no e-mail ")
+    assert "none will reach me@lab.example" in said
+    assert unsent_mail(with_smtp, "me@lab.example", where) is None
+    assert unsent_mail(without, None, where) is None  # no address: the user's defaults decide

@@ -41,7 +41,9 @@ def kill(podman: Sequence[str], name: str, sig: str = "TERM") -> bool:
     except (OSError, subprocess.TimeoutExpired) as e:
         log.warning("cannot signal container %s: %s", name, e)
         return False
-    return done.returncode == 0
+    # podman names the container it signalled; one interrupted by a signal of its own (on Slurm,
+    # `scancel --full` signals the helper's children too) can exit 0 having done and said nothing
+    return done.returncode == 0 and name in done.stdout.split()
 
 
 class EngineError(Exception):
@@ -60,8 +62,12 @@ def state(podman: Sequence[str], name: str) -> Literal["running", "gone"] | int:
         if "no such container" in done.stderr:
             return "gone"
         raise EngineError(done.stderr.strip() or f"podman exited {done.returncode}")
-    running, code = done.stdout.split()
-    return "running" if running == "true" else int(code)
+    # exit 0 with nothing said: podman was interrupted by a signal (on Slurm, `scancel --full`
+    # reaches the helper's children too) before it answered, which is not an answer
+    said = done.stdout.split()
+    if len(said) != 2 or said[0] not in ("true", "false") or not said[1].lstrip("-").isdigit():
+        raise EngineError(f"podman said {done.stdout.strip()!r} of {name}")
+    return "running" if said[0] == "true" else int(said[1])
 
 
 def owned(podman: Sequence[str], records: str) -> list[str] | None:

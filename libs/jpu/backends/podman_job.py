@@ -29,7 +29,10 @@ goes into the container with `podman kill`, retried until the container runs, an
 passes it to the job (X5). Not through the client's own signal proxy: a proxy that finds the
 container not yet marked running re-sends the signal to the client, which dies, and the job
 then loses its grace. A SIGKILL ends only the helper and the client, so the Epilog removes the
-container by name (`cleanup`).
+container by name (`cleanup`). The helper's own `podman inspect`/`podman kill` are in the batch
+step too, so `scancel --full` signals them as well: one interrupted that way can exit 0 having
+said nothing, which counts as no answer (containers.state, containers.kill), never as "the
+container has ended" nor "the signal arrived".
 """
 
 from __future__ import annotations
@@ -243,14 +246,19 @@ def _supervise(config: HelperConfig, argv: list[str], name: str) -> int:
         return rc
     # `scancel --full` signals the client too, and its proxy may re-send a signal to itself:
     # the client is gone, its container perhaps not. Stay until it ends, passing signals on.
+    # Said on the job's stderr: the job's exit status is then the container's, not the client's.
+    print(f"jpu-podman-job: the podman client of {name} ended by signal {-rc}; staying until "
+          "the container ends", file=sys.stderr, flush=True)  # fmt: skip
     while True:
         try:
             now = containers.state(base, name)
         except containers.EngineError:
             now = "running"  # podman did not say (a signal reached it too): ask again
         if now == "gone":
+            print(f"jpu-podman-job: {name} is gone", file=sys.stderr, flush=True)
             return 128 - rc  # killed by signal n: 128 + n, as a shell says
         if now != "running":
+            print(f"jpu-podman-job: {name} exited {now}", file=sys.stderr, flush=True)
             return now
         pass_on()
         time.sleep(_TERM_RETRY_S)

@@ -45,6 +45,7 @@ class Site:
     compat: Compat = "lenient"
     unknown_partition: Unknown = "warn"
     lab: str | None = None
+    mail: bool = True  # Q10: the site sends e-mail (config smtp_host is set)
 
 
 @dataclass
@@ -212,6 +213,18 @@ def _warn(out: Decision, site: Site, line: str) -> None:
         out.problems.append(f"{line} (refused: this site sets sbatch_compat: strict; drop it)")
     else:
         out.warnings.append(line)
+
+
+def unsent_mail(site: Site, mail_user: str | None, where: str) -> str | None:
+    """Q10: a job naming an address (`where`: its line, or the command line's flag) on a site
+    that sends no e-mail is accepted with a warning, kept on the job with U6's, never with its
+    mail dropped unsaid."""
+    if mail_user is None or site.mail:
+        return None
+    return (
+        f"{where}: this site sends no e-mail (no SMTP server configured: smtp_host), so none "
+        f"will reach {mail_user}; `jpu notify --webhook URL` sends them to a webhook instead"
+    )
 
 
 def decide(

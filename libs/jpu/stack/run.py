@@ -20,6 +20,7 @@ from jpu.backends.local.stop import terminate_all
 from jpu.config import ConfigError, load_config
 from jpu.runtime.service import install_stop_signals
 from jpu.stack import discover, metrics_targets, private
+from jpu.stack.mailsink import MailSink
 from jpu.stack.prepare import prepare
 from jpu.stack.servers import Servers, start_servers
 from jpu.stack.supervisor import Supervisor
@@ -47,13 +48,17 @@ async def wait_ready(
     return False
 
 
-def banner(gateway: str, servers: Servers, log_dir: Path, users: list[DemoUser]) -> str:
+def banner(
+    gateway: str, servers: Servers, log_dir: Path, users: list[DemoUser], mail: Path | None = None
+) -> str:
+    sink = [f"  e-mail          {mail}/new/ (a local sink: nothing leaves)"] if mail else []
     lines = [
         f"JPU-Share is up: {gateway}",
         f"  NATS JetStream  {servers.nats_url}" + ("  (embedded)" if servers.nats else ""),
         f"  PostgreSQL      {servers.database_url}" + ("  (embedded)" if servers.postgres else ""),
         f"  service logs    {log_dir}/<service>.log",
         f"  metrics         {log_dir.parent / metrics_targets.FILE} (Prometheus file_sd)",
+        *sink,
         "",
         "Demo users and tokens (DEMO ONLY - well-known, do not use in production):",
         *(f"  {u.name:<10} {u.lab:<4} {u.role:<6} {u.token}" for u in users),
@@ -71,6 +76,7 @@ async def run(
     stop = asyncio.Event()
     install_stop_signals(stop)
     supervisor: Supervisor | None = None
+    sink: MailSink | None = None
     local = False
     try:
         child_env = {
@@ -82,9 +88,13 @@ async def run(
         if (outputs := private.prepare_output_root(config, child_env)) is not None:  # SEC1
             child_env["JPU_AGENT_OUTPUT_ROOT"] = str(outputs)  # gateway and agents agree
         local = config.slurm_backend == "local"
+        if not config.smtp_host:  # Q10: the demo's e-mail lands in <data_dir>/mail, visibly
+            sink = MailSink(data_dir / "mail")
+            await asyncio.to_thread(sink.start)  # waits until it answers
+            child_env.update(sink.env())
         users = await prepare(config, demo=True)  # `make run` is the demo (SPEC SEC3)
         supervisor = Supervisor(child_env, data_dir / "logs", identity=servers.nats_env)
-        taken = {config.gateway_port, *_ports(servers)}  # chosen elsewhere, not yet all bound
+        taken = {config.gateway_port, *_ports(servers), *([sink.port] if sink else [])}
         metrics_targets.assign(supervisor.children, data_dir, taken)  # SPEC O4: /metrics per child
         supervisor.start(stop)
         gateway = f"http://{config.gateway_host}:{config.gateway_port}"
@@ -92,7 +102,8 @@ async def run(
         if await wait_ready(f"{gateway}/readyz", stop, ready_timeout_s) and await wait_ready(
             f"{gateway}/v1/me", stop, ready_timeout_s, token=users[0].token
         ):
-            print(banner(gateway, servers, data_dir / "logs", users), flush=True)
+            mail = sink.maildir if sink else None
+            print(banner(gateway, servers, data_dir / "logs", users, mail), flush=True)
         elif not stop.is_set():
             log.error(
                 "gateway not ready; see its log",
@@ -105,6 +116,8 @@ async def run(
             await supervisor.stop()
             if local:  # only once no agent can re-adopt them: the services have exited
                 await asyncio.to_thread(terminate_all, data_dir, LOCAL_JOBS_GRACE_S)
+        if sink is not None:
+            await asyncio.to_thread(sink.stop)
 
 
 def _ports(servers: Servers) -> set[int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from jpu.domain.states import SLOT_STATES, in_order  # S1: what holds a max_active_jobs slot
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
@@ -66,6 +66,7 @@ class SbatchOut(BaseModel):
     partition_aliases: dict[str, list[str]]
     sbatch_compat: str
     sbatch_unknown_partition: str
+    mail: bool = Field(description="the site sends e-mail (smtp_host is set; SPEC Q10)")
 
 
 @router.get("/sbatch", responses=responses(401))
@@ -76,4 +77,5 @@ async def sbatch(_: CurrentUser, settings: SettingsDep) -> SbatchOut:
         partition_aliases=dict(b.partition_aliases),
         sbatch_compat=b.sbatch_compat,
         sbatch_unknown_partition=b.sbatch_unknown_partition,
+        mail=bool(b.smtp_host),  # Q10: `--mail-user` on a site without is warned at submit
     )

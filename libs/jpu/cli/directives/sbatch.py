@@ -60,6 +60,8 @@ def read(words: list[str], kind: Kind, where: str) -> list[str]:
                 kind.raw["time_zero"] = (value, line)
             elif o.key == "partition":
                 kind.raw["partition"] = (value, line)
+            elif o.key == "mail_user":  # Q10: its line, for a site that sends no e-mail
+                kind.raw["mail_user"] = (value, line)
             if why:
                 problems.append(f"{line}: {why}")
     return problems

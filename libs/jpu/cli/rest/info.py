@@ -3,7 +3,8 @@
 `whoami`: `GET /v1/me` (user, lab, role, job slots in use). `tiers`: `GET /v1/tiers`, best
 first (T1). `sinfo`: the pool per tier from `GET /v1/placements` and `GET /v1/tiers` — GPUs
 idle / busy (running a job) / reserved (held for the queue's head, R2) / down, with each
-tier's VRAM and TFLOPS. The views are pure: decoded bodies in, text out.
+tier's VRAM and TFLOPS, under maintenance's state (M1) when it is not NORMAL. The views are
+pure: decoded bodies in, text out.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 from typing import Any
 
 from jpu.cli.rest.client import RestClient, resolve_target
+from jpu.cli.rest.lists import maintenance_notice
 from jpu.cli.rest.render import table
 
 
@@ -105,4 +107,7 @@ def cmd_tiers(args: argparse.Namespace) -> int:
 def cmd_sinfo(args: argparse.Namespace) -> int:
     with _client(args) as c:
         tier_list, pool = c.get("/v1/tiers"), c.get("/v1/placements")
+        notice = maintenance_notice(c, args)
+    if notice:  # M1: draining or active, first, as `jpu queue` says it
+        print(notice)
     return _print(args, {"tiers": tier_list, **pool}, sinfo(tier_list, pool))

@@ -104,14 +104,23 @@ def cmd_queue(args: argparse.Namespace) -> int:
             for key in ("queue", "running"):
                 if isinstance(data.get(key), list):
                     data[key] = [e for e in data[key] if e.get("name") == args.name]
-        status = None if args.json else c.get("/v1/maintenance/status")
+        notice = maintenance_notice(c, args)
         gone = [] if args.json else _never_met(c, args)
-    if status and status.get("state", "NORMAL") != "NORMAL":  # M1: the admin's words, first
-        print(views.maintenance(status))
+    if notice:
+        print(notice)
     _print(args, data, lambda d: views.queue(d, start=args.start))
     if gone:  # Q8: they left the queue at once; say why rather than let them vanish
         print(views.never_met(gone))
     return 0
+
+
+def maintenance_notice(c: RestClient, args: argparse.Namespace) -> str | None:
+    """M1: maintenance (its state, since when, the admin's words) as the first line of what
+    lists the queue or the pool; None when NORMAL, and with --json (the API's body, unchanged)."""
+    if args.json:
+        return None
+    status = c.get("/v1/maintenance/status")
+    return views.maintenance(status) if status.get("state", "NORMAL") != "NORMAL" else None
 
 
 NEVER_MET_WINDOW_S: Final = 3600.0

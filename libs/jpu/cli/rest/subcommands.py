@@ -268,7 +268,10 @@ def _explain_usage(args: argparse.Namespace) -> int:
 
 def cmd_pool(args: argparse.Namespace) -> int:
     with _client(args) as c:
-        return _emit(args, c.get("/v1/placements"), views.pool)
+        placements, notice = c.get("/v1/placements"), lists.maintenance_notice(c, args)
+    if notice:  # M1: draining or active, first, as `jpu queue` says it
+        print(notice)
+    return _emit(args, placements, views.pool)
 
 
 def cmd_maintenance(args: argparse.Namespace) -> int:

@@ -211,6 +211,11 @@ def request(
         raise RestError("\n".join(decision.problems))
     if tiers and not types:
         decision.tiers = tiers
+    mail_user = args.mail_user or d.mail_user
+    said = f"command line: --mail-user={args.mail_user}"  # else its #SBATCH/#JPU line
+    where = said if args.mail_user else d.raw.get("mail_user", (None, said))[1]
+    if (unsent := sbatch_policy.unsent_mail(the_site, mail_user, where)) is not None:
+        decision.warnings.append(unsent)  # Q10: said at submit and kept, as U6's are
     d.warnings = [*decision.notes, *decision.warnings]
     for key in ("output", "error", "open_mode", "signal"):  # U6: executed by the backends
         if getattr(decision, key) is not None:
@@ -226,7 +231,7 @@ def request(
     mail_type = args.mail_type if args.mail_type is not None else d.mail_type  # Q10
     if mail_type is not None:
         body["mail_type"] = mail_type  # the server checks a flag's value (422 names the field)
-    if (mail_user := args.mail_user or d.mail_user) is not None:
+    if mail_user is not None:
         body["mail_user"] = mail_user
     dependency = getattr(args, "dependency", None) or d.dependency  # Q8
     if dependency:
@@ -254,6 +259,7 @@ def site_from(config: Any, lab: str | None = None) -> sbatch_policy.Site:
         compat=getattr(config, "sbatch_compat", "lenient"),
         unknown_partition=getattr(config, "sbatch_unknown_partition", "warn"),
         lab=lab,
+        mail=bool(getattr(config, "smtp_host", "")),  # Q10
     )
 
 
@@ -277,6 +283,7 @@ def _api_site(c: RestClient, need_lab: bool) -> sbatch_policy.Site:
         compat=conf.get("sbatch_compat", "lenient"),
         unknown_partition=conf.get("sbatch_unknown_partition", "warn"),
         lab=c.get("/v1/me")["lab"] if need_lab else None,
+        mail=conf.get("mail", True),  # an older gateway did not say: no warning
     )
 
 
