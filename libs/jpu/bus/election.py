@@ -2,22 +2,32 @@
 for a few seconds no leader answers — a request times out or finds no responders — and then the
 new leader does. Such a request is sent again, each try bounded, for up to ELECTION_S.
 
-Why the later tries are short: a request sent while there is no leader is dropped, not queued
-for the leader to come, so what the new leader answers is the first try sent *after* it was
-elected. With 2.5 s tries that came up to 2.5 s + the pause after the election ended (measured:
-submits accepted 5.3–5.7 s after a leader's SIGKILL for elections of ~4.5 s); with RETRY_S tries
-it is at most RETRY_S + the pause. A try that a live but slow leader answers late is not lost
-either: the resend is the same request (an append keeps its Nats-Msg-Id, the stream stores it
-once), and each new call starts with a full TRY_S try again."""
+A request sent while there is no leader is dropped, not queued for the leader to come, so what
+the new leader answers is the first try sent *after* it was elected: the platform can follow its
+bus only as closely as its tries are spaced. Waiting for one try to time out before sending the
+next (2.5 s, then 0.5 s tries with pauses to 0.4 s) held answers up to ~0.9 s past the election,
+and a call that began late in an election with a full 2.5 s first try up to 2.5 s. So:
+
+  * a connection remembers that a request on it went unanswered (LeaderWatch) until one is
+    answered again; a call that starts meanwhile begins with short tries at once;
+  * once suspect, a new try is sent every HEDGE (jittered, 0.05 s growing to 0.15 s) while the
+    earlier ones are still out (each bounded by RETRY_S): the tries are the readiness probe, and
+    the first answer wins. The server answers the same request once: an append keeps its
+    Nats-Msg-Id (the stream stores it once, SPEC E2), a read is a read.
+
+Measured figures: bench/bench_failover.py --platform, BENCHMARKS.md (Failover)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from jpu.bus.errors import is_unreachable
+from jpu.runtime.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +39,46 @@ T = TypeVar("T")
 # ~10.8 s, more on a loaded machine. Measured 4.1–8.0 s; with 10 s here, 2 appends in 7
 # SIGKILLs gave up (bench/bench_failover.py, 2026-12-02, load average 4–5).
 ELECTION_S = 12.0
-TRY_S = 2.5  # the first try: an answer from a live leader comes in milliseconds
-RETRY_S = 0.5  # each later try, once one went unanswered (an election is likely under way)
-_PAUSE_S, _MAX_PAUSE_S = 0.05, 0.4  # between tries: no responders fails at once
+TRY_S = 2.5  # a try on a connection that shows no sign of an election: a live leader answers in ms
+RETRY_S = 0.5  # each try while the connection is suspect
+HEDGE = Backoff(first_s=0.05, cap_s=0.15, jitter=0.3)  # between tries sent while suspect
+
+
+class LeaderWatch:
+    """One connection's sign of an election: since when no request on it was answered (a timeout
+    or no responders), cleared by the next answer. Pure: `now` is passed in."""
+
+    def __init__(self) -> None:
+        self.unanswered_since: float | None = None
+
+    def suspect(self) -> bool:
+        return self.unanswered_since is not None
+
+    def unanswered(self, now: float) -> None:
+        if self.unanswered_since is None:
+            self.unanswered_since = now
+
+    def answered(self) -> None:
+        self.unanswered_since = None
+
+    def try_s(self) -> float:
+        return RETRY_S if self.suspect() else TRY_S
+
+    def next_try_in(self, attempt: int, rand: float) -> float:
+        """Seconds from sending try `attempt` (0-based) to sending the next one if none answered:
+        a whole try while nothing looks wrong, a HEDGE step once the connection is suspect."""
+        return HEDGE.delay(attempt, rand) if self.suspect() else TRY_S
+
+
+_watches: weakref.WeakKeyDictionary[object, LeaderWatch] = weakref.WeakKeyDictionary()
+
+
+def watch_of(connection: object) -> LeaderWatch:
+    """The LeaderWatch of a NATS connection, shared by every call made on it."""
+    watch = _watches.get(connection)
+    if watch is None:
+        watch = _watches[connection] = LeaderWatch()
+    return watch
 
 
 async def ride_out_election(
@@ -40,24 +87,68 @@ async def ride_out_election(
     *,
     give_up: asyncio.Event | None = None,
     bounds_itself: bool = False,
+    watch: LeaderWatch | None = None,
 ) -> T:
-    """`call(try_s)` until it answers, each try bounded by `try_s` (TRY_S, then RETRY_S); with
-    `bounds_itself` the call applies that bound itself (e.g. as a publish's ack timeout). An
-    unreachable error (jpu.bus.errors.is_unreachable) is retried after a pause of 0.05 s doubling
-    to 0.4 s, any other error raised at once. After ELECTION_S, or once `give_up` is set, the
-    last error is raised."""
+    """`call(try_s)` until it answers, each try bounded by `try_s` (TRY_S, or RETRY_S while
+    `watch` is suspect); with `bounds_itself` the call applies that bound itself (e.g. as a
+    publish's ack timeout). While suspect, a new try goes out every HEDGE step with the earlier
+    ones still out; the first answer wins and the others are cancelled. An unreachable error
+    (jpu.bus.errors.is_unreachable) marks `watch` suspect and is retried; any other error is
+    raised at once. After ELECTION_S (the tries still out allowed to finish), or once `give_up`
+    is set, the last error is raised."""
     loop = asyncio.get_running_loop()
-    deadline, delay, try_s = loop.time() + ELECTION_S, _PAUSE_S, TRY_S
-    while True:
-        try:
-            if bounds_itself:
-                return await call(try_s)
-            return await asyncio.wait_for(call(try_s), try_s)
-        except Exception as e:
-            if not is_unreachable(e) or (give_up is not None and give_up.is_set()):
-                raise
-            if loop.time() + delay > deadline:
-                raise
-            log.info("%s: no leader answered (%r); trying again", what, e)
-        await asyncio.sleep(delay)
-        delay, try_s = min(delay * 2, _MAX_PAUSE_S), RETRY_S
+    watch = watch if watch is not None else LeaderWatch()
+    deadline = loop.time() + ELECTION_S
+    pending: set[asyncio.Future[T]] = set()
+    last: BaseException | None = None
+    attempt = 0
+
+    def start() -> None:
+        try_s = watch.try_s()
+        coro = call(try_s) if bounds_itself else asyncio.wait_for(call(try_s), try_s)
+        pending.add(asyncio.ensure_future(coro))
+
+    try:
+        start()
+        next_at = loop.time() + watch.next_try_in(attempt, random.random())
+        while True:
+            done: set[asyncio.Future[T]] = set()
+            if pending:
+                wait = None if loop.time() >= deadline else max(next_at - loop.time(), 0.0)
+                done, _ = await asyncio.wait(
+                    pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+            elif loop.time() < deadline:
+                await asyncio.sleep(max(next_at - loop.time(), 0.0))
+            for task in done:
+                pending.discard(task)
+                error = task.exception()
+                if error is None:
+                    watch.answered()
+                    return task.result()
+                if not is_unreachable(error) or (give_up is not None and give_up.is_set()):
+                    raise error
+                if not watch.suspect():
+                    log.info("%s: no leader answered (%r); trying again", what, error)
+                watch.unanswered(loop.time())
+                last = error
+                # suspect now: the next try at a HEDGE step, not a whole try later
+                next_at = min(next_at, loop.time() + watch.next_try_in(attempt, random.random()))
+            if loop.time() >= deadline:
+                if not pending:
+                    assert last is not None
+                    log.warning("%s: no leader answered in %.1f s: %r", what, ELECTION_S, last)
+                    raise last
+                continue
+            if loop.time() >= next_at:
+                if pending and not watch.suspect():  # a whole try went unanswered
+                    log.info("%s: no leader answered in %.1f s; trying again", what, TRY_S)
+                    watch.unanswered(loop.time())
+                attempt += 1
+                start()
+                next_at = loop.time() + watch.next_try_in(attempt, random.random())
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -17,7 +17,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 from nats.nuid import NUID
 
-from jpu.bus.election import ELECTION_S, TRY_S, ride_out_election
+from jpu.bus.election import ELECTION_S, TRY_S, ride_out_election, watch_of
 
 _FETCH = 512
 nuid = NUID()
@@ -29,7 +29,10 @@ async def read_range(
     js: JetStreamContext, stream: str, filter_subject: str, start_seq: int = 1
 ) -> AsyncGenerator[Msg, None]:
     """Messages of `stream` matching `filter_subject` from `start_seq` to the current last seq."""
-    last = (await ride_out_election(lambda _: js.stream_info(stream), "read")).state.last_seq
+    watch = watch_of(js._nc)  # the JetStream context's connection (no public accessor)
+    last = (
+        await ride_out_election(lambda _: js.stream_info(stream), "read", watch=watch)
+    ).state.last_seq
     if last < max(start_seq, 1):
         return
     config = ConsumerConfig(
@@ -42,7 +45,7 @@ async def read_range(
         num_replicas=1,
         name=nuid.next().decode(),
     )
-    info = await ride_out_election(lambda _: js.add_consumer(stream, config), "read")
+    info = await ride_out_election(lambda _: js.add_consumer(stream, config), "read", watch=watch)
     if info.num_pending == 0:
         await _delete(js, stream, info.name)
         return
