@@ -436,8 +436,9 @@ async def _first_stored(bus: EventBus, after_seq: int, kind: str, since: float) 
     while time.monotonic() < deadline:
         async for msg in read_range(bus.js, bus.stream, f"{bus.prefix}.>", start):
             start = msg.metadata.sequence.stream + 1
-            if type(decode(msg.data)).__name__ == kind:
-                return msg.metadata.timestamp.timestamp() - since
+            stored = msg.metadata.timestamp.timestamp()
+            if stored >= since and type(decode(msg.data)).__name__ == kind:
+                return stored - since  # (one stored as the node was being killed is not it)
         await asyncio.sleep(0.2)
     return None
 

@@ -10,7 +10,14 @@ import nats.errors
 import pytest
 
 from jpu.bus import election
-from jpu.bus.election import HEDGE, RETRY_S, TRY_S, LeaderWatch, ride_out_election
+from jpu.bus.election import (
+    HEDGE,
+    RETRY_S,
+    SUSPECT_S,
+    TRY_S,
+    LeaderWatch,
+    ride_out_election,
+)
 
 
 class Leaderless:
@@ -32,16 +39,16 @@ class Leaderless:
         return now
 
 
-def test_O3_watch_turns_suspect_on_no_answer_and_clear_on_an_answer() -> None:
+def test_O3_watch_is_suspect_for_a_while_after_no_answer() -> None:
     w = LeaderWatch()
-    assert not w.suspect() and w.try_s() == TRY_S and w.next_try_in(0, 0.5) == TRY_S
+    assert not w.suspect(0.0) and w.try_s(0.0) == TRY_S and w.next_try_in(0, 0.5, 0.0) == TRY_S
     w.unanswered(10.0)
     w.unanswered(11.0)
-    assert w.suspect() and w.unanswered_since == 10.0 and w.try_s() == RETRY_S
-    assert HEDGE.first_s * 0.7 <= w.next_try_in(0, 0.0) <= HEDGE.cap_s * 1.3
-    assert all(w.next_try_in(n, 0.999) <= HEDGE.cap_s * 1.3 for n in range(50))  # bounded
-    w.answered()
-    assert not w.suspect()
+    assert w.suspect(11.5) and w.try_s(11.5) == RETRY_S
+    assert HEDGE.first_s * 0.7 <= w.next_try_in(0, 0.0, 11.5) <= HEDGE.cap_s * 1.3
+    assert all(w.next_try_in(n, 0.999, 12.0) <= HEDGE.cap_s * 1.3 for n in range(50))  # bounded
+    assert w.suspect(11.0 + SUSPECT_S - 0.01)  # from the last unanswered request
+    assert not w.suspect(11.0 + SUSPECT_S) and w.try_s(11.0 + SUSPECT_S) == TRY_S
 
 
 async def test_O3_answer_follows_the_election_within_a_hedge_step() -> None:
@@ -51,7 +58,7 @@ async def test_O3_answer_follows_the_election_within_a_hedge_step() -> None:
     answered_at = await ride_out_election(server.request, "append", watch=watch)
     late = answered_at - server.elected_at
     assert 0 <= late <= HEDGE.cap_s * (1 + HEDGE.jitter) + 0.05, late
-    assert not watch.suspect()  # answered: the next call starts with a whole try again
+    assert watch.suspect(loop.time())  # calls begun soon after start short too
     # the first try was a whole one; once it went unanswered the tries overlapped, each short
     assert server.sent[0][1] == TRY_S and all(b == RETRY_S for _, b in server.sent[1:])
     gaps = [b[0] - a[0] for a, b in zip(server.sent[1:], server.sent[2:], strict=False)]

@@ -8,8 +8,8 @@ bus only as closely as its tries are spaced. Waiting for one try to time out bef
 next (2.5 s, then 0.5 s tries with pauses to 0.4 s) held answers up to ~0.9 s past the election,
 and a call that began late in an election with a full 2.5 s first try up to 2.5 s. So:
 
-  * a connection remembers that a request on it went unanswered (LeaderWatch) until one is
-    answered again; a call that starts meanwhile begins with short tries at once;
+  * a connection remembers when a request on it went unanswered, or it was lost (LeaderWatch):
+    for SUSPECT_S after that, a call begins with short tries at once;
   * once suspect, a new try is sent every HEDGE (jittered, 0.05 s growing to 0.15 s) while the
     earlier ones are still out (each bounded by RETRY_S): the tries are the readiness probe, and
     the first answer wins. The server answers the same request once: an append keeps its
@@ -42,32 +42,32 @@ ELECTION_S = 12.0
 TRY_S = 2.5  # a try on a connection that shows no sign of an election: a live leader answers in ms
 RETRY_S = 0.5  # each try while the connection is suspect
 HEDGE = Backoff(first_s=0.05, cap_s=0.15, jitter=0.3)  # between tries sent while suspect
+SUSPECT_S = ELECTION_S  # after a request went unanswered, how long calls start short
 
 
 class LeaderWatch:
-    """One connection's sign of an election: since when no request on it was answered (a timeout
-    or no responders), cleared by the next answer. Pure: `now` is passed in."""
+    """One connection's sign of an election: when a request on it last went unanswered (a
+    timeout, no responders) or the connection was lost. For SUSPECT_S after that, calls start
+    with short, overlapping tries. Not cleared by an answer: during an election other streams'
+    and buckets' leaders still answer, and a call begun then must not spend a whole TRY_S on the
+    stream whose leader is gone. Pure: `now` is passed in."""
 
     def __init__(self) -> None:
-        self.unanswered_since: float | None = None
+        self.unanswered_at: float | None = None
 
-    def suspect(self) -> bool:
-        return self.unanswered_since is not None
+    def suspect(self, now: float) -> bool:
+        return self.unanswered_at is not None and now - self.unanswered_at < SUSPECT_S
 
     def unanswered(self, now: float) -> None:
-        if self.unanswered_since is None:
-            self.unanswered_since = now
+        self.unanswered_at = now
 
-    def answered(self) -> None:
-        self.unanswered_since = None
+    def try_s(self, now: float) -> float:
+        return RETRY_S if self.suspect(now) else TRY_S
 
-    def try_s(self) -> float:
-        return RETRY_S if self.suspect() else TRY_S
-
-    def next_try_in(self, attempt: int, rand: float) -> float:
+    def next_try_in(self, attempt: int, rand: float, now: float) -> float:
         """Seconds from sending try `attempt` (0-based) to sending the next one if none answered:
-        a whole try while nothing looks wrong, a HEDGE step once the connection is suspect."""
-        return HEDGE.delay(attempt, rand) if self.suspect() else TRY_S
+        a whole try while nothing looks wrong, a HEDGE step while the connection is suspect."""
+        return HEDGE.delay(attempt, rand) if self.suspect(now) else TRY_S
 
 
 _watches: weakref.WeakKeyDictionary[object, LeaderWatch] = weakref.WeakKeyDictionary()
@@ -104,13 +104,16 @@ async def ride_out_election(
     attempt = 0
 
     def start() -> None:
-        try_s = watch.try_s()
+        try_s = watch.try_s(loop.time())
         coro = call(try_s) if bounds_itself else asyncio.wait_for(call(try_s), try_s)
         pending.add(asyncio.ensure_future(coro))
 
+    def next_step() -> float:
+        return loop.time() + watch.next_try_in(attempt, random.random(), loop.time())
+
     try:
         start()
-        next_at = loop.time() + watch.next_try_in(attempt, random.random())
+        next_at = next_step()
         while True:
             done: set[asyncio.Future[T]] = set()
             if pending:
@@ -120,20 +123,20 @@ async def ride_out_election(
                 )
             elif loop.time() < deadline:
                 await asyncio.sleep(max(next_at - loop.time(), 0.0))
-            for task in done:
-                pending.discard(task)
-                error = task.exception()
-                if error is None:
-                    watch.answered()
-                    return task.result()
+            pending -= done
+            errors = [e for e in (t.exception() for t in done) if e is not None]  # all retrieved
+            answered = [t for t in done if t.exception() is None]
+            if answered:
+                return answered[0].result()
+            for error in errors:
                 if not is_unreachable(error) or (give_up is not None and give_up.is_set()):
                     raise error
-                if not watch.suspect():
-                    log.info("%s: no leader answered (%r); trying again", what, error)
+            if errors:
+                if not watch.suspect(loop.time()):
+                    log.info("%s: no leader answered (%r); trying again", what, errors[0])
                 watch.unanswered(loop.time())
-                last = error
-                # suspect now: the next try at a HEDGE step, not a whole try later
-                next_at = min(next_at, loop.time() + watch.next_try_in(attempt, random.random()))
+                last = errors[-1]
+                next_at = min(next_at, next_step())  # suspect now: a HEDGE step, not a whole try
             if loop.time() >= deadline:
                 if not pending:
                     assert last is not None
@@ -141,12 +144,12 @@ async def ride_out_election(
                     raise last
                 continue
             if loop.time() >= next_at:
-                if pending and not watch.suspect():  # a whole try went unanswered
+                if pending and not watch.suspect(loop.time()):  # a whole try went unanswered
                     log.info("%s: no leader answered in %.1f s; trying again", what, TRY_S)
                     watch.unanswered(loop.time())
                 attempt += 1
                 start()
-                next_at = loop.time() + watch.next_try_in(attempt, random.random())
+                next_at = next_step()
     finally:
         for task in pending:
             task.cancel()
