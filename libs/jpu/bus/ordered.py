@@ -175,7 +175,12 @@ async def _one_consumer(
                 if idle % _CHECK_EVERY == 0:
                     # A consumer the server dropped (restart, a caller that held a batch past
                     # the inactivity threshold) only ever times out: ask, and resubscribe.
-                    await js.consumer_info(stream, info.name, timeout=_API_TIMEOUT_S)
+                    # While the connection shows an election, a short bound: a request the
+                    # dead leader dropped is not waited on (SPEC O3); the resubscription that
+                    # follows a timeout starts right after the last message handed out.
+                    now = asyncio.get_running_loop().time()
+                    bound = min(_API_TIMEOUT_S, watch_of(nc).try_s(now))
+                    await js.consumer_info(stream, info.name, timeout=bound)
                 continue
             idle = 0
             for m in msgs:
