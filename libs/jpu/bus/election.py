@@ -105,8 +105,11 @@ async def ride_out_election(
 
     def start() -> None:
         try_s = watch.try_s(loop.time())
-        coro = call(try_s) if bounds_itself else asyncio.wait_for(call(try_s), try_s)
-        pending.add(asyncio.ensure_future(coro))
+        pending.add(asyncio.ensure_future(call(try_s) if bounds_itself else bounded(try_s)))
+
+    async def bounded(try_s: float) -> T:  # in the try's own task: no inner task left behind
+        async with asyncio.timeout(try_s):
+            return await call(try_s)
 
     def next_step() -> float:
         return loop.time() + watch.next_try_in(attempt, random.random(), loop.time())

@@ -134,11 +134,12 @@ async def _one_consumer(
     batch: int,
 ) -> AsyncGenerator[list[Msg], None]:
     nc = js._nc  # the JetStream context's connection (nats-py keeps no public accessor)
-    config = _ephemeral(filter_subject, start_seq)
-    # Created by name, so a try resent while a leader is elected makes the same consumer; the
-    # tries are short and overlap while the connection shows an election (SPEC O3).
+    # Each try names a new consumer: an R1 consumer is placed on one of the stream's peers, and
+    # one placed on the node just lost never answers — a resend of the same name would wait on
+    # it until the servers notice. The tries are short and overlap while the connection shows an
+    # election (SPEC O3); a try that loses the race is dropped after _INACTIVE_S by the server.
     info = await ride_out_election(
-        lambda try_s: js.add_consumer(stream, config, timeout=try_s),
+        lambda try_s: js.add_consumer(stream, _ephemeral(filter_subject, start_seq), timeout=try_s),
         "ordered reader",
         bounds_itself=True,
         watch=watch_of(nc),

@@ -35,17 +35,25 @@ async def read_range(
     ).state.last_seq
     if last < max(start_seq, 1):
         return
-    config = ConsumerConfig(
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=max(start_seq, 1),
-        ack_policy=AckPolicy.NONE,
-        filter_subject=filter_subject,
-        inactive_threshold=60.0,  # the server cleans up after a reader that died
-        mem_storage=True,
-        num_replicas=1,
-        name=nuid.next().decode(),
+
+    def config() -> ConsumerConfig:  # a new name each try (see jpu.bus.ordered, SPEC O3)
+        return ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(start_seq, 1),
+            ack_policy=AckPolicy.NONE,
+            filter_subject=filter_subject,
+            inactive_threshold=60.0,  # the server cleans up after a reader that died
+            mem_storage=True,
+            num_replicas=1,
+            name=nuid.next().decode(),
+        )
+
+    info = await ride_out_election(
+        lambda try_s: js.add_consumer(stream, config(), timeout=try_s),
+        "read",
+        bounds_itself=True,
+        watch=watch,
     )
-    info = await ride_out_election(lambda _: js.add_consumer(stream, config), "read", watch=watch)
     if info.num_pending == 0:
         await _delete(js, stream, info.name)
         return
