@@ -49,8 +49,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import httpx
 from stackbench import BenchStack
@@ -327,21 +328,33 @@ async def _bus_first_append(writer: EventBus, t0: float) -> float:
     event = _probe_event()
     subject, data = f"{writer.prefix}.user.{event.user}", encode(event)
     headers = {"Nats-Msg-Id": event.event_id}
-    tries: set[asyncio.Task[object]] = set()
+
+    async def publish() -> bool:
+        try:
+            await writer.js.publish(
+                subject, data, headers=headers, stream=writer.stream, timeout=1.0
+            )
+        except Exception:
+            return False
+        return True
+
+    return await _overlapping(publish, PROBE_BUS_S, t0, "append")
+
+
+async def _overlapping(
+    attempt: Callable[[], Coroutine[Any, Any, bool]], every: float, t0: float, what: str
+) -> float:
+    """A new `attempt` every `every` seconds, the earlier ones left out, until one returns True;
+    seconds from `t0` to that."""
+    tries: set[asyncio.Task[bool]] = set()
     try:
         while time.monotonic() - t0 < PLATFORM_BOUND_S:
-            tries.add(
-                asyncio.create_task(
-                    writer.js.publish(
-                        subject, data, headers=headers, stream=writer.stream, timeout=1.0
-                    )
-                )
-            )
-            done, _ = await asyncio.wait(tries, timeout=PROBE_BUS_S)
+            tries.add(asyncio.create_task(attempt()))
+            done, _ = await asyncio.wait(tries, timeout=every)
             tries -= done
-            if any(not t.exception() for t in done):
+            if any(t.result() for t in done):
                 return time.monotonic() - t0
-        raise RuntimeError(f"no append accepted within {PLATFORM_BOUND_S:.0f} s")
+        raise RuntimeError(f"no {what} accepted within {PLATFORM_BOUND_S:.0f} s")
     finally:
         for t in tries:
             t.cancel()
@@ -351,19 +364,7 @@ async def _bus_first_append(writer: EventBus, t0: float) -> float:
 async def _first_accepted(submit: _Submitter, t0: float) -> float:
     """A new submit try every PROBE_EVERY_S (each its own job, left running) until one is
     accepted; seconds from `t0` to that answer."""
-    tries: set[asyncio.Task[bool]] = set()
-    try:
-        while time.monotonic() - t0 < PLATFORM_BOUND_S:
-            tries.add(asyncio.create_task(submit(PLATFORM_BOUND_S)))
-            done, _ = await asyncio.wait(tries, timeout=PROBE_EVERY_S)
-            tries -= done
-            if any(t.result() for t in done):
-                return time.monotonic() - t0
-        raise RuntimeError(f"no submit accepted within {PLATFORM_BOUND_S:.0f} s")
-    finally:
-        for t in tries:
-            t.cancel()
-        await asyncio.gather(*tries, return_exceptions=True)
+    return await _overlapping(lambda: submit(PLATFORM_BOUND_S), PROBE_EVERY_S, t0, "submit")
 
 
 async def _client_accepted(submit: _Submitter, t0: float) -> float:
