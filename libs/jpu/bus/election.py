@@ -135,7 +135,7 @@ async def ride_out_election(
                 if not is_unreachable(error) or (give_up is not None and give_up.is_set()):
                     raise error
             if errors:
-                if not watch.suspect(loop.time()):
+                if last is None:  # once per call: its first try that got no answer
                     log.info("%s: no leader answered (%r); trying again", what, errors[0])
                 watch.unanswered(loop.time())
                 last = errors[-1]
@@ -150,6 +150,8 @@ async def ride_out_election(
                 if pending and not watch.suspect(loop.time()):  # a whole try went unanswered
                     log.info("%s: no leader answered in %.1f s; trying again", what, TRY_S)
                     watch.unanswered(loop.time())
+                elif pending and last is None and attempt == 0:
+                    log.info("%s: no leader answered yet; trying again", what)
                 attempt += 1
                 start()
                 next_at = next_step()
