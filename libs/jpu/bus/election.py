@@ -10,7 +10,7 @@ and a call that began late in an election with a full 2.5 s first try up to 2.5 
 
   * a connection remembers when a request on it went unanswered, or it was lost (LeaderWatch):
     for SUSPECT_S after that, a call begins with short tries at once;
-  * once suspect, a new try is sent every HEDGE (jittered, 0.05 s growing to 0.15 s) while the
+  * once suspect, a new try is sent every HEDGE (jittered, 0.03 s growing to 0.1 s) while the
     earlier ones are still out (each bounded by RETRY_S): the tries are the readiness probe, and
     the first answer wins. The server answers the same request once: an append keeps its
     Nats-Msg-Id (the stream stores it once, SPEC E2), a read is a read.
@@ -41,7 +41,7 @@ T = TypeVar("T")
 ELECTION_S = 12.0
 TRY_S = 2.5  # a try on a connection that shows no sign of an election: a live leader answers in ms
 RETRY_S = 0.5  # each try while the connection is suspect
-HEDGE = Backoff(first_s=0.05, cap_s=0.15, jitter=0.3)  # between tries sent while suspect
+HEDGE = Backoff(first_s=0.03, cap_s=0.1, jitter=0.3)  # between tries sent while suspect
 SUSPECT_S = ELECTION_S  # after a request went unanswered, how long calls start short
 
 
