@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from nats.js.errors import NotFoundError
-
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.commands import CommandReply, MaintenanceCommand, error_reply
 from jpu.events import MaintenanceChanged, MaintenanceState, decode, new_event_id
@@ -23,9 +21,8 @@ DECIDE_TRIES: Final = 50  # the dispatcher steps once per cycle; a lost race is 
 
 async def current(bus: EventBus) -> tuple[MaintenanceState, int]:
     """(state, stream seq of the last MaintenanceChanged); NORMAL and 0 when there is none."""
-    try:
-        msg = await bus.js.get_last_msg(bus.stream, f"{bus.prefix}.maintenance")
-    except NotFoundError:
+    msg = await bus.last_message(f"{bus.prefix}.maintenance")
+    if msg is None:
         return "NORMAL", 0
     event = decode(msg.data or b"")
     state = event.state if isinstance(event, MaintenanceChanged) else "NORMAL"

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 import pytest_asyncio
 
 from jpu.bus import ConcurrencyConflict, EventBus
 from jpu.bus.ordered import follow_ordered
+from jpu.events import encode
 from jpu.testing.nats_cluster import NatsCluster, stream_leader, wait_jetstream
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.sample_events import promoted, submitted
@@ -141,3 +142,74 @@ async def test_O3_reading_a_job_rides_out_the_stream_leader_loss(
     seq = await cbus.append(submitted("j0"), expected_last_subject_seq=0)
     nats_cluster.kill(await stream_leader(cbus.js, cbus.stream))
     assert [d.seq for d in await cbus.job_events("j0")] == [seq]
+
+
+FOLLOW_BUS_S = 1.0  # the aim is 0.5 s (bench/bench_failover.py --platform); slack for a loaded CI
+
+
+async def _first_raw_ack(bus: EventBus, t0: float) -> float:
+    """The bus's own time: one event published raw every 0.05 s (same msg id, earlier tries left
+    out, no pacing of ours) until the first acknowledgement; seconds from `t0`."""
+    event = submitted("raw-probe")
+    headers = {"Nats-Msg-Id": event.event_id}
+    tries: set[asyncio.Task[object]] = set()
+    try:
+        while time.monotonic() - t0 < 30:
+            tries.add(
+                asyncio.create_task(
+                    bus.js.publish(
+                        f"{bus.prefix}.job.raw-probe",
+                        encode(event),
+                        headers=headers,
+                        stream=bus.stream,
+                        timeout=1.0,
+                    )
+                )
+            )
+            done, _ = await asyncio.wait(tries, timeout=0.05)
+            tries -= done
+            if any(t.exception() is None for t in done):
+                return time.monotonic() - t0
+        raise AssertionError("no leader within 30 s")
+    finally:
+        for t in tries:
+            t.cancel()
+        await asyncio.gather(*tries, return_exceptions=True)
+
+
+async def test_O3_requests_begun_mid_election_follow_the_new_leader_at_once(
+    cbus: EventBus, nats_cluster: NatsCluster
+):
+    """A request sent while no leader answers is dropped, not kept for the new leader: the bus
+    client must not wait for it a whole request timeout (the dispatcher's catch-up read of the
+    stream's state waited the 10 s JetStream API timeout, the gateway's lookup before a submit
+    likewise). A stream-state read, a last-message read and an append, each begun mid-election
+    on a connection that saw nothing wrong yet, answer within FOLLOW_BUS_S of the bus's own
+    first acknowledgement."""
+    await cbus.append(submitted("j0"), expected_last_subject_seq=0)
+    leader = await stream_leader(cbus.js, cbus.stream)
+    survivors = ",".join(n.url for name, n in nats_cluster.nodes.items() if name != leader)
+    fresh = await EventBus.connect(survivors, stream=cbus.stream, prefix=cbus.prefix)
+    try:
+        nats_cluster.kill(leader)
+        t0 = time.monotonic()
+        bus_at = asyncio.create_task(_first_raw_ack(cbus, t0))
+        await asyncio.sleep(2.5)  # mid-election: nats-server's takes 4 s at the least
+
+        async def timed(call: Awaitable[object]) -> float:
+            await call
+            return time.monotonic() - t0
+
+        took = await asyncio.gather(
+            timed(fresh.last_seq()),
+            timed(fresh.last_message(f"{cbus.prefix}.job.j0")),
+            timed(fresh.append(submitted("j1"), expected_last_subject_seq=0)),
+        )
+        first = await bus_at
+    finally:
+        await fresh.close()
+    late = [round(t - first, 2) for t in took]
+    assert first > 2.5, f"the election ended before the requests began ({first:.2f} s)"
+    assert max(late) <= FOLLOW_BUS_S, f"after the bus's first ack at {first:.2f} s: {late}"
+    assert [d.event.job_id for d in await cbus.job_events("j1")] == ["j1"]  # stored once
+    nats_cluster.node(leader).start()

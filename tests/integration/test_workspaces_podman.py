@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import time
+import zipfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from jpu.backends import BackendError
-from jpu.backends.workspaces import PipSite, Workspace, Workspaces
+from jpu.backends.workspaces import PipSite, Workspace, Workspaces, pip_site
 from jpu.testing.local_world import LocalWorld
 from jpu.testing.unavailable import needs_root
 from jpu.testing.waits import wait_end
@@ -106,3 +107,50 @@ async def test_X4a_a_builder_that_dies_leaves_FAILED_never_READY(world: LocalWor
     assert "builder died" in ws.reason
     image = backend.workspaces.image_of("alice", "killed")
     assert subprocess.run(["podman", "image", "exists", image], check=False).returncode != 0
+
+
+def _local_index(root: Path, name: str) -> Path:
+    """A package index in a host directory (as a site's mirror or a pip.conf's file:// index):
+    one hand-made wheel of a package that exists nowhere else, under `<root>/simple/<name>/`."""
+    dist = f"{name}-1.0"
+    files = {
+        f"{name}/__init__.py": "VERSION = '1.0'\n",
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: jpu-test\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{path},,\n" for path in files) + f"{dist}.dist-info/RECORD,,\n"
+    wheel = root / "files" / f"{dist}-py3-none-any.whl"
+    wheel.parent.mkdir(parents=True)
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in {**files, f"{dist}.dist-info/RECORD": record}.items():
+            z.writestr(path, text)
+    page = root / "simple" / name / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(f'<a href="../../files/{wheel.name}">{wheel.name}</a>\n')
+    return root / "simple"
+
+
+async def test_X4a_build_uses_the_package_index_the_hosts_pip_is_configured_with(
+    world: LocalWorld, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No JPU_WORKSPACE_PIP_* setting: the host's pip configuration (here a pip.conf naming a
+    local index, as PIP_CONFIG_FILE) is what the build's pip uses, and the log says so. The
+    package exists only in that index, so READY proves the build used it."""
+    index = _local_index(tmp_path / "index", "jpuhostonly")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nindex-url = file://{index}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    tmp_path.chmod(0o755)
+    site = pip_site("", "")  # the agent's default: no site settings
+    assert site.index_url == f"file://{index}" and "host's pip configuration" in site.source
+    spaces = Workspaces(world.data_dir / "workspaces", world.backend().workspaces.podman, site)
+    name = f"hostidx-{os.getpid()}"
+    builder = spaces.start_build("alice", name, "jpuhostonly\n")
+    ws = _wait_built(spaces, "alice", name, 600)
+    log = spaces.log("alice", name)
+    assert ws.state == "READY", f"{ws.reason}\n{log}"
+    assert builder.wait(30) == 0
+    assert f"package index: file://{index}" in log.splitlines()[0]
+    assert "from the host's pip configuration" in log.splitlines()[0]
+    assert "Successfully installed jpuhostonly-1.0" in log

@@ -33,7 +33,7 @@ from jpu.backends.base import (
     UnknownBackendJob,
 )
 from jpu.backends.isolation import Apptainer, Podman
-from jpu.backends.workspaces import PipSite
+from jpu.backends.workspaces import pip_site
 from jpu.config import Config, ConfigError
 
 __all__ = [
@@ -92,7 +92,7 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 apptainer=apptainer_of(config),
                 container_runtime=config.container_runtime,
                 podman=podman_of(config),
-                pip=PipSite(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
+                pip=pip_site(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
                 account_template=env.get("JPU_LOCAL_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_LOCAL_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_LOCAL_FALLBACK_ACCOUNT", "nobody"),
@@ -112,7 +112,7 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 apptainer=apptainer_of(config),
                 container_runtime=config.container_runtime,
                 podman=podman_of(config),
-                pip=PipSite(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
+                pip=pip_site(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
                 account_template=env.get("JPU_SLURM_ACCOUNT_TEMPLATE", "jpu-{user}"),
                 create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
                 fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),

@@ -24,6 +24,7 @@ mounted only while the RUN steps run (empty mount points are what stays of them 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from typing import Literal
 from jpu.backends import buildnet
 from jpu.backends.base import BackendError
 from jpu.backends.isolation import WORKSPACE_IMAGE_PREFIX, Podman, podman_base
+from jpu.backends.pip_config import PipSite, describe, from_host, parse_listing, resolve
 from jpu.backends.process import is_alive, start_ticks
 
 State = Literal["BUILDING", "READY", "FAILED"]
@@ -46,24 +48,19 @@ REQS_IN_BUILD = "/run/jpu-requirements.txt"
 CONTAINERFILE = "Containerfile"  # the scratch's source when the workspace is built from one
 VENV = "/opt/venv"  # where a workspace's packages are: first on a job's PATH (venv_env)
 VENV_PATH = f"PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# run in the build container; $1 the index URL, $2 the CA file ("" each: pip's defaults). They
-# are the shell's own variables, never the container's configuration, so not in the image.
+# run in the build container; $1 the index URL, $2 the CA file, $3 the extra index URLs, $4 the
+# trusted hosts (space-separated; "" each: pip's defaults). They are the shell's own variables,
+# never the container's configuration, so not in the image.
 BUILD_SCRIPT = """set -e
 mkdir -p /opt/workspace && cp /run/jpu-requirements.txt /opt/workspace/requirements.txt
 python3 -m venv /opt/venv
 if [ -n "$1" ]; then export PIP_INDEX_URL="$1"; fi
 if [ -n "$2" ]; then export PIP_CERT="$2"; fi
+if [ -n "$3" ]; then export PIP_EXTRA_INDEX_URL="$3"; fi
+if [ -n "$4" ]; then export PIP_TRUSTED_HOST="$4"; fi
 /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check \\
   -r /opt/workspace/requirements.txt
 """
-
-
-@dataclass(frozen=True)
-class PipSite:
-    """The site's package-index configuration, handed to the build (never the host's pip.conf)."""
-
-    index_url: str = ""  # "": pip's default index
-    ca_bundle: str = ""  # a host CA file mounted read-only into the build as PIP_CERT
 
 
 @dataclass(frozen=True)
@@ -76,6 +73,37 @@ class Workspace:
     size: int | None = None  # bytes of the image
     created_at: float | None = None
     built_at: float | None = None
+
+
+def host_pip_listing() -> str:
+    """`pip config list` as this host's pip reports it (its files and PIP_* environment); "" when
+    pip cannot say (then pip's defaults apply in the build, or the site's settings)."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def pip_site(index_url: str, ca_bundle: str, listing: str | None = None) -> PipSite:
+    """What builds hand pip: the host's pip configuration, overridden by the site's settings
+    (jpu.backends.pip_config)."""
+    host = from_host(parse_listing(host_pip_listing() if listing is None else listing))
+    return resolve(index_url, ca_bundle, host)
+
+
+def _mounts(pip: PipSite) -> list[str]:
+    """The CA file and the local (`file://`) indexes of `pip`, read-only, for the build."""
+    mounts: list[str] = []
+    if pip.ca_bundle:
+        mounts += ["--volume", f"{pip.ca_bundle}:{CA_IN_BUILD}:ro"]
+    for d in pip.local_dirs():
+        if Path(d).is_dir():
+            mounts += ["--volume", f"{d}:{d}:ro"]
+    return mounts
 
 
 def venv_env(env: dict[str, str], user_env: dict[str, str]) -> dict[str, str]:
@@ -140,10 +168,10 @@ class Workspaces:
         )
         (d / "build.log").write_bytes(b"")
         self._write(user, name, "BUILDING", builder=None)
-        p, pip = self.podman, self.pip
+        p = self.podman
         child = subprocess.Popen(
             [sys.executable, "-m", "jpu.backends.workspaces", str(self.root), user, name,
-             p.bin, p.storage, p.image, pip.index_url, pip.ca_bundle],
+             p.bin, p.storage, p.image, json.dumps(dataclasses.asdict(self.pip))],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
@@ -170,17 +198,19 @@ class Workspaces:
             return self._build_containerfile(user, name)
         box = self.build_container(user, name)
         subprocess.run([*base, "rm", "--force", "--ignore", box], capture_output=True, check=False)
-        mounts = ["--volume", f"{d / 'requirements.txt'}:{REQS_IN_BUILD}:ro"]
-        if self.pip.ca_bundle:
-            mounts += ["--volume", f"{self.pip.ca_bundle}:{CA_IN_BUILD}:ro"]
+        mounts = ["--volume", f"{d / 'requirements.txt'}:{REQS_IN_BUILD}:ro", *_mounts(self.pip)]
         ca = CA_IN_BUILD if self.pip.ca_bundle else ""
+        pip = self.pip
         run = [*base, "run", "--name", box, *buildnet.RUN_ARGS, "--log-driver=passthrough",
                *mounts, self.podman.image, "/bin/sh", "-c", BUILD_SCRIPT, "jpu-build",
-               self.pip.index_url, ca]  # fmt: skip
+               pip.index_url, ca, " ".join(pip.extra_index_urls),
+               " ".join(pip.trusted_hosts)]  # fmt: skip
         commit = [*base, "commit", "--quiet", "--change", f"ENV {VENV_PATH}", box,
                   self.image_of(user, name)]  # fmt: skip
         try:
             with open(d / "build.log", "ab") as log:
+                log.write(f"{describe(self.pip)}\n".encode())
+                log.flush()
                 for step in (run, commit):
                     done = subprocess.run(step, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, check=False)  # fmt: skip
@@ -201,13 +231,18 @@ class Workspaces:
         d, base = self.dir(user, name), podman_base(self.podman)
         context = d / "context"
         context.mkdir(exist_ok=True)
-        mounts: list[str] = []
-        pip_conf = "[global]\n" + (
-            f"index-url = {self.pip.index_url}\n" if self.pip.index_url else ""
+        pip = self.pip
+        mounts = _mounts(pip)
+        pip_conf = "[global]\n" + "".join(
+            f"{key} = {value}\n"
+            for key, value in (
+                ("index-url", pip.index_url),
+                ("cert", CA_IN_BUILD if pip.ca_bundle else ""),
+                ("extra-index-url", " ".join(pip.extra_index_urls)),
+                ("trusted-host", " ".join(pip.trusted_hosts)),
+            )
+            if value
         )
-        if self.pip.ca_bundle:
-            pip_conf += f"cert = {CA_IN_BUILD}\n"
-            mounts += ["--volume", f"{self.pip.ca_bundle}:{CA_IN_BUILD}:ro"]
         (d / "pip.conf").write_text(pip_conf)
         mounts += ["--volume", f"{d / 'pip.conf'}:/etc/pip.conf:ro"]
         argv = [*base, "build", "--pull=never", "--layers=false", "--force-rm", *buildnet.RUN_ARGS,
@@ -215,6 +250,8 @@ class Workspaces:
                 "--file", str(d / CONTAINERFILE), "--tag", self.image_of(user, name),
                 str(context)]  # fmt: skip
         with open(d / "build.log", "ab") as log:
+            log.write(f"{describe(pip)}\n".encode())
+            log.flush()
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log,
                                   stderr=subprocess.STDOUT, check=False)  # fmt: skip
         if done.returncode != 0:
@@ -252,11 +289,14 @@ class Workspaces:
 
 
 def _main(argv: list[str]) -> int:
-    """The builder process: ROOT USER NAME PODMAN_BIN STORAGE BASE_IMAGE INDEX_URL CA_BUNDLE."""
-    root, user, name, podman_bin, storage, base, index_url, ca = argv
+    """The builder process: ROOT USER NAME PODMAN_BIN STORAGE BASE_IMAGE PIP_SITE (JSON)."""
+    root, user, name, podman_bin, storage, base, site = argv
     sys.stdin.read()  # until start_build has recorded this process as the builder
     podman = Podman(base, bin=podman_bin, storage=storage)
-    ws = Workspaces(Path(root), podman, PipSite(index_url, ca)).build(user, name)
+    raw = json.loads(site)
+    pip = PipSite(**{**raw, "extra_index_urls": tuple(raw["extra_index_urls"]),
+                     "trusted_hosts": tuple(raw["trusted_hosts"])})  # fmt: skip
+    ws = Workspaces(Path(root), podman, pip).build(user, name)
     return 0 if ws.state == "READY" else 1
 
 

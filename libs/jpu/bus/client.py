@@ -7,18 +7,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from nats.aio.client import NATS_HDR_LINE_SIZE
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 from nats.js.errors import APIError, NotFoundError
 
 from jpu.bus import auth, streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
-from jpu.bus.election import ride_out_election
+from jpu.bus.election import ride_out_election, watch_of
 from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
@@ -27,6 +28,7 @@ from jpu.events import Event, JobSubmitted, decode, encode, subject_for
 from jpu.runtime.telemetry import inject_headers
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _ACK_TIMEOUT_S = 10.0  # a JetStream API request (stream/consumer info, reads, many acks)
 _RETRY_MAX_DELAY_S = 5.0  # append_retrying: backoff 0.2 s doubling up to this
@@ -83,6 +85,9 @@ class EventBus:
         async def disconnected() -> None:
             if not closing.is_set():
                 log.warning("disconnected from NATS; reconnecting")
+                # the node may have led streams: their elections are likely under way, so the
+                # next requests start with short, overlapping tries (jpu.bus.election)
+                watch_of(nc).unanswered(asyncio.get_running_loop().time())
 
         options: dict[str, Any] = {  # nats-py types the intervals int; they take seconds
             "name": name,
@@ -123,8 +128,24 @@ class EventBus:
             with contextlib.suppress(NotFoundError):
                 await self.js.delete_stream(name)
 
+    async def _ride_out(self, call: Callable[[float], Awaitable[T]], what: str) -> T:
+        """A JetStream API request, its tries short and overlapping while this connection shows
+        an election (jpu.bus.election): a request dropped by a leader that just died is not
+        waited on for the whole API timeout (SPEC O3)."""
+        return await ride_out_election(call, what, give_up=self._closing, watch=watch_of(self.nc))
+
     async def last_seq(self) -> int:
-        return int((await self.js.stream_info(self.stream)).state.last_seq)
+        info = await self._ride_out(lambda t: self.js.stream_info(self.stream), "stream info")
+        return int(info.state.last_seq)
+
+    async def last_message(self, subject: str) -> RawStreamMsg | None:
+        """The last message on `subject` (None when there is none), riding out an election."""
+        try:
+            return await self._ride_out(
+                lambda t: self.js.get_last_msg(self.stream, subject), "last message"
+            )
+        except NotFoundError:
+            return None
 
     async def stream_bytes(self) -> int:
         """The event stream's size on each server's disk (the log is never pruned: E6)."""
@@ -132,11 +153,8 @@ class EventBus:
 
     async def last_subject_seq(self, subject: str) -> int:
         """Stream seq of the last message on `subject`; 0 when there is none (SPEC E2)."""
-        try:
-            msg = await self.js.get_last_msg(self.stream, subject)
-        except NotFoundError:
-            return 0
-        return int(msg.seq or 0)
+        msg = await self.last_message(subject)
+        return 0 if msg is None else int(msg.seq or 0)
 
     # --- append -----------------------------------------------------------------------------
 
@@ -164,6 +182,7 @@ class EventBus:
             # answer never comes, and the append is sent again (same msg id) to the new leader
             # rather than waiting out a long timeout (SPEC O3).
             bounds_itself=True,
+            watch=watch_of(self.nc),
         )
 
     async def _append_once(
@@ -235,9 +254,8 @@ class EventBus:
     async def _own_last(self, subject: str, event_id: str) -> int:
         """The server checks the expected sequence before de-duplication, so a retry after a lost
         ack looks like a conflict; when the subject's last message is this very event, it is not."""
-        try:
-            last = await self.js.get_last_msg(self.stream, subject)
-        except NotFoundError:
+        last = await self.last_message(subject)
+        if last is None:
             return 0
         return int(last.seq or 0) if (last.headers or {}).get(H_MSG_ID) == event_id else 0
 

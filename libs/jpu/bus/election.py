@@ -2,22 +2,32 @@
 for a few seconds no leader answers — a request times out or finds no responders — and then the
 new leader does. Such a request is sent again, each try bounded, for up to ELECTION_S.
 
-Why the later tries are short: a request sent while there is no leader is dropped, not queued
-for the leader to come, so what the new leader answers is the first try sent *after* it was
-elected. With 2.5 s tries that came up to 2.5 s + the pause after the election ended (measured:
-submits accepted 5.3–5.7 s after a leader's SIGKILL for elections of ~4.5 s); with RETRY_S tries
-it is at most RETRY_S + the pause. A try that a live but slow leader answers late is not lost
-either: the resend is the same request (an append keeps its Nats-Msg-Id, the stream stores it
-once), and each new call starts with a full TRY_S try again."""
+A request sent while there is no leader is dropped, not queued for the leader to come, so what
+the new leader answers is the first try sent *after* it was elected: the platform can follow its
+bus only as closely as its tries are spaced. Waiting for one try to time out before sending the
+next (2.5 s, then 0.5 s tries with pauses to 0.4 s) held answers up to ~0.9 s past the election,
+and a call that began late in an election with a full 2.5 s first try up to 2.5 s. So:
+
+  * a connection remembers when a request on it went unanswered, or it was lost (LeaderWatch):
+    for SUSPECT_S after that, a call begins with short tries at once;
+  * once suspect, a new try is sent every HEDGE (jittered, 0.03 s growing to 0.1 s) while the
+    earlier ones are still out (each bounded by RETRY_S): the tries are the readiness probe, and
+    the first answer wins. The server answers the same request once: an append keeps its
+    Nats-Msg-Id (the stream stores it once, SPEC E2), a read is a read.
+
+Measured figures: bench/bench_failover.py --platform, BENCHMARKS.md (Failover)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from jpu.bus.errors import is_unreachable
+from jpu.runtime.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +39,46 @@ T = TypeVar("T")
 # ~10.8 s, more on a loaded machine. Measured 4.1–8.0 s; with 10 s here, 2 appends in 7
 # SIGKILLs gave up (bench/bench_failover.py, 2026-12-02, load average 4–5).
 ELECTION_S = 12.0
-TRY_S = 2.5  # the first try: an answer from a live leader comes in milliseconds
-RETRY_S = 0.5  # each later try, once one went unanswered (an election is likely under way)
-_PAUSE_S, _MAX_PAUSE_S = 0.05, 0.4  # between tries: no responders fails at once
+TRY_S = 2.5  # a try on a connection that shows no sign of an election: a live leader answers in ms
+RETRY_S = 0.5  # each try while the connection is suspect
+HEDGE = Backoff(first_s=0.03, cap_s=0.1, jitter=0.3)  # between tries sent while suspect
+SUSPECT_S = ELECTION_S  # after a request went unanswered, how long calls start short
+
+
+class LeaderWatch:
+    """One connection's sign of an election: when a request on it last went unanswered (a
+    timeout, no responders) or the connection was lost. For SUSPECT_S after that, calls start
+    with short, overlapping tries. Not cleared by an answer: during an election other streams'
+    and buckets' leaders still answer, and a call begun then must not spend a whole TRY_S on the
+    stream whose leader is gone. Pure: `now` is passed in."""
+
+    def __init__(self) -> None:
+        self.unanswered_at: float | None = None
+
+    def suspect(self, now: float) -> bool:
+        return self.unanswered_at is not None and now - self.unanswered_at < SUSPECT_S
+
+    def unanswered(self, now: float) -> None:
+        self.unanswered_at = now
+
+    def try_s(self, now: float) -> float:
+        return RETRY_S if self.suspect(now) else TRY_S
+
+    def next_try_in(self, attempt: int, rand: float, now: float) -> float:
+        """Seconds from sending try `attempt` (0-based) to sending the next one if none answered:
+        a whole try while nothing looks wrong, a HEDGE step while the connection is suspect."""
+        return HEDGE.delay(attempt, rand) if self.suspect(now) else TRY_S
+
+
+_watches: weakref.WeakKeyDictionary[object, LeaderWatch] = weakref.WeakKeyDictionary()
+
+
+def watch_of(connection: object) -> LeaderWatch:
+    """The LeaderWatch of a NATS connection, shared by every call made on it."""
+    watch = _watches.get(connection)
+    if watch is None:
+        watch = _watches[connection] = LeaderWatch()
+    return watch
 
 
 async def ride_out_election(
@@ -40,24 +87,76 @@ async def ride_out_election(
     *,
     give_up: asyncio.Event | None = None,
     bounds_itself: bool = False,
+    watch: LeaderWatch | None = None,
 ) -> T:
-    """`call(try_s)` until it answers, each try bounded by `try_s` (TRY_S, then RETRY_S); with
-    `bounds_itself` the call applies that bound itself (e.g. as a publish's ack timeout). An
-    unreachable error (jpu.bus.errors.is_unreachable) is retried after a pause of 0.05 s doubling
-    to 0.4 s, any other error raised at once. After ELECTION_S, or once `give_up` is set, the
-    last error is raised."""
+    """`call(try_s)` until it answers, each try bounded by `try_s` (TRY_S, or RETRY_S while
+    `watch` is suspect); with `bounds_itself` the call applies that bound itself (e.g. as a
+    publish's ack timeout). While suspect, a new try goes out every HEDGE step with the earlier
+    ones still out; the first answer wins and the others are cancelled. An unreachable error
+    (jpu.bus.errors.is_unreachable) marks `watch` suspect and is retried; any other error is
+    raised at once. After ELECTION_S (the tries still out allowed to finish), or once `give_up`
+    is set, the last error is raised."""
     loop = asyncio.get_running_loop()
-    deadline, delay, try_s = loop.time() + ELECTION_S, _PAUSE_S, TRY_S
-    while True:
-        try:
-            if bounds_itself:
-                return await call(try_s)
-            return await asyncio.wait_for(call(try_s), try_s)
-        except Exception as e:
-            if not is_unreachable(e) or (give_up is not None and give_up.is_set()):
-                raise
-            if loop.time() + delay > deadline:
-                raise
-            log.info("%s: no leader answered (%r); trying again", what, e)
-        await asyncio.sleep(delay)
-        delay, try_s = min(delay * 2, _MAX_PAUSE_S), RETRY_S
+    watch = watch if watch is not None else LeaderWatch()
+    deadline = loop.time() + ELECTION_S
+    pending: set[asyncio.Future[T]] = set()
+    last: BaseException | None = None
+    attempt = 0
+
+    def start() -> None:
+        try_s = watch.try_s(loop.time())
+        pending.add(asyncio.ensure_future(call(try_s) if bounds_itself else bounded(try_s)))
+
+    async def bounded(try_s: float) -> T:  # in the try's own task: no inner task left behind
+        async with asyncio.timeout(try_s):
+            return await call(try_s)
+
+    def next_step() -> float:
+        return loop.time() + watch.next_try_in(attempt, random.random(), loop.time())
+
+    try:
+        start()
+        next_at = next_step()
+        while True:
+            done: set[asyncio.Future[T]] = set()
+            if pending:
+                wait = None if loop.time() >= deadline else max(next_at - loop.time(), 0.0)
+                done, _ = await asyncio.wait(
+                    pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED
+                )
+            elif loop.time() < deadline:
+                await asyncio.sleep(max(next_at - loop.time(), 0.0))
+            pending -= done
+            errors = [e for e in (t.exception() for t in done) if e is not None]  # all retrieved
+            answered = [t for t in done if t.exception() is None]
+            if answered:
+                return answered[0].result()
+            for error in errors:
+                if not is_unreachable(error) or (give_up is not None and give_up.is_set()):
+                    raise error
+            if errors:
+                if last is None:  # once per call: its first try that got no answer
+                    log.info("%s: no leader answered (%r); trying again", what, errors[0])
+                watch.unanswered(loop.time())
+                last = errors[-1]
+                next_at = min(next_at, next_step())  # suspect now: a HEDGE step, not a whole try
+            if loop.time() >= deadline:
+                if not pending:
+                    assert last is not None
+                    log.warning("%s: no leader answered in %.1f s: %r", what, ELECTION_S, last)
+                    raise last
+                continue
+            if loop.time() >= next_at:
+                if pending and not watch.suspect(loop.time()):  # a whole try went unanswered
+                    log.info("%s: no leader answered in %.1f s; trying again", what, TRY_S)
+                    watch.unanswered(loop.time())
+                elif pending and last is None and attempt == 0:
+                    log.info("%s: no leader answered yet; trying again", what)
+                attempt += 1
+                start()
+                next_at = next_step()
+    finally:
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import AsyncGenerator
 
 import nats.errors
@@ -26,12 +27,13 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.nuid import NUID
 
+from jpu.bus.election import HEDGE, ride_out_election, watch_of
+
 log = logging.getLogger(__name__)
 _nuid = NUID()
 
 _FETCH_TIMEOUT_S = 0.5  # a pull request's expiry; also the latency of noticing `stop`
 _PULL_MIN = 1024  # messages per pull request (at least the caller's batch)
-_RETRY_S = 0.2
 _INACTIVE_S = 30.0  # the server removes the consumer of a reader that died
 _CHECK_EVERY = 10  # idle fetches between checks that the consumer still exists
 _API_TIMEOUT_S = 2.0  # consumer create/info: a node lost mid-request is retried, not awaited
@@ -83,7 +85,10 @@ async def follow_ordered(
             return  # stopped
         except (GapDetected, ConsumerGone, TimeoutError, nats.errors.Error, OSError) as e:
             log.warning("ordered reader: %r; resubscribing from seq %d", e, next_seq)
-            await asyncio.sleep(_RETRY_S)
+            # a pull or a consumer request went unanswered: the consumer's node or the stream's
+            # leader may be lost, and its election under way — resubscribe with short tries
+            watch_of(js._nc).unanswered(asyncio.get_running_loop().time())
+            await asyncio.sleep(HEDGE.delay(0, random.random()))
 
 
 class _Pull:
@@ -128,10 +133,17 @@ async def _one_consumer(
     stop: asyncio.Event,
     batch: int,
 ) -> AsyncGenerator[list[Msg], None]:
-    info = await js.add_consumer(
-        stream, _ephemeral(filter_subject, start_seq), timeout=_API_TIMEOUT_S
-    )
     nc = js._nc  # the JetStream context's connection (nats-py keeps no public accessor)
+    # Each try names a new consumer: an R1 consumer is placed on one of the stream's peers, and
+    # one placed on the node just lost never answers — a resend of the same name would wait on
+    # it until the servers notice. The tries are short and overlap while the connection shows an
+    # election (SPEC O3); a try that loses the race is dropped after _INACTIVE_S by the server.
+    info = await ride_out_election(
+        lambda try_s: js.add_consumer(stream, _ephemeral(filter_subject, start_seq), timeout=try_s),
+        "ordered reader",
+        bounds_itself=True,
+        watch=watch_of(nc),
+    )
     pull = _Pull(max(batch, _PULL_MIN))
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, cb=pull.on_msg)
@@ -164,7 +176,12 @@ async def _one_consumer(
                 if idle % _CHECK_EVERY == 0:
                     # A consumer the server dropped (restart, a caller that held a batch past
                     # the inactivity threshold) only ever times out: ask, and resubscribe.
-                    await js.consumer_info(stream, info.name, timeout=_API_TIMEOUT_S)
+                    # While the connection shows an election, a short bound: a request the
+                    # dead leader dropped is not waited on (SPEC O3); the resubscription that
+                    # follows a timeout starts right after the last message handed out.
+                    now = asyncio.get_running_loop().time()
+                    bound = min(_API_TIMEOUT_S, watch_of(nc).try_s(now))
+                    await js.consumer_info(stream, info.name, timeout=bound)
                 continue
             idle = 0
             for m in msgs:

@@ -17,7 +17,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError, ServiceUnavailableError
 from nats.nuid import NUID
 
-from jpu.bus.election import ELECTION_S, TRY_S, ride_out_election
+from jpu.bus.election import ELECTION_S, TRY_S, ride_out_election, watch_of
 
 _FETCH = 512
 nuid = NUID()
@@ -29,20 +29,31 @@ async def read_range(
     js: JetStreamContext, stream: str, filter_subject: str, start_seq: int = 1
 ) -> AsyncGenerator[Msg, None]:
     """Messages of `stream` matching `filter_subject` from `start_seq` to the current last seq."""
-    last = (await ride_out_election(lambda _: js.stream_info(stream), "read")).state.last_seq
+    watch = watch_of(js._nc)  # the JetStream context's connection (no public accessor)
+    last = (
+        await ride_out_election(lambda _: js.stream_info(stream), "read", watch=watch)
+    ).state.last_seq
     if last < max(start_seq, 1):
         return
-    config = ConsumerConfig(
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=max(start_seq, 1),
-        ack_policy=AckPolicy.NONE,
-        filter_subject=filter_subject,
-        inactive_threshold=60.0,  # the server cleans up after a reader that died
-        mem_storage=True,
-        num_replicas=1,
-        name=nuid.next().decode(),
+
+    def config() -> ConsumerConfig:  # a new name each try (see jpu.bus.ordered, SPEC O3)
+        return ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(start_seq, 1),
+            ack_policy=AckPolicy.NONE,
+            filter_subject=filter_subject,
+            inactive_threshold=60.0,  # the server cleans up after a reader that died
+            mem_storage=True,
+            num_replicas=1,
+            name=nuid.next().decode(),
+        )
+
+    info = await ride_out_election(
+        lambda try_s: js.add_consumer(stream, config(), timeout=try_s),
+        "read",
+        bounds_itself=True,
+        watch=watch,
     )
-    info = await ride_out_election(lambda _: js.add_consumer(stream, config), "read")
     if info.num_pending == 0:
         await _delete(js, stream, info.name)
         return

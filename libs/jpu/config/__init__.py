@@ -126,8 +126,9 @@ class Config(Cluster, frozen=True, kw_only=True):
     container_image: str = "localhost/jpu-base:bookworm"  # the site's base image (podman)
     container_storage: str = ""  # where podman keeps images (its --root); "": podman's default
     container_shared_paths: list[str] = []  # host paths mounted read-only into every container
-    workspace_pip_index_url: str = ""  # X4a: the site's package index for builds; "": pip's
-    workspace_pip_ca_bundle: str = ""  # a host CA file the build's pip trusts (PIP_CERT)
+    # X4a: the package index for builds; "": the host's pip configuration (jpu.backends.pip_config)
+    workspace_pip_index_url: str = ""
+    workspace_pip_ca_bundle: str = ""  # a host CA file the build's pip trusts; "": the host's
     # X4a quotas of each lab: its workspaces (its members' and its own) and their images' bytes;
     # a lab's `workspace_max_count` / `workspace_max_bytes` (labs:) overrides them
     workspace_max_count: int = 20

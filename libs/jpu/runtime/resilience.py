@@ -14,13 +14,13 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
 import nats.errors
 
 from jpu.bus.errors import is_unreachable
+from jpu.runtime.backoff import Backoff
 
 log = logging.getLogger("jpu.runtime.resilience")
 T = TypeVar("T")
@@ -28,22 +28,6 @@ T = TypeVar("T")
 
 class Unavailable(RuntimeError):
     """A step did not succeed before its deadline, or the service was stopped while waiting."""
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Delay before retry `attempt` (0-based): first_s doubling up to cap_s, ± jitter so the
-    replicas restarted together do not knock on the bus in step."""
-
-    first_s: float = 0.2
-    cap_s: float = 5.0
-    factor: float = 2.0
-    jitter: float = 0.2  # fraction of the delay, each way
-
-    def delay(self, attempt: int, rand: float) -> float:
-        """`rand` in [0, 1): pure, so a test can pin it."""
-        base = min(self.first_s * self.factor ** min(attempt, 64), self.cap_s)
-        return base * (1.0 - self.jitter + 2.0 * self.jitter * rand)
 
 
 DEFAULT_BACKOFF = Backoff()

@@ -12,7 +12,6 @@ it (a missing resource, as the schema says: issue 27); neither appends anything.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from nats.js.errors import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
 from jpu.bus import EventBus
@@ -45,9 +44,8 @@ class DefaultWorkspaceOut(BaseModel):
 async def current_default(bus: EventBus, user: str) -> tuple[str | None, int]:
     """The user's default workspace (None: none) and the seq of the event that set it."""
     probe = WorkspaceDefaultChanged(event_id="", ts=0.0, user=user)
-    try:
-        msg = await bus.js.get_last_msg(bus.stream, subject_for(probe, bus.prefix))
-    except NotFoundError:
+    msg = await bus.last_message(subject_for(probe, bus.prefix))
+    if msg is None:
         return None, 0
     event = decode(msg.data or b"")
     name = event.workspace if isinstance(event, WorkspaceDefaultChanged) else None

@@ -18,7 +18,6 @@ import socket
 from typing import Any
 
 from fastapi import APIRouter, Request
-from nats.js.errors import NotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
 from jpu.bus import EventBus
@@ -77,9 +76,8 @@ def _out(user: str, e: NotificationSettingsChanged | None, seq: int) -> Notifica
 
 
 async def _current(bus: EventBus, user: str) -> tuple[NotificationSettingsChanged | None, int]:
-    try:
-        msg = await bus.js.get_last_msg(bus.stream, f"{bus.prefix}.user.{user}")
-    except NotFoundError:
+    msg = await bus.last_message(f"{bus.prefix}.user.{user}")
+    if msg is None:
         return None, 0
     event = decode(msg.data or b"")
     return (event if isinstance(event, NotificationSettingsChanged) else None), int(msg.seq or 0)
