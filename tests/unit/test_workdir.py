@@ -118,20 +118,28 @@ def test_U5_SEC1_intake_answers_a_chdir_from_what_the_account_may_do_there() -> 
 
     roots = ["/home", "/tmp/*"]
     outside = "chdir: /opt/x (symlinks followed) is not under the site's workdir_roots; …"
-    refusal, warnings = chdir_answer("/opt/x", outside, "", None, roots)
+    refusal, warnings = chdir_answer("/opt/x", None, outside, "", None, roots)
     assert refusal is not None and refusal.error is not None and warnings == []
     assert (refusal.status, refusal.error.message) == (422, outside)
     assert refusal.error.details == {"field": "chdir", "chdir": "/opt/x", "workdir_roots": roots}
     shut = Access(enter=False, write=False, message="the job runs as Unix account jpu-a, …")
-    refusal, _ = chdir_answer("/home/p", None, "jpu-a", shut, roots)
+    refusal, _ = chdir_answer("/home/p", None, None, "jpu-a", shut, roots)
     assert refusal is not None and refusal.error is not None
     assert refusal.error.message == f"chdir: {shut.message}"
     assert refusal.error.details == {"field": "chdir", "account": "jpu-a", "chdir": "/home/p"}
     read_only = Access(enter=True, write=False, message="cannot write /home/p")
-    assert chdir_answer("/home/p", None, "jpu-a", read_only, roots) == (
+    assert chdir_answer("/home/p", None, None, "jpu-a", read_only, roots) == (
         None, [{"field": "chdir", "account": "jpu-a", "message": "chdir: cannot write /home/p"}]
     )  # fmt: skip
-    assert chdir_answer("/home/p", None, "jpu-a", Access(enter=True, write=True), roots) == (
+    assert chdir_answer("/home/p", None, None, "jpu-a", Access(enter=True, write=True), roots) == (
         None, []
     )  # fmt: skip
-    assert chdir_answer("/home/p", None, "jpu-a", None, roots) == (None, [])
+    assert chdir_answer("/home/p", None, None, "jpu-a", None, roots) == (None, [])
+    # a folder the cluster has not (a laptop's): refused before anything else, with the reason
+    # the CLI falls back on (U5, jpu.policy.workdir.not_on_cluster_problem)
+    unseen = "chdir: /Users/a/p does not exist on the cluster (…)"
+    refusal, _ = chdir_answer("/Users/a/p", unseen, outside, "", None, roots)
+    assert refusal is not None and refusal.error is not None
+    assert refusal.error.details == {
+        "field": "chdir", "chdir": "/Users/a/p", "reason": "not_on_cluster"
+    }  # fmt: skip
