@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from jpu.events import JobSubmitted, NodeInventoryObserved, NotificationSettingsChanged
+from jpu.events import (
+    IdentityEvent,
+    JobSubmitted,
+    NodeInventoryObserved,
+    NotificationSettingsChanged,
+)
 from jpu.store.projection import wait_applied
 from jpu.testing.api import Api, assert_error, bearer, job_body
 
 
 async def _log(api: Api) -> list[object]:
-    """What requests appended (the fixture's inventory of the nodes left out)."""
-    return [
-        d.event async for d in api.bus.replay() if not isinstance(d.event, NodeInventoryObserved)
-    ]
+    """What requests appended (the fixture's inventory of the nodes and its users left out)."""
+    setup = (NodeInventoryObserved, IdentityEvent)
+    return [d.event async for d in api.bus.replay() if not isinstance(d.event, setup)]
 
 
 async def test_submit_records_mail_type_and_mail_user_Q10(api: Api) -> None:
