@@ -12,6 +12,7 @@ pytest_plugins = [
     "jpu.testing.nats_fixtures",
     "jpu.testing.pg_fixtures",
     "jpu.testing.slurm_fixtures",
+    "jpu.testing.api_fixtures",  # api, server (the gateway), smtp, webhook (the receivers)
 ]
 
 

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import pytest_asyncio
-from e2e_support import Stack
 
 from jpu.bus import EventBus
 from jpu.store import create_database, drop_database
+from jpu.testing.e2e_stack import Stack
 from jpu.testing.nats_fixtures import unique_names
 
 BASE_ENV = {

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import Api, Stack, wait_until
 
 from jpu.embedded.base import free_port
 from jpu.testing.crash import KillableNats, KillablePostgres
+from jpu.testing.e2e_stack import Api, Stack, wait_until
 from jpu.testing.stack_process import StackProcess, alive, world_searchable_tmpdir
 
 pytestmark = pytest.mark.timeout(420)

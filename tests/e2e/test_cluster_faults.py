@@ -30,7 +30,10 @@ from typing import NamedTuple
 
 import pytest
 import pytest_asyncio
-from crash_support import (
+
+from jpu.bus import EventBus
+from jpu.config import load_config
+from jpu.testing.crash_harness import (
     SEED,
     STACK_ENV,
     Probe,
@@ -40,10 +43,7 @@ from crash_support import (
     unprompted_restarts,
     verify,
 )
-from e2e_support import Stack
-
-from jpu.bus import EventBus
-from jpu.config import load_config
+from jpu.testing.e2e_stack import Stack
 from jpu.testing.nats_cluster import stream_leader, wait_jetstream
 from jpu.testing.servers import NatsServers, PgServer, ServerProvider
 from jpu.testing.stack_process import world_searchable_tmpdir

@@ -45,7 +45,15 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from crash_support import (
+
+from jpu.bus import EventBus
+from jpu.config import load_config
+from jpu.embedded.base import free_port
+from jpu.testing.crash import (
+    KillableNats,
+    recovery_summary,
+)
+from jpu.testing.crash_harness import (
     PLAN,
     RECOVERY_BOUND_S,
     SEED,
@@ -60,15 +68,7 @@ from crash_support import (
     unprompted_restarts,
     verify,
 )
-from e2e_support import Stack
-
-from jpu.bus import EventBus
-from jpu.config import load_config
-from jpu.embedded.base import free_port
-from jpu.testing.crash import (
-    KillableNats,
-    recovery_summary,
-)
+from jpu.testing.e2e_stack import Stack
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 pytestmark = pytest.mark.timeout(480)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from e2e_support import Stack, jpu_cli, wait_until
 
 from jpu.bus import Delivered, EventBus
 from jpu.config import load_config
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.events import JobSubmitted, UsageCharged
+from jpu.testing.e2e_stack import Stack, jpu_cli, wait_until
 
 STACK_ENV = {
     "JPU_MAX_ACTIVE_JOBS": "8",

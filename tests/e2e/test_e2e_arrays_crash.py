@@ -21,12 +21,12 @@ import time
 from typing import Any
 
 import httpx
-from e2e_support import Stack, wait_until
 
 from jpu.bus import Delivered, EventBus
 from jpu.config import load_config
 from jpu.events import JobSubmitted, decode
 from jpu.testing.crash import check_log
+from jpu.testing.e2e_stack import Stack, wait_until
 from jpu.testing.stack_process import alive
 
 STACK_ENV = {"JPU_MAX_ACTIVE_JOBS": "8"}

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
-from e2e_support import Stack, chromium_or_skip, wait_until
 from playwright.async_api import Page, async_playwright, expect
 
 from jpu.testing.cli import project_dir
+from jpu.testing.e2e_stack import Stack, chromium_or_skip, wait_until
 
 CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import
 

@@ -13,8 +13,9 @@ import os
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from e2e_support import Stack, chromium_or_skip
 from playwright.async_api import Page, async_playwright, expect
+
+from jpu.testing.e2e_stack import Stack, chromium_or_skip
 
 CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import
 

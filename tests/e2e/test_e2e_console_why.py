@@ -10,7 +10,9 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from e2e_support import (
+from playwright.async_api import Page, async_playwright, expect
+
+from jpu.testing.e2e_stack import (
     KDG_START,
     R3_STACK_CONFIG,
     R3_STACK_ENV,
@@ -18,7 +20,6 @@ from e2e_support import (
     chromium_or_skip,
     wait_until,
 )
-from playwright.async_api import Page, async_playwright, expect
 
 STACK_ENV, STACK_CONFIG = R3_STACK_ENV, R3_STACK_CONFIG  # read by conftest's `stack`
 CHROMIUM = chromium_or_skip()  # Playwright is a dev dependency: its absence fails the import

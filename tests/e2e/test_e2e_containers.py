@@ -4,7 +4,7 @@ still the attempt's verdict and sends the job to a bigger tier (the user never r
 
 from __future__ import annotations
 
-from e2e_support import TERMINAL, Stack, by_type
+from jpu.testing.e2e_stack import TERMINAL, Stack, by_type
 
 STACK_ENV = {"JPU_ISOLATION": "container"}
 OOM_THEN_TRAIN = """echo "attempt $JOB_ATTEMPT as $(id -u)"

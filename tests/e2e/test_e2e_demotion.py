@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_support import (
+
+from jpu.testing.e2e_stack import (
     BCG_START,
     KDG_START,
     R3_STACK_CONFIG,

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import httpx
-from e2e_support import TERMINAL, Stack, by_type
 
+from jpu.testing.e2e_stack import TERMINAL, Stack, by_type
 from jpu.testing.stack_process import world_searchable_tmpdir
 
 NEVER = "DEPENDENCY_NEVER_SATISFIED"

@@ -13,7 +13,7 @@ import sys
 import time
 from collections import Counter
 
-from e2e_support import TERMINAL, Api, Stack, by_type, wait_until
+from jpu.testing.e2e_stack import TERMINAL, Api, Stack, by_type, wait_until
 
 USERS = ("bcg-alice", "bcg-bob", "kdg-carol", "kdg-dave", "osl-erin", "osl-frank")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from e2e_support import ACTIVE, TERMINAL, Stack, by_type, jpu_cli, one, wait_until
 
 from jpu.testing.api import assert_error
+from jpu.testing.e2e_stack import ACTIVE, TERMINAL, Stack, by_type, jpu_cli, one, wait_until
 
 STACK_ENV = {"JPU_CYCLE_S": "5"}
 RTX4090_TFLOPS = 82.6

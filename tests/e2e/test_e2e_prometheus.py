@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from e2e_support import Stack, wait_until
 
 from jpu.stack import metrics_targets
 from jpu.stack.supervisor import SERVICES
 from jpu.testing.dashboard import queries
+from jpu.testing.e2e_stack import Stack, wait_until
 from jpu.testing.prometheus import Prometheus, prometheus_or_skip
 
 BINARY = prometheus_or_skip()

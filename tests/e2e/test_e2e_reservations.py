@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e_support import TERMINAL, Api, Stack, by_type, one, wait_until
+from jpu.testing.e2e_stack import TERMINAL, Api, Stack, by_type, one, wait_until
 
 STACK_ENV = {"JPU_CYCLE_S": "5"}  # reservations start and grow on events (D8), not on the clock
 

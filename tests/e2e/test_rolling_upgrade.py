@@ -47,15 +47,6 @@ import nats.errors
 import pytest
 import pytest_asyncio
 import yaml
-from crash_support import (
-    LAUNCH_MARK,
-    Probe,
-    Spec,
-    Workload,
-    launch_violations,
-    read_log,
-    run_replay,
-)
 
 from jpu.backends import joblogs
 from jpu.backends.local.stop import terminate_all
@@ -68,6 +59,15 @@ from jpu.stack import private
 from jpu.store import create_database, drop_database
 from jpu.testing import previous_release
 from jpu.testing.crash import check_log, compare_api
+from jpu.testing.crash_harness import (
+    LAUNCH_MARK,
+    Probe,
+    Spec,
+    Workload,
+    launch_violations,
+    read_log,
+    run_replay,
+)
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.stack_process import remove_data_dir, world_searchable_tmpdir
 

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 import asyncpg
 import httpx
 import pytest
-from crash_support import PROJECTIONS, run_replay
-from e2e_support import TERMINAL, Api, Stack, wait_until
 
 from jpu.bus import Delivered, EventBus
 from jpu.config import load_config
 from jpu.embedded.base import free_port
 from jpu.events import JobSubmitted, UsageCharged
 from jpu.testing.crash import check_log
+from jpu.testing.crash_harness import PROJECTIONS, run_replay
+from jpu.testing.e2e_stack import TERMINAL, Api, Stack, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

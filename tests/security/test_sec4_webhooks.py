@@ -20,9 +20,11 @@ import pytest
 
 from jpu.bus import EventBus
 from jpu.testing.api import Api, assert_error, bearer
+from jpu.testing.notifier import Notifier, started
+from jpu.testing.notifier import job_ended as _end
+from jpu.testing.notifier import job_submitted as _job
+from jpu.testing.notifier import notification_settings as _settings
 from jpu.testing.receivers import Received, Webhook, until
-from tests.integration.conftest import api, smtp, webhook  # noqa: F401 - fixtures
-from tests.integration.test_notifier import Notifier, _end, _job, _settings, started
 
 REFUSED = [
     "http://127.0.0.1:4222/",  # the platform's NATS port
@@ -39,7 +41,7 @@ REFUSED = [
 
 @pytest.mark.parametrize("url", REFUSED)
 async def test_put_webhook_to_local_private_or_metadata_address_is_422_SEC4(
-    api: Api,  # noqa: F811
+    api: Api,
     url: str,
 ) -> None:
     r = await api.client.put(
@@ -51,7 +53,7 @@ async def test_put_webhook_to_local_private_or_metadata_address_is_422_SEC4(
     assert got.json()["seq"] == 0  # nothing appended
 
 
-async def test_put_public_webhook_still_accepted_SEC4(api: Api) -> None:  # noqa: F811
+async def test_put_public_webhook_still_accepted_SEC4(api: Api) -> None:
     body = {"webhook_url": "https://hooks.example/T/B/x"}  # a reserved name: no DNS query
     r = await api.client.put("/v1/me/notifications", json=body, headers=bearer("alice"))
     assert r.status_code == 200, r.text
@@ -70,7 +72,7 @@ def _loopback_name() -> str:
 
 
 async def test_put_webhook_whose_name_resolves_to_loopback_is_422_SEC4(
-    api: Api,  # noqa: F811
+    api: Api,
 ) -> None:
     url = f"http://{_loopback_name()}:4222/"
     r = await api.client.put(
@@ -161,8 +163,8 @@ async def test_notifier_refuses_a_loopback_webhook_at_send_never_posts_SEC4(
     nats_url: str,
     bus: EventBus,
     pg_dsn: str,
-    smtp: tuple[int, Received],  # noqa: F811
-    webhook: Webhook,  # noqa: F811
+    smtp: tuple[int, Received],
+    webhook: Webhook,
     tmp_path: Path,
     host: str,
 ) -> None:
@@ -191,8 +193,8 @@ async def test_notifier_follows_no_redirect_SEC4(
     nats_url: str,
     bus: EventBus,
     pg_dsn: str,
-    smtp: tuple[int, Received],  # noqa: F811
-    webhook: Webhook,  # noqa: F811
+    smtp: tuple[int, Received],
+    webhook: Webhook,
     tmp_path: Path,
 ) -> None:
     """An allowed receiver answering 307 towards another listener: the notifier does not go."""
@@ -214,7 +216,7 @@ async def test_notifier_pins_the_checked_address_keeps_the_host_header_SEC4(
     nats_url: str,
     bus: EventBus,
     pg_dsn: str,
-    smtp: tuple[int, Received],  # noqa: F811
+    smtp: tuple[int, Received],
     recorder: _Recorder,
     tmp_path: Path,
 ) -> None:
@@ -234,7 +236,7 @@ async def test_notifier_pins_https_with_the_urls_tls_name_SEC4(
     nats_url: str,
     bus: EventBus,
     pg_dsn: str,
-    smtp: tuple[int, Received],  # noqa: F811
+    smtp: tuple[int, Received],
     tmp_path: Path,
 ) -> None:
     """HTTPS to a pinned address: SNI and the certificate check still use the URL's name (a

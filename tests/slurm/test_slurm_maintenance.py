@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from stack_support import N4090, SlurmStack, active_slurm_jobs, slurm_stack
 
 from jpu.events import (
     BackfillEnded,
@@ -33,6 +32,7 @@ from jpu.events import (
 )
 from jpu.testing.api import bearer
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.slurm_stack import N4090, SlurmStack, active_slurm_jobs, slurm_stack
 from jpu.testing.stack import backfill_rounds
 
 RTX4090 = ["rtx4090"]

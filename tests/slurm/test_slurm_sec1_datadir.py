@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from stack_support import NODES
 
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.slurm_stack import NODES
 from jpu.testing.stack_process import StackProcess, remove_data_dir, world_searchable_tmpdir
 from jpu.testing.unavailable import needs_root
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import asyncpg
 import httpx
-from stack_support import CAROL, N4090, slurm_stack
 
 from jpu.backends import joblogs
 from jpu.events import (
@@ -26,6 +25,7 @@ from jpu.events import (
     UsageCharged,
 )
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.slurm_stack import CAROL, N4090, slurm_stack
 
 
 def _preempted_twice(events: list[Any]) -> bool:

@@ -16,10 +16,10 @@ from typing import Any
 
 import asyncpg
 import httpx
-from stack_support import slurm_stack
 
 from jpu.testing.api import bearer
 from jpu.testing.slurm_fixtures import SlurmCluster
+from jpu.testing.slurm_stack import slurm_stack
 
 ALICE = bearer("alice")
 SITE = {"JPU_ISOLATION": "container", "JPU_BACKFILL_ENABLED": "false",

@@ -10,7 +10,9 @@ import re
 from typing import Any
 
 import yaml
-from k8s_rendered import (
+
+from jpu.bus import permissions
+from jpu.testing.k8s_rendered import (
     ROOT,
     env_names,
     env_values,
@@ -19,8 +21,6 @@ from k8s_rendered import (
     secret_env_refs,
     workloads,
 )
-
-from jpu.bus import permissions
 from jpu.tools.nats_auth import env_name
 
 COMPOSE = yaml.safe_load((ROOT / "compose/docker-compose.yml").read_text())["services"]

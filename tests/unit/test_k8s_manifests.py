@@ -17,7 +17,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from k8s_rendered import (
+
+from jpu.testing.k8s_rendered import (
     K8S,
     ROOT,
     env_names,

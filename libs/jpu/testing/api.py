@@ -1,5 +1,5 @@
 """Helpers for the REST API tests: the demo users' tokens, the `Authorization` header, the SPEC §8
-error shape, and `Api` — what the `api` fixture (tests/integration/conftest.py) hands a test: the
+error shape, and `Api` — what the `api` fixture (jpu.testing.api_fixtures) hands a test: the
 real gateway app over ASGI with the real intake, on real NATS JetStream + PostgreSQL."""
 
 from __future__ import annotations

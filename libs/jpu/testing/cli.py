@@ -1,5 +1,5 @@
 """`jpu` as a user runs it: the CLI as a separate process against a gateway URL (the `server`
-fixture of tests/integration/conftest.py), with the token in JPU_TOKEN.
+fixture of jpu.testing.api_fixtures), with the token in JPU_TOKEN.
 
 Its working directory is the job's `chdir` (U5), so it is never the checkout's: a checkout may
 sit in a private (0700) folder the job accounts cannot enter, or outside the site's

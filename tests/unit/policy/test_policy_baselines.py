@@ -1,8 +1,7 @@
 """Baselines with the policy signature: greedy FIFO and Slurm-like (multifactor + EASY)."""
 
-from builders import default_cluster, job, running, snap
-
 from jpu.policy import POLICIES, cycle, fifo_cycle, slurm_like_cycle
+from jpu.testing.policy_builders import default_cluster, job, running, snap
 
 A1, A2, B1, B2 = "gpu-4090x2-01", "gpu-4090x2-02", "gpu-3080tix2-01", "gpu-3080tix2-02"
 

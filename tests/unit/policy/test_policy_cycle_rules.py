@@ -3,7 +3,9 @@
 Default cluster: gpu-4090x2-01/02 (2 × rtx4090 each), gpu-3080tix2-01/02 (2 × rtx3080ti each).
 """
 
-from builders import (
+from jpu.policy import cycle, ever_fits, placements
+from jpu.policy.model import Gpu, LabUsage, Reservation
+from jpu.testing.policy_builders import (
     DEFAULT_TIERS,
     RTX3080,
     RTX4090,
@@ -15,9 +17,6 @@ from builders import (
     tier,
     tiers,
 )
-
-from jpu.policy import cycle, ever_fits, placements
-from jpu.policy.model import Gpu, LabUsage, Reservation
 
 A1, A2, B1, B2 = "gpu-4090x2-01", "gpu-4090x2-02", "gpu-3080tix2-01", "gpu-3080tix2-02"
 BUSY_ALL = {(n, i): f"job:r-{n}-{i}" for n in (A1, A2, B1, B2) for i in (0, 1)}

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from builders import default_cluster, job, reserved, snap, tier
-from reference import ref_cycle
 
 from jpu.config import DEMOTION_MODES, ConfigError, load_config
 from jpu.policy import cycle
 from jpu.policy.demotion import beyond_margin
 from jpu.policy.model import Gpu, LabUsage, QueuedJob, Reservation, Snapshot
+from jpu.testing.policy_builders import default_cluster, job, reserved, snap, tier
+from jpu.testing.policy_reference import ref_cycle
 
 A1, A2, B1, B2 = "gpu-4090x2-01", "gpu-4090x2-02", "gpu-3080tix2-01", "gpu-3080tix2-02"
 BUSY = {(n, i): f"job:r-{n}-{i}" for n in (A1, A2, B1, B2) for i in (0, 1)}

@@ -1,11 +1,11 @@
 """SPEC F1–F6: cost, half-life decay, lazy charging."""
 
 import pytest
-from builders import RTX4090
 
 from jpu.policy import attempt_cost, charge, cost, decayed
 from jpu.policy.fairshare import held_gpu_seconds
 from jpu.policy.model import LabUsage, Reservation
+from jpu.testing.policy_builders import RTX4090
 
 WEEK = 7 * 24 * 3600.0
 

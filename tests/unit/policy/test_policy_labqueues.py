@@ -7,15 +7,15 @@ from collections import Counter
 
 import msgspec
 import pytest
-from builders import SETTINGS, cluster, job, snap, snapshots
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from reference import ref_cycle
 
 from jpu.policy import cycle
 from jpu.policy.labqueues import LabQueues
 from jpu.policy.model import LabUsage, QueuedJob, Reservation
 from jpu.policy.pending import Pending
+from jpu.testing.policy_builders import SETTINGS, cluster, job, snap, snapshots
+from jpu.testing.policy_reference import ref_cycle
 
 
 def _entry(j: QueuedJob) -> tuple[float, str]:

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from builders import DEFAULT_TIERS, RTX3080, cluster, default_cluster, tier, tiers
-
 from jpu.policy.queue import largest_placement
+from jpu.testing.policy_builders import (
+    DEFAULT_TIERS,
+    RTX3080,
+    cluster,
+    default_cluster,
+    tier,
+    tiers,
+)
 
 
 class Want(NamedTuple):

@@ -1,7 +1,6 @@
 """SPEC X7–X8 (OOM), M1–M4 (maintenance), B1–B4 (backfill)."""
 
 import pytest
-from builders import DEFAULT_TIERS, RTX3080, default_cluster, job, snap, tier, tiers
 
 from jpu.policy import cycle
 from jpu.policy.backfill import plan_backfill
@@ -16,6 +15,15 @@ from jpu.policy.maintenance import (
 )
 from jpu.policy.model import Gpu
 from jpu.policy.oom import Fail, Retry, escalate, is_gpu_oom
+from jpu.testing.policy_builders import (
+    DEFAULT_TIERS,
+    RTX3080,
+    default_cluster,
+    job,
+    snap,
+    tier,
+    tiers,
+)
 
 # --- X7 / X8 ---------------------------------------------------------------------------------
 

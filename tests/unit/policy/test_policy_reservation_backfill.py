@@ -13,17 +13,17 @@ import random
 
 import msgspec
 import pytest
-from builders import job, running, tier
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from simdriver import Sim
-from test_policy_properties import check_invariants
 
 from jpu.domain.dispatch import cycle_events
 from jpu.events import JobDispatched, ReservationGrown, ReservationShrunk
 from jpu.policy import cycle
 from jpu.policy.model import CycleResult, Gpu, LabUsage, QueuedJob, Reservation, Snapshot
 from jpu.policy.placements import tier_admits
+from jpu.testing.policy_builders import job, running, tier
+from jpu.testing.policy_invariants import check_invariants
+from jpu.testing.policy_sim import Sim
 
 T8 = tier("t8", 24, 82.6, 20, max_gpus=8)
 N8 = "n8"
@@ -143,7 +143,7 @@ def test_R7_fold_charges_the_lent_time_once_with_the_reserving_attempt():
     assert x.uncharged_reserved_usage == pytest.approx(200.0 * 82.6)
 
 
-# --- properties over generated workloads (simdriver: its own ledger of every GPU-second) ----
+# --- properties over generated workloads (policy_sim: its own ledger of every GPU-second) ----
 
 DT = 10.0
 

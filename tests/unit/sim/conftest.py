@@ -1,11 +1,12 @@
-"""Fixtures for simulator tests (builders live in simkit.py)."""
+"""Fixtures for simulator tests (builders live in jpu.testing.simkit)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from simkit import Simulate, make_simulate
+
+from jpu.testing.simkit import Simulate, make_simulate
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from simkit import HALF_LIFE, ONE_4090_NODE, Simulate, job, r3_example
 
 from jpu.bus import Delivered
 from jpu.config import load_config
@@ -19,6 +18,7 @@ from jpu.explain.usage import explain_usage, ledger, usage_statement
 from jpu.explain.wait import JobNotInLog, wait_timeline
 from jpu.policy.fairshare import decayed
 from jpu.policy.model import LabUsage
+from jpu.testing.simkit import HALF_LIFE, ONE_4090_NODE, Simulate, job, r3_example
 
 
 def test_U4_R3_why_names_the_charge_that_demoted_X(simulate: Simulate) -> None:

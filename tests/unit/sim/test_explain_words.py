@@ -4,11 +4,11 @@ SPEC R3's worked example as the simulator plays it, and how the language is chos
 from __future__ import annotations
 
 import msgspec
-from simkit import HALF_LIFE, Simulate, r3_example
 
 from jpu.cli.why import language, render
 from jpu.explain.usage import explain_usage, ledger, usage_statement
 from jpu.explain.wait import wait_timeline
+from jpu.testing.simkit import HALF_LIFE, Simulate, r3_example
 from jpu.tools.admin_usage import render_explanation, render_statement, when
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from simkit import Run, Simulate
 
 from jpu.sim.audit import audit_dir
 from jpu.sim.params import SimParams
 from jpu.sim.run import run_files
 from jpu.sim.workload import WorkloadError, parse_lines
+from jpu.testing.simkit import Run, Simulate
 
 TASKS = [f"sweep_{k}" for k in range(10)]
 

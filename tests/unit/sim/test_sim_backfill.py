@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from simkit import Simulate
 
 from jpu.domain.idle import backfill_id
+from jpu.testing.simkit import Simulate
 
 TWO_GPUS = [{"name": "n1", "gpus": {"rtx4090": 2}}]
 

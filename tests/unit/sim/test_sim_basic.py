@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from simkit import Simulate
 
 from jpu.sim.audit import audit_dir
 from jpu.sim.workload import WorkloadError, load_workload
+from jpu.testing.simkit import Simulate
 
 
 def job(id: str, lab: str = "L1", user: str = "u1", **kw: object) -> dict[str, object]:

@@ -4,7 +4,7 @@ DEPENDENCY_NEVER_SATISFIED, and a waiting job holds no slot."""
 
 from __future__ import annotations
 
-from simkit import Simulate
+from jpu.testing.simkit import Simulate
 
 
 def job(id: str, user: str = "u1", **kw: object) -> dict[str, object]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from simkit import Simulate
 
 from jpu.policy import POLICIES
+from jpu.testing.simkit import Simulate
 
 ONE_GPU = [{"name": "n1", "gpus": {"rtx4090": 1}}]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from simkit import Simulate
 
 from jpu.bus import Delivered
 from jpu.config import load_config
 from jpu.explain.wait import wait_timeline
+from jpu.testing.simkit import Simulate
 
 ONE_4090_NODE = [{"name": "n1", "gpus": {"rtx4090": 2}}]
 TFLOPS = 82.6

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from simkit import Simulate
+
+from jpu.testing.simkit import Simulate
 
 ONE_4090_NODE = [{"name": "n1", "gpus": {"rtx4090": 2}}]
 

@@ -3,7 +3,7 @@
 accounting, the slurm-agent and the backfill service, both on `slurm_backend: slurm`
 (make_backend, as `python -m jpu.stack run` builds them). Periods are short (1 s cycle and settle).
 
-Import into a test module: `from stack_support import SlurmStack, slurm_stack`.
+Import into a test module: `from jpu.testing.slurm_stack import SlurmStack, slurm_stack`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""Fixtures for the integration tests that drive the gateway: `api` (the real gateway app over
-ASGI, with its lifespan — bus + pool + jobs/maintenance/gpu_resources projections —, the lab_usage
-projection and the real intake service, on real NATS JetStream + PostgreSQL) and `server` (that
-app under uvicorn on a free port, for the CLI as a separate process). When intake does not answer,
-the fixture fails naming it (never a skip)."""
+"""pytest plugin: the fixtures for the tests that drive the gateway: `api` (the real gateway app
+over ASGI, with its lifespan — bus + pool + jobs/maintenance/gpu_resources projections —, the
+lab_usage projection and the real intake service, on real NATS JetStream + PostgreSQL), `server`
+(that app under uvicorn on a free port, for the CLI as a separate process) and the notifier's
+receivers `smtp` and `webhook`. When intake does not answer, the fixture fails naming it (never a
+skip).
+
+List it in tests/conftest.py: `pytest_plugins = [..., "jpu.testing.api_fixtures"]`."""
 
 from __future__ import annotations
 

@@ -13,7 +13,9 @@ from jpu.policy.model import (
     CycleResult,
     Dispatch,
     LabUsage,
+    PendingReason,
     QueuedJob,
+    ReleaseReason,
     ReservationGrow,
     ReservationRelease,
     ReservationStart,
@@ -35,6 +37,7 @@ def ref_cycle(s: Snapshot, now: float) -> CycleResult:
     order = sorted(s.queue, key=lambda j: (u[j.lab], j.queue_entered_at, j.job_id))
     out = CycleResult(order=[j.job_id for j in order])
     P_: dict[tuple[str, str], P] = {}
+    p: P | None
     for g in s.gpus:
         if g.tier not in T:
             continue
@@ -57,6 +60,7 @@ def ref_cycle(s: Snapshot, now: float) -> CycleResult:
     lost: dict[str, bool] = {}
     for j in holders:
         r = j.reservation
+        assert r is not None  # a holder
         p = P_.get((r.node, r.tier))
         if p is None:
             mine[j.job_id], lost[j.job_id] = set(), True
@@ -67,8 +71,9 @@ def ref_cycle(s: Snapshot, now: float) -> CycleResult:
         p.idle -= set(r.gpus)
         mine[j.job_id] = st | alive
 
-    def rel(j: QueuedJob, reason: str, charged: bool) -> None:
+    def rel(j: QueuedJob, reason: ReleaseReason, charged: bool) -> None:
         r = j.reservation
+        assert r is not None  # only holders are released
         held = sum(now - t for t in r.joined) if r.joined else len(r.gpus) * (now - r.since)
         t = T.get(r.tier)
         out.releases.append(
@@ -106,6 +111,7 @@ def ref_cycle(s: Snapshot, now: float) -> CycleResult:
     kept = None
     for j in holders:
         r = j.reservation
+        assert r is not None  # a holder
         k = (r.node, r.tier)
         p = P_.get(k)
         gone = p is None or r.tier not in T or lost[j.job_id] or p.cap < j.num_gpus
@@ -147,7 +153,7 @@ def ref_cycle(s: Snapshot, now: float) -> CycleResult:
     def d4(k: tuple[str, str]) -> tuple:
         return (-T[k[1]].sort_order, len(P_[k].idle), k[0], k[1])
 
-    pending: dict[str, str] = {}
+    pending: dict[str, PendingReason] = {}
     for rank, j in enumerate(order):
         n = j.num_gpus
         if rank == 0 and kept:

@@ -23,7 +23,6 @@ from typing import Any
 import asyncpg
 import httpx
 import msgspec
-from e2e_support import ACTIVE, TERMINAL, Stack
 
 from jpu.bus import Delivered, EventBus
 from jpu.config import Config
@@ -40,6 +39,7 @@ from jpu.testing.crash import (
     compare_api,
     wait_exited,
 )
+from jpu.testing.e2e_stack import ACTIVE, TERMINAL, Stack
 from jpu.testing.servers import NatsServers
 from jpu.testing.stack_process import alive
 

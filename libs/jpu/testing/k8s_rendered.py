@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the checkout (libs/jpu/testing/ here)
 K8S = ROOT / "k8s"
 WORKLOAD_KINDS = {"Deployment", "StatefulSet", "Job"}
 

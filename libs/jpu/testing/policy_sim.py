@@ -3,6 +3,7 @@ charges usage lazily (F4) and keeps an independent ledger of every GPU-second he
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jpu.config import Tier
@@ -16,6 +17,8 @@ from jpu.policy.model import (
     RunningJob,
     Snapshot,
 )
+
+Policy = Callable[[Snapshot, float], CycleResult]  # the cycle, or a variant under test
 
 
 @dataclass
@@ -79,7 +82,7 @@ class Sim:
                 run = len(r.gpus) * (self.now - r.start)
                 self._charge(r.job.lab, run * self.tiers[r.tier].tflops + r.reserved_uncharged)
 
-    def snapshot(self, policy=cycle) -> CycleResult:
+    def snapshot(self, policy: Policy = cycle) -> CycleResult:
         gpus = [Gpu(n, t, i, s) for (n, t, i), s in sorted(self.gpus.items())]
         snap = Snapshot(
             tiers=self.tiers,
@@ -139,8 +142,8 @@ class Sim:
             assert r is not None
             self._hold(g.node, g.tier, g.added, f"reserved:{g.job_id}")
             was = dict(zip(r.gpus, r.joined, strict=True))  # by GPU: after a shrink `gpus` is
-            joined = tuple(was.get(i, self.now) for i in g.gpus)  # not in the order it grew
-            self.queue[g.job_id] = _with(j, Reservation(r.node, r.tier, g.gpus, r.since, joined))
+            at = tuple(was.get(i, self.now) for i in g.gpus)  # not in the order it grew
+            self.queue[g.job_id] = _with(j, Reservation(r.node, r.tier, g.gpus, r.since, at))
         for d in res.dispatches:
             j = self.queue.pop(d.job_id)
             for i in d.gpus:  # GPUs of its own reservation move to the job without a gap
@@ -152,7 +155,7 @@ class Sim:
             self.running[d.job_id] = Run(j, d.node, d.tier, d.gpus, self.now, end, owed)
             self.dispatched_at[d.job_id] = self.now
 
-    def step(self, dt: float, policy=cycle) -> CycleResult:
+    def step(self, dt: float, policy: Policy = cycle) -> CycleResult:
         self.now += dt
         self.end_jobs()
         res = self.snapshot(policy)
@@ -170,8 +173,8 @@ class Sim:
         for jid, owed in self.lazy.items():  # cancelled: what left its reservation before
             self._charge(self.queue[jid].lab, owed)
         self.lazy.clear()
-        for r in self.running.values():
-            r.end = self.now
+        for run in self.running.values():
+            run.end = self.now
         self.end_jobs()
 
 

@@ -1,7 +1,5 @@
-"""Builders for simulator tests: literal workloads on literal clusters, run through `jpu.sim`.
-
-(A uniquely named module, not conftest.py, so tests can import its types.)
-"""
+"""Builders for simulator tests: literal workloads on literal clusters, run through `jpu.sim`
+(the `simulate` fixture of tests/unit/sim/conftest.py is `make_simulate` on a test's tmp_path)."""
 
 from __future__ import annotations
 
@@ -78,7 +76,9 @@ HALF_LIFE = 7 * 24 * 3600.0
 ONE_4090_NODE = [{"name": "n1", "gpus": {"rtx4090": 2}}]
 
 
-def job(id: str, lab: str, user: str, submit_s: float, num_gpus: int, duration_s: float):
+def job(
+    id: str, lab: str, user: str, submit_s: float, num_gpus: int, duration_s: float
+) -> dict[str, Any]:
     return {"id": id, "lab": lab, "user": user, "submit_s": submit_s, "num_gpus": num_gpus,
             "duration_s": duration_s}  # fmt: skip
 

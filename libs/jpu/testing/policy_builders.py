@@ -147,7 +147,7 @@ LABS = ["A", "B", "C", "D"]
 
 
 @st.composite
-def snapshots(draw) -> tuple[Snapshot, float]:
+def snapshots(draw: st.DrawFn) -> tuple[Snapshot, float]:
     n_tiers = draw(st.integers(1, 3))
     ts = {}
     for k in range(n_tiers):
@@ -224,7 +224,10 @@ def snapshots(draw) -> tuple[Snapshot, float]:
         )
         for lab in draw(st.sets(st.sampled_from(LABS)))
     }
-    maint = draw(st.sampled_from(["NORMAL"] * 8 + ["DRAINING", "ACTIVE"]))
+    normal: list[MaintenanceState] = ["NORMAL"]
+    others: list[MaintenanceState] = ["DRAINING", "ACTIVE"]
+    modes = normal * 8 + others
+    maint = draw(st.sampled_from(modes))
     draw(st.randoms()).shuffle(queue)
     snap = Snapshot(
         tiers=ts, gpus=gpus, queue=queue, usage=usage, half_life_s=3600.0, maintenance=maint
