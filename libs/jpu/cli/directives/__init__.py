@@ -27,6 +27,7 @@ from typing import Final
 
 from jpu.cli.directives import jpu, sbatch
 from jpu.cli.directives.model import DirectiveError, Directives, Kind
+from jpu.policy.sbatch import read_options
 
 __all__ = ["DirectiveError", "Directives", "header_lines", "parse", "partition_tiers"]
 
@@ -85,6 +86,7 @@ def parse(script: str, source: str = "script", cli: list[str] | None = None) -> 
         problems += _merge(out, kinds[magic], f"{source}: {magic}")
     if problems:
         raise DirectiveError(problems)
+    out.raw = read_options(out.given).raw  # the table's reading, as intake's (SPEC U6)
     return out
 
 
@@ -113,11 +115,11 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     tiers = [*sorted(types), *kind.tiers]
     if tiers:
         out.tiers = list(dict.fromkeys(tiers))
+        out.named_tiers = list(dict.fromkeys(kind.tiers)) or None  # a later type wins over them
     if kind.partitions:
         out.partitions = kind.partitions
     out.env.update(kind.env)
-    out.raw.update(kind.raw)
-    out.warnings += kind.warnings
+    out.given += kind.given
     return problems
 
 
