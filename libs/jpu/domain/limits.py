@@ -73,12 +73,11 @@ SUBMIT_FIELDS: Final = (
 )
 # U6: set by intake from `sbatch` (JobSubmitted.sbatch_warnings), never taken from a body
 PLATFORM_FIELDS: Final = ("sbatch_warnings",)
-MAX_SBATCH_WARNINGS: Final = 64
 MAX_SBATCH_TEXT: Final = 4096  # characters of an -o/-e path or of one warning
-MAX_SBATCH_OPTIONS: Final = 60  # options of one submit (one warning at most each, and Q10's)
+MAX_SBATCH_OPTIONS: Final = 60  # options of one submit (at most one warning each)
 MAX_SBATCH_OPTION: Final = 64  # characters of an option's name
-MAX_SBATCH_VALUE: Final = 1024  # characters of an option's value
-MAX_SBATCH_LINE: Final = 1024  # characters of where it was written (a warning stays short)
+MAX_SBATCH_VALUE: Final = MAX_SBATCH_TEXT  # characters of an option's value
+MAX_SBATCH_LINE: Final = MAX_SBATCH_TEXT  # characters of where it was written
 MAX_SBATCH_SOURCE: Final = 256  # characters of the script's name
 
 
