@@ -1,9 +1,11 @@
 """What a script's sbatch options decide at submit (SPEC U6). Pure.
 
-The parser (jpu.cli.directives.sbatch) keeps each honoured option's value as written, with the
-line it came from; `decide` turns them, with the site's tiers and sbatch settings, into the tiers
-the job may run on, its extra environment, its -o/-e/--signal fields and its warnings — or the
-problems that refuse it, each naming the line, the option and the fix.
+A submit carries the options as the user gave them, each with its line (`Given`); intake reads
+them by the table (`read_options`: each honoured option's value as written, one warning per
+option of the second class, a problem per refused one) and `decide` turns them, with the site's
+tiers and sbatch settings, into the tiers the job may run on, its extra environment, its
+-o/-e/--signal fields and its warnings — or the problems that refuse it, each naming the line,
+the option and the fix.
 
 CPUs and memory are constraints on the tier (SPEC U6, SEC6): a tier brings `cpus_per_gpu` ×
 GPUs CPUs and `mem_gb_per_gpu` × GPUs GB; only tiers that cover the request are admitted.
