@@ -127,7 +127,8 @@ class CommandReply(msgspec.Struct, frozen=True, kw_only=True):
     replayed: bool = False
     state: str | None = None  # the job state after the command (e.g. PERSONAL_QUEUE_WAIT)
     error: CommandError | None = None
-    # U5: accepted, but e.g. the job's account cannot write its chdir (one sentence each)
+    # U5/U6: accepted, with a chdir the job cannot write, or sbatch options warned about (one
+    # sentence each, `field` saying whose)
     warnings: list[dict[str, Any]] = []
     # A single job accepted (201): the event appended and the job as intake's fold holds it
     # after the submit's promotion round, with its D7 reason while in the personal queue; the

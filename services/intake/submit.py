@@ -36,9 +36,11 @@ from jpu.domain.submission import (
     refused,
     replay,
     submitted,
+    with_sbatch,
     with_workspace,
 )
 from jpu.events import JobSubmitted, new_event_id
+from jpu.policy.sbatch import site_of
 
 
 def job_id_for(user: str, key: str | None) -> str:
@@ -55,8 +57,9 @@ async def submit(
     accounts: JobAccounts,
     follower: Follower | None = None,
 ) -> CommandReply:
-    """U5/SEC1 chdir → X4a workspace → Q1 validation → Q6 replay → Q3 maintenance → Q2 no-fit →
-    JobSubmitted (Q4)."""
+    """U5/SEC1 chdir → X4a workspace → U6 sbatch options → Q1 validation → Q6 replay → Q3
+    maintenance → Q2 no-fit → JobSubmitted (Q4). The warnings (U6's, then U5's) are answered
+    with the accepted job."""
     warnings: list[dict[str, object]] = []
     if (chdir := chdir_to_check(cmd)) is not None:  # as the job's account would see it (X4)
         facts = await asyncio.to_thread(chdir_facts, config, accounts, cmd.user, chdir)
@@ -66,7 +69,11 @@ async def submit(
     cmd, image, refusal = with_workspace(cmd, state)
     if refusal is not None:
         return refusal
-    reply = await _decided(cmd, image, state, bus, config, now, follower)
+    cmd, sbatch = with_sbatch(cmd, site_of(config, cmd.lab))  # U6: decided here, for any client
+    if sbatch.refusal is not None:
+        return sbatch.refusal
+    reply = await _decided(cmd, image, state, bus, config, now, follower, sbatch.warnings)
+    warnings = [*sbatch.said(), *warnings]
     return msgspec.structs.replace(reply, warnings=warnings) if warnings and reply.ok else reply
 
 
@@ -78,6 +85,7 @@ async def _decided(
     config: Config,
     now: float,
     follower: Follower | None,
+    sbatch_warnings: list[str],
 ) -> CommandReply:
     tiers = {t.name: t for t in config.tiers}
     answer = invalid(cmd, tiers) or array_refused(
@@ -86,7 +94,7 @@ async def _decided(
     if answer is not None:
         return answer
     jid = job_id_for(cmd.user, cmd.idempotency_key)
-    event = submitted(cmd, jid, now, new_event_id(), image)
+    event = submitted(cmd, jid, now, new_event_id(), image, sbatch_warnings)
     known = state.jobs.get(event.job_id)
     if cmd.idempotency_key is not None and known is not None:
         return replay(known.digest, event, known.submit_seq, known.state)

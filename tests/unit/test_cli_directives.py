@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jpu.cli.directives import DirectiveError, Directives, header_lines, parse, partition_tiers
 from jpu.cli.main import build_parser
 from jpu.cli.rest.submit import submit_body
+from jpu.testing.sbatch import decided
 
 TRAIN = """#!/bin/bash
 #SBATCH --job-name=resnet
@@ -131,6 +133,11 @@ def test_U5_partitions_map_to_the_tiers_of_that_partition() -> None:
         partition_tiers(["gpu"], tiers)
 
 
+def _body(args: Any) -> dict[str, Any]:
+    """`jpu submit`'s request as intake decides it (SPEC U6: the sbatch options are its)."""
+    return decided(submit_body(args))[0]
+
+
 def _args(*argv: str):  # type: ignore[no-untyped-def]
     return build_parser().parse_args(["submit", *argv])
 
@@ -144,11 +151,11 @@ def test_U5_command_line_flags_win_over_the_script_like_sbatch(
         "#!/bin/bash\n#SBATCH -J resnet --gres=gpu:rtx4090:2 -t 30 -D data\n"
         "#JPU --env A=1 --env B=2\npython train.py\n"
     )
-    assert submit_body(_args(str(script))) == {
+    assert _body(_args(str(script))) == {
         "name": "resnet", "command": script.read_text(), "num_gpus": 2, "tiers": ["rtx4090"],
         "time_limit_s": 1800, "env": {"A": "1", "B": "2"}, "chdir": str(tmp_path / "data"),
     }  # fmt: skip
-    body = submit_body(
+    body = _body(
         _args(str(script), "-G", "1", "--tier", "rtx3080ti", "-t", "5", "-J", "mine",
               "--env", "B=3", "-D", "/abs")
     )  # fmt: skip
@@ -168,22 +175,22 @@ def test_mail_directives_are_honoured_and_the_flags_win_Q10(
     )
     d = parse(script.read_text())
     assert (d.mail_type, d.mail_user) == (["END", "FAIL"], "me@lab.example")
-    body = submit_body(_args(str(script)))
+    body = _body(_args(str(script)))
     assert (body["mail_type"], body["mail_user"]) == (["END", "FAIL"], "me@lab.example")
-    body = submit_body(_args(str(script), "--mail-type", "ALL", "--mail-user", "x@lab.example"))
+    body = _body(_args(str(script), "--mail-type", "ALL", "--mail-user", "x@lab.example"))
     assert (body["mail_type"], body["mail_user"]) == ("ALL", "x@lab.example")
     assert parse("#JPU --mail-type NONE\n#SBATCH --mail-type=ALL\n").mail_type == []
-    assert "mail_type" not in submit_body(_args("--wrap", "true"))  # the user's defaults
+    assert "mail_type" not in _body(_args("--wrap", "true"))  # the user's defaults
 
 
 def test_U6_wrap_has_no_directives_and_partitions_are_the_sites(tmp_path: Path) -> None:
-    body = submit_body(_args("--wrap", "#SBATCH --array=1-3"))
+    body = _body(_args("--wrap", "#SBATCH --array=1-3"))
     assert body["num_gpus"] == 1 and body["chdir"] == os.getcwd()
     script = tmp_path / "p.sh"
     script.write_text("#SBATCH -p rtx3080ti\nrun\n")
-    assert submit_body(_args(str(script)))["tiers"] == ["rtx3080ti"]
+    assert _body(_args(str(script)))["tiers"] == ["rtx3080ti"]
     script.write_text("#SBATCH -p gpu\nrun\n")  # the default config's alias: any tier
-    assert "tiers" not in submit_body(_args(str(script)))
+    assert "tiers" not in _body(_args(str(script)))
 
 
 def test_X4a_workspace_from_the_flag_then_JPU_directive_then_the_users_default(
@@ -191,12 +198,12 @@ def test_X4a_workspace_from_the_flag_then_JPU_directive_then_the_users_default(
 ) -> None:
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#JPU --workspace torch\npython -c 'import torch'\n")
-    assert submit_body(_args(str(script)))["workspace"] == "torch"
-    assert submit_body(_args(str(script), "--workspace", "six"))["workspace"] == "six"
+    assert _body(_args(str(script)))["workspace"] == "torch"
+    assert _body(_args(str(script), "--workspace", "six"))["workspace"] == "six"
     monkeypatch.setenv("JPU_WORKSPACE", "mine")
-    assert submit_body(_args("--wrap", "true"))["workspace"] == "mine"
+    assert _body(_args("--wrap", "true"))["workspace"] == "mine"
     monkeypatch.delenv("JPU_WORKSPACE")
-    assert "workspace" not in submit_body(_args("--wrap", "true"))
+    assert "workspace" not in _body(_args("--wrap", "true"))
 
 
 def test_X4a_jpu_workspace_verbs_have_help() -> None:
@@ -212,8 +219,8 @@ def test_X4a_jpu_workspace_verbs_have_help() -> None:
 def test_Q7_array_from_sbatch_jpu_and_the_command_line_like_sbatch(tmp_path: Path) -> None:
     script = tmp_path / "sweep.sh"
     script.write_text("#!/bin/bash\n#SBATCH --array=0-99%8\npython sweep.py\n")
-    assert submit_body(_args(str(script)))["array"] == "0-99%8"
+    assert _body(_args(str(script)))["array"] == "0-99%8"
     script.write_text("#SBATCH -a 0-99%8\n#JPU --array 1,5,9\nrun\n")  # #JPU wins
-    assert submit_body(_args(str(script)))["array"] == "1,5,9"
-    assert submit_body(_args(str(script), "--array", "0-9:2"))["array"] == "0-9:2"
-    assert "array" not in submit_body(_args("--wrap", "true"))
+    assert _body(_args(str(script)))["array"] == "1,5,9"
+    assert _body(_args(str(script), "--array", "0-9:2"))["array"] == "0-9:2"
+    assert "array" not in _body(_args("--wrap", "true"))

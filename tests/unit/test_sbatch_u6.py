@@ -14,10 +14,11 @@ import pytest
 
 from jpu.cli.main import build_parser
 from jpu.cli.rest.client import RestError
-from jpu.cli.rest.submit import default_site, request
+from jpu.cli.rest.submit import request
 from jpu.config import load_config
 from jpu.domain.sbatch_options import BY_NAME, CLASSES, OPTIONS
 from jpu.policy import sbatch as policy
+from jpu.testing.sbatch import default_site, submit
 from jpu.tools import sbatch_docs
 
 CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "sbatch"
@@ -26,8 +27,9 @@ TIERS = load_config().tiers
 
 
 def _submit(path: Path, *flags: str, site: policy.Site | None = None):  # type: ignore[no-untyped-def]
+    """`jpu submit`'s request, decided as intake decides it (jpu.domain.submission)."""
     args = build_parser().parse_args(["submit", str(path), *flags])
-    return request(args, site=(lambda: site) if site else None)
+    return submit(args, site=site)
 
 
 def _script(tmp_path: Path, *lines: str) -> Path:
@@ -68,7 +70,7 @@ def test_U6_real_world_gpu_scripts_are_accepted_unchanged(name: str) -> None:
     assert (body["num_gpus"], body.get("tiers")) == (want["num_gpus"], want["tiers"])
     warned = [re.match(r"^\S+ #SBATCH (\S+?)(?:=|\s|:)", w).group(1) for w in d.warnings]  # type: ignore[union-attr]
     assert warned == want["warn"]  # one line per option of the warning class, naming its line
-    assert body.get("sbatch_warnings", []) == [w for w in d.warnings if "time=0" not in w]
+    assert d.kept == [w for w in d.warnings if "time=0" not in w]  # kept on the job
 
 
 @pytest.mark.parametrize("name", sorted(n for n in EXPECTED if n.startswith("refused/")))
@@ -199,12 +201,16 @@ def test_U6_gpus_type_and_count_on_the_command_line(tmp_path: Path) -> None:
 def test_U6_the_submit_fields_for_the_backends_are_checked_by_Q1() -> None:
     from jpu.policy.queue import validate_submit
 
+    qos = {"source": "run.sh", "options": [{"option": "--qos", "value": "x"}]}
     good = {"command": "run", "num_gpus": 1, "output": "o-%j.out", "error": "e-%j.err",
-            "open_mode": "append", "signal": "B:USR1@90", "sbatch_warnings": ["x: y"]}  # fmt: skip
+            "open_mode": "append", "signal": "B:USR1@90", "sbatch": qos}  # fmt: skip
     assert validate_submit(good, ["rtx4090"]) == []
-    bad = {**good, "output": "", "open_mode": "w", "signal": "USR1", "sbatch_warnings": "x"}
+    bad = {**good, "output": "", "open_mode": "w", "signal": "USR1", "sbatch": {"x": []}}
     fields = sorted(e.field for e in validate_submit(bad, ["rtx4090"]))
-    assert fields == ["open_mode", "output", "sbatch_warnings", "signal"]
+    assert fields == ["open_mode", "output", "sbatch", "signal"]
+    # the warnings are intake's to decide: a body's own is refused, naming it
+    (forged,) = validate_submit({**good, "sbatch_warnings": []}, ["rtx4090"])
+    assert forged.field == "sbatch_warnings" and "set by the platform" in forged.message
 
 
 def test_U6_memory_units_as_slurm_reads_them() -> None:

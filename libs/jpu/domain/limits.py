@@ -69,10 +69,53 @@ SUBMIT_FIELDS: Final = (
     "error",  # U6: sbatch -e
     "open_mode",  # U6: truncate | append
     "signal",  # U6: "[B:]SIG@T" (jpu.policy.sbatch.signal)
-    "sbatch_warnings",  # U6: the warnings given at submit, kept on the job
+    "sbatch",  # U6: the sbatch options as the user gave them; intake decides them
 )
-MAX_SBATCH_WARNINGS: Final = 64
+# U6: set by intake from `sbatch` (JobSubmitted.sbatch_warnings), never taken from a body
+PLATFORM_FIELDS: Final = ("sbatch_warnings",)
 MAX_SBATCH_TEXT: Final = 4096  # characters of an -o/-e path or of one warning
+MAX_SBATCH_OPTIONS: Final = 60  # options of one submit (at most one warning each)
+MAX_SBATCH_OPTION: Final = 64  # characters of an option's name
+MAX_SBATCH_VALUE: Final = MAX_SBATCH_TEXT  # characters of an option's value
+MAX_SBATCH_LINE: Final = MAX_SBATCH_TEXT  # characters of where it was written
+MAX_SBATCH_SOURCE: Final = 256  # characters of the script's name
+
+
+def sbatch_problem(value: object) -> str | None:
+    """U6, Q1: the shape of a submit's `sbatch` (the schema says the same, `submit_schema`):
+    {"source": NAME, "options": [{"option": "--qos", "value": "high" | null,
+    "source_line": "run.sh:3: #SBATCH --qos=high" | null}, ...]}."""
+    shape = (
+        f'{{"source": text, "options": [{{"option": "--name", "value": text or null, '
+        f'"source_line": text or null}}, ...at most {MAX_SBATCH_OPTIONS}]}}'
+    )
+    if not isinstance(value, dict) or set(value) - {"source", "options"}:
+        return f"an object {shape}"
+    if bad := json_problems(value, "sbatch"):  # nothing a store cannot hold (Q1)
+        return f"{bad[0].field}: {bad[0].message}"
+    source = value.get("source")
+    if source is not None and not _text(source, MAX_SBATCH_SOURCE, empty=False):
+        return f"source: 1-{MAX_SBATCH_SOURCE} characters"
+    options = value.get("options") or []
+    if not isinstance(options, list) or len(options) > MAX_SBATCH_OPTIONS:
+        return f"options: a list of at most {MAX_SBATCH_OPTIONS}: {shape}"
+    for i, o in enumerate(options):
+        if not isinstance(o, dict) or "option" not in o or set(o) - _SBATCH_KEYS:
+            return f"options[{i}]: {shape}"
+        if not _text(o["option"], MAX_SBATCH_OPTION, empty=False):
+            return f"options[{i}].option: 1-{MAX_SBATCH_OPTION} characters"
+        for key, top in (("value", MAX_SBATCH_VALUE), ("source_line", MAX_SBATCH_LINE)):
+            if o.get(key) is not None and not _text(o[key], top, empty=True):
+                return f"options[{i}].{key}: at most {top} characters, or null"
+    return None
+
+
+_SBATCH_KEYS: Final = frozenset({"option", "value", "source_line"})
+
+
+def _text(v: object, top: int, *, empty: bool) -> bool:
+    return isinstance(v, str) and (empty or len(v) > 0) and len(v) <= top
+
 
 # X4a: a workspace's name, also a part of its image's tag
 WORKSPACE_NAME: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -259,6 +302,52 @@ SIGNAL_PATTERN: Final = (
 )
 
 
+def _sbatch_schema() -> dict[str, Any]:
+    """U6: the sbatch options as given, checked by `sbatch_problem`."""
+    text: dict[str, Any] = {"type": ["string", "null"]}
+    return {
+        "type": ["object", "null"],
+        "additionalProperties": False,
+        "properties": {
+            "source": {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": MAX_SBATCH_SOURCE,
+                "description": "the script's name, for messages (default: request)",
+            },
+            "options": {
+                "type": ["array", "null"],
+                "maxItems": MAX_SBATCH_OPTIONS,
+                "items": {
+                    "type": "object",
+                    "required": ["option"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "option": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": MAX_SBATCH_OPTION,
+                            "description": "as sbatch spells it: --qos, -q, --mem ...",
+                        },
+                        "value": {**text, "maxLength": MAX_SBATCH_VALUE},
+                        "source_line": {
+                            **text,
+                            "maxLength": MAX_SBATCH_LINE,
+                            "description": "where the user wrote it, as messages name it: "
+                            "run.sh:3: #SBATCH --qos=high",
+                        },
+                    },
+                },
+            },
+        },
+        "description": "the sbatch options the user gave (an #SBATCH line's or sbatch's "
+        "command line's), each decided here by the one table (SPEC U6, docs/sbatch.md): "
+        "honoured ones become the job's fields (tiers, output, error, open_mode, signal, env), "
+        "site bookkeeping is answered in `warnings` and kept on the job, refused ones (and, "
+        "with sbatch_compat: strict, the bookkeeping) are 422 naming `sbatch` and each line",
+    }
+
+
 def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
     """The JSON Schema of a submit body, from the same bounds intake enforces (Q1). What a
     schema cannot say (UTF-8 bytes, unpaired surrogates, Q2 no-fit) is in the descriptions."""
@@ -382,12 +471,7 @@ def submit_schema(tier_names: Collection[str] | None = None) -> dict[str, Any]:
                 "description": "sbatch --signal, normalised: [B:]SIG@SECONDS — SIG reaches the "
                 "job (B: the batch shell only) SECONDS before the time limit",
             },
-            "sbatch_warnings": {
-                "type": ["array", "null"],
-                "items": {"type": "string", "maxLength": MAX_SBATCH_TEXT},
-                "maxItems": MAX_SBATCH_WARNINGS,
-                "description": "the sbatch options accepted with a warning (SPEC U6)",
-            },
+            "sbatch": _sbatch_schema(),
             "workspace": {  # X4a (jpu.domain.workspaces)
                 "type": ["string", "null"],
                 "maxLength": 64,

@@ -1,8 +1,9 @@
 """Every sbatch option, in exactly one class (SPEC U6). Pure data.
 
-One table read by the `#SBATCH` parser (jpu.cli.directives.sbatch), by `jpu submit`'s command
-line (the two accept the same set) and by the docs (`python -m jpu.tools.sbatch_docs` writes
-docs/sbatch.md from it):
+One table read by intake, which decides every submit's options (jpu.policy.sbatch.read_options,
+jpu.domain.submission.with_sbatch), by the `#SBATCH` parser (jpu.cli.directives.sbatch) and
+`jpu submit`'s command line (the two accept the same set), and by the docs
+(`python -m jpu.tools.sbatch_docs` writes docs/sbatch.md from it):
 
 - `honoured`: means here what it means in Slurm (a value no tier can meet is refused, naming
   the line, the option and the fix: more than one node, `gpu:0`, a GPU type or count, CPUs or

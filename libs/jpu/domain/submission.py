@@ -3,9 +3,10 @@ job id, the event id and `now` are passed in; services/intake/submit.py reads an
 
 A submit is refused in this order: U5/SEC1 its `chdir` (`chdir_answer`, on the facts intake's edge
 gathered as the job's account would see them), X4a its workspace (`with_workspace`: the user's
-default when it names none, READY on the fold), Q1 validation, then (with an Idempotency-Key) Q6
-replay of the job the key made, then Q3 maintenance, then Q2 no-fit; else it is `JobSubmitted`
-(Q4).
+default when it names none, READY on the fold), U6 its sbatch options (`with_sbatch`: the one
+place that decides them, for the CLI and any other client alike), Q1 validation, then (with
+an Idempotency-Key) Q6 replay of the job the key made, then Q3 maintenance, then Q2 no-fit; else
+it is `JobSubmitted` (Q4).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from jpu.domain.states import JobView, request_digest
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.events import JobCancelRequested, JobEnded, JobHeld, JobReleased, JobSubmitted
 from jpu.policy import mail, maintenance
+from jpu.policy import sbatch as sbatch_policy
 from jpu.policy.placements import ever_fits
 from jpu.policy.queue import largest_placement, validate_submit
 from jpu.policy.workdir import NOT_ON_CLUSTER, Access, chdir_problem
@@ -105,6 +107,79 @@ def with_workspace(
     return cmd, ws.image, None
 
 
+class Sbatch(msgspec.Struct, frozen=True):
+    """U6 decided at intake: `notes` and `warnings` are answered in the 201 (`warnings`), the
+    warnings kept on the job (JobSubmitted.sbatch_warnings); `refusal` a 422 naming the lines."""
+
+    notes: list[str] = []
+    warnings: list[str] = []
+    refusal: CommandReply | None = None
+
+    def said(self) -> list[dict[str, Any]]:
+        return [{"field": "sbatch", "message": m} for m in (*self.notes, *self.warnings)]
+
+
+def with_sbatch(cmd: SubmitCommand, site: sbatch_policy.Site) -> tuple[SubmitCommand, Sbatch]:
+    """SPEC U6 for every submit: the raw sbatch options the body carries (`sbatch`: the user's
+    options with the line each came from) read by the one table and decided by
+    jpu.policy.sbatch on this site's tiers and settings: the tiers they admit, `-o/-e`,
+    `--open-mode`, `--signal` and `--export`'s variables become the job's fields (the body's own
+    `env` wins over --export's, as the command line wins over the script); the second class
+    warns (or, under `sbatch_compat: strict`, is refused with the rest: 422 naming `sbatch`,
+    every line); Q10's no-SMTP warning for `mail_user`. The command comes back without
+    `sbatch` (it is decided); a malformed one is refused naming `sbatch` (Q1's bounds)."""
+    body = dict(cmd.body)
+    given = body.pop("sbatch", None)
+    if given is not None and (why := limits.sbatch_problem(given)):
+        return cmd, Sbatch(refusal=field_refused("sbatch", why))
+    options = [(o["option"], o.get("value"), _line(o)) for o in (given or {}).get("options") or []]
+    source = (given or {}).get("source") or "request"
+    read = sbatch_policy.read_options(options)
+    decision = sbatch_policy.Decision(problems=read.problems)
+    named = body.get("tiers")
+    known = {t.name for t in site.tiers}
+    # an unknown tier name is Q1's to refuse (it names the valid ones): nothing narrowed here
+    plain = not isinstance(named, list) or not set(map(str, named)) <= known
+    if given is not None and not read.problems:
+        gpus = body.get("num_gpus")
+        # the named `tiers` win over a GPU type (the command line's --tier over the script's)
+        types = read.types if named is None else [] if plain else list(named)
+        decision = sbatch_policy.decide(
+            read.raw, gpus if isinstance(gpus, int) and gpus > 0 else 1, types,
+            read.raw.get("gpus_count", ("", f"{source}: --tier"))[1], site, read.warnings,
+        )  # fmt: skip
+    mail_user = body.get("mail_user")
+    if isinstance(mail_user, str):  # Q10: the line that named it, else the field
+        where = read.raw.get("mail_user", ("", f"mail_user={mail_user}"))[1]
+        if (unsent := sbatch_policy.unsent_mail(site, mail_user, where)) is not None:
+            decision.warnings.append(unsent)
+    if decision.problems:
+        problems = decision.problems[: limits.MAX_PROBLEMS]
+        reply = error_reply(
+            "VALIDATION_ERROR", "\n".join(problems), {"field": "sbatch", "problems": problems}
+        )
+        return cmd, Sbatch(refusal=reply)
+    if decision.tiers is not None and not (plain and named is not None):
+        body["tiers"] = decision.tiers
+    for key in ("output", "error", "open_mode", "signal"):  # U6: executed by the backends
+        if getattr(decision, key) is not None:
+            body[key] = getattr(decision, key)
+    if decision.env:
+        own = body.get("env")
+        body["env"] = {**decision.env, **(own if isinstance(own, dict) else {})}
+    decided = Sbatch(notes=decision.notes, warnings=decision.warnings)
+    return msgspec.structs.replace(cmd, body=body), decided
+
+
+def _line(option: Mapping[str, Any]) -> str:
+    """Where the user wrote an option; a client that does not say: the option as written."""
+    line = option.get("source_line")
+    if line:
+        return str(line)
+    value = option.get("value")
+    return f"sbatch {option['option']}" + ("" if value is None else f"={value}")
+
+
 def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | None:
     """Q1: 422 naming each bad field; nothing reaches the log that a projection could not
     store (jpu.domain.limits)."""
@@ -156,10 +231,16 @@ def array_refused(
 
 
 def submitted(
-    cmd: SubmitCommand, job_id: str, now: float, event_id: str, image: str | None = None
+    cmd: SubmitCommand,
+    job_id: str,
+    now: float,
+    event_id: str,
+    image: str | None = None,
+    sbatch_warnings: Sequence[str] = (),
 ) -> JobSubmitted:
     """Q4: the accepted job, as the log records it; an array is this one event (Q7). `image`:
-    the READY workspace's the body names (`with_workspace`)."""
+    the READY workspace's the body names (`with_workspace`); `sbatch_warnings`: U6's, as
+    `with_sbatch` decided them (never the body's)."""
     b: Mapping[str, Any] = cmd.body
     limit = b.get("time_limit_s")
     array = b.get("array")
@@ -190,7 +271,7 @@ def submitted(
         error=b.get("error"),
         open_mode=b.get("open_mode"),
         signal=b.get("signal"),
-        sbatch_warnings=list(b.get("sbatch_warnings") or []),
+        sbatch_warnings=list(sbatch_warnings),
     )
 
 

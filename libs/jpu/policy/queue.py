@@ -75,7 +75,8 @@ def _check_unknown(body: Mapping[str, Any]) -> list[FieldError]:
     """A misspelt field must not be dropped silently: `"tier": "rtx4090"` would otherwise run
     the job on any tier (Q1 names the field; the hint names the one probably meant)."""
     errors = []
-    for key in sorted(set(body) - set(SUBMIT_FIELDS), key=str)[: bounds.MAX_PROBLEMS]:
+    known = {*SUBMIT_FIELDS, *bounds.PLATFORM_FIELDS}  # those: `_check_warnings` says why
+    for key in sorted(set(body) - known, key=str)[: bounds.MAX_PROBLEMS]:
         name = bounds.printable(str(key))
         close = difflib.get_close_matches(name, SUBMIT_FIELDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -150,15 +151,16 @@ def validate_submit(body: Mapping[str, Any], known_tiers: Collection[str]) -> li
 
 
 def _check_warnings(body: Mapping[str, Any]) -> list[FieldError]:
-    """U6: the warnings the submit gave (jpu.policy.sbatch), kept on the job, bounded."""
-    w = body.get("sbatch_warnings")
-    if w is not None and (
-        not isinstance(w, list)
-        or len(w) > bounds.MAX_SBATCH_WARNINGS
-        or not all(isinstance(x, str) and len(x) <= bounds.MAX_SBATCH_TEXT for x in w)
-    ):
-        return [FieldError("sbatch_warnings", "a list of short strings")]
-    return []
+    """U6: the sbatch options as given, bounded; their warnings are intake's to decide
+    (jpu.domain.submission.with_sbatch), never a client's to send."""
+    errors = [
+        FieldError(f, "set by the platform from `sbatch` (SPEC U6); send the options there")
+        for f in bounds.PLATFORM_FIELDS
+        if f in body
+    ]
+    if body.get("sbatch") is not None and (why := bounds.sbatch_problem(body["sbatch"])):
+        errors.append(FieldError("sbatch", why))
+    return errors
 
 
 def slurm_io_problems(body: Mapping[str, Any]) -> list[FieldError]:

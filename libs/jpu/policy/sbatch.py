@@ -1,9 +1,11 @@
 """What a script's sbatch options decide at submit (SPEC U6). Pure.
 
-The parser (jpu.cli.directives.sbatch) keeps each honoured option's value as written, with the
-line it came from; `decide` turns them, with the site's tiers and sbatch settings, into the tiers
-the job may run on, its extra environment, its -o/-e/--signal fields and its warnings — or the
-problems that refuse it, each naming the line, the option and the fix.
+A submit carries the options as the user gave them, each with its line (`Given`); intake reads
+them by the table (`read_options`: each honoured option's value as written, one warning per
+option of the second class, a problem per refused one) and `decide` turns them, with the site's
+tiers and sbatch settings, into the tiers the job may run on, its extra environment, its
+-o/-e/--signal fields and its warnings — or the problems that refuse it, each naming the line,
+the option and the fix.
 
 CPUs and memory are constraints on the tier (SPEC U6, SEC6): a tier brings `cpus_per_gpu` ×
 GPUs CPUs and `mem_gb_per_gpu` × GPUs GB; only tiers that cover the request are admitted.
@@ -11,14 +13,19 @@ GPUs CPUs and `mem_gb_per_gpu` × GPUs GB; only tiers that cover the request are
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from jpu.config import Tier
+from jpu.domain.sbatch_options import BY_NAME
 
 Raw = Mapping[str, tuple[str, str]]  # parser key -> (value as written, "where: option=value")
+# one option as the user gave it: (option as in the table, value or None, where it was written:
+# "run.sh:3: #SBATCH --qos=high"); a submit carries them raw and intake decides (SPEC U6)
+Given = tuple[str, str | None, str]
 Compat = Literal["lenient", "strict"]
 Unknown = Literal["warn", "refuse"]
 ANY_TIER: Final = "*"  # in partition_aliases: every tier
@@ -33,6 +40,19 @@ _SIGNALS: Final = frozenset(
 _SIGNAL_NUMBERS: Final = {1: "HUP", 2: "INT", 3: "QUIT", 9: "KILL", 10: "USR1", 12: "USR2",
                           14: "ALRM", 15: "TERM"}  # fmt: skip
 _ENV_KEY: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+KEEP: Final = "delete the line (or write ##SBATCH to keep it as a comment)"
+# honoured options whose value `decide` reads, kept as written with the line
+RAW_KEYS: Final = frozenset(
+    {"cpus_per_task", "cpus_per_gpu", "mem", "mem_per_cpu", "mem_per_gpu", "account",
+     "constraint", "export", "output", "error", "open_mode", "signal", "ntasks", "nodes"}
+)  # fmt: skip
+MAIL_UNSENT: Final = frozenset(
+    {"TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "INVALID_DEPEND",
+     "STAGE_OUT"}
+)  # fmt: skip
+ZERO_TIME: Final = frozenset({"0", "0:0", "00:00:00"})  # --time=0: the site's maximum
+_GRES_GPU: Final = re.compile(r"^gpu(?::(?P<type>[A-Za-z][A-Za-z0-9._-]*))?(?::(?P<count>\d+))?$")
+_GPUS: Final = re.compile(r"^(?:(?P<type>[A-Za-z][A-Za-z0-9._-]*):)?(?P<count>\d+)$")
 
 
 @dataclass(frozen=True)
@@ -359,3 +379,113 @@ def _resources(raw: Raw, gpus: int, cands: Sequence[Tier], out: Decision) -> lis
             return []
         fit = ok
     return fit
+
+
+# --- the options as given (a submit's `sbatch`), read by the table ------------------------------
+
+
+@dataclass
+class Read:
+    """What a submit's sbatch options say, by the table (SPEC U6), before `decide`."""
+
+    raw: dict[str, tuple[str, str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # the second class, one per option
+    problems: list[str] = field(default_factory=list)  # refused, or not an sbatch option
+    types: list[str] = field(default_factory=list)  # the GPU type --gpus/--gres named
+
+
+def gpu_request(opt: str, value: str) -> tuple[int, str | None] | str:
+    """`--gres=gpu[:TYPE][:N]` or `--gpus[-per-*]=[TYPE:]N` → (N, TYPE), or why not."""
+    if BY_NAME[opt].key == "gres":
+        entries = [e for e in value.split(",") if e]
+        if len(entries) != 1:
+            return "one GPU request per job: --gres=gpu:N or --gres=gpu:TIER:N (SPEC P3)"
+        m = _GRES_GPU.match(entries[0])
+        if m is None:
+            return "only GPUs can be requested: --gres=gpu, gpu:N or gpu:TIER:N"
+        if m["count"] is not None and int(m["count"]) < 1:
+            return "a job here asks for at least 1 GPU: --gres=gpu:1 (or drop the line)"
+        return int(m["count"] or 1), m["type"]
+    m = _GPUS.match(value)
+    if m is None:
+        return "use N or TIER:N (one GPU type per job: a job runs in one placement, SPEC P3)"
+    if int(m["count"]) < 1:
+        return "a job here asks for at least 1 GPU"
+    return int(m["count"]), m["type"]
+
+
+def refusal(opt: str) -> str | None:
+    """Why `opt` is refused whatever its value (SPEC U6's third class, or not an sbatch option
+    at all: a directive is never dropped silently); None when the table takes it."""
+    o = BY_NAME.get(opt)
+    if o is None:
+        known = [n for n in BY_NAME if n.startswith("--")]
+        close = difflib.get_close_matches(opt, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close and opt.startswith("--") else ""
+        return f"not an sbatch option{hint} (docs/sbatch.md lists them); {KEEP}"
+    return f"{o.meaning}; {KEEP}" if o.cls == "refused" else None
+
+
+def mail_kinds(value: str) -> tuple[str, list[str]]:
+    """`--mail-type`: (the kinds Q10 sends, Slurm's kinds this platform does not send)."""
+    kinds = [k.strip() for k in value.split(",") if k.strip()]
+    unsent = [k for k in kinds if k.upper() in MAIL_UNSENT]
+    return ",".join(k for k in kinds if k not in unsent) or "NONE", unsent
+
+
+def read_options(given: Sequence[Given]) -> Read:
+    """The options in the order given (a later one wins), each by its class in the table: the
+    honoured ones' values for `decide`, one warning per option of the second class, a problem
+    naming the line for a refused or unknown one."""
+    out = Read()
+    for opt, value, line in given:
+        o = BY_NAME.get(opt)
+        why = refusal(opt)
+        if o is None or why is not None:
+            out.problems.append(f"{line}: {why}")
+            continue
+        if o.cls == "warning":  # SPEC U6: site bookkeeping, one line per option
+            out.warnings.append(f"{line}: accepted and ignored: {o.meaning}")
+        elif o.value == "none" or o.key in ("hold", "wrap"):
+            continue
+        elif value is None:
+            out.problems.append(f"{line}: needs a value")
+        elif o.key in RAW_KEYS:
+            out.raw[o.key] = (value, line)
+        elif o.key in ("gpus", "gres"):
+            _gpu_option(opt, value, line, out)
+        elif o.key == "time" and value.strip() in ZERO_TIME:
+            out.raw["time_zero"] = (value, line)
+        elif o.key in ("partition", "mail_user"):  # mail_user: its line, for Q10's warning
+            out.raw[o.key] = (value, line)
+        elif o.key == "mail_type" and (unsent := mail_kinds(value)[1]):
+            out.warnings.append(
+                f"{line}: accepted; {','.join(unsent)} mail is not sent here (BEGIN, END, FAIL, "
+                "REQUEUE are)"
+            )
+    return out
+
+
+def _gpu_option(opt: str, value: str, line: str, out: Read) -> None:
+    asked = gpu_request(opt, value)
+    if isinstance(asked, str):
+        out.problems.append(f"{line}: {asked}")
+        return
+    out.raw["gpus_count"] = (value, line)
+    out.raw.pop("gpus_per_task", None)
+    if opt == "--gpus-per-task":  # × the tasks, as Slurm counts (`gpus_asked`)
+        out.raw["gpus_per_task"] = (value, line)
+    if asked[1]:  # the last GPU option naming a type (the command line's over the script's)
+        out.types = [asked[1]]
+
+
+def site_of(config: Any, lab: str | None = None) -> Site:
+    """The site's tiers and sbatch settings from its configuration (jpu.config.Config)."""
+    return Site(
+        tiers=list(config.tiers),
+        partition_aliases=dict(getattr(config, "partition_aliases", {}) or {}),
+        compat=getattr(config, "sbatch_compat", "lenient"),
+        unknown_partition=getattr(config, "sbatch_unknown_partition", "warn"),
+        lab=lab,
+        mail=bool(getattr(config, "smtp_host", "")),  # Q10
+    )

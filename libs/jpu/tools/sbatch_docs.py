@@ -18,9 +18,9 @@ _HEAD = {
     "meet (more than one node, `gpu:0`, a GPU type or count, CPUs or memory no tier brings) is "
     "refused at submit; the error names the line, the option and the fix.",
     "warning": "## Accepted with a warning\n\nSite bookkeeping with no meaning here: the job is "
-    "accepted, `jpu submit` prints one warning line per option on stderr, and the warnings are "
-    "kept on the job (`jpu show`, the console). A site that sets `sbatch_compat: strict` "
-    "refuses them instead.",
+    "accepted with one warning per option, answered in the submit's `warnings` (`jpu submit` "
+    "prints each on stderr) and kept on the job (`jpu show`, the console). A site that sets "
+    "`sbatch_compat: strict` refuses them instead.",
     "refused": "## Refused\n\nThese cannot be met, and dropping them silently would change the "
     "result.",
 }
@@ -40,6 +40,32 @@ Site settings (the configuration file, SPEC O1):
 - `sbatch_unknown_partition: warn | refuse`: a partition or `-C` feature the site does not
   know is accepted with a warning (any tier) by default;
 - `sbatch_compat: strict`: refuse the options accepted with a warning.
+
+## Who decides: intake, for every client
+
+The decision is made in one place, when intake accepts the job (`jpu.domain.submission`), not
+by the client: `jpu submit` reads the script (the leading `#SBATCH` lines and their numbers),
+turns what it can into the request's own fields (name, GPUs, time, ...) and sends the sbatch
+options as the user gave them in the request's `sbatch` field; any other client of
+`POST /v1/jobs` may do the same:
+
+```json
+{"command": "...", "num_gpus": 1,
+ "sbatch": {"source": "train.sh",
+            "options": [{"option": "--qos", "value": "high",
+                         "source_line": "train.sh:3: #SBATCH --qos=high"},
+                        {"option": "--mem", "value": "30G"}]}}
+```
+
+Intake reads each option by the table below: honoured ones become the job's fields (the tiers
+they admit, `-o/-e`, `--open-mode`, `--signal`, `--export`'s variables, under the request's own
+`env`); bookkeeping comes back in the 201's `warnings` (`{"field": "sbatch", "message": ...}`)
+and is kept on the job (`sbatch_warnings`); a refused or unknown option, an impossible value,
+or bookkeeping under `sbatch_compat: strict` is a 422 naming `sbatch`, with one problem per
+line in `details.problems` (`source_line`, else `sbatch OPTION=VALUE`), and nothing is
+appended. A request may not carry `sbatch_warnings` itself (422 naming it): the warnings are
+the platform's. Bounds (Q1): at most 60 options, names of 64 characters, values and lines
+of 4096 characters.
 
 CPUs and memory come with the GPUs: a tier brings `cpus_per_gpu` × GPUs CPUs and
 `mem_gb_per_gpu` × GPUs GB (`jpu tiers`); `-c`, `--mem`, `--mem-per-cpu`, `--mem-per-gpu` and

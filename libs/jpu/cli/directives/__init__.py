@@ -5,15 +5,13 @@ start with `#SBATCH` or `#JPU` (at the very start of the line) before the first 
 neither blank nor a comment. Directives further down are ignored, as sbatch ignores them, and
 listed in `Directives.ignored` so the CLI can say so.
 
-Honoured, as sbatch reads them: `-J/--job-name`, `-G/--gpus[-per-node]=[type:]N`,
-`--gres=gpu[:type][:N]` (type = tier), `-t/--time` (Slurm formats), `-D/--chdir`,
-`-p/--partition` (the tiers of that partition), `-a/--array` (a job array, Q7), `-d/--dependency`
-(Q8), `-H/--hold` (Q9), `--mail-type`, `--mail-user` (Q10), and `-N/--nodes`, `-n/--ntasks` when
-they say 1. `#JPU` lines take `jpu submit`'s own flags (`--gpus`, `--tier`, `--time`, `--name`,
-`--env`, `--min-vram`, `--chdir`, `--array`, `--dependency`, `--hold`, `--mail-type`,
-`--mail-user`, `--workspace`). Everything else is refused with the line, the directive and what
-to do instead — a directive the platform cannot honour must never be dropped silently (a
-`--mem` would not be what the job gets).
+`#SBATCH` lines take every option of the one table (jpu.domain.sbatch_options, SPEC U6): each
+is kept as given with its line (`Directives.given`) for intake, which decides what it means,
+warns or refuses (jpu.domain.submission.with_sbatch); what becomes the request's own fields
+(name, GPUs, time, chdir, ...) is read here, and an option the table refuses or does not know
+is refused here already, naming its line. `#JPU` lines take `jpu submit`'s own flags (`--gpus`,
+`--tier`, `--time`, `--name`, `--env`, `--min-vram`, `--chdir`, `--array`, `--dependency`,
+`--hold`, `--mail-type`, `--mail-user`, `--workspace`).
 
 Precedence (sbatch's: command line > script): `jpu submit` flags, then `#JPU`, then `#SBATCH`;
 within one kind the last line wins, except `--tier` and `--env`, which add up.
@@ -27,6 +25,7 @@ from typing import Final
 
 from jpu.cli.directives import jpu, sbatch
 from jpu.cli.directives.model import DirectiveError, Directives, Kind
+from jpu.policy.sbatch import read_options
 
 __all__ = ["DirectiveError", "Directives", "header_lines", "parse", "partition_tiers"]
 
@@ -85,6 +84,7 @@ def parse(script: str, source: str = "script", cli: list[str] | None = None) -> 
         problems += _merge(out, kinds[magic], f"{source}: {magic}")
     if problems:
         raise DirectiveError(problems)
+    out.raw = read_options(out.given).raw  # the table's reading, as intake's (SPEC U6)
     return out
 
 
@@ -113,11 +113,11 @@ def _merge(out: Directives, kind: Kind, where: str) -> list[str]:
     tiers = [*sorted(types), *kind.tiers]
     if tiers:
         out.tiers = list(dict.fromkeys(tiers))
+        out.named_tiers = list(dict.fromkeys(kind.tiers)) or None  # a later type wins over them
     if kind.partitions:
         out.partitions = kind.partitions
     out.env.update(kind.env)
-    out.raw.update(kind.raw)
-    out.warnings += kind.warnings
+    out.given += kind.given
     return problems
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from jpu.cli.rest.render import parse_time_limit
 from jpu.domain import dependencies
 from jpu.policy import mail
+from jpu.policy.sbatch import Given
 
 
 class DirectiveError(ValueError):
@@ -39,9 +40,12 @@ class Directives:
     workspace: str | None = None  # X4a: #JPU --workspace
     array: str | None = None  # Q7: "0-99%8", as written (the server checks it)
     ignored: list[int] = field(default_factory=list)  # line numbers after the leading block
-    # SPEC U6: honoured sbatch options the policy reads (jpu.policy.sbatch): key -> (value, line)
+    named_tiers: list[str] | None = None  # tiers named by #JPU --tier (not a GPU type)
+    # SPEC U6: every sbatch option as given (option, value, line), in order; intake decides
+    # them (jpu.domain.submission.with_sbatch), this is what the request carries
+    given: list[Given] = field(default_factory=list)
+    # and as jpu.policy.sbatch reads them: key -> (value, line), for the body's GPU count
     raw: dict[str, tuple[str, str]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)  # U6's second class, one per option
 
 
 @dataclass
@@ -62,8 +66,7 @@ class Kind:
     mail_type: list[str] | None = None
     mail_user: str | None = None
     workspace: str | None = None
-    raw: dict[str, tuple[str, str]] = field(default_factory=dict)  # see Directives.raw
-    warnings: list[str] = field(default_factory=list)
+    given: list[Given] = field(default_factory=list)  # see Directives.given
 
 
 Reader = Callable[[str, str, Kind], str | None]  # (value, option, kind) -> why not, or None

@@ -14,22 +14,20 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from jpu.cli import directives, messages
+from jpu.cli.directives import Directives
 from jpu.cli.directives.sbatch import refusal
 from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
 from jpu.cli.rest.render import parse_time_limit
-from jpu.config import Tier, load_config
 from jpu.domain.sbatch_options import OPTIONS
 from jpu.policy import sbatch as sbatch_policy
 from jpu.policy.workdir import NOT_ON_CLUSTER
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")
-SiteOf = Callable[[], sbatch_policy.Site]  # the site's tiers and sbatch settings (the API's)
 _ZERO_TIME = frozenset({"0", "0:0", "00:00", "0:00:00", "00:00:00"})
 
 
@@ -163,12 +161,11 @@ def _what(args: argparse.Namespace) -> str:
     return "stdin" if args.script == "-" else Path(args.script).name
 
 
-def request(
-    args: argparse.Namespace, stdin: Any = None, site: SiteOf | None = None
-) -> tuple[dict[str, Any], directives.Directives]:
+def request(args: argparse.Namespace, stdin: Any = None) -> tuple[dict[str, Any], Directives]:
     """The POST /v1/jobs body from sbatch-like arguments and the script's directives
-    (command line first, then #JPU, then #SBATCH), and those directives; SPEC U6's decision
-    (jpu.policy.sbatch) on the site's tiers (`site`; default: the default configuration's)."""
+    (command line first, then #JPU, then #SBATCH), and those directives. The sbatch options go
+    as given (`sbatch`, each with its line): what they mean, warn or refuse is intake's to
+    decide (SPEC U6, jpu.domain.submission.with_sbatch), for this client as for any other."""
     command, default_name, source = _script(args, stdin)
     words = list(getattr(args, "sbatch_words", []))
     if isinstance(args.gpus, str):  # `-G rtx4090:2`: sbatch's TYPE:N, read as on a line
@@ -185,7 +182,10 @@ def request(
         if args.gpus is not None
         else sbatch_policy.gpus_asked(d.raw, d.gpus or 1),  # U6: --gpus-per-task × -n
     }
-    tiers = [t.strip() for arg in args.tier for t in arg.split(",") if t.strip()] or d.tiers
+    # named tiers (--tier, #JPU --tier); a GPU type (--gres=gpu:TYPE:N) is among `sbatch`
+    tiers = [t.strip() for arg in args.tier for t in arg.split(",") if t.strip()]
+    if tiers or d.named_tiers:
+        body["tiers"] = tiers or d.named_tiers
     min_vram = args.min_vram if args.min_vram is not None else d.min_vram_gb
     if min_vram is not None:
         body["min_vram_gb"] = min_vram
@@ -199,38 +199,24 @@ def request(
             raise RestError(str(e)) from e
     if limit is not None:
         body["time_limit_s"] = limit
-    where = d.raw.get("gpus_count", ("", f"{source or 'command line'}: --tier"))[1]
-    the_site = (site or default_site)()
-    known = {t.name for t in the_site.tiers}
-    # an unknown --tier name is the API's to refuse (Q1 names the valid ones)
-    types = tiers if (tiers and set(tiers) <= known) or not args.tier else []
-    decision = sbatch_policy.decide(
-        d.raw, body["num_gpus"], types or [], where, the_site, d.warnings, os.environ
-    )
-    if decision.problems:
-        raise RestError("\n".join(decision.problems))
-    if tiers and not types:
-        decision.tiers = tiers
-    mail_user = args.mail_user or d.mail_user
-    said = f"command line: --mail-user={args.mail_user}"  # else its #SBATCH/#JPU line
-    where = said if args.mail_user else d.raw.get("mail_user", (None, said))[1]
-    if (unsent := sbatch_policy.unsent_mail(the_site, mail_user, where)) is not None:
-        decision.warnings.append(unsent)  # Q10: said at submit and kept, as U6's are
-    d.warnings = [*decision.notes, *decision.warnings]
-    for key in ("output", "error", "open_mode", "signal"):  # U6: executed by the backends
-        if getattr(decision, key) is not None:
-            body[key] = getattr(decision, key)
-    if decision.warnings:
-        body["sbatch_warnings"] = decision.warnings  # kept on the job (JobSubmitted)
-    if decision.tiers is not None:
-        body["tiers"] = decision.tiers
-    env = {**decision.env, **d.env, **parse_env(args.env)}
+    given = list(d.given)
+    if args.mail_user:  # Q10: the line intake names if the site sends no e-mail
+        given.append(("--mail-user", args.mail_user, f"command line: --mail-user={args.mail_user}"))
+    if given:
+        body["sbatch"] = {
+            "source": source or "command line",
+            "options": [{"option": o, "value": v, "source_line": line} for o, v, line in given],
+        }
+    # --export's bare VAR takes its value here, at submit, as sbatch does (intake sets the rest)
+    exported = sbatch_policy.export(d.raw["export"][0], os.environ)[0] if "export" in d.raw else {}
+    env = {**exported, **d.env, **parse_env(args.env)}
     if env:
         body["env"] = env
     body["chdir"] = os.path.abspath(args.chdir or d.chdir or os.getcwd())  # U5: the submit dir
     mail_type = args.mail_type if args.mail_type is not None else d.mail_type  # Q10
     if mail_type is not None:
         body["mail_type"] = mail_type  # the server checks a flag's value (422 names the field)
+    mail_user = args.mail_user or d.mail_user
     if mail_user is not None:
         body["mail_user"] = mail_user
     dependency = getattr(args, "dependency", None) or d.dependency  # Q8
@@ -247,56 +233,35 @@ def request(
     return body, d
 
 
-def default_site() -> sbatch_policy.Site:
-    """The default configuration's tiers and sbatch settings (offline, and tests)."""
-    return site_from(load_config())
+def submit_body(args: argparse.Namespace, stdin: Any = None) -> dict[str, Any]:
+    return request(args, stdin)[0]
 
 
-def site_from(config: Any, lab: str | None = None) -> sbatch_policy.Site:
-    return sbatch_policy.Site(
-        tiers=list(config.tiers),
-        partition_aliases=dict(getattr(config, "partition_aliases", {}) or {}),
-        compat=getattr(config, "sbatch_compat", "lenient"),
-        unknown_partition=getattr(config, "sbatch_unknown_partition", "warn"),
-        lab=lab,
-        mail=bool(getattr(config, "smtp_host", "")),  # Q10
-    )
-
-
-def submit_body(
-    args: argparse.Namespace, stdin: Any = None, site: SiteOf | None = None
-) -> dict[str, Any]:
-    return request(args, stdin, site)[0]
-
-
-def _api_site(c: RestClient, need_lab: bool) -> sbatch_policy.Site:
-    """The site as the API tells it: GET /v1/tiers and /v1/sbatch (the settings)."""
-    tiers = [Tier(**{k: v for k, v in t.items() if k in Tier.__struct_fields__})
-             for t in c.get("/v1/tiers")]  # fmt: skip
-    try:
-        conf = c.get("/v1/sbatch")
-    except RestError:  # an older gateway: the defaults
-        conf = {}
-    return sbatch_policy.Site(
-        tiers=tiers,
-        partition_aliases=conf.get("partition_aliases", {"gpu": []}),
-        compat=conf.get("sbatch_compat", "lenient"),
-        unknown_partition=conf.get("sbatch_unknown_partition", "warn"),
-        lab=c.get("/v1/me")["lab"] if need_lab else None,
-        mail=conf.get("mail", True),  # an older gateway did not say: no warning
-    )
+def sbatch_refusal(e: ApiError) -> RestError | None:
+    """Intake's U6 refusal (422 naming `sbatch`): each line's problem, one per line, as a
+    script's directives are refused (SPEC U6: the line, the option and the fix)."""
+    problems = e.details.get("problems") if e.details.get("field") == "sbatch" else None
+    if not isinstance(problems, list) or not problems:
+        return None
+    return RestError("\n".join(map(str, problems)))
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
     with RestClient(resolve_target(args.url, args.token)) as c:
-
-        def site() -> sbatch_policy.Site:
-            return _api_site(c, need_lab=True)
-
-        body, d = request(args, site=site)
-        for w in d.warnings:  # SPEC U6: one line per option, kept on the job
-            print(f"jpu submit: warning: {w}", file=sys.stderr)
+        body, d = request(args)
+        try:
+            job = _post_submit(c, body, headers, implicit_chdir=not (args.chdir or d.chdir))
+        except ApiError as e:  # said in submit's flags; the script by its name and size
+            if (refused := sbatch_refusal(e)) is not None:
+                raise refused from e
+            said = messages.api_error(e.code, e.message, e.details, submit=True)
+            e.args = (messages.name_script(said, _what(args), body["command"]),)
+            raise
+        warnings = job.get("warnings", [])
+        for w in warnings:  # SPEC U6, as intake decided: one line per option, kept on the job
+            if w.get("field") == "sbatch":
+                print(f"jpu submit: warning: {w['message']}", file=sys.stderr)
         if d.ignored:
             lines = ", ".join(map(str, d.ignored))
             print(
@@ -304,14 +269,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
                 "first command are ignored, as sbatch ignores them (move them to the top)",
                 file=sys.stderr,
             )
-        try:
-            job = _post_submit(c, body, headers, implicit_chdir=not (args.chdir or d.chdir))
-        except ApiError as e:  # said in submit's flags; the script by its name and size
-            said = messages.api_error(e.code, e.message, e.details, submit=True)
-            e.args = (messages.name_script(said, _what(args), body["command"]),)
-            raise
-        for w in job.get("warnings", []):  # U5: accepted, but e.g. its chdir is read-only to it
-            print(f"jpu submit: warning: {w['message']}", file=sys.stderr)
+        for w in warnings:  # U5: accepted, but e.g. its chdir is read-only to it
+            if w.get("field") != "sbatch":
+                print(f"jpu submit: warning: {w['message']}", file=sys.stderr)
         if args.json:
             print(json.dumps(job, indent=2, sort_keys=True))
             return 0
