@@ -35,7 +35,14 @@ from jpu.policy import maintenance, oom
 from jpu.policy.charging import with_owed
 from jpu.policy.fairshare import held_gpu_seconds
 from jpu.policy.labqueues import LabQueues
-from jpu.policy.model import CycleResult, Gpu, MaintenanceState, RunningJob, Snapshot
+from jpu.policy.model import (
+    CycleResult,
+    Gpu,
+    MaintenanceState,
+    ReservationShrink,
+    RunningJob,
+    Snapshot,
+)
 from jpu.policy.release import CHARGED_AT_RELEASE  # R3, M1, R5: charged at release (F4)
 
 DEFAULT_HALF_LIFE_S = 7 * 24 * 3600.0
@@ -103,25 +110,13 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
     """D3 decisions in the order they must land: releases free GPUs before anything takes them.
     Shrinks (R5 lost, R6 yielded) come first: they are decided in the release phase, before the
     walk may release the rest of the same reservation (dispatch, swap, demotion); after such a
-    release the fold would drop them, and their held time with them (F5)."""
+    release the fold would drop them, and their held time with them (F5). R7 loans land after
+    the grows, before the dispatches (`jpu.policy.walk.Walk.lend`)."""
     out: list[Event] = []
-    for sh in result.shrinks:  # R5/R6: decided first, land first
-        out.append(
-            ReservationShrunk(
-                event_id="",
-                ts=now,
-                job_id=sh.job_id,
-                node=sh.node,
-                tier=sh.tier,
-                gpus=list(sh.gpus),
-                removed=list(sh.removed),
-                gpu_seconds=sh.gpu_seconds,
-                tflops=sh.tflops,
-                reason=sh.reason,
-                lent_to=sh.lent_to,
-                until=sh.until,
-            )
-        )
+    first = [sh for sh in result.shrinks if sh.reason != "lent"]
+    lent = [sh for sh in result.shrinks if sh.reason == "lent"]
+    for sh in first:  # R5/R6: decided first, land first
+        out.append(_shrunk(sh, now))
     for r in result.releases:
         tier = tiers.get(r.tier)
         out.append(
@@ -156,6 +151,9 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
                 added=list(g.added),
             )
         )
+    # R7: a loan after the grows (rank 1 lends what it held and what it grew onto this cycle,
+    # so the shrink names GPUs the grow added) and before the borrower's dispatch
+    out.extend(_shrunk(sh, now) for sh in lent)
     for d in result.dispatches:
         out.append(
             JobDispatched(
@@ -169,6 +167,23 @@ def cycle_events(result: CycleResult, tiers: Mapping[str, Tier], now: float) -> 
             )
         )
     return out
+
+
+def _shrunk(sh: ReservationShrink, now: float) -> ReservationShrunk:
+    return ReservationShrunk(
+        event_id="",
+        ts=now,
+        job_id=sh.job_id,
+        node=sh.node,
+        tier=sh.tier,
+        gpus=list(sh.gpus),
+        removed=list(sh.removed),
+        gpu_seconds=sh.gpu_seconds,
+        tflops=sh.tflops,
+        reason=sh.reason,
+        lent_to=sh.lent_to,
+        until=sh.until,
+    )
 
 
 def cancellation(job: JobView, tiers: Mapping[str, Tier], now: float) -> list[Event]:

@@ -10,8 +10,9 @@ the loan, and no GPU-second is charged twice: the loaned GPUs' time so far rides
 reserving attempt (F4, like R5's shrink), and from the loan on it is the borrower's run (F5).
 
 Bounded on purpose (R7 says *only* when, never *must*): only rank 1's reservation lends (a parked
-one, R6, does not), only the GPUs it held when the cycle began (one grown this cycle lends from
-the next: a shrink lands before the grow in the log), and nothing while the shadow time is
+one, R6, does not: its GPUs, once back, would go to the walk's lower jobs before it grows onto
+them), the GPUs it held when the cycle began and those it grew onto in this cycle (GPUs it was
+waiting for: the loan lands after the grow in the log), and nothing while the shadow time is
 unknown (some GPU it waits for runs a job without a limit) — the loan could then delay it.
 """
 
@@ -60,6 +61,18 @@ def lend_order(r: Reservation, held: Sequence[int], backfill: dict[int, str]) ->
     the latest to join (ties by index)."""
     joined = r.joined_at()
     return sorted(held, key=lambda g: (g in backfill, -joined.get(g, r.since), g))
+
+
+def with_grown(job: QueuedJob, grown: Sequence[int], now: float) -> QueuedJob:
+    """The job with the GPUs it grew onto this cycle in its reservation (joined `now`): R7 may
+    lend them too (GPUs the reservation was waiting for); the loan lands after the grow."""
+    r = job.reservation
+    if r is None or not grown:
+        return job
+    joined = r.joined_at()
+    gpus = (*r.gpus, *grown)
+    at = (*(joined[g] for g in r.gpus), *(now for _ in grown))
+    return msgspec.structs.replace(job, reservation=Reservation(r.node, r.tier, gpus, r.since, at))
 
 
 def lent_shrink(

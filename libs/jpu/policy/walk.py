@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from jpu.policy.demotion import DemotionCheck
-from jpu.policy.lend import lend_order, lent_shrink, may_borrow, shadow_time
+from jpu.policy.lend import lend_order, lent_shrink, may_borrow, shadow_time, with_grown
 from jpu.policy.model import (
     CycleResult,
     Dispatch,
@@ -158,19 +158,22 @@ class Walk:
 
     def lend(self) -> None:
         """SPEC R7 after the walk: lower jobs, in rank order, whose time limit ends by rank 1's
-        shadow time start on the GPUs its reservation held at the cycle's start (jpu.policy.lend);
-        they leave the reservation (`lent`), which grows back onto them once they are idle."""
+        shadow time start on GPUs its reservation holds or waits for: those it held at the
+        cycle's start and those it grew onto in this cycle (jpu.policy.lend). They leave the
+        reservation (`lent`, landing after the grow), which grows back onto them once idle."""
         if self.running is None or self.lender is None or 0 in self.dispatched:
             return
         job, own, held, grown = self.lender
-        if not held or job.reservation is None:
+        r = job.reservation
+        if not (held or grown) or r is None:
             return
         now, view = self.now, self.view
         shadow = shadow_time(job, own, len(held) + len(grown), self.running, now)
         if shadow == float("inf") or shadow <= now:
             return  # unknown: a loan might delay it (D5); or it can start now
+        job = with_grown(job, grown, now)  # the reservation as this cycle's grow leaves it
         tier = self.pool.tiers[own.tier]
-        free = lend_order(job.reservation, held, own.backfill)
+        free = lend_order(job.reservation or r, [*held, *grown], own.backfill)
         done = set(self.dispatched)
         lent = False
         classes, cids = self.classes, view.cid_rank
@@ -196,17 +199,6 @@ class Walk:
             ranked = sorted(zip(self.dispatched, self.out.dispatches, strict=True), key=_rank)
             self.dispatched = [k for k, _ in ranked]
             self.out.dispatches = [d for _, d in ranked]
-        if lent and grown:  # the grow lands after the shrink: it names what is still held
-            r = job.reservation
-            assert r is not None
-            self.out.grows = [
-                g
-                if g.job_id != job.job_id
-                else ReservationGrow(
-                    job_id=g.job_id, node=g.node, tier=g.tier, gpus=(*r.gpus, *grown), added=grown
-                )
-                for g in self.out.grows
-            ]
 
     def parked_gpus(self) -> dict[tuple[str, str], int]:
         """R6: GPUs parked reservations hold, per placement (not capacity for a new one)."""

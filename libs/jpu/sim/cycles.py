@@ -3,7 +3,8 @@ what the simulated cluster does about them: a dispatch preempts backfill on its 
 the backend starts it at once.
 
 Order (cycle_events'): shrinks (R5, R6 yield), releases (R3, swap, ...), new reservations, grown
-reservations, dispatches. Every change is one event, stamped with the cycle's virtual time.
+reservations, loans (R7 lent shrinks), dispatches. Every change is one event, stamped with the
+cycle's virtual time.
 """
 
 from __future__ import annotations

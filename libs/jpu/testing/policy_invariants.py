@@ -26,10 +26,12 @@ def check_invariants(snap: Snapshot, res: CycleResult, now: float) -> None:
             s = state[key]
             own = s == f"reserved:{d.job_id}"
             assert s == "free" or s.startswith("backfill:") or own or key in released
+    # R7: a GPU grown onto this cycle and lent in it moves on to the borrower (checked above)
+    lent = {(sh.node, sh.tier, i) for sh in res.shrinks if sh.reason == "lent" for i in sh.removed}
     for g in res.grows:
         for i in g.added:
             key = (g.node, g.tier, i)
-            assert key not in seen
+            assert key not in seen or key in lent
             seen.add(key)
     rank1 = res.order[0] if res.order else None
     strict = snap.reservation_demotion == "strict"
@@ -98,7 +100,8 @@ def check_dispatch_d5(snap: Snapshot, res: CycleResult, pos: dict[str, int]) -> 
         if r1.job_id not in {r.job_id for r in res.releases}:
             kept = [sh for sh in res.shrinks if sh.job_id == r1.job_id]
             held = len(kept[-1].gpus) if kept else len(_own(snap, r1.job_id))
-            held += sum(len(g.added) for g in res.grows if g.job_id == r1.job_id)
+            if not kept or kept[-1].reason != "lent":  # an R7 loan lands after the grow
+                held += sum(len(g.added) for g in res.grows if g.job_id == r1.job_id)
             top[(r1.reservation.node, r1.reservation.tier)] = held
             waiting.append(r1)
     elif r1 is not None and r1.job_id in started:

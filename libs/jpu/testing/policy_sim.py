@@ -14,6 +14,7 @@ from jpu.policy.model import (
     LabUsage,
     QueuedJob,
     Reservation,
+    ReservationShrink,
     RunningJob,
     Snapshot,
 )
@@ -109,18 +110,23 @@ class Sim:
         self.results.append((snap, res))
         return res
 
+    def shrink(self, sh: ReservationShrink) -> None:
+        j = self.queue[sh.job_id]
+        r = j.reservation
+        assert r is not None and set(sh.removed) <= set(r.gpus)
+        joined = dict(zip(r.gpus, r.joined, strict=True))
+        self.queue[j.job_id] = _with(
+            j, Reservation(r.node, r.tier, sh.gpus, r.since, tuple(joined[g] for g in sh.gpus))
+        )
+        self._free(r.node, r.tier, sh.removed)
+        self.lazy[j.job_id] = self.lazy.get(j.job_id, 0.0) + sh.gpu_seconds * sh.tflops
+
     def apply(self, res: CycleResult) -> None:
         uncharged: dict[str, float] = {}
+        lent = [sh for sh in res.shrinks if sh.reason == "lent"]
         for sh in res.shrinks:  # R5/R6 first, as the log has them: then the rest
-            j = self.queue[sh.job_id]
-            r = j.reservation
-            assert r is not None and set(sh.removed) <= set(r.gpus)
-            joined = dict(zip(r.gpus, r.joined, strict=True))
-            self.queue[j.job_id] = _with(
-                j, Reservation(r.node, r.tier, sh.gpus, r.since, tuple(joined[g] for g in sh.gpus))
-            )
-            self._free(r.node, r.tier, sh.removed)
-            self.lazy[j.job_id] = self.lazy.get(j.job_id, 0.0) + sh.gpu_seconds * sh.tflops
+            if sh.reason != "lent":
+                self.shrink(sh)
         for rel in res.releases:
             j = self.queue[rel.job_id]
             r = j.reservation
@@ -144,6 +150,8 @@ class Sim:
             was = dict(zip(r.gpus, r.joined, strict=True))  # by GPU: after a shrink `gpus` is
             at = tuple(was.get(i, self.now) for i in g.gpus)  # not in the order it grew
             self.queue[g.job_id] = _with(j, Reservation(r.node, r.tier, g.gpus, r.since, at))
+        for sh in lent:  # R7: after the grows (a loan may name a GPU grown this cycle)
+            self.shrink(sh)
         for d in res.dispatches:
             j = self.queue.pop(d.job_id)
             for i in d.gpus:  # GPUs of its own reservation move to the job without a gap

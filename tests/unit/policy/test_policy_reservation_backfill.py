@@ -117,14 +117,28 @@ def test_R7_lends_in_rank_order_and_never_more_than_it_holds():
     assert set(r.pending) == {"X", "big", "nolim", "b"}
 
 
-def test_R7_what_x_grows_by_this_cycle_is_not_lent_and_the_grow_names_what_it_holds():
-    s = case(job("b", "BCG", n=1, at=0.0, limit=100.0), idle=1)  # GPU 4 free: X absorbs it
+def test_R7_what_x_grows_onto_this_cycle_is_lent_first_and_the_loan_lands_after_the_grow():
+    """GPU 4 frees: X grows onto it (D3.b) and, waiting for it, may lend it (R7) — the latest
+    to join goes first, with no held time; the loan lands after the grow that added it."""
+    s = case(job("b", "BCG", n=1, at=0.0, limit=100.0), idle=1)
     r = cycle(s, NOW)
     [g] = r.grows
-    assert g.added == (4,) and g.gpus == (0, 1, 3, 4)  # after the loan of GPU 2
-    assert [(d.job_id, d.gpus) for d in r.dispatches] == [("b", (2,))]
+    assert g.added == (4,) and g.gpus == (0, 1, 2, 3, 4)
+    [sh] = r.shrinks
+    assert (sh.removed, sh.gpus, sh.gpu_seconds, sh.lent_to) == ((4,), (0, 1, 2, 3), 0.0, "b")
+    assert [(d.job_id, d.gpus) for d in r.dispatches] == [("b", (4,))]
     events = cycle_events(r, {"t8": T8}, NOW)
-    assert [type(e) for e in events] == [ReservationShrunk, ReservationGrown, JobDispatched]
+    assert [type(e) for e in events] == [ReservationGrown, ReservationShrunk, JobDispatched]
+
+
+def test_R7_a_loan_takes_grown_and_held_gpus_together():
+    """Two GPUs free (4, 5): X grows onto them; a 3-GPU borrower takes both and the latest
+    held one (2, joined at 100: charged 200 s with X's attempt, F4); the rest stays X's."""
+    s = case(job("b", "BCG", n=3, at=0.0, limit=100.0), idle=2)
+    r = cycle(s, NOW)
+    [sh] = r.shrinks
+    assert set(sh.removed) == {2, 4, 5} and sh.gpus == (0, 1, 3) and sh.gpu_seconds == 200.0
+    assert [(d.job_id, sorted(d.gpus)) for d in r.dispatches] == [("b", [2, 4, 5])]
 
 
 def test_R7_fold_charges_the_lent_time_once_with_the_reserving_attempt():
@@ -181,7 +195,8 @@ Loan = tuple[str, float, float]  # (reserving job, the borrower's limit's end, s
 
 
 def check_loans(snap: Snapshot, res: CycleResult, now: float) -> None:
-    """R7 and D5 in its bounded sense, every cycle: only rank 1 lends, only GPUs it held, only
+    """R7 and D5 in its bounded sense, every cycle: only rank 1 lends, only GPUs it held or grew
+    onto this cycle (GPUs it waited for), only
     to a job ranked below it with a limit that ends by the shadow time, and no job ranked above
     a borrower, left waiting, could have borrowed the same GPUs instead (rank order)."""
     check_invariants(snap, res, now)
@@ -194,7 +209,9 @@ def check_loans(snap: Snapshot, res: CycleResult, now: float) -> None:
     for sh in loans:
         assert sh.job_id == res.order[0] and sh.job_id in res.pending, "only rank 1 lends"
         x = jobs[sh.job_id]
-        assert x.reservation is not None and set(sh.removed) <= set(x.reservation.gpus)
+        grew = {i for g in res.grows if g.job_id == x.job_id for i in g.added}
+        assert x.reservation is not None, "only a reserving job lends"
+        assert set(sh.removed) <= set(x.reservation.gpus) | grew, "only GPUs it held or grew"
         b = jobs[sh.lent_to or ""]
         d = got[b.job_id]
         assert set(sh.removed) <= set(d.gpus) and b.reservation is None
