@@ -167,8 +167,8 @@ class Platform:
 
     def prepare(self, version: str = "old") -> None:
         """The one-shot step: schema, stream, inventory, labs; the old release's also the demo
-        users. The new release's runs first in the upgrade (docs/operations.md, Upgrades): it
-        adopts into the log the identities the old one kept only in its tables (SEC3)."""
+        users. The new release's runs once every service is new (docs/operations.md, Upgrades):
+        it adopts into the log the identities the old one kept only in its tables (SEC3)."""
         demo = ["--demo"] if version == "old" else []
         r = subprocess.run(
             [self.python(version), "-m", "jpu.stack", "prepare", *demo],
@@ -397,8 +397,6 @@ async def test_E1_E3_O5_rolling_upgrade_from_the_previous_release(platform: Plat
         loops = [asyncio.create_task(load.loop(u)) for u in SUBMITTERS]
         await asyncio.sleep(1.0)
         t_upgrade = time.monotonic()
-        with timed("prepare_new_s", times):
-            await asyncio.to_thread(platform.prepare, "new")
         for service in ORDER:
             old = first[service]
             with timed(f"replace_{service}_s", times):
@@ -412,6 +410,11 @@ async def test_E1_E3_O5_rolling_upgrade_from_the_previous_release(platform: Plat
                     if service == "dispatcher":
                         await platform.ready(new, "leading")
             await asyncio.sleep(0.5)  # submits reach each mix of versions
+        # the new release's prepare once every service is new: it adopts into the log the
+        # identities the old one kept only in its tables (SEC3) — new event types, which an old
+        # service would not decode
+        with timed("prepare_new_s", times):
+            await asyncio.to_thread(platform.prepare, "new")
         times["upgrade_s"] = round(time.monotonic() - t_upgrade, 2)
         await asyncio.sleep(2.0)
         load.stop.set()
