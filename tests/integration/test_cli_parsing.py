@@ -118,8 +118,10 @@ def test_A_error_envelope_becomes_code_and_message() -> None:
         decode(httpx.Response(422, json=envelope))
     assert str(e.value) == "NO_FIT_PLACEMENT: no placement can run 4 GPUs (field: num_gpus)"
     assert e.value.status == 422
-    with pytest.raises(RestError, match="HTTP 502: bad gateway"):
-        decode(httpx.Response(502, text="bad gateway"))
+    # not the API's JSON (a proxy's page): one line saying who answered, never the page
+    with pytest.raises(RestError, match=r"HTTP 502 \(.*\) from the server: the answer is") as e2:
+        decode(httpx.Response(502, text="<html>bad gateway</html>"))
+    assert "<html>" not in str(e2.value)
     assert decode(httpx.Response(200, json={"ok": 1})) == {"ok": 1}
 
 

@@ -170,7 +170,10 @@ def not_the_api(response: httpx.Response) -> str:
     ingress): who answered, what it means, and when to try again — never the page itself."""
     status = response.status_code
     kind = response.headers.get("content-type", "").split(";")[0].strip() or "no content type"
-    host = response.request.url.host if response.request else "the server"
+    try:
+        host = response.request.url.host
+    except RuntimeError:  # a response built without its request (tests, replays)
+        host = "the server"
     meaning = _PROXY_STATUSES.get(status)
     what = f" ({meaning})" if meaning else ""
     line = (
