@@ -14,6 +14,7 @@ from jpu.bus.ordered import follow_ordered, sequences
 from jpu.store import create_pool, last_applied, migrate, rebuild, run_projection, wait_applied
 from jpu.store.projections import ALL
 from jpu.testing.pg_fixtures import sample_log
+from jpu.tools.identities import Identities
 from jpu.tools.replay import audit, compare_table
 
 
@@ -30,10 +31,15 @@ async def projectors(bus: EventBus, pool: asyncpg.Pool):
 
 async def _fill_live(bus: EventBus, pool: asyncpg.Pool, n_jobs: int) -> int:
     async with projectors(bus, pool):
-        seqs = await bus.append_many(sample_log(n_jobs))
+        await bus.append_many(sample_log(n_jobs))
+        ids = Identities(bus, None, 1.0, by="tests")  # SEC3: the auth tables are a fold too
+        await ids.add_lab("BCG")
+        await ids.add_user("bcg-alice", "BCG", "lab_admin", 3)
+        await ids.install_token("bcg-alice", "token-of-alice")
+        last = await bus.last_seq()
         for p in ALL:
-            await wait_applied(pool, p.name, seqs[-1], timeout=30)
-    return seqs[-1]
+            await wait_applied(pool, p.name, last, timeout=30)
+    return last
 
 
 async def test_E3_rebuild_equals_live(bus: EventBus, pool: asyncpg.Pool, pg_database_factory):
@@ -143,7 +149,7 @@ async def test_E6_replay_until_ts_rebuilds_a_point_in_time(bus, pool, pg_databas
 
 
 async def test_E6_replay_cli_exit_code(bus: EventBus, nats_url: str, pool, pg_dsn: str) -> None:
-    await _fill_live(bus, pool, 10)
+    last = await _fill_live(bus, pool, 10)
 
     async def run_cli() -> tuple[int, str, str]:
         proc = await asyncio.create_subprocess_exec(
@@ -156,7 +162,7 @@ async def test_E6_replay_cli_exit_code(bus: EventBus, nats_url: str, pool, pg_ds
 
     code, out, err = await run_cli()
     assert code == 0, out + err
-    assert "no differences" in out and "seq 90 of 90" in err  # progress on stderr (U3)
+    assert "no differences" in out and f"seq {last} of {last}" in err  # progress on stderr (U3)
     assert "events/s" in err
     await pool.execute("UPDATE maintenance SET message = 'forged'")
     code, out, _ = await run_cli()

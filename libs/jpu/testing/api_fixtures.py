@@ -34,7 +34,7 @@ from jpu.store.projection import run_projections, wait_applied
 from jpu.testing.api import DEFAULT_NODES, T0, TOKENS, Api
 from jpu.testing.nats_fixtures import unique_names
 from jpu.testing.receivers import Received, SmtpHandler, Webhook
-from jpu.tools.admin import seed_demo
+from jpu.tools.admin import DEMO_LABS, demo_users
 from jpu.tools.identities import Identities
 from jpu_services.accounting.service import READ_MODELS
 from jpu_services.gateway.app import create_app
@@ -99,7 +99,15 @@ async def api(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[A
             edges: Edges = app.state.edges
             # the demo users, as the admin tool adds them (identity events, SEC3), and bcg-zoe
             ids = Identities(bus, None, clock.now(), by="tests")  # the log's own clock
-            await seed_demo(ids)
+            # Tests append job events directly (as intake would) with their own
+            # queue_entered_at; the real intake must not race them with its own JobPromoted
+            # (Q5). With no free slot (max_active_jobs 0) it never promotes, so jobs it accepts
+            # stay in the personal queue and the tests promote explicitly.
+            for lab in DEMO_LABS:
+                await ids.add_lab(lab)
+            for u in demo_users():
+                await ids.add_user(u.name, u.lab, u.role, max_active_jobs=0)
+                await ids.install_token(u.name, u.token)
             await ids.add_user("bcg-zoe", "BCG", "user", max_active_jobs=0)
             await ids.install_token("bcg-zoe", TOKENS["zoe"])
             seeded = await bus.last_seq()
@@ -111,11 +119,6 @@ async def api(nats_url: str, pool: asyncpg.Pool, pg_dsn: str) -> AsyncIterator[A
             workers["projection.lab_usage"] = usage_projection
             async with _background(stop, workers):
                 await wait_applied(pool, "identities", seeded, timeout=30)
-                # Tests append job events directly (as intake would) with their own
-                # queue_entered_at; the real intake must not race them with its own JobPromoted
-                # (Q5). With no free slot it never promotes, so jobs it accepts stay in the
-                # personal queue and the tests promote explicitly.
-                await pool.execute("UPDATE users SET max_active_jobs = 0")
                 await _inventory(bus, pool, clock)
                 await _wait_for_intake(bus, prefix)
                 transport = httpx.ASGITransport(app=app)
