@@ -172,7 +172,7 @@ async def test_X4a_a_users_default_workspace_applies_to_jobs_that_name_none(api:
         "user": "bcg-alice", "workspace": None, "seq": 0,
     }  # fmt: skip
     # a default must name a workspace the user may use: 404 naming `workspace` (a missing
-    # resource, issue 27), nothing appended
+    # resource, SPEC §8), nothing appended
     before = await _events(api)
     r = await api.client.put("/v1/me/workspace", json={"workspace": "six"}, headers=h)
     assert assert_error(r, 404, "NOT_FOUND")["details"]["field"] == "workspace"

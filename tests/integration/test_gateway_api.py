@@ -110,6 +110,13 @@ async def test_E3_readyz_is_degraded_while_a_projection_fault_is_recorded(
     assert (await client.get("/readyz")).json()["status"] == "ready"
 
 
+async def test_A_readyz_names_the_failed_dependency(client: httpx.AsyncClient) -> None:
+    await client.app.state.edges.pool.close()  # type: ignore[attr-defined]
+    r = await client.get("/readyz")
+    assert r.status_code == 503
+    assert set(r.json()["error"]["details"]) == {"database"}
+
+
 async def test_O5_readyz_stays_ready_degraded_without_the_database(
     client: httpx.AsyncClient,
 ) -> None:

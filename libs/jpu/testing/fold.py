@@ -195,7 +195,7 @@ async def end_job(
 async def decided_on(stats: Any, seq: int, timeout: float = 10.0) -> None:
     """Wait for a dispatcher cycle that decided on the log up to `seq` (its DispatcherStats'
     `decided_seq`): what it appended is in the log by then. The positive signal for "the
-    dispatcher saw it and left it" — never a sleep (issue 27)."""
+    dispatcher saw it and left it" — never a sleep (a sleep proves nothing on a loaded machine)."""
     deadline = time.monotonic() + timeout
     while stats.decided_seq < seq:
         if time.monotonic() > deadline:

@@ -6,7 +6,7 @@ the current default is the subject's last message. A job that names no workspace
 (jpu.domain.workspaces.with_default, applied by intake on its fold). A PUT names a workspace the
 user may use (own, else the lab's; it may still be building) or null to clear it; a name that is
 not a workspace name is a 422 naming `workspace`, one the user has no workspace by a 404 naming
-it (a missing resource, as the schema says: issue 27); neither appends anything.
+it (a missing resource, as the OpenAPI schema says, SPEC §8); neither appends anything.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _blank_or(pattern: str, max_length: int) -> dict[str, Any]:
 
 class NotificationSettingsIn(BaseModel):
     # Checked by jpu.policy.mail, so a refusal names its field; the schema says the same rules
-    # (SPEC §8: a schema-valid body is accepted, issue 27)
+    # (SPEC §8: a body the published schema allows is accepted)
     model_config = ConfigDict(extra="forbid")
     email: str | None = Field(
         None,
