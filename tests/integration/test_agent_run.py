@@ -130,10 +130,21 @@ async def test_time_limit_ends_attempt_failed_TIMEOUT(world: World) -> None:
 
 async def test_X5_cancel_of_running_job_lets_it_checkpoint(world: World) -> None:
     job = "jcancel"
-    cmd = "trap 'echo ok > \"$JOB_OUTPUT_DIR/ckpt\"; exit 0' TERM\nsleep 60 & wait\n"
+    cmd = (
+        "trap 'echo ok > \"$JOB_OUTPUT_DIR/ckpt\"; exit 0' TERM\n"
+        'touch "$JOB_OUTPUT_DIR/armed"\nsleep 60 & wait\n'
+    )
     await world.append(*submitted(job, cmd), dispatched(job, [0]))
     world.start_agent()
     await wait_events(world.bus, job, lambda ev: bool(of(ev, JobStarted)))
+    # JobStarted means the process exists, not that its shell has set the trap yet: a TERM
+    # before that line ends the script as any program without a handler ends (X5's grace is
+    # for jobs that handle it). Cancel once the job says its handler is armed.
+    armed = world.out_root / job / "1" / "armed"
+    deadline = time.monotonic() + 30
+    while not armed.exists():
+        assert time.monotonic() < deadline, "the job never armed its TERM handler"
+        await asyncio.sleep(0.02)
     await world.append(event(JobCancelRequested, job_id=job, by="alice"))
     (end,) = of(await wait_events(world.bus, job, ended), JobEnded)
     assert end.state == "CANCELLED" and end.reason == "cancelled" and not end.kill_failed
