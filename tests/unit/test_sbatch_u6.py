@@ -199,7 +199,7 @@ def test_U6_gpus_type_and_count_on_the_command_line(tmp_path: Path) -> None:
 
 
 def test_U6_the_submit_fields_for_the_backends_are_checked_by_Q1() -> None:
-    from jpu.policy.queue import validate_submit
+    from jpu.domain.validation import validate_submit
 
     qos = {"source": "run.sh", "options": [{"option": "--qos", "value": "x"}]}
     good = {"command": "run", "num_gpus": 1, "output": "o-%j.out", "error": "e-%j.err",

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jpu.domain import arrays, limits, slurm_env, slurm_io
+from jpu.domain.validation import slurm_io_problems
 from jpu.events import JobArray, JobSubmitted
-from jpu.policy.queue import slurm_io_problems
 
 FACTS = slurm_io.PatternFacts(job_id="a1b2", name="train", user="alice", node="gpu-01")
 TASK = slurm_io.PatternFacts(

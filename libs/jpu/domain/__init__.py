@@ -8,6 +8,7 @@ the services consume the log, call these functions with `now` and append what th
                                            codec.py      ClusterState as snapshot bytes (SPEC O6)
     P  GPUs and who holds them (P1, P2)    holdings.py   GPU rows, running jobs, inventory
     Q  submission (Q1–Q6), cancel (§8)     submission.py what intake answers and appends
+                                           validation.py Q1: every bad field of a submit body
                                            limits.py     the bounds of every input (Q1, E3, E6)
                                            promotion.py  what intake promotes now (Q5, Q7, Q8, Q9)
                                            arrays.py     job arrays: parse, tasks, %N (Q7)

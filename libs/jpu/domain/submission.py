@@ -24,12 +24,13 @@ from jpu.domain import arrays, dependencies, limits
 from jpu.domain.cluster import ClusterState, parent_facts
 from jpu.domain.holdings import gpus
 from jpu.domain.states import JobView, request_digest
+from jpu.domain.validation import validate_submit
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.events import JobCancelRequested, JobEnded, JobHeld, JobReleased, JobSubmitted
 from jpu.policy import mail, maintenance
 from jpu.policy import sbatch as sbatch_policy
 from jpu.policy.placements import ever_fits
-from jpu.policy.queue import largest_placement, validate_submit
+from jpu.policy.queue import largest_placement
 from jpu.policy.workdir import NOT_ON_CLUSTER, Access, chdir_problem
 
 
@@ -267,7 +268,7 @@ def submitted(
         workspace=b.get("workspace"),  # X4a: checked READY on the fold (with_workspace)
         workspace_image=image if b.get("workspace") is not None else None,
         array=arrays.parse(array, arrays.MAX_INDEX + 1) if array is not None else None,
-        output=b.get("output"),  # U6: checked by Q1 (jpu.policy.queue)
+        output=b.get("output"),  # U6: checked by Q1 (jpu.domain.validation)
         error=b.get("error"),
         open_mode=b.get("open_mode"),
         signal=b.get("signal"),
