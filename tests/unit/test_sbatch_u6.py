@@ -16,8 +16,8 @@ from jpu.cli.main import build_parser
 from jpu.cli.rest.client import RestError
 from jpu.cli.rest.submit import request
 from jpu.config import load_config
-from jpu.domain.sbatch_options import BY_NAME, CLASSES, OPTIONS
 from jpu.policy import sbatch as policy
+from jpu.policy.sbatch_options import BY_NAME, CLASSES, OPTIONS
 from jpu.testing.sbatch import default_site, submit
 from jpu.tools import sbatch_docs
 
