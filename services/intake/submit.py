@@ -21,18 +21,18 @@ from jpu.commands import CancelCommand, CommandReply, HoldCommand, SubmitCommand
 from jpu.config import Config
 from jpu.domain.arrays import tasks_of
 from jpu.domain.cluster import ClusterState, parent_facts
-from jpu.domain.dependencies import parsed
 from jpu.domain.states import JobView, job_view, request_digest
 from jpu.domain.submission import (
+    Submit,
     array_refused,
     cancel_answer,
     cancel_requested,
     chdir_answer,
     chdir_to_check,
+    checked,
     hold_answer,
     hold_event,
     idempotent_job_id,
-    invalid,
     refused,
     replay,
     submitted,
@@ -58,8 +58,8 @@ async def submit(
     follower: Follower | None = None,
 ) -> CommandReply:
     """U5/SEC1 chdir → X4a workspace → U6 sbatch options → Q1 validation → Q6 replay → Q3
-    maintenance → Q2 no-fit → JobSubmitted (Q4). The warnings (U6's, then U5's) are answered
-    with the accepted job."""
+    maintenance → Q8 parents' lab → Q2 no-fit → JobSubmitted (Q4). The warnings (U6's, then
+    U5's) are answered with the accepted job."""
     warnings: list[dict[str, object]] = []
     if (chdir := chdir_to_check(cmd)) is not None:  # as the job's account would see it (X4)
         facts = await asyncio.to_thread(chdir_facts, config, accounts, cmd.user, chdir)
@@ -88,20 +88,21 @@ async def _decided(
     sbatch_warnings: list[str],
 ) -> CommandReply:
     tiers = {t.name: t for t in config.tiers}
-    answer = invalid(cmd, tiers) or array_refused(
-        cmd, state, config.array_max_tasks, config.array_max_queued_per_user
-    )
+    sub: Submit | CommandReply = checked(cmd, tiers)  # Q1; the dependency read once (Q8)
+    if isinstance(sub, CommandReply):
+        return sub
+    answer = array_refused(cmd, state, config.array_max_tasks, config.array_max_queued_per_user)
     if answer is not None:
         return answer
     jid = job_id_for(cmd.user, cmd.idempotency_key)
-    event = submitted(cmd, jid, now, new_event_id(), image, sbatch_warnings)
+    event = submitted(sub, jid, now, new_event_id(), image, sbatch_warnings)
     known = state.jobs.get(event.job_id)
     if cmd.idempotency_key is not None and known is not None:
         return replay(known.digest, event, known.submit_seq, known.state)
-    parents = [p for _, p in parsed(event.dependency).conditions]
+    parents = [p for _, p in sub.dependency.conditions]
     if follower is not None and any(parent_facts(state, p) is None for p in parents):
         await follower.catch_up(timeout=5.0)  # Q8: a parent submitted a moment ago elsewhere
-    answer = refused(state, event, tiers)
+    answer = refused(state, sub, event, tiers)
     if answer is not None:
         # Q6 before Q3/Q2: the key's job may have ended and left the hot state (SPEC O6); only
         # a refused submit reads the log for it: an accepted one learns it from its append

@@ -9,10 +9,13 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jpu.bus import Delivered
 from jpu.cli.why import render
-from jpu.config import Cluster
+from jpu.commands import CommandReply, SubmitCommand
+from jpu.config import Cluster, load_config
 from jpu.domain import codec
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dependencies import (
@@ -20,10 +23,12 @@ from jpu.domain.dependencies import (
     ArrayProgress,
     array_verdict,
     parse,
+    parsed,
     verdict,
 )
 from jpu.domain.promotion import never_satisfied, personal_reason, to_promote
 from jpu.domain.states import request_digest
+from jpu.domain.submission import Submit, checked, refused, submitted
 from jpu.events import (
     Event,
     JobArray,
@@ -74,6 +79,44 @@ def test_Q8_parse_normalises_slurm_syntax_and_refuses_what_it_cannot_honour() ->
     for bad in ("", "afterok", "afterok:", "afterburn:1", "afterok:1?afterany:2", "after:a b"):
         with pytest.raises(ValueError):
             parse(bad)
+
+
+_PART = st.one_of(
+    st.just("singleton"),
+    st.builds(
+        lambda kind, ids: f"{kind}:{':'.join(ids)}",
+        st.sampled_from(["after", "afterany", "afterok", "afternotok"]),
+        st.lists(st.sampled_from(["1", "2", "3", "4_0", "a-b"]), min_size=1, max_size=3),
+    ),
+)
+
+
+@given(st.lists(_PART, min_size=1, max_size=6))
+def test_Q8_what_a_submit_decides_on_is_what_its_logged_text_reads_back(parts: list[str]) -> None:
+    """Intake reads the dependency once and decides on that struct; the log keeps its text
+    (`Dependency.text`), which every fold reads back (`parsed`): the same conditions, in the
+    same order, so a refusal names the parent a replay of the text would name."""
+    read = parse(",".join(parts))
+    assert parsed(read.text()) == read
+    assert parse(read.text()).text() == read.text()
+
+
+def test_Q8_a_submit_is_refused_naming_its_first_unknown_parent_in_the_logged_order() -> None:
+    log = Log()
+    log.submit("x1")
+    config = load_config(env={})
+    tiers = {t.name: t for t in config.tiers}
+    body = {"command": "true", "num_gpus": 1, "dependency": "afterok:x1,afterany:y,afterok:z"}
+    sub = checked(SubmitCommand(user="ann", lab="L", body=body), tiers)
+    assert isinstance(sub, Submit)
+    event = submitted(sub, "j9", 1.0, "e9")
+    assert event.dependency == "afterok:x1:z,afterany:y"  # the wire format, as before
+    reply = refused(log.state, sub, event, tiers)
+    assert reply is not None and reply.error is not None
+    assert reply.error.details["field"] == "dependency" and "no job z" in reply.error.message
+    bad = checked(SubmitCommand(user="ann", lab="L", body={**body, "dependency": "afterok"}), tiers)
+    assert isinstance(bad, CommandReply) and bad.error is not None
+    assert bad.error.details["field"] == "dependency"  # Q1: the syntax, before any event
 
 
 @pytest.mark.parametrize(

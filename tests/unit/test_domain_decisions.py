@@ -12,6 +12,7 @@ from jpu.config import Node, load_config
 from jpu.domain.accounting import initial_charges, owed_by, unsettled
 from jpu.domain.backfill import ended, may_launch, started
 from jpu.domain.cluster import ClusterState, evolve
+from jpu.domain.dependencies import Dependency
 from jpu.domain.dispatch import cycle_events, snapshot
 from jpu.domain.idle import GpuKey, Tracker
 from jpu.domain.promotion import promoted, to_promote
@@ -26,6 +27,7 @@ from jpu.domain.states import (
     job_view,
 )
 from jpu.domain.submission import (
+    Submit,
     cancel_answer,
     idempotent_job_id,
     refused,
@@ -113,9 +115,10 @@ def test_F6_only_a_lab_configured_with_usage_gets_an_initial_charge_once() -> No
     )  # once ever
 
 
-def _cmd(num_gpus: int = 1) -> SubmitCommand:
+def _cmd(num_gpus: int = 1) -> Submit:
+    """A submit past Q1 (64 GPUs is Q1's to refuse: built here to reach Q2)."""
     body = {"command": "true", "num_gpus": num_gpus}
-    return SubmitCommand(user="ann", lab="L", body=body, idempotency_key="k1")
+    return Submit(SubmitCommand(user="ann", lab="L", body=body, idempotency_key="k1"), Dependency())
 
 
 def test_Q6_a_key_names_one_job_and_a_different_body_conflicts() -> None:
@@ -134,11 +137,11 @@ def test_Q2_Q3_maintenance_refuses_first_then_a_job_no_placement_can_ever_run() 
     tiers = {t.name: t for t in CONFIG.tiers}
     fits, never = submitted(_cmd(1), "j1", 0.0, "e1"), submitted(_cmd(64), "j2", 0.0, "e2")
     state = fold_events(CONFIG, [])
-    assert refused(state, fits, tiers) is None
-    no_fit = refused(state, never, tiers)
+    assert refused(state, _cmd(1), fits, tiers) is None
+    no_fit = refused(state, _cmd(64), never, tiers)
     assert no_fit and no_fit.error and no_fit.error.code == "NO_FIT_PLACEMENT"
     m = MaintenanceChanged(event_id="m", ts=1.0, state="DRAINING", by="admin", message="nfs")
-    down = refused(fold_events(CONFIG, [m]), fits, tiers)
+    down = refused(fold_events(CONFIG, [m]), _cmd(1), fits, tiers)
     assert down and down.status == 503 and down.error and down.error.code == "SERVICE_MAINTENANCE"
 
 

@@ -12,7 +12,7 @@ from jpu.domain import arrays
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.codec import pack, unpack
 from jpu.domain.promotion import personal_reason, promoted, to_promote
-from jpu.domain.submission import array_refused, submitted
+from jpu.domain.submission import Submit, array_refused, checked, submitted
 from jpu.events import Delivered, JobEnded, JobSubmitted, subject_for
 from jpu.explain.queue_at import fold_until, queue_at
 from jpu.explain.wait import wait_timeline
@@ -26,7 +26,9 @@ def _array_submit(spec: object, job_id: str = "a1", user: str = "alice") -> JobS
         lab="BCG",
         body={"command": "true", "num_gpus": 1, "array": spec, "env": {"MINE": "1"}},
     )
-    return submitted(cmd, job_id, 10.0, "e-submit")
+    sub = checked(cmd, {t.name: t for t in CONFIG.tiers})
+    assert isinstance(sub, Submit), sub
+    return submitted(sub, job_id, 10.0, "e-submit")
 
 
 class _Log:

@@ -11,7 +11,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from jpu.domain import limits
-from jpu.policy.queue import validate_submit
+from jpu.domain.validation import validate_submit
 
 TIERS = ["rtx4090", "rtx3080ti"]
 OK = {"num_gpus": 1, "command": "python train.py"}

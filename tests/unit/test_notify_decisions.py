@@ -1,9 +1,11 @@
 """SPEC Q10: what the notifier owes for each event (jpu.domain.notify) and which requests are
-refused (jpu.policy.mail, jpu.policy.queue.validate_submit). Pure: events in, notifications out."""
+refused (jpu.policy.mail, jpu.domain.validation.validate_submit). Pure: events in, notifications
+out."""
 
 from __future__ import annotations
 
 from jpu.domain.notify import NotifyState, job_link, step
+from jpu.domain.validation import validate_submit
 from jpu.events import (
     Event,
     JobArray,
@@ -17,7 +19,6 @@ from jpu.events import (
     UsageCharged,
 )
 from jpu.policy import mail
-from jpu.policy.queue import validate_submit
 
 URL = "http://gw.example:8080"
 

@@ -16,8 +16,8 @@ from jpu.cli.main import build_parser
 from jpu.cli.rest.client import RestError
 from jpu.cli.rest.submit import request
 from jpu.config import load_config
-from jpu.domain.sbatch_options import BY_NAME, CLASSES, OPTIONS
 from jpu.policy import sbatch as policy
+from jpu.policy.sbatch_options import BY_NAME, CLASSES, OPTIONS
 from jpu.testing.sbatch import default_site, submit
 from jpu.tools import sbatch_docs
 
@@ -199,7 +199,7 @@ def test_U6_gpus_type_and_count_on_the_command_line(tmp_path: Path) -> None:
 
 
 def test_U6_the_submit_fields_for_the_backends_are_checked_by_Q1() -> None:
-    from jpu.policy.queue import validate_submit
+    from jpu.domain.validation import validate_submit
 
     qos = {"source": "run.sh", "options": [{"option": "--qos", "value": "x"}]}
     good = {"command": "run", "num_gpus": 1, "output": "o-%j.out", "error": "e-%j.err",

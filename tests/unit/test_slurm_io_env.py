@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jpu.domain import arrays, limits, slurm_env, slurm_io
+from jpu.domain.validation import slurm_io_problems
 from jpu.events import JobArray, JobSubmitted
-from jpu.policy.queue import slurm_io_problems
 
 FACTS = slurm_io.PatternFacts(job_id="a1b2", name="train", user="alice", node="gpu-01")
 TASK = slurm_io.PatternFacts(
@@ -131,7 +131,7 @@ def test_U6_submit_records_the_options_on_JobSubmitted_and_the_agent_launches_wi
     from jpu.config import load_config
     from jpu.domain.execution import AgentJob
     from jpu.domain.states import JobView
-    from jpu.domain.submission import invalid, submitted
+    from jpu.domain.submission import Submit, checked, submitted
     from jpu.events import JobDispatched
     from jpu_services.slurm_agent.launch import launch_spec
 
@@ -142,8 +142,9 @@ def test_U6_submit_records_the_options_on_JobSubmitted_and_the_agent_launches_wi
         "error": "e_%j.txt", "open_mode": "append", "signal": "B:USR1@5",
     }  # fmt: skip
     cmd = SubmitCommand(user="alice", lab="BCG", body=body)
-    assert invalid(cmd, tiers) is None
-    event = submitted(cmd, "j1", 1.0, "e1")
+    sub = checked(cmd, tiers)
+    assert isinstance(sub, Submit)
+    event = submitted(sub, "j1", 1.0, "e1")
     assert (event.output, event.error, event.open_mode, event.signal) == (
         "o_%j.txt", "e_%j.txt", "append", "B:USR1@5",
     )  # fmt: skip

@@ -16,8 +16,8 @@ from jpu.backends import LaunchSpec
 from jpu.backends.isolation import Apptainer, container, netns
 from jpu.backends.slurm.submit import job_env, wrapper
 from jpu.domain.states import request_digest
+from jpu.domain.validation import validate_submit
 from jpu.events import JobSubmitted, decode, encode
-from jpu.policy.queue import validate_submit
 from jpu.policy.workdir import MAX_CHDIR_BYTES, chdir_problem
 
 

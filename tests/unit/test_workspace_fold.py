@@ -3,11 +3,11 @@ use and manage it, the lab's quota, and whether a job may name it."""
 
 from __future__ import annotations
 
-from jpu.commands import SubmitCommand
+from jpu.commands import CommandReply, SubmitCommand
 from jpu.config import Cluster, load_config
 from jpu.domain import codec
 from jpu.domain.cluster import ClusterState, evolve
-from jpu.domain.submission import invalid, with_workspace
+from jpu.domain.submission import checked, with_workspace
 from jpu.domain.workspaces import (
     can_manage,
     can_read,
@@ -175,8 +175,8 @@ def test_X4a_intake_decides_the_workspace_on_its_fold_of_the_log() -> None:
     bad, image, refusal = with_workspace(_cmd({"workspace": "Not A Name"}), ready)
     assert (image, refusal) == (None, None)
     tiers = {t.name: t for t in load_config(env={}).tiers}
-    reply = invalid(bad, tiers)
-    assert reply is not None and reply.error is not None
+    reply = checked(bad, tiers)
+    assert isinstance(reply, CommandReply) and reply.error is not None
     assert reply.error.details["field"] == "workspace"
 
 

@@ -8,6 +8,7 @@ the services consume the log, call these functions with `now` and append what th
                                            codec.py      ClusterState as snapshot bytes (SPEC O6)
     P  GPUs and who holds them (P1, P2)    holdings.py   GPU rows, running jobs, inventory
     Q  submission (Q1–Q6), cancel (§8)     submission.py what intake answers and appends
+                                           validation.py Q1: every bad field of a submit body
                                            limits.py     the bounds of every input (Q1, E3, E6)
                                            promotion.py  what intake promotes now (Q5, Q7, Q8, Q9)
                                            arrays.py     job arrays: parse, tasks, %N (Q7)
@@ -22,8 +23,7 @@ the services consume the log, call these functions with `now` and append what th
                                            retention.py  when an ended job's outputs may go (X2)
     F  charging (F3–F5)                    accounting.py what accounting appends (UsageCharged)
     U  estimates (U4)                      runs.py       recent run times per user and lab
-       sbatch habits (U6, U8)              sbatch_options.py  the one table of sbatch options
-                                           jobids.py     ids as typed: prefixes, ID_K, ID_[2-4]
+       sbatch habits (U6, U8)              jobids.py     ids as typed: prefixes, ID_K, ID_[2-4]
        sbatch at execution (U6, U7)        slurm_io.py   -o/-e patterns, --open-mode, --signal
                                            slurm_env.py  the SLURM_* variables of an attempt
     SEC identities (SEC3)                  identities.py labs, users, token digests as events
@@ -31,5 +31,6 @@ the services consume the log, call these functions with `now` and append what th
                                            backfill.py   what backfill starts, cancels, records
 
 The dispatch cycle itself (D1–D7, R1–R6) and the cost formulas (F1–F4) are the policy core,
-`jpu.policy` (`cycle`, `charging`, `fairshare`, `queue`, `oom`, `maintenance`, `backfill`).
+`jpu.policy` (`cycle`, `charging`, `fairshare`, `queue`, `oom`, `maintenance`, `backfill`), and
+so are the sbatch options' table and decisions (U6: `sbatch_options`, `sbatch`).
 """

@@ -261,17 +261,18 @@ def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
     """Q4; an array's one event creates every task (Q7), each a job in the personal queue;
     a dependency (Q8) is resolved now or waits for its parents."""
     tasks = tasks_of(event)
+    dependency = parsed(event.dependency)  # read once: every task of an array has the same
     if tasks[0].job_id != event.job_id and event.job_id not in state.arrays:
         state.arrays[event.job_id] = ArrayProgress(event.job_id, event.lab, len(tasks))
     for job_event in tasks:
         if job_event.job_id in state.jobs:
             continue  # a duplicate submit can only be refused by expected seq 0; keep the first
-        job = JobView.submitted(job_event, seq)
+        job = JobView.submitted(job_event, seq, dependency)
         state.jobs[job.job_id] = job
         state.personal.setdefault(job.user, []).append(job.job_id)
         if job_event.dependency:
             job.waiting = []
-            for c in parsed(job_event.dependency).conditions:
+            for c in dependency.conditions:
                 _condition(state, job, c)
 
 

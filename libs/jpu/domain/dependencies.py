@@ -74,7 +74,12 @@ def parse(text: str) -> Dependency:
         conditions.extend((kind, p) for p in parents if (kind, p) not in conditions)
     if len(conditions) > MAX_PARENTS:
         raise ValueError(f"at most {MAX_PARENTS} job ids")
-    return Dependency(tuple(conditions), singleton)
+    # in the order of the normalised text (by kind, as first named): what a submit decides on
+    # is what the log's `dependency` reads back as (`parsed`), condition for condition
+    by_kind: dict[str, list[Condition]] = {}
+    for c in conditions:
+        by_kind.setdefault(c[0], []).append(c)
+    return Dependency(tuple(c for group in by_kind.values() for c in group), singleton)
 
 
 def _id_ok(job_id: str) -> bool:

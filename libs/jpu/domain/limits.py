@@ -5,7 +5,7 @@ columns of `store/migrations/0001_core.sql`), in the replay's scratch database, 
 core and on the execution backend. An event one of them cannot hold would be appended, then
 fail to project and break the audit (SPEC O5). So the bounds are decided here, once,
 and used by the gateway's request check and OpenAPI document, by intake's Q1 validation
-(`jpu.policy.queue.validate_submit`) and by the admin inputs (maintenance message, lab and user
+(`jpu.domain.validation.validate_submit`) and by the admin inputs (maintenance message, lab and user
 names):
 
   * text: no NUL character (PostgreSQL `text` and `jsonb` refuse it) and no unpaired surrogate
@@ -291,7 +291,7 @@ _NO_NUL: Final = "^[^\\u0000]*$"
 
 # U6: sbatch's --signal as a submit carries it, normalised by jpu.policy.sbatch: [B:]SIG@SECONDS,
 # SIG a signal's name or number on this platform, SECONDS at most Slurm's 65535 — the schema and
-# the check (jpu.policy.queue) read this one pattern, so what one allows the other accepts
+# the check (jpu.domain.validation) read this one pattern, so what one allows the other accepts
 _SIGNAL_NAMES: Final = "|".join(
     sorted({n.removeprefix("SIG") for n in _signal.Signals.__members__}, key=lambda n: (-len(n), n))
 )

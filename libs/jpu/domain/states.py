@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from jpu.domain.dependencies import Condition, parsed
+from jpu.domain.dependencies import Condition, Dependency, parsed
 from jpu.events import (
     Delivered,
     JobCancelRequested,
@@ -144,10 +144,14 @@ class JobView:
     array_throttle: int | None = None  # ... the array's %N
 
     @classmethod
-    def submitted(cls, event: JobSubmitted, seq: int) -> JobView:
+    def submitted(
+        cls, event: JobSubmitted, seq: int, dependency: Dependency | None = None
+    ) -> JobView:
         """The job `event` created; for a task of an array (Q7, derived by
         jpu.domain.arrays.tasks_of) the submit lives on the array's subject, so the task's own
-        subject is still empty: its expected last subject sequence is 0 (E2)."""
+        subject is still empty: its expected last subject sequence is 0 (E2). `dependency`:
+        `event.dependency` already read (Q8; a fold reads it once for all of an array's tasks),
+        else read here."""
         a = event.array
         task = a is not None and a.array_id is not None
         return cls(
@@ -167,7 +171,9 @@ class JobView:
             last_seq=0 if task else seq,
             events=1,
             dependency=event.dependency,
-            singleton=event.dependency is not None and parsed(event.dependency).singleton,
+            singleton=(
+                dependency if dependency is not None else parsed(event.dependency)
+            ).singleton,
             held=event.hold,
             array_id=a.array_id if a is not None else None,
             array_task=a.tasks[0] if a is not None and task else None,

@@ -4,9 +4,12 @@ job id, the event id and `now` are passed in; services/intake/submit.py reads an
 A submit is refused in this order: U5/SEC1 its `chdir` (`chdir_answer`, on the facts intake's edge
 gathered as the job's account would see them), X4a its workspace (`with_workspace`: the user's
 default when it names none, READY on the fold), U6 its sbatch options (`with_sbatch`: the one
-place that decides them, for the CLI and any other client alike), Q1 validation, then (with
-an Idempotency-Key) Q6 replay of the job the key made, then Q3 maintenance, then Q2 no-fit; else
-it is `JobSubmitted` (Q4).
+place that decides them, for the CLI and any other client alike), Q1 validation (`checked`),
+then (with an Idempotency-Key) Q6 replay of the job the key made, then Q3 maintenance, then Q8
+parents of another lab, then Q2 no-fit; else it is `JobSubmitted` (Q4).
+
+The dependency (Q8) is text on the wire (`afterok:12:13,afterany:14`): `checked` reads it once
+into a `Submit`, and every decision after it, and the event's normalised text, use that struct.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from jpu.domain import arrays, dependencies, limits
 from jpu.domain.cluster import ClusterState, parent_facts
 from jpu.domain.holdings import gpus
 from jpu.domain.states import JobView, request_digest
+from jpu.domain.validation import validate_submit
 from jpu.domain.workspaces import lookup_ids, usable_problem, with_default
 from jpu.events import JobCancelRequested, JobEnded, JobHeld, JobReleased, JobSubmitted
 from jpu.policy import mail, maintenance
 from jpu.policy import sbatch as sbatch_policy
 from jpu.policy.placements import ever_fits
-from jpu.policy.queue import largest_placement, validate_submit
+from jpu.policy.queue import largest_placement
 from jpu.policy.workdir import NOT_ON_CLUSTER, Access, chdir_problem
 
 
@@ -91,7 +95,7 @@ def with_workspace(
     runs in its user's default (jpu.domain.workspaces.with_default); the one it names — own,
     else the lab's — must exist, be the user's to use and be READY, else 422 naming
     `workspace` (nothing appended). The command as decided, and the image of that workspace.
-    A malformed name is left to Q1 (`invalid`)."""
+    A malformed name is left to Q1 (`checked`)."""
     body = with_default(cmd.body, state.default_workspace.get(cmd.user))
     if body is not cmd.body:
         cmd = msgspec.structs.replace(cmd, body=body)
@@ -180,28 +184,42 @@ def _line(option: Mapping[str, Any]) -> str:
     return f"sbatch {option['option']}" + ("" if value is None else f"={value}")
 
 
-def invalid(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> CommandReply | None:
+class Submit(msgspec.Struct, frozen=True):
+    """A submit Q1 accepted (`checked`): the command, and its dependency (Q8) read from the
+    body's text once, for every decision after it and for the event."""
+
+    cmd: SubmitCommand
+    dependency: dependencies.Dependency
+
+
+def checked(cmd: SubmitCommand, tiers: Mapping[str, Tier]) -> Submit | CommandReply:
     """Q1: 422 naming each bad field; nothing reaches the log that a projection could not
-    store (jpu.domain.limits)."""
+    store (jpu.domain.limits). Accepted: the `Submit` the later decisions take."""
     problems = validate_submit(cmd.body, list(tiers))
-    problems += _dependency_problems(cmd.body)
+    dependency, dependency_problems = _dependency(cmd.body)
+    problems += dependency_problems
     key_problem = limits.idempotency_key_problem(cmd.idempotency_key)
     if key_problem:
         problems.append(limits.FieldError("Idempotency-Key", key_problem))
-    return error_reply("VALIDATION_ERROR", *limits.error_details(problems)) if problems else None
+    if problems:
+        return error_reply("VALIDATION_ERROR", *limits.error_details(problems))
+    return Submit(cmd, dependency)
 
 
-def _dependency_problems(body: Mapping[str, Any]) -> list[limits.FieldError]:
-    """Q8's syntax and Q9's flag; the parents themselves are checked on the fold (`refused`)."""
-    out = []
+def _dependency(
+    body: Mapping[str, Any],
+) -> tuple[dependencies.Dependency, list[limits.FieldError]]:
+    """Q8's syntax, read once, and Q9's flag; the parents themselves are checked on the fold
+    (`refused`)."""
+    dependency, out = dependencies.Dependency(), []
     if body.get("dependency") is not None:
         try:
-            dependencies.parse(body["dependency"])
+            dependency = dependencies.parse(body["dependency"])
         except ValueError as e:
             out.append(limits.FieldError("dependency", str(e)))
     if body.get("hold") is not None and not isinstance(body["hold"], bool):
         out.append(limits.FieldError("hold", "must be true or false"))
-    return out
+    return dependency, out
 
 
 def array_refused(
@@ -231,7 +249,7 @@ def array_refused(
 
 
 def submitted(
-    cmd: SubmitCommand,
+    submit: Submit,
     job_id: str,
     now: float,
     event_id: str,
@@ -240,7 +258,9 @@ def submitted(
 ) -> JobSubmitted:
     """Q4: the accepted job, as the log records it; an array is this one event (Q7). `image`:
     the READY workspace's the body names (`with_workspace`); `sbatch_warnings`: U6's, as
-    `with_sbatch` decided them (never the body's)."""
+    `with_sbatch` decided them (never the body's); the dependency as `checked` read it, in its
+    normalised text."""
+    cmd = submit.cmd
     b: Mapping[str, Any] = cmd.body
     limit = b.get("time_limit_s")
     array = b.get("array")
@@ -262,12 +282,12 @@ def submitted(
         # Q10: validated (jpu.policy.mail); None: the user's notification defaults
         mail_type=mail.parse_kinds(b["mail_type"])[0] if b.get("mail_type") is not None else None,
         mail_user=b.get("mail_user"),
-        dependency=dependencies.parse(dep).text() if (dep := b.get("dependency")) else None,
+        dependency=submit.dependency.text(),
         hold=bool(b.get("hold")),
         workspace=b.get("workspace"),  # X4a: checked READY on the fold (with_workspace)
         workspace_image=image if b.get("workspace") is not None else None,
         array=arrays.parse(array, arrays.MAX_INDEX + 1) if array is not None else None,
-        output=b.get("output"),  # U6: checked by Q1 (jpu.policy.queue)
+        output=b.get("output"),  # U6: checked by Q1 (jpu.domain.validation)
         error=b.get("error"),
         open_mode=b.get("open_mode"),
         signal=b.get("signal"),
@@ -287,16 +307,17 @@ def replay(existing_digest: str, event: JobSubmitted, seq: int, state: str) -> C
 
 
 def refused(
-    state: ClusterState, event: JobSubmitted, tiers: Mapping[str, Tier]
+    state: ClusterState, submit: Submit, event: JobSubmitted, tiers: Mapping[str, Tier]
 ) -> CommandReply | None:
-    """Q3 (503 during maintenance), then Q2 (422 when no placement can ever run the job)."""
+    """Q3 (503 during maintenance), then Q8 (422 when a parent is not a known job of the lab),
+    then Q2 (422 when no placement can ever run the job). `event`: `submitted(submit, ...)`."""
     if not maintenance.submit_allowed(state.maintenance.state):  # type: ignore[arg-type]
         return error_reply(
             "SERVICE_MAINTENANCE",
             "the cluster is in maintenance; submit later",
             {"state": state.maintenance.state, "message": state.maintenance.message},
         )
-    dep = dependencies.parsed(event.dependency)
+    dep = submit.dependency
     labs = {p: (f[0] if (f := parent_facts(state, p)) else None) for _, p in dep.conditions}
     problem = dependencies.foreign_lab(dep.conditions, labs, event.lab)
     if problem:  # Q8: only jobs of the same lab (another user's included)

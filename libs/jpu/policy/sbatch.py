@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from jpu.config import Tier
-from jpu.domain.sbatch_options import BY_NAME
+from jpu.policy.sbatch_options import BY_NAME
 
 Raw = Mapping[str, tuple[str, str]]  # parser key -> (value as written, "where: option=value")
 # one option as the user gave it: (option as in the table, value or None, where it was written:

@@ -11,9 +11,9 @@ from typing import Any
 
 from jpu.cli.rest.client import ApiError
 from jpu.cli.rest.submit import request, sbatch_refusal
-from jpu.commands import SubmitCommand
+from jpu.commands import CommandReply, SubmitCommand
 from jpu.config import load_config
-from jpu.domain.submission import submitted, with_sbatch
+from jpu.domain.submission import checked, submitted, with_sbatch
 from jpu.policy import sbatch as policy
 
 
@@ -33,15 +33,18 @@ def decided(
     body: dict[str, Any], site: policy.Site | None = None, lab: str = "BCG"
 ) -> tuple[dict[str, Any], Said]:
     """`body` as intake decides it on `site`; a refusal raised as `jpu submit` raises it."""
-    cmd, answer = with_sbatch(
-        SubmitCommand(user="alice", lab=lab, body=body), site or default_site()
-    )
+    site = site or default_site()
+    cmd, answer = with_sbatch(SubmitCommand(user="alice", lab=lab, body=body), site)
     if answer.refusal is not None:
         assert answer.refusal.error is not None
         e = answer.refusal.error
         refused = sbatch_refusal(ApiError(answer.refusal.status, e.code, e.message, e.details))
         raise refused or ApiError(answer.refusal.status, e.code, e.message, e.details)
-    event = submitted(cmd, "j" * 24, 0.0, "e", None, answer.warnings)
+    sub = checked(cmd, {t.name: t for t in site.tiers})  # Q1, as intake's next step
+    if isinstance(sub, CommandReply):
+        assert sub.error is not None
+        raise ApiError(sub.status, sub.error.code, sub.error.message, sub.error.details)
+    event = submitted(sub, "j" * 24, 0.0, "e", None, answer.warnings)
     said = Said([w["message"] for w in answer.said()], list(event.sbatch_warnings))
     return dict(cmd.body), said
 

@@ -2,10 +2,8 @@
 
 import pytest
 
-from jpu.policy.queue import (
-    promotions,
-    validate_submit,
-)
+from jpu.domain.validation import validate_submit
+from jpu.policy.queue import promotions
 
 TIERS = ["rtx4090", "rtx3080ti"]
 OK = {

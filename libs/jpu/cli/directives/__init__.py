@@ -5,7 +5,7 @@ start with `#SBATCH` or `#JPU` (at the very start of the line) before the first 
 neither blank nor a comment. Directives further down are ignored, as sbatch ignores them, and
 listed in `Directives.ignored` so the CLI can say so.
 
-`#SBATCH` lines take every option of the one table (jpu.domain.sbatch_options, SPEC U6): each
+`#SBATCH` lines take every option of the one table (jpu.policy.sbatch_options, SPEC U6): each
 is kept as given with its line (`Directives.given`) for intake, which decides what it means,
 warns or refuses (jpu.domain.submission.with_sbatch); what becomes the request's own fields
 (name, GPUs, time, chdir, ...) is read here, and an option the table refuses or does not know

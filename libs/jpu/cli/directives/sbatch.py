@@ -1,5 +1,5 @@
 """`#SBATCH` lines (and `jpu submit`'s sbatch flags), read by the one table of sbatch options
-(jpu.domain.sbatch_options, SPEC U6). Pure.
+(jpu.policy.sbatch_options, SPEC U6). Pure.
 
 Every option the table takes is kept as given, with its line (`Kind.given`): the request carries
 them and intake decides what they mean, warns or refuses (jpu.domain.submission.with_sbatch).
@@ -13,8 +13,8 @@ from typing import Final
 
 from jpu.cli.directives import model
 from jpu.cli.directives.model import Kind, Reader
-from jpu.domain.sbatch_options import BY_NAME, FLAGS
 from jpu.policy import sbatch as policy
+from jpu.policy.sbatch_options import BY_NAME, FLAGS
 
 
 def read(words: list[str], kind: Kind, where: str) -> list[str]:
