@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from jpu.backends import LaunchSpec
-from jpu.backends.backfill import BackfillSpec
+from jpu.backends.backfill_contract import BackfillSpec
 from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.testing.slurm_fixtures import free_base_port
 

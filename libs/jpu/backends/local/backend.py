@@ -37,7 +37,7 @@ from jpu.backends.base import (
     NodeInventory,
     UnknownBackendJob,
 )
-from jpu.backends.local.backfill import LocalBackfill
+from jpu.backends.local.backfill_processes import LocalBackfill
 from jpu.backends.local.records import JobRecord, RecordStore
 from jpu.backends.local.watch import ProcessWatcher, adopt_unsaved_spawn
 from jpu.backends.outputs import create_private, open_output_dir

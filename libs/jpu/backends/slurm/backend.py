@@ -12,7 +12,7 @@
   running   our attempts (records under data_dir, or adopted by name through `find`) that Slurm
             still runs: re-adoption after an agent restart. Other jpu-* jobs on the cluster
             (another deployment, LLM backfill) are never ours to cancel.
-  backfill  LLM instances in the `llm` partition (backfill.py, SPEC B1–B3).
+  backfill  LLM instances in the `llm` partition (backfill_jobs.py, SPEC B1–B3).
 
 Times and files of one attempt: jobs.py. Jobs are read through pyslurm instead of squeue
 where it matches the cluster's Slurm (pyslurm_api.py).
@@ -44,7 +44,7 @@ from jpu.backends.base import (
 )
 from jpu.backends.slurm import jobs as jobs_
 from jpu.backends.slurm import submit as submit_
-from jpu.backends.slurm.backfill import SlurmBackfill
+from jpu.backends.slurm.backfill_jobs import SlurmBackfill
 from jpu.backends.slurm.cli import SlurmCli
 from jpu.backends.slurm.escalate import Escalator
 from jpu.backends.slurm.listing import Listing, note_ends
