@@ -39,7 +39,7 @@ from jpu.backends.backfill_contract import BackfillBackend, BackfillHandle, Back
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.config import Config
-from jpu.domain.backfill import (
+from jpu.domain.backfill_decisions import (
     EndReason,
     end_reason,
     ended,
