@@ -323,7 +323,7 @@ class Simulator:
     # --- the dispatch cycle (SPEC D3) -----------------------------------------------------------
 
     def duties(self) -> None:
-        """The dispatcher's phase 0, its own `duties` (services/dispatcher/service.py run_cycle):
+        """The dispatcher's phase 0, its own `duties` (jpu_services.dispatcher.service run_cycle):
         end the queued jobs whose cancel was requested (R5), decide each GPU OOM once (X8), step
         maintenance (M2/M3); then intake promotes into the slots that freed (Q5)."""
         self.duties_due = False
