@@ -19,18 +19,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jpu.backends import process as proc_
 from jpu.backends.backfill_contract import BackfillHandle, BackfillSpec
 from jpu.backends.base import SAFE_ID, BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.local.preempt import preempt
 from jpu.backends.local.records import JobRecord, RecordStore
+from jpu.backends.local.settings import LocalSettings
 from jpu.backends.local.watch import ProcessWatcher, adopt_unsaved_spawn
 from jpu.embedded.nats import free_port
-
-if TYPE_CHECKING:
-    from jpu.backends.local.backend import LocalSettings
 
 log = logging.getLogger(__name__)
 
