@@ -21,7 +21,7 @@ accounting) and two dispatcher processes started here, one leading, one standby 
 round: a job is dispatched (the leader is active), the leader is SIGKILLed and a job is submitted
 at once; measured from the kill to that job's `JobDispatched` (its event time, written by the new
 leader) and to the standby's "leading" line. The killed dispatcher is started again as the next
-standby. The bound is the lease: TTL 3 s, renewed every 1 s (services/dispatcher/lease.py).
+standby. The bound is the lease: TTL 3 s, renewed every 1 s (jpu_services.dispatcher.lease).
 
 --platform: the whole platform (every service, as `make cluster` runs it) on a 3-node cluster, the
 event stream with 3 replicas. Each round SIGKILLs the node leading the stream and

@@ -22,7 +22,7 @@ a private directory and stopped at the end), against raw Slurm in the same run.
 --watch-jobs N: only 3, at scale, on its own cluster of ⌈N/250⌉ nodes × 250 fake GPUs (declared
    256 CPUs, 300 GB each): N one-GPU `sleep` jobs (--cpus-per-task=1 --mem=1G) submitted through
    `SlurmBackend.submit` (timed), then, after a warm-up past the backoff ramp, --watch-s of the
-   agent's schedule (services/slurm_agent/watchlist.py; the polls of a round concurrent, as in
+   agent's schedule (jpu_services.slurm_agent.watchlist; the polls of a round concurrent, as in
    watch_loop; jobs tracked one by one as they would start) with: the lean listing and aligned
    rounds (the agent now), each half alone, and with --before-tree DIR the code of DIR (a
    PYTHONPATH holding an older `jpu` and `jpu_services`, e.g. from `git archive`) in a child
@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from jpu.backends import LaunchSpec
-from jpu.backends.backfill import BackfillSpec
+from jpu.backends.backfill_contract import BackfillSpec
 from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 from jpu.testing.slurm_fixtures import free_base_port
 

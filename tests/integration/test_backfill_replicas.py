@@ -9,7 +9,7 @@ from pathlib import Path
 
 import asyncpg
 
-from jpu.backends.backfill import BackfillSpec
+from jpu.backends.backfill_contract import BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.events import BackfillEnded, BackfillStarted
 from jpu.testing.stack import NODE, TIER, Stack, another_backfill, start_stack

@@ -43,8 +43,8 @@ from jpu.events import (
 from jpu.policy.cycle import cycle
 from jpu.sim.engine import services_config
 from jpu.store import apply_batch
-from jpu.store.projections import backfill, gpu_resources, jobs, lab_usage, maintenance
-from jpu.store.projections.backfill import live_instances
+from jpu.store.projections import backfill_instances, gpu_resources, jobs, lab_usage, maintenance
+from jpu.store.projections.backfill_instances import live_instances
 from jpu.store.projections.maintenance import read_maintenance
 from jpu.testing.workloads import CLUSTER, SEEDS, seeded_params, seeded_run
 
@@ -249,7 +249,7 @@ async def test_P1_B1_M5_gpu_pool_backfill_and_maintenance_projections_are_the_fo
         i += len(batch)
         for d in batch:
             evolve(state, d)
-        for projection in (gpu_resources, backfill, maintenance):
+        for projection in (gpu_resources, backfill_instances, maintenance):
             await apply_batch(pool, projection.projection, batch)
         rows, fold = await _pool_rows(pool), _fold_rows(state)
         assert {k: rows[k] for k in fold} == fold, (seed, batch[-1].seq)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest_asyncio
 
 from jpu.backends import LaunchSpec
-from jpu.backends.backfill import BackfillSpec
+from jpu.backends.backfill_contract import BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.watch import adopt_unsaved_spawn
 from jpu.config import load_config

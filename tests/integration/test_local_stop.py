@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jpu.backends import LaunchSpec
-from jpu.backends.backfill import BackfillSpec
+from jpu.backends.backfill_contract import BackfillSpec
 from jpu.backends.local.backend import LocalBackend, LocalSettings
 from jpu.backends.local.stop import STOP_REASON, terminate_all
 from jpu.config import load_config

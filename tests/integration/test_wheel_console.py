@@ -1,9 +1,9 @@
 """The web console ships in the wheel the images install (issue 34.1, SPEC U2).
 
-`make run` uses an editable install, which serves `services/gateway/console/` from the checkout
-and so hid that the package data left the console out: the images answered 500 on `/`. This test
-builds the real wheel, installs it (not editable) into a folder of its own, and serves every
-console asset from that installed copy in a process that cannot see the checkout.
+`make run` uses an editable install, which serves `libs/jpu_services/gateway/console/` from the
+checkout and so hid that the package data left the console out: the images answered 500 on `/`.
+This test builds the real wheel, installs it (not editable) into a folder of its own, and serves
+every console asset from that installed copy in a process that cannot see the checkout.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import httpx
 import pytest_asyncio
 
 from jpu.backends import UnknownBackendJob
-from jpu.backends.backfill import BackfillBackend, BackfillSpec
+from jpu.backends.backfill_contract import BackfillBackend, BackfillSpec
 from jpu.backends.slurm.backend import SlurmBackend
 from jpu.testing.slurm_env import SlurmEnv, wait_end
 

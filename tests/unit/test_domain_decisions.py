@@ -10,7 +10,7 @@ from jpu.bus import Delivered
 from jpu.commands import CancelCommand, SubmitCommand
 from jpu.config import Node, load_config
 from jpu.domain.accounting import initial_charges, owed_by, unsettled
-from jpu.domain.backfill import ended, may_launch, started
+from jpu.domain.backfill_decisions import ended, may_launch, started
 from jpu.domain.cluster import ClusterState, evolve
 from jpu.domain.dependencies import Dependency
 from jpu.domain.dispatch import cycle_events, snapshot

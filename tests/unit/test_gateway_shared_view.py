@@ -1,6 +1,6 @@
-"""The gateway's single-flight queue view (services/gateway/routes/_queueview.SharedView): requests
-waiting together share one computation, and none gets a view read before it asked (SPEC D1 rank
-in the submit answer stays read-your-writes)."""
+"""The gateway's single-flight queue view (jpu_services.gateway.routes._queueview.SharedView):
+requests waiting together share one computation, and none gets a view read before it asked
+(SPEC D1 rank in the submit answer stays read-your-writes)."""
 
 from __future__ import annotations
 

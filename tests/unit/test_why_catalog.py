@@ -24,7 +24,7 @@ from jpu_services.gateway.routes import console
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "libs" / "jpu" / "explain" / "why.json"
-WHY_JS = ROOT / "services" / "gateway" / "console" / "why.js"
+WHY_JS = ROOT / "libs" / "jpu_services" / "gateway" / "console" / "why.js"
 REASONS = sorted(set(typing.get_args(PendingReason)) | set(typing.get_args(PersonalReason)))
 
 

@@ -136,7 +136,7 @@ class Config(Cluster, frozen=True, kw_only=True):
     apptainer_image: str = ""  # SIF file or sandbox dir; set: Apptainer is configured
     apptainer_bin: str = "apptainer"
     apptainer_args: list[str] = []  # extra `apptainer exec` options, e.g. ["--nv"]
-    # Q10 notifications (services/notifier, docs/notifications.md)
+    # Q10 notifications (jpu_services.notifier, docs/notifications.md)
     console_url: str = ""  # the job links; "": http://<gateway_host>:<gateway_port>
     smtp_host: str = ""  # "": no e-mail is sent (each is recorded abandoned, with why)
     smtp_port: int = 25

@@ -28,9 +28,9 @@ the services consume the log, call these functions with `now` and append what th
                                            slurm_env.py  the SLURM_* variables of an attempt
     SEC identities (SEC3)                  identities.py labs, users, token digests as events
     B  backfill (B1–B3)                    idle.py       since when each GPU is free (B1, B3)
-                                           backfill.py   what backfill starts, cancels, records
+                                           backfill_decisions.py  what it starts, cancels, records
 
 The dispatch cycle itself (D1–D7, R1–R6) and the cost formulas (F1–F4) are the policy core,
-`jpu.policy` (`cycle`, `charging`, `fairshare`, `queue`, `oom`, `maintenance`, `backfill`), and
-so are the sbatch options' table and decisions (U6: `sbatch_options`, `sbatch`).
+`jpu.policy` (`cycle`, `charging`, `fairshare`, `queue`, `oom`, `maintenance`, `backfill_plan`),
+and so are the sbatch options' table and decisions (U6: `sbatch_options`, `sbatch`).
 """

@@ -4,7 +4,7 @@ Pure.
 What an event owes is decided by the fold (`ClusterState.owed`, the rule is jpu.policy.charging)
 before it may drop the job (SPEC O6); this module says which of it is still to append (and the
 labs' initial charges); the UsageCharged each becomes is jpu.policy.charging.usage_charged.
-services/accounting/charger.py appends them, exactly once.
+jpu_services.accounting.charger appends them, exactly once.
 """
 
 from __future__ import annotations

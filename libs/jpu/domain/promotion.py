@@ -4,7 +4,7 @@ Whenever a user's slot frees or they submit, their oldest personal-queue jobs ar
 they hold fewer than `max_active_jobs` slot-holding jobs (the count is the fold's, S1; the
 choice is jpu.policy.queue.promotions). A held job (Q9), one whose dependencies are not met
 (Q8) or a task beyond its array's `%N` (Q7) is skipped, and the next eligible job is promoted
-instead: it holds no slot while it waits. services/intake/promote.py appends the events.
+instead: it holds no slot while it waits. jpu_services.intake.promote appends the events.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Submit and cancel, decided on the intake's fold (SPEC Q1–Q4, Q6; cancel: §8, S2). Pure: the
-job id, the event id and `now` are passed in; services/intake/submit.py reads and appends.
+job id, the event id and `now` are passed in; jpu_services.intake.submit reads and appends.
 
 A submit is refused in this order: U5/SEC1 its `chdir` (`chdir_answer`, on the facts intake's edge
 gathered as the job's account would see them), X4a its workspace (`with_workspace`: the user's

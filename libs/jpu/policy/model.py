@@ -10,15 +10,12 @@ collector nothing on every cycle.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterator, Mapping
+from typing import Literal, Protocol
 
 import msgspec
 
 from jpu.config import DEFAULT_DEMOTION_MARGIN, DemotionMode, ReservationBackfill, Tier
-
-if TYPE_CHECKING:
-    from jpu.policy.labqueues import LabQueues
 
 GpuState = str  # "free" | "job:<id>" | "reserved:<id>" | "backfill:<id>" | "down"  (SPEC §1.2)
 # D7; MinVram: only GPUs below the job's VRAM floor (min_vram_gb, raised by an OOM retry, X8)
@@ -100,12 +97,19 @@ class LabUsage(msgspec.Struct, frozen=True, gc=False):
     as_of: float = 0.0
 
 
+class JobQueue(Protocol):
+    """The global queue as a snapshot carries it: its jobs, read as often as needed. A list in
+    any order, or kept grouped by lab by the caller (`jpu.policy.labqueues.LabQueues`: the cycle
+    then merges labs instead of sorting jobs, D1)."""
+
+    def __iter__(self) -> Iterator[QueuedJob]: ...
+    def __len__(self) -> int: ...
+
+
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     tiers: dict[str, Tier]
     gpus: list[Gpu]
-    # The global queue, in any order; or kept grouped by lab by the caller (LabQueues: the
-    # cycle then merges labs instead of sorting jobs, D1). Not to be changed during a cycle.
-    queue: list[QueuedJob] | LabQueues
+    queue: JobQueue  # not to be changed during a cycle
     usage: dict[str, LabUsage]
     half_life_s: float = 7 * 24 * 3600.0
     maintenance: MaintenanceState = "NORMAL"

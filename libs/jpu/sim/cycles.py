@@ -12,14 +12,14 @@ from __future__ import annotations
 from jpu.domain.dispatch import cycle_events
 from jpu.events import JobDispatched
 from jpu.policy.model import CycleResult
-from jpu.sim import backend, backfill
+from jpu.sim import backend, backfill_service
 from jpu.sim.world import World
 
 
 def apply(sim: World, result: CycleResult) -> None:
     for e in cycle_events(result, sim.tiers, sim.now):
         if isinstance(e, JobDispatched):
-            backfill.preempt(sim, [(e.node, e.tier, i) for i in e.gpus])
+            backfill_service.preempt(sim, [(e.node, e.tier, i) for i in e.gpus])
             backend.start(sim, sim.append(sim.dispatched(e)))
         else:
             sim.append(e)

@@ -6,8 +6,8 @@ each decision is the function the service itself calls on that state: intake's p
 (jpu.domain.promotion: Q5, Q8, Q9) and Q2 check, the dispatcher's cycle on
 `jpu.domain.dispatch.snapshot` and its duties (jpu.domain.dispatch), the slurm-agent's
 `JobEnded` (jpu.domain.ending), accounting's charge (jpu.policy.charging). The simulator
-itself keeps only the clock, the simulated cluster (backend.py, backfill.py), the workload and
-the summary; it never branches on "simulation" inside a decision.
+itself keeps only the clock, the simulated cluster (backend.py, backfill_service.py), the workload
+and the summary; it never branches on "simulation" inside a decision.
 Phases at one instant run in a fixed order (ends, cancels, arrivals, backfill, cycle) so a cycle
 sees everything that happened at its time, and two runs of one input are identical.
 """
@@ -45,7 +45,7 @@ from jpu.policy import POLICIES
 from jpu.policy.charging import Charge, charge_id, usage_charged
 from jpu.policy.fairshare import ZERO_USAGE
 from jpu.policy.model import CycleResult, Snapshot
-from jpu.sim import backend, backfill, cycles
+from jpu.sim import backend, backfill_service, cycles
 from jpu.sim.cluster import SimCluster
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
@@ -189,7 +189,7 @@ class Simulator:
         self.folded(event)
         ended = state.just_ended
         if freed:
-            backfill.watch(self, freed)
+            backfill_service.watch(self, freed)
         kind = type(event)
         if kind is JobDispatched:
             assert isinstance(event, JobDispatched)
@@ -254,7 +254,7 @@ class Simulator:
         for job in self.workload:
             self.at(job.submit_s, ARRIVAL, job)
         if self.params.backfill:
-            backfill.schedule_initial(self)
+            backfill_service.schedule_initial(self)
 
     def handlers(self) -> dict[int, Callable[[Simulator, Any], None]]:
         return {
@@ -262,7 +262,7 @@ class Simulator:
             CANCEL: backend.on_cancel,
             RELEASE: backend.on_release,
             ARRIVAL: Simulator._on_arrival,
-            BACKFILL: backfill.on_check,
+            BACKFILL: backfill_service.on_check,
             CYCLE: Simulator._on_cycle,
         }
 
@@ -323,7 +323,7 @@ class Simulator:
     # --- the dispatch cycle (SPEC D3) -----------------------------------------------------------
 
     def duties(self) -> None:
-        """The dispatcher's phase 0, its own `duties` (services/dispatcher/service.py run_cycle):
+        """The dispatcher's phase 0, its own `duties` (jpu_services.dispatcher.service run_cycle):
         end the queued jobs whose cancel was requested (R5), decide each GPU OOM once (X8), step
         maintenance (M2/M3); then intake promotes into the slots that freed (Q5)."""
         self.duties_due = False

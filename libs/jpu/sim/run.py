@@ -10,7 +10,7 @@ from typing import IO, Any
 import msgspec
 
 from jpu.config import Cluster, load_cluster
-from jpu.sim import backfill, summary
+from jpu.sim import backfill_service, summary
 from jpu.sim.engine import CycleHook, Progress, Simulator
 from jpu.sim.eventlog import EventLog
 from jpu.sim.params import SimParams
@@ -55,7 +55,7 @@ def simulate(
     progress = stderr_progress() if params.progress else None
     sim = Simulator(cluster, jobs, params, EventLog(events_out), progress, on_cycle)
     end = sim.run()
-    backfill.close(sim, end)
+    backfill_service.close(sim, end)
     return summary.build(sim, end)
 
 

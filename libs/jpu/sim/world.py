@@ -1,4 +1,5 @@
-"""What the simulator's parts (backend.py, backfill.py, cycles.py, summary.py) read and change.
+"""What the simulator's parts (backend.py, backfill_service.py, cycles.py, summary.py) read and
+change.
 
 The parts are functions of this one object, the `Simulator` (engine.py) that plays them: they
 depend on what it offers, not on the engine, so nothing inside `jpu.sim` imports in a circle.

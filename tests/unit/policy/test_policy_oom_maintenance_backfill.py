@@ -3,7 +3,7 @@
 import pytest
 
 from jpu.policy import cycle
-from jpu.policy.backfill import plan_backfill
+from jpu.policy.backfill_plan import plan_backfill
 from jpu.policy.maintenance import (
     Rejected,
     advance,

@@ -36,7 +36,7 @@ from jpu.events import (
 from jpu.explain.wait import CAUSE_KINDS, Cause, WaitTimeline, wait_timeline
 
 ROOT = Path(__file__).resolve().parents[3]
-WHY_JS = ROOT / "services" / "gateway" / "console" / "why.js"
+WHY_JS = ROOT / "libs" / "jpu_services" / "gateway" / "console" / "why.js"
 CATALOG = ROOT / "libs" / "jpu" / "explain" / "why.json"  # the CLI's and the console's sentences
 EVENT_NAMES = [t.__name__ for t in EVENT_TYPES]
 N4090 = ("gpu-4090x2-01", "gpu-4090x2-02")

@@ -31,8 +31,8 @@ _KILL_WAIT_S = 2.0
 
 
 def record_stores(data_dir: Path) -> list[RecordStore]:
-    """Research attempts (backend.py) and backfill instances (backfill.py), where they exist
-    (a data dir the local backend never used has neither)."""
+    """Research attempts (backend.py) and backfill instances (backfill_processes.py), where they
+    exist (a data dir the local backend never used has neither)."""
     root = Path(data_dir) / "local-backend"
     roots = [root, root / "backfill"]
     return [RecordStore(r) for r in roots if (r / "jobs").is_dir()]

@@ -15,15 +15,13 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from jpu.backends import containers
 from jpu.backends import process as proc_
 from jpu.backends.base import BackendState, BackendStatus
 from jpu.backends.local.records import Intent, JobRecord, RecordStore
-
-if TYPE_CHECKING:
-    from jpu.backends.local.backend import LocalSettings
+from jpu.backends.local.settings import LocalSettings
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@
   running   our attempts (records under data_dir, or adopted by name through `find`) that Slurm
             still runs: re-adoption after an agent restart. Other jpu-* jobs on the cluster
             (another deployment, LLM backfill) are never ours to cancel.
-  backfill  LLM instances in the `llm` partition (backfill.py, SPEC B1–B3).
+  backfill  LLM instances in the `llm` partition (backfill_jobs.py, SPEC B1–B3).
 
 Times and files of one attempt: jobs.py. Jobs are read through pyslurm instead of squeue
 where it matches the cluster's Slurm (pyslurm_api.py).
@@ -27,7 +27,6 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -44,7 +43,7 @@ from jpu.backends.base import (
 )
 from jpu.backends.slurm import jobs as jobs_
 from jpu.backends.slurm import submit as submit_
-from jpu.backends.slurm.backfill import SlurmBackfill
+from jpu.backends.slurm.backfill_jobs import SlurmBackfill
 from jpu.backends.slurm.cli import SlurmCli
 from jpu.backends.slurm.escalate import Escalator
 from jpu.backends.slurm.listing import Listing, note_ends
@@ -56,36 +55,10 @@ from jpu.backends.slurm.parse import (
 )
 from jpu.backends.slurm.pyslurm_api import cluster_version, load_jobs, pyslurm_usable
 from jpu.backends.slurm.records import SlurmRecord, SlurmRecordStore
-from jpu.backends.workspaces import PipSite, Workspaces
+from jpu.backends.slurm.settings import SlurmSettings
+from jpu.backends.workspaces import Workspaces
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    data_dir: Path
-    conf: str | None = None  # SLURM_CONF for the CLI; None: the machine's default
-    timeout_grace_s: float = 30.0  # SIGTERM → SIGKILL when a sub-minute time limit is hit
-    kill_failed_after_s: float = 300.0  # X5
-    isolation: str = "auto"  # X4: auto | apptainer | none (isolation.py)
-    apptainer: iso_.Apptainer | None = None  # set: Apptainer is configured
-    container_runtime: str = "podman"  # X4a: for isolation: container
-    podman: iso_.Podman = field(default_factory=lambda: iso_.Podman(iso_.BASE_IMAGE))
-    pip: PipSite = field(default_factory=PipSite)  # X4a: what a workspace build passes to pip
-    account_template: str = "jpu-{user}"
-    create_accounts: bool = True
-    fallback_account: str = "nobody"
-    refresh_s: float = 0.25  # oldest squeue snapshot a poll accepts
-    refresh_cost_factor: float = 10.0  # …or factor × a refresh's own wall time, when longer
-    listing: str = "lean"  # lean: poll through SQUEUE_FORMAT | json: every look `squeue --json`
-    tail_bytes: int = 16 * 1024
-    pyslurm: str = "auto"  # auto: read jobs through pyslurm where it matches the cluster | off
-    backfill_partition: str = "llm"  # SPEC B1: the preemptible partition (PriorityTier below)
-    backfill_cpus: int = 1  # per LLM instance: small, so it never blocks a research job's CPUs
-    backfill_mem_gb: int = 1
-    # a start burst (every GPU after a drain): this many `sbatch` in flight at once; one attempt
-    # is still submitted at most once (a lock per Slurm job name, and the record before sbatch)
-    submit_concurrency: int = 8
 
 
 class SlurmBackend(SlurmBackfill):

@@ -24,14 +24,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from jpu.backends.base import BackendError, BackendStatus
-from jpu.backends.slurm.records import Intent, SlurmRecord
+from jpu.backends.slurm.cli import SlurmCli
+from jpu.backends.slurm.parse import SlurmJob
+from jpu.backends.slurm.records import Intent, SlurmRecord, SlurmRecordStore
+from jpu.backends.slurm.settings import SlurmSettings
 from jpu.backends.slurm.submit import enforced_by_backend
-
-if TYPE_CHECKING:
-    from jpu.backends.slurm.backend import SlurmBackend
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,29 @@ _RECANCEL_S = 2.0  # after a SIGKILL, when Slurm's own cancel follows if the job
 _NEW_JOB_S = 30.0  # a job missing from the snapshot this soon after sbatch is looked for again
 
 
+class Escalated(Protocol):
+    """What the escalator reads and changes of the backend it serves (SlurmBackend)."""
+
+    @property
+    def cli(self) -> SlurmCli: ...
+    @property
+    def settings(self) -> SlurmSettings: ...
+    @property
+    def store(self) -> SlurmRecordStore: ...
+
+    def active_records(self) -> list[SlurmRecord]:
+        """The attempts Slurm was given and whose end is not recorded yet."""
+        ...
+
+    async def snapshot(self) -> dict[int, SlurmJob]:
+        """Slurm's jobs by id, fresh enough for a poll."""
+        ...
+
+    def save(self, record: SlurmRecord) -> None: ...
+
+
 class Escalator:
-    def __init__(self, backend: SlurmBackend) -> None:
+    def __init__(self, backend: Escalated) -> None:
         self.backend = backend
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -6,7 +6,7 @@ from typing import Final
 
 from jpu.store.projection import Projection
 from jpu.store.projections import (
-    backfill,
+    backfill_instances,
     gpu_resources,
     identities,
     jobs,
@@ -21,7 +21,7 @@ ALL: Final[tuple[Projection, ...]] = (
     lab_usage.projection,
     maintenance.projection,
     gpu_resources.projection,
-    backfill.projection,
+    backfill_instances.projection,
     usage_ledger.projection,
     workspaces.projection,
     identities.projection,
@@ -32,7 +32,7 @@ BY_NAME: Final[dict[str, Projection]] = {p.name: p for p in ALL}
 __all__ = [
     "ALL",
     "BY_NAME",
-    "backfill",
+    "backfill_instances",
     "gpu_resources",
     "identities",
     "jobs",

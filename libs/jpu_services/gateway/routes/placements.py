@@ -13,7 +13,7 @@ from fastapi import APIRouter
 
 from jpu.policy.model import Gpu
 from jpu.policy.placements import placements as compute_placements
-from jpu.store.projections.backfill import live_instances
+from jpu.store.projections.backfill_instances import live_instances
 from jpu_services.gateway.deps import CurrentUser, PoolDep, SettingsDep
 from jpu_services.gateway.errors import responses
 

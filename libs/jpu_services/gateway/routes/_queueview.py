@@ -2,7 +2,7 @@
 
 Rank and pending reason are what the dispatcher decided, not a second cycle of the gateway's own
 (SPEC D7): the leading dispatcher publishes each cycle's order and reasons to the NATS
-KV bucket `jpu_views` (services/dispatcher/view.py, jpu.bus.views), and the gateway shows exactly
+KV bucket `jpu_views` (jpu_services.dispatcher.view, jpu.bus.views), and the gateway shows exactly
 that, with the time it was decided (`decided_at`). A queued job the last published cycle has not
 seen yet (it entered the queue after it) has no rank and no reason until the next cycle, which D8
 triggers at once; a job that cycle dispatched has none either (it is on its way to the GPUs).

@@ -15,7 +15,7 @@ from jpu.domain.holdings import gpus
 from jpu.domain.idle import GpuKey, Idle, Tracker
 from jpu.domain.observed import BackendStatus
 from jpu.events import BackfillEnded, BackfillStarted
-from jpu.policy.backfill import BackfillPlan, plan_backfill
+from jpu.policy.backfill_plan import BackfillPlan, plan_backfill
 from jpu.policy.maintenance import backfill_allowed
 from jpu.policy.model import Gpu, MaintenanceState
 

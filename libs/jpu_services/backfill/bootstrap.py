@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from jpu.backends import make_backend
-from jpu.backends.backfill import BackfillBackend
+from jpu.backends.backfill_contract import BackfillBackend
 from jpu.runtime.clock import SystemClock
 from jpu.runtime.edges import Edges, connect_edges
 from jpu.runtime.service import Worker

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from jpu.backends import BackendError, BackendStatus, ExecutionBackend
-from jpu.backends.backfill import BackfillBackend
+from jpu.backends.backfill_contract import BackfillBackend
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.config import Tier
 from jpu.domain.ending import cancelled_unstarted, job_ended

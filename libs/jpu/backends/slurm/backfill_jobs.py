@@ -1,4 +1,4 @@
-"""The Slurm backend's LLM backfill (SPEC B1–B3; contract in backfill.py).
+"""The Slurm backend's LLM backfill (SPEC B1–B3; contract in backfill_contract.py).
 
 Each instance is a batch job in the preemptible partition (`llm`, PriorityTier=1), pinned to the
 GPU's node with `--gres=gpu:<tier>:1`, named `jpubf-<backfill_id>` (never `jpu-…`: research
@@ -28,18 +28,15 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from jpu.backends.backfill import BackfillHandle, BackfillSpec
+from jpu.backends.backfill_contract import BackfillHandle, BackfillSpec
 from jpu.backends.base import SAFE_ID, BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.process import DEFAULT_PATH
 from jpu.backends.slurm import submit as submit_
+from jpu.backends.slurm.cli import SlurmCli
 from jpu.backends.slurm.jobs import status_of
 from jpu.backends.slurm.parse import SlurmJob, jobs_from_squeue
-
-if TYPE_CHECKING:
-    from jpu.backends.slurm.backend import SlurmSettings
-    from jpu.backends.slurm.cli import SlurmCli
+from jpu.backends.slurm.settings import SlurmSettings
 
 log = logging.getLogger(__name__)
 

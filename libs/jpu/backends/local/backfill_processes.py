@@ -1,4 +1,4 @@
-"""The local backend's LLM backfill (SPEC B1–B3; contract in backfill.py).
+"""The local backend's LLM backfill (SPEC B1–B3; contract in backfill_contract.py).
 
 Each instance is a local process in its own session with `CUDA_VISIBLE_DEVICES=<gpu>`, a free
 `PORT`, and its own directory `<data_dir>/backfill/<backfill_id>/` (script, stdout, stderr).
@@ -19,18 +19,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from jpu.backends import process as proc_
-from jpu.backends.backfill import BackfillHandle, BackfillSpec
+from jpu.backends.backfill_contract import BackfillHandle, BackfillSpec
 from jpu.backends.base import SAFE_ID, BackendError, BackendStatus, UnknownBackendJob
 from jpu.backends.local.preempt import preempt
 from jpu.backends.local.records import JobRecord, RecordStore
+from jpu.backends.local.settings import LocalSettings
 from jpu.backends.local.watch import ProcessWatcher, adopt_unsaved_spawn
 from jpu.embedded.nats import free_port
-
-if TYPE_CHECKING:
-    from jpu.backends.local.backend import LocalSettings
 
 log = logging.getLogger(__name__)
 

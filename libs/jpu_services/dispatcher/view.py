@@ -1,5 +1,5 @@
 """Publish the cycle's queue order and pending reasons to NATS KV (SPEC D1, D7), and the
-estimated starts (U4, services/dispatcher/estimates.py).
+estimated starts (U4, jpu_services.dispatcher.estimates).
 
 Rank and pending reason are properties of a cycle, not of a job, so they are not events; the
 gateway reads the latest `QueueView` from the `jpu_views` bucket (jpu.bus.views: values of any

@@ -35,11 +35,11 @@ import contextlib
 import logging
 
 from jpu.backends import UnknownBackendJob
-from jpu.backends.backfill import BackfillBackend, BackfillHandle, BackfillSpec
+from jpu.backends.backfill_contract import BackfillBackend, BackfillHandle, BackfillSpec
 from jpu.bus import ConcurrencyConflict, Delivered, EventBus
 from jpu.bus.fold_follow import Follower, SnapshotPolicy, caught_up
 from jpu.config import Config
-from jpu.domain.backfill import (
+from jpu.domain.backfill_decisions import (
     EndReason,
     end_reason,
     ended,

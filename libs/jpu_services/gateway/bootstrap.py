@@ -8,7 +8,7 @@ from jpu.runtime.edges import Edges, connect_edges
 from jpu.runtime.service import Worker
 from jpu.store.projection import Projection, run_projections
 from jpu.store.projections import (
-    backfill,
+    backfill_instances,
     gpu_resources,
     identities,
     jobs,
@@ -22,7 +22,7 @@ PROJECTIONS: dict[str, Projection] = {
     "jobs": jobs.projection,
     "maintenance": maintenance.projection,
     "gpu_resources": gpu_resources.projection,
-    "backfill": backfill.projection,
+    "backfill": backfill_instances.projection,
     "workspaces": workspaces.projection,  # X4a
     "identities": identities.projection,  # SEC3: who may authenticate, from the log
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 from jpu.domain.cluster import GpuKey
 from jpu.domain.idle import backfill_id
 from jpu.events import BackfillEnded, BackfillStarted
-from jpu.policy import backfill as planner  # the backfill service's planner
+from jpu.policy.backfill_plan import plan_backfill
 from jpu.policy.model import MaintenanceState
 from jpu.sim.state import BACKFILL
 from jpu.sim.world import World
@@ -31,7 +31,7 @@ def on_check(sim: World, keys: list[GpuKey]) -> None:
     cl = sim.cluster
     idle = {k: cl.idle_since[k] for k in keys if k in cl.idle_since}
     maintenance: MaintenanceState = sim.state.maintenance.state  # type: ignore[assignment]
-    plan = planner.plan_backfill(
+    plan = plan_backfill(
         [cl.row(k) for k in keys],
         {k: i.since for k, i in idle.items()},
         sim.now,
