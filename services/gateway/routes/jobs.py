@@ -18,7 +18,9 @@ from jpu import commands
 from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING, TERMINAL, JobView
+from jpu.runtime.edges import Edges
 from jpu.store.projections.jobs import new_row
+from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses, unreachable_dependency
 from jpu_services.gateway.personal import personal_reasons
@@ -170,8 +172,6 @@ async def _submitted_body(
 async def submit(
     request: Request,
     user: CurrentUser,
-    edges: EdgesDep,
-    settings: SettingsDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -183,6 +183,9 @@ async def submit(
     ] = None,
 ) -> JSONResponse:
     """Submit a job (SPEC §2). 201 with the job; 200 when `Idempotency-Key` replays (Q6)."""
+    # read here, not as dependencies: each one is a pass of FastAPI's solver per request
+    edges: Edges = request.app.state.edges
+    settings: GatewayConfig = request.app.state.settings
     wait = _limiter(request).take(user.name)
     if wait > 0:
         raise ApiError(
