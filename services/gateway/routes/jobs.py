@@ -69,6 +69,18 @@ def _limiter(request: Request) -> RateLimiter:
     return limiter
 
 
+_MSGSPEC_JSON: Final = msgspec.json.Decoder()
+
+
+def _json_loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError as e:  # 100k nested arrays: json.loads gives up around 1000 deep
+        raise cmd.shape_error("body", f"nested deeper than {limits.MAX_JSON_DEPTH} levels") from e
+    except ValueError as e:  # not JSON, not UTF-8, an integer of more than 4300 digits
+        raise cmd.shape_error("body", f"body is not valid JSON: {e}") from e
+
+
 async def _json_object(request: Request) -> dict[str, Any]:
     """Shape only: a JSON object of sane size that every store can hold (jpu.domain.limits: no NUL
     or unpaired surrogate, finite numbers, 64-bit integers, bounded nesting), so the command to
@@ -77,11 +89,11 @@ async def _json_object(request: Request) -> dict[str, Any]:
     if raw is None:
         raise cmd.shape_error("body", f"request body over {limits.MAX_BODY_BYTES} bytes")
     try:
-        body = json.loads(raw or b"null")
-    except RecursionError as e:  # 100k nested arrays: json.loads gives up around 1000 deep
-        raise cmd.shape_error("body", f"nested deeper than {limits.MAX_JSON_DEPTH} levels") from e
-    except ValueError as e:  # not JSON, not UTF-8, an integer of more than 4300 digits
-        raise cmd.shape_error("body", f"body is not valid JSON: {e}") from e
+        # msgspec decodes to the same values as json where it accepts; what it refuses (a lone
+        # surrogate, NaN, a BOM ...) goes through json, whose answer and wording stay the rule
+        body = _MSGSPEC_JSON.decode(raw or b"null")
+    except (msgspec.DecodeError, RecursionError):
+        body = _json_loads(raw)
     if not isinstance(body, dict):
         raise cmd.shape_error("body", "body must be a JSON object")
     problems = limits.json_problems(body)
