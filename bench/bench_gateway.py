@@ -87,6 +87,23 @@ async def wait_port(port: int, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
+async def tokens_accepted(port: int, timeout_s: float = 60.0) -> None:
+    """Wait until the gateway's projector has folded the demo users (prepare appends them as
+    events, and /readyz does not wait for the identities projection): a submit before that is a
+    401, and 20 of them throttle the bench's address (SEC5) for the whole run. One try per
+    second stays under that limit."""
+    deadline = time.monotonic() + timeout_s
+    c = RawClient("127.0.0.1", port)
+    try:
+        for i in range(len(DEMO_TOKENS)):
+            while (await get_me(c, i))[0] != 200:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the demo tokens are still refused")
+                await asyncio.sleep(1.0)
+    finally:
+        await c.close()
+
+
 async def bare_reference(args: argparse.Namespace) -> LoadResult:
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-c", BARE_APP % port])
@@ -124,6 +141,7 @@ async def main(args: argparse.Namespace) -> int:
     progress("starting the stack (NATS, PostgreSQL, gateway, intake) ...")
     async with BenchStack(("gateway", "intake"), OVERRIDES) as stack:
         progress(f"gateway {stack.url}; pids {stack.pids()}; warm-up ...")
+        await tokens_accepted(stack.port)
         await closed_loop(
             stack.port, post_job, clients=args.clients, max_requests=300, max_seconds=20
         )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from jpu.stack.supervisor import Supervisor
 from jpu.store import auth
@@ -40,6 +43,59 @@ def test_A_token_cache_is_bounded() -> None:
     cache.put("t3", ALICE, now=0.0)  # full: starts over rather than growing
     assert cache.get("t0", now=1.0) is None
     assert cache.get("t3", now=1.0) == ALICE
+
+
+async def test_A_token_cache_requests_that_miss_together_share_one_query() -> None:
+    cache = TokenCache(ttl_s=1.0)
+    asked: list[str] = []
+    answer: asyncio.Future[auth.Principal | None] = asyncio.get_running_loop().create_future()
+
+    async def query() -> auth.Principal | None:
+        asked.append("t")
+        return await answer
+
+    first = cache.lookup("t", 10.0, query)
+    second = cache.lookup("t", 10.5, query)  # expired together: joins the query in flight
+    assert second is first
+    answer.set_result(ALICE)
+    assert await asyncio.shield(first) == ALICE and asked == ["t"]
+    # cached as of when the database was asked, not when a request joined (SPEC §8 revoked)
+    assert cache.get("t", now=10.9) == ALICE
+    assert cache.get("t", now=11.0) is None
+
+
+async def test_A_token_cache_never_joins_a_query_older_than_its_ttl() -> None:
+    # SPEC §8 (revoked → 401): a query asked more than ttl_s ago may predate a revocation
+    cache = TokenCache(ttl_s=1.0)
+    slow: asyncio.Future[auth.Principal | None] = asyncio.get_running_loop().create_future()
+    answers = iter([slow, None])
+
+    async def query() -> auth.Principal | None:
+        answer = next(answers)
+        return answer if answer is None else await answer
+
+    old = cache.lookup("t", 10.0, query)
+    fresh = cache.lookup("t", 11.0, query)  # the revocation may be in between: asks anew
+    assert fresh is not old
+    assert await fresh is None  # refused, and a refusal is never cached
+    slow.set_result(ALICE)
+    await old
+    assert cache.get("t", now=10.5) == ALICE and cache.get("t", now=11.0) is None
+
+
+async def test_O5_token_cache_a_failed_query_fails_each_request_that_shared_it() -> None:
+    cache = TokenCache(ttl_s=1.0)
+
+    async def query() -> auth.Principal | None:
+        raise ConnectionRefusedError("database away")
+
+    first, second = cache.lookup("t", 10.0, query), cache.lookup("t", 10.1, query)
+    assert second is first
+    for _ in range(2):  # each request handles it on its own (deps._during_outage)
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.shield(first)
+    assert cache.get("t", now=10.2) is None
+    assert cache.lookup("t", 10.2, query) is not first  # a new miss asks again
 
 
 def test_E3_stack_gateway_workers_share_the_port_and_one_runs_projections(tmp_path: Path) -> None:

@@ -38,16 +38,25 @@ log = logging.getLogger(__name__)
 # W3C traceparent/tracestate only: the wire format every service (and language) agrees on.
 _propagator = TraceContextTextMapPropagator()
 _configured = False
+_exporting = False  # spans have somewhere to go (set once by setup_telemetry)
+
+
+def spans_exported() -> bool:
+    """Whether this process sends spans anywhere. Without an exporter a recorded span is dropped
+    at its end, so a span whose only purpose is to be seen (an HTTP server span: its context goes
+    nowhere else) need not be started at all."""
+    return _exporting
 
 
 def setup_telemetry(service_name: str) -> None:
     """Install the SDK tracer and meter providers once per process."""
-    global _configured
+    global _configured, _exporting
     if _configured:
         return
     _configured = True
     resource = Resource.create({"service.name": service_name})
     exporters = _span_exporters()
+    _exporting = bool(exporters)
     provider = TracerProvider(resource=resource, sampler=_sampler(exporters))
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))

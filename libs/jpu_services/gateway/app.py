@@ -14,6 +14,7 @@ from fastapi import FastAPI
 
 from jpu.backends.workdir_check import JobAccounts
 from jpu.policy.authfail import AuthThrottle
+from jpu.runtime import telemetry
 from jpu.runtime.edges import Edges
 from jpu.runtime.resilience import Unavailable, retry, run_through_outages
 from jpu.runtime.service import run_workers
@@ -85,6 +86,12 @@ def create_app(settings: GatewayConfig) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         description="Fair GPU sharing for research labs in front of Slurm (SPEC §8).",
+        # SPEC O4: FastAPI's request metrics (http.server.request.duration, active requests) on
+        # every request, exact. Its server span only when spans are exported: unexported, it was
+        # a tenth of the gateway's CPU per submit and went nowhere (its context is no event's
+        # parent). Never its spans for dependency resolution, endpoint and serialization: three per
+        # request for what the server span's duration already tells.
+        telemetry={"tracing": telemetry.spans_exported(), "operation_spans": False},
     )
     app.state.settings = settings
     install_error_handlers(app)

@@ -5,8 +5,10 @@ dependency per request."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Final
 
 import asyncpg
@@ -71,7 +73,11 @@ class TokenCache:
     """Accepted tokens for `ttl_s` seconds: one database query per token per second instead of
     one per request (6 % of the gateway's CPU per submit, and a PostgreSQL round trip). Only
     accepted tokens are kept, so a new token works at once; a revoked one is refused at most
-    `ttl_s` after its revocation."""
+    `ttl_s` after its revocation.
+
+    Requests that miss together share one query (`lookup`): at expiry, every request in flight
+    for a token asked the database at once. A request joins only a query started less than
+    `ttl_s` ago, so a revocation counts within `ttl_s` as for a cached answer."""
 
     def __init__(
         self,
@@ -81,6 +87,8 @@ class TokenCache:
     ) -> None:
         self.ttl_s, self.max_entries, self.outage_grace_s = ttl_s, max_entries, outage_grace_s
         self._seen: dict[str, tuple[float, auth.Principal]] = {}  # token -> (checked at, who)
+        # token -> (asked at, the query in flight)
+        self._asking: dict[str, tuple[float, asyncio.Future[auth.Principal | None]]] = {}
 
     def get(self, token: str, now: float) -> auth.Principal | None:
         return self._within(token, now, self.ttl_s)
@@ -96,16 +104,43 @@ class TokenCache:
             return None
         return hit[1]
 
+    def lookup(
+        self, token: str, now: float, query: Callable[[], Awaitable[auth.Principal | None]]
+    ) -> asyncio.Future[auth.Principal | None]:
+        """`query()`'s answer for `token`, shared with the requests that miss meanwhile, and
+        cached (`put`) as of `now` when it accepts. The query runs to its end even if the
+        request that started it is gone (await it shielded)."""
+        asking = self._asking.get(token)
+        if asking is not None and now - asking[0] < self.ttl_s:
+            return asking[1]
+        future = asyncio.ensure_future(query())
+
+        def done(f: asyncio.Future[auth.Principal | None]) -> None:
+            if self._asking.get(token, (0.0, None))[1] is f:
+                del self._asking[token]
+            if f.cancelled() or f.exception() is not None:  # retrieved: each waiter raises it
+                return
+            principal = f.result()
+            if principal is not None:  # as of when it was asked, not when a joiner joined
+                self.put(token, principal, now)
+
+        future.add_done_callback(done)
+        self._asking[token] = (now, future)
+        return future
+
     def put(self, token: str, principal: auth.Principal, now: float) -> None:
         if len(self._seen) >= self.max_entries:  # many distinct tokens: start over
             self._seen.clear()
         self._seen[token] = (now, principal)
 
 
-async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
+async def _current_user(request: Request) -> auth.Principal:
     """SPEC §8: a missing, malformed, unknown or revoked token is 401 UNAUTHENTICATED.
     SPEC SEC5: a client address with too many wrong tokens lately is 429 before its token is
-    even looked at (so a guess made while throttled cannot succeed)."""
+    even looked at (so a guess made while throttled cannot succeed).
+
+    The pool is read here rather than as a dependency of its own: every route has this one,
+    and FastAPI solves each nested dependency with a pass of its own."""
     throttle: AuthThrottle = request.app.state.auth_throttle
     client = request.client.host if request.client else "-"
     now = time.monotonic()
@@ -122,18 +157,26 @@ async def _current_user(request: Request, pool: PoolDep) -> auth.Principal:
     principal = cache.get(token, now)
     if principal is None:
         try:
-            principal = await within(
-                auth.authenticate(pool, token), AUTH_QUERY_TIMEOUT_S, "the token's lookup"
+            principal = await asyncio.shield(
+                cache.lookup(
+                    token,
+                    now,
+                    lambda: within(
+                        auth.authenticate(request.app.state.edges.pool, token),
+                        AUTH_QUERY_TIMEOUT_S,
+                        "the token's lookup",
+                    ),
+                )
             )
         except Exception as e:
             if unreachable_dependency(e) is None:
                 raise
             principal = _during_outage(cache, token, now, e)
             request.scope[DATABASE_AWAY] = True  # this request does not wait on it again
+            cache.put(token, principal, now)
         if principal is None:
             _failed(throttle, client, now)
             raise unauthenticated("invalid or revoked token")
-        cache.put(token, principal, now)
     request.scope[USER_KEY] = principal.name  # the access log's `user` (accesslog.py)
     return principal
 

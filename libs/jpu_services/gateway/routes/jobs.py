@@ -18,7 +18,9 @@ from jpu import commands
 from jpu.backends import jobfiles, joblogs
 from jpu.domain import limits
 from jpu.domain.states import PENDING, TERMINAL, JobView
+from jpu.runtime.edges import Edges
 from jpu.store.projections.jobs import new_row
+from jpu_services.gateway.config import GatewayConfig
 from jpu_services.gateway.deps import CurrentUser, EdgesDep, PoolDep, SettingsDep
 from jpu_services.gateway.errors import ApiError, responses, unreachable_dependency
 from jpu_services.gateway.personal import personal_reasons
@@ -67,6 +69,18 @@ def _limiter(request: Request) -> RateLimiter:
     return limiter
 
 
+_MSGSPEC_JSON: Final = msgspec.json.Decoder()
+
+
+def _json_loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except RecursionError as e:  # 100k nested arrays: json.loads gives up around 1000 deep
+        raise cmd.shape_error("body", f"nested deeper than {limits.MAX_JSON_DEPTH} levels") from e
+    except ValueError as e:  # not JSON, not UTF-8, an integer of more than 4300 digits
+        raise cmd.shape_error("body", f"body is not valid JSON: {e}") from e
+
+
 async def _json_object(request: Request) -> dict[str, Any]:
     """Shape only: a JSON object of sane size that every store can hold (jpu.domain.limits: no NUL
     or unpaired surrogate, finite numbers, 64-bit integers, bounded nesting), so the command to
@@ -75,11 +89,11 @@ async def _json_object(request: Request) -> dict[str, Any]:
     if raw is None:
         raise cmd.shape_error("body", f"request body over {limits.MAX_BODY_BYTES} bytes")
     try:
-        body = json.loads(raw or b"null")
-    except RecursionError as e:  # 100k nested arrays: json.loads gives up around 1000 deep
-        raise cmd.shape_error("body", f"nested deeper than {limits.MAX_JSON_DEPTH} levels") from e
-    except ValueError as e:  # not JSON, not UTF-8, an integer of more than 4300 digits
-        raise cmd.shape_error("body", f"body is not valid JSON: {e}") from e
+        # msgspec decodes to the same values as json where it accepts; what it refuses (a lone
+        # surrogate, NaN, a BOM ...) goes through json, whose answer and wording stay the rule
+        body = _MSGSPEC_JSON.decode(raw or b"null")
+    except (msgspec.DecodeError, RecursionError):
+        body = _json_loads(raw)
     if not isinstance(body, dict):
         raise cmd.shape_error("body", "body must be a JSON object")
     problems = limits.json_problems(body)
@@ -170,8 +184,6 @@ async def _submitted_body(
 async def submit(
     request: Request,
     user: CurrentUser,
-    edges: EdgesDep,
-    settings: SettingsDep,
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -183,6 +195,9 @@ async def submit(
     ] = None,
 ) -> JSONResponse:
     """Submit a job (SPEC §2). 201 with the job; 200 when `Idempotency-Key` replays (Q6)."""
+    # read here, not as dependencies: each one is a pass of FastAPI's solver per request
+    edges: Edges = request.app.state.edges
+    settings: GatewayConfig = request.app.state.settings
     wait = _limiter(request).take(user.name)
     if wait > 0:
         raise ApiError(
