@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench_slurm_watch import WatchBench
 
-from jpu.backends import LaunchSpec
+from jpu.backends import BackendError, LaunchSpec
 from jpu.backends.slurm.backend import SlurmBackend, SlurmSettings
 
 
@@ -108,7 +108,11 @@ async def run_burst(args: argparse.Namespace, directory: Path, nodes: list[str])
             (f"(r) raw sbatch, {default} in flight", default, _raw),
         ):
             progress(f"burst of {n}: {label} (load {os.getloadavg()[0]:.1f})")
-            took = await how(b, root, n, concurrency)
+            try:
+                took = await how(b, root, n, concurrency)
+            except BackendError as e:  # e.g. a squeue per start timing out: the row says so
+                print(f"burst of {n} one-GPU starts, {label}: failed ({e})", flush=True)
+                continue
             rows.append((label, took))
         ref = n / rows[-1][1]
         for label, took in rows:
