@@ -62,10 +62,11 @@ async def test_X1_a_start_burst_runs_sbatch_concurrently_and_each_attempt_once(
     """Issue 30.5: a burst of starts (every GPU after a drain) keeps several `sbatch` in flight,
     and an attempt submitted by several callers at once still becomes one Slurm job (X1)."""
     backend = slurm.new_backend(submit_concurrency=4)
-    run, in_flight, most = backend.cli.run, [0], [0]
+    run, in_flight, most, squeues = backend.cli.run, [0], [0], [0]
 
     async def counting(argv: Sequence[str], **kw: Any) -> tuple[int, str, str]:
         sbatch = "sbatch" in argv
+        squeues[0] += argv[0] == "squeue"
         in_flight[0] += sbatch
         most[0] = max(most[0], in_flight[0])
         try:
@@ -81,11 +82,56 @@ async def test_X1_a_start_burst_runs_sbatch_concurrently_and_each_attempt_once(
     assert all(len(b) == 1 for b in per_spec), per_spec  # three callers, one Slurm job
     assert len({b for (b,) in per_spec}) == len(specs)
     assert 1 < most[0] <= 4, most  # concurrent, and bounded by submit_concurrency
+    assert squeues[0] < len(specs), squeues  # the burst's lookups by name share a squeue
     names = [squeue_job(slurm, b)["name"] for (b,) in per_spec]
     assert names == [f"jpu-{s.job_id}-1" for s in specs]
     assert not backend._submitting  # no lock outlives its callers
     for (b,) in per_spec:
         assert (await wait_end(backend, b, 60)).state == "COMPLETED"
+
+
+async def test_X1_O5_a_burst_cut_short_and_submitted_again_makes_each_attempt_one_job(
+    slurm: SlurmEnv,
+) -> None:
+    """O5 in a start burst: the agent dies mid-burst, its submits cut wherever they are (before
+    the record, between the record and sbatch, after Slurm accepted a job whose id was never
+    saved); its successor (same data dir) and an agent that lost its data dir submit every
+    attempt again. Each attempt is one Slurm job, none lost."""
+    first = slurm.new_backend(submit_concurrency=3)
+    run, accepted, in_slurm = first.cli.run, [0], []
+
+    async def sbatch_outlives_us(argv: Sequence[str], **kw: Any) -> tuple[int, str, str]:
+        if "sbatch" not in argv:
+            return await run(argv, **kw)
+        # a killed agent's sbatch still reaches slurmctld: it runs on, unaffected by the cut
+        done = asyncio.ensure_future(run(argv, **kw))
+        in_slurm.append(done)
+        result = await asyncio.shield(done)
+        accepted[0] += 1
+        return result
+
+    first.cli.run = sbatch_outlives_us  # type: ignore[method-assign]
+    nodes = list(slurm.cluster.nodes)
+    specs = [slurm.spec("sleep 30", node=nodes[i % len(nodes)]) for i in range(12)]
+    burst = [asyncio.create_task(first.submit(s)) for s in specs]
+    while accepted[0] < 3:  # some answered, others still in sbatch or not there yet
+        await asyncio.sleep(0.01)
+    for task in burst:
+        task.cancel()
+    await asyncio.gather(*burst, return_exceptions=True)
+    await asyncio.gather(*in_slurm, return_exceptions=True)
+    assert len(in_slurm) < len(specs)  # the cut left attempts never submitted
+
+    successor = slurm.new_backend(submit_concurrency=3)
+    again = await asyncio.gather(*(successor.submit(s) for s in specs))
+    amnesiac = slurm.new_backend(data_dir=slurm.data_dir / "lost", submit_concurrency=3)
+    assert await asyncio.gather(*(amnesiac.submit(s) for s in specs)) == again
+    _, out, _ = await successor.cli.run(["squeue", "--noheader", "--states=all", "--Format=Name:|"])
+    names = [line.rstrip("|") for line in out.splitlines()]
+    for s in specs:
+        assert names.count(f"jpu-{s.job_id}-1") == 1, s.job_id  # exactly once, none lost
+    for bid in again:
+        await successor.cancel(bid, 0.0)
 
 
 async def test_X1_a_job_runs_in_its_tiers_partition_on_its_node(slurm: SlurmEnv) -> None:

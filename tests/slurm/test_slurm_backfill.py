@@ -9,7 +9,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import httpx
 import pytest_asyncio
@@ -111,3 +112,25 @@ async def test_B2_research_onto_backfilled_gpu_on_slurm_preempts_within_3s(
     assert (await backend.poll_backfill(handles[1].backend_job_id)).state == "RUNNING"
     status = await wait_end(backend, bid)
     assert status.state == "COMPLETED" and "cvd=" in status.output_tail
+
+
+async def test_B2_the_preemption_checks_of_a_start_burst_share_fresh_listings(
+    backend: SlurmBackend,
+) -> None:
+    """The agent checks for backfill before each start (B2); a burst's checks share squeues
+    (each begun after its call) and still leave an instance on another GPU alone."""
+    node, tier = "gpu-4090x2-02", "rtx4090"
+    other = await backend.submit_backfill(bf_spec(node, tier, 1))
+    run, squeues = backend.cli.run, [0]
+
+    async def counting(argv: Sequence[str], **kw: Any) -> tuple[int, str, str]:
+        squeues[0] += argv[0] == "squeue"
+        return await run(argv, **kw)
+
+    backend.cli.run = counting  # type: ignore[method-assign]
+    checks = await asyncio.gather(
+        *(backend.preempt_backfill(node, tier, [0], 2.0) for _ in range(8))
+    )
+    assert checks == [[]] * 8  # nothing on GPU 0
+    assert squeues[0] <= 2, squeues  # the first alone, the seven that asked meanwhile together
+    assert (await backend.poll_backfill(other.backend_job_id)).state == "RUNNING"

@@ -7,8 +7,15 @@ from __future__ import annotations
 import asyncio
 import time
 
-from jpu.backends.slurm.listing import Listing, note_ends
-from jpu.backends.slurm.parse import SQUEUE_FIELDS, SQUEUE_FORMAT, SlurmJob, states_from_squeue
+from jpu.backends.slurm.listing import Listing, Named, NameLookup, note_ends
+from jpu.backends.slurm.parse import (
+    SQUEUE_FIELDS,
+    SQUEUE_FORMAT,
+    SQUEUE_NAMED_FORMAT,
+    SlurmJob,
+    named_states_from_squeue,
+    states_from_squeue,
+)
 from jpu_services.slurm_agent.watchlist import WatchList, aligned
 
 LISTING = """\
@@ -125,3 +132,55 @@ async def test_X9_jobs_at_the_same_backoff_are_polled_in_one_round() -> None:
         unaligned.track(f"j{i}", 1, str(i))
         await asyncio.sleep(0.001)
     assert len({w.due for w in unaligned.jobs.values()}) > 10  # a round per job
+
+
+NAMED = """\
+1501|RUNNING|None|jpu-alice|w01|w01|rtx4090|0|1795950720|1795954320|1795950718|jpu-a-1|
+1502|PENDING|Resources|jpu-bob||n/a|rtx4090|0|0|NONE|1795950719|jpu-b-1|
+1503|RUNNING|None|mallory|w01|w01|rtx4090|0|1795950720|1795954320|1795950718|other|
+1504|RUNNING|None|jpu-bob|w01|w01|rtx4090|0|1795950720|1795954320|1795950718|jpu-b|1|
+"""
+
+
+def test_X9_lookup_by_names_keeps_each_asked_name_and_nothing_else() -> None:
+    assert f"{SQUEUE_FORMAT},Name:|" == SQUEUE_NAMED_FORMAT
+    found = named_states_from_squeue(NAMED, ["jpu-a-1", "jpu-b-1", "jpu-c-1"])
+    assert {n: sorted(j) for n, j in found.items()} == {
+        "jpu-a-1": [1501], "jpu-b-1": [1502], "jpu-c-1": [],
+    }  # fmt: skip
+    assert found["jpu-a-1"][1501].name == "jpu-a-1" and found["jpu-a-1"][1501].node == "w01"
+    assert found["jpu-b-1"][1502].state == "PENDING" and found["jpu-b-1"][1502].node is None
+
+
+async def test_X1_lookups_of_a_burst_share_a_squeue_that_started_after_each_asked() -> None:
+    asked: dict[str, float] = {}
+    loads: list[tuple[float, list[str]]] = []
+
+    async def load(names: list[str]) -> Named:
+        loads.append((time.monotonic(), names))
+        await asyncio.sleep(0.01)  # a squeue's wall time
+        return {n: {int(n): job(int(n), "RUNNING")} for n in names if int(n) % 2}
+
+    lookup = NameLookup(load, batch=50)
+
+    async def get(name: str) -> dict[int, SlurmJob]:
+        asked[name] = time.monotonic()
+        return await lookup.get(name)
+
+    names = [str(i) for i in range(120)]
+    answers = await asyncio.gather(*(get(n) for n in names))
+    assert [sorted(a) for a in answers] == [[int(n)] if int(n) % 2 else [] for n in names]
+    assert lookup.loads <= 4, loads  # the first alone, then the others 50 names per squeue
+    for name in names:  # each answered by a listing begun after it asked
+        started = next(t for t, batch in loads if name in batch)
+        assert started >= asked[name]
+
+
+async def test_X1_a_failed_lookup_fails_every_caller_it_was_to_answer() -> None:
+    async def load(names: list[str]) -> Named:
+        await asyncio.sleep(0)
+        raise RuntimeError("slurmctld down")
+
+    lookup = NameLookup(load)
+    results = await asyncio.gather(*(lookup.get(n) for n in "abc"), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in results), results

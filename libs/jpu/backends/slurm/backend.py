@@ -1,7 +1,8 @@
 """The real Slurm backend (SPEC X9): attempts are Slurm batch jobs, driven through the CLI.
 
-  submit    sbatch (submit.py: X1–X3), as the user's mapped Unix account (runuser when the
-            agent is root, like the local backend's setpriv); idempotent per attempt by job name.
+  submit    sbatch (submit.py: X1–X3), as the user's mapped Unix account (its UID when the
+            agent is root, like the local backend's setpriv); idempotent per attempt by job name
+            (concurrent lookups share one `squeue --name=a,b,…`: listing.NameLookup).
   poll      one shared lean `squeue` listing of the jobs we have records of (listing.py:
             refreshed at most every `refresh_s`, longer when a refresh is costly), then the
             jobcomp log (`sacct -c`) for jobs slurmctld has forgotten; states mapped (parse).
@@ -46,7 +47,7 @@ from jpu.backends.slurm import submit as submit_
 from jpu.backends.slurm.backfill_jobs import SlurmBackfill
 from jpu.backends.slurm.cli import SlurmCli
 from jpu.backends.slurm.escalate import Escalator
-from jpu.backends.slurm.listing import Listing, note_ends
+from jpu.backends.slurm.listing import Listing, NameLookup, note_ends
 from jpu.backends.slurm.parse import (
     SlurmJob,
     inventory_from_sinfo,
@@ -91,6 +92,7 @@ class SlurmBackend(SlurmBackfill):
         factor = settings.refresh_cost_factor
         self.full = Listing(self._load_jobs, settings.refresh_s, factor)  # our names: --json
         self.lean = Listing(self._load_states, settings.refresh_s, factor)  # recorded ids only
+        self.names = NameLookup(self.cli.squeue_named)  # is an attempt in Slurm already?
         self._submitting: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # name → lock, callers
         self._submit_slots = asyncio.Semaphore(max(1, settings.submit_concurrency))
         self._seen_end: dict[int, float] = {}  # Slurm id → wall clock when seen terminal
@@ -104,30 +106,31 @@ class SlurmBackend(SlurmBackfill):
         name = submit_.job_name(spec.job_id, spec.attempt)
         async with self._one_submit(name):  # two submits of one attempt must not both sbatch
             self._load()
-            existing = await self._find(name)
+            existing = await self._find(name)  # one squeue for the lookups of a whole burst
             if existing is not None:
                 return str(existing)  # idempotent per (job_id, attempt)
             account = self.accounts.account_for(spec.user)
             isolation = self._in_workspace(spec, await self._isolation_for(account))
-            try:
-                await asyncio.to_thread(jobs_.prepare_output, spec, account)
-            except OSError as e:
-                raise BackendError(f"cannot prepare {name}: {e}") from e
             record = SlurmRecord(
                 name=name, job_id=spec.job_id, attempt=spec.attempt, user=spec.user,
                 account=account.name, node=spec.node, output_dir=spec.output_dir,
                 isolation=isolation.name, time_limit_s=spec.time_limit_s,
                 submitted_at=time.time(),
             )  # fmt: skip
-            self.store.save(record)  # before sbatch: a crash in between is found by name
+            try:  # the record before sbatch (a crash in between is found by name); file
+                # writes and fsyncs off the event loop, so a burst's overlap each other and sbatch
+                await asyncio.to_thread(self._prepare, spec, account, record)
+            except OSError as e:
+                raise BackendError(f"cannot prepare {name}: {e}") from e
             try:
-                record.slurm_id = await self._sbatch(spec, account, isolation, record)
+                async with self._submit_slots:  # at most submit_concurrency sbatch in flight
+                    record.slurm_id = await self._sbatch(spec, account, isolation, record)
             except BackendError:
                 self.store.forget(name)
                 raise
             self.full.invalidate()  # the next look must see the new job
             self.lean.invalidate()
-            self.store.save(record)
+            await asyncio.to_thread(self.store.save, record)
             self._remember(record)
         log.info("submitted %s as Slurm job %d (%s)", name, record.slurm_id, account.name)
         if submit_.enforced_by_backend(spec.time_limit_s):
@@ -136,18 +139,22 @@ class SlurmBackend(SlurmBackfill):
 
     @contextlib.asynccontextmanager
     async def _one_submit(self, name: str) -> AsyncIterator[None]:
-        """One submit of `name` at a time, at most `submit_concurrency` of all names at once (a
-        start burst). A name's lock lives while any caller holds or awaits it: dropped earlier,
-        a third caller could take a new lock while the second still waits on the old one."""
+        """One submit of `name` at a time (its lookup and its sbatch). A name's lock lives
+        while any caller holds or awaits it: dropped earlier, a third caller could take a new
+        lock while the second still waits on the old one."""
         lock, callers = self._submitting.setdefault(name, (asyncio.Lock(), [0]))
         callers[0] += 1
         try:
-            async with lock, self._submit_slots:
+            async with lock:
                 yield
         finally:
             callers[0] -= 1
             if callers[0] == 0:
                 del self._submitting[name]  # from now on the record (or Slurm) answers
+
+    def _prepare(self, spec: LaunchSpec, account: Account, record: SlurmRecord) -> None:
+        jobs_.prepare_output(spec, account)
+        self.store.save(record)
 
     async def find(self, job_id: str, attempt: int) -> str | None:
         self._load()
@@ -300,7 +307,7 @@ class SlurmBackend(SlurmBackfill):
             return record.slurm_id
         lean = self.settings.listing != "json" and "," not in name  # --name takes a list
         # lean: only the jobs of exactly this name, and the full listing only to adopt one
-        named = await (self.cli.squeue_states(name) if lean else self.snapshot(0.0, full=True))
+        named = await (self.names.get(name) if lean else self.snapshot(0.0, full=True))
         for jid, job in named.items():
             if (lean or job.name == name) and not jobs_.never_ran(job):
                 if record is not None:  # submitted by an agent that died before recording it
@@ -344,7 +351,7 @@ class SlurmBackend(SlurmBackfill):
             return iso_.NONE
         if account.name not in self._isolation:
             prefix = ["unshare", "--user", "--map-current-user", "--net", "--"]
-            rc, _, _ = await self.cli.run([*self._as(account), *prefix, "true"], check=False)
+            rc, _, _ = await self.cli.run([*prefix, "true"], check=False, account=self._as(account))
             self._isolation[account.name] = iso_.netns(prefix if rc == 0 else [])
         return self._isolation[account.name]
 
@@ -358,11 +365,11 @@ class SlurmBackend(SlurmBackfill):
         image = spec.workspace_image or self.workspaces.require_ready(spec.user, spec.workspace)
         return iso_.podman(dataclasses.replace(isolation.podman, image=image))
 
-    def _as(self, account: Account) -> list[str]:
-        """Run a command as the job's account (root agent) or as ourselves."""
+    def _as(self, account: Account) -> Account | None:
+        """Run a command as the job's account (root agent) or as ourselves (None)."""
         if self._agent.is_root and account.uid != self._agent.uid:
-            return ["runuser", "-u", account.name, "--"]
-        return []
+            return account
+        return None
 
     async def _sbatch(
         self, spec: LaunchSpec, account: Account, isolation: iso_.Isolation, record: SlurmRecord
@@ -374,9 +381,12 @@ class SlurmBackend(SlurmBackfill):
             os.write(write_fd, env)  # small (the user's env): fits the pipe buffer
             os.close(write_fd)
             write_fd = -1
-            argv = [*self._as(account), *submit_.sbatch_argv(spec, read_fd, comment)]
+            argv = submit_.sbatch_argv(spec, read_fd, comment)
             _, out, _ = await self.cli.run(
-                argv, stdin=submit_.wrapper(isolation), pass_fds=[read_fd]
+                argv,
+                stdin=submit_.wrapper(isolation),
+                pass_fds=[read_fd],
+                account=self._as(account),
             )
         finally:
             os.close(read_fd)

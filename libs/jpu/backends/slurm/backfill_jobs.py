@@ -20,6 +20,7 @@ preempt them too, but later: bench/bench_slurm.py measures both.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from jpu.backends.process import DEFAULT_PATH
 from jpu.backends.slurm import submit as submit_
 from jpu.backends.slurm.cli import SlurmCli
 from jpu.backends.slurm.jobs import status_of
+from jpu.backends.slurm.listing import Listing
 from jpu.backends.slurm.parse import SlurmJob, jobs_from_squeue
 from jpu.backends.slurm.settings import SlurmSettings
 
@@ -106,7 +108,7 @@ class SlurmBackfill:
         """B2 from any process: squeue says which instances hold these GPUs."""
         victims = [
             jid
-            for jid, job in (await _bf_jobs(self.cli)).items()
+            for jid, job in (await self._backfill_now()).items()
             if not job.terminal and job.node == node and _on(job, tier, gpus)
         ]
         if not victims:
@@ -115,7 +117,7 @@ class SlurmBackfill:
         await self.cli.run(["scancel", *ids], check=False)
         deadline, killed = time.monotonic() + grace_s, False
         while True:
-            jobs = await _bf_jobs(self.cli)
+            jobs = await self._backfill_now()
             alive = [j for j in victims if j in jobs and not jobs[j].terminal]
             if not alive:
                 break
@@ -130,6 +132,17 @@ class SlurmBackfill:
             await asyncio.sleep(_PREEMPT_POLL_S)
         log.info("preempted backfill %s on %s/%s%s", ids, node, tier, gpus)
         return ids
+
+    async def _backfill_now(self) -> dict[int, SlurmJob]:
+        """Every backfill job, from a `squeue` that started after the call (B2 never acts on a
+        stale listing), one for all concurrent callers: a start burst preempts before each
+        start, and a `squeue --json` per start cost more than its sbatch."""
+        jobs, _ = await self._backfill_listing.get(0.0)
+        return jobs
+
+    @functools.cached_property
+    def _backfill_listing(self) -> Listing:
+        return Listing(lambda: _bf_jobs(self.cli), 0.0, 0.0)
 
 
 async def _bf_jobs(cli: SlurmCli) -> dict[int, SlurmJob]:

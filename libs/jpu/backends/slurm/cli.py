@@ -14,12 +14,15 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jpu.backends.accounts import Account
 from jpu.backends.base import BackendError
 from jpu.backends.slurm.parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
+    SQUEUE_NAMED_FORMAT,
     SlurmJob,
     job_from_sacct,
+    named_states_from_squeue,
     states_from_squeue,
 )
 
@@ -47,7 +50,15 @@ class SlurmCli:
         pass_fds: Sequence[int] = (),
         check: bool = True,
         env: Mapping[str, str] | None = None,
+        account: Account | None = None,
     ) -> tuple[int, str, str]:
+        """`account`: run as that Unix account (its UID, GID and groups, set by the child
+        before exec, as `runuser -u` would without its PAM session: a start burst runs one
+        process per sbatch instead of two, and about half the CPU per start)."""
+        drop: dict[str, Any] = {}
+        if account is not None:
+            groups = os.getgrouplist(account.name, account.gid)
+            drop = {"user": account.uid, "group": account.gid, "extra_groups": groups}
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -56,6 +67,7 @@ class SlurmCli:
                 stderr=asyncio.subprocess.PIPE,
                 env=self.env if env is None else env,
                 pass_fds=tuple(pass_fds),
+                **drop,
             )
         except OSError as e:
             raise BackendError(f"cannot run {argv[0]}: {e}") from e
@@ -96,6 +108,14 @@ class SlurmCli:
             argv.append(f"--name={name}")
         _, out, _ = await self.run(argv, env=self._epoch_env)
         return states_from_squeue(out)
+
+    async def squeue_named(self, names: Sequence[str]) -> dict[str, dict[int, SlurmJob]]:
+        """name → the jobs of exactly that name, for many names in one `squeue --name=a,b,…`
+        (lean, plus the name: only jobs bearing one of `names`, which are ours, are listed)."""
+        argv = ["squeue", "--noheader", "--states=all", f"--Format={SQUEUE_NAMED_FORMAT}",
+                f"--name={','.join(names)}"]  # fmt: skip
+        _, out, _ = await self.run(argv, env=self._epoch_env)
+        return named_states_from_squeue(out, names)
 
     async def sinfo(self) -> Mapping[str, Any]:
         return await self._json(["sinfo", "--json"])

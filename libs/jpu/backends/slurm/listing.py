@@ -72,3 +72,48 @@ def note_ends(seen: dict[int, float], jobs: Jobs, covers: Callable[[int], bool])
             seen.pop(jid, None)
     for jid in [j for j in seen if j not in jobs and covers(j)]:
         del seen[jid]
+
+
+Named = dict[str, Jobs]
+
+
+class NameLookup:
+    """Jobs by exact name for many concurrent callers in one `squeue --name=a,b,…` (a start
+    burst looks every attempt up before its sbatch: one squeue per attempt cost as much as the
+    sbatch itself). Each caller is answered by a listing that started after it asked, as its
+    own squeue would have, so an attempt submitted before the call is always seen."""
+
+    def __init__(self, load: Callable[[list[str]], Awaitable[Named]], batch: int = 200) -> None:
+        self._load, self.batch = load, batch
+        self._waiting: dict[str, list[asyncio.Future[Jobs]]] = {}
+        self._lock = asyncio.Lock()
+        self.loads = 0
+
+    async def get(self, name: str) -> Jobs:
+        answer: asyncio.Future[Jobs] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(name, []).append(answer)
+        async with self._lock:  # whoever holds it answers everyone who asked before its load
+            if not answer.done():
+                await self._serve(answer)
+        return answer.result()
+
+    async def _serve(self, mine: asyncio.Future[Jobs]) -> None:
+        waiting, self._waiting = self._waiting, {}
+        names = list(waiting)
+        try:
+            found: Named = {}
+            for i in range(0, len(names), self.batch):  # bounded argv
+                found |= await self._load(names[i : i + self.batch])
+                self.loads += 1
+        except asyncio.CancelledError:  # the others are still owed a listing: the next holder
+            for name, answers in waiting.items():
+                self._waiting.setdefault(name, []).extend(a for a in answers if a is not mine)
+            raise
+        except Exception as e:
+            for answers in waiting.values():
+                for a in answers:
+                    a.set_exception(e)
+            return
+        for name, answers in waiting.items():
+            for a in answers:
+                a.set_result(found.get(name, {}))

@@ -209,6 +209,8 @@ SQUEUE_FIELDS = (
     "StartTime", "EndTime", "SubmitTime",
 )  # fmt: skip
 SQUEUE_FORMAT = ",".join(f"{field}:|" for field in SQUEUE_FIELDS)  # no width: "|" ends each
+# …and the job name last, for lookups by exact names of ours (jpu-<id>-<n>: no "|" in them)
+SQUEUE_NAMED_FORMAT = f"{SQUEUE_FORMAT},Name:|"
 
 
 def _text_epoch(text: str) -> float | None:
@@ -226,13 +228,30 @@ def states_from_squeue(text: str) -> dict[int, SlurmJob]:
     width = len(SQUEUE_FIELDS) + 1  # each field ends with "|"
     for line in text.splitlines():
         parts = line.split("|")
-        if len(parts) != width or not parts[0].isdigit():
-            continue  # e.g. a pending array's "123_[1-9]"
-        jid, state, reason, user, nodes, host, partition, code, start, end, submit, _ = parts
-        out[int(jid)] = SlurmJob(
-            job_id=int(jid), name="", state=state or "PENDING", reason=reason, user=user,
-            node=_text_node(nodes) or _text_node(host), partition=partition,
-            exit_status=int(code) if code.isdigit() else None, start_time=_text_epoch(start),
-            end_time=_text_epoch(end), submit_time=_text_epoch(submit),
-        )  # fmt: skip
+        if len(parts) == width and parts[0].isdigit():  # not e.g. a pending array's "123_[1-9]"
+            job = _state_line(parts)
+            out[job.job_id] = job
     return out
+
+
+def named_states_from_squeue(text: str, names: Iterable[str]) -> dict[str, dict[int, SlurmJob]]:
+    """A SQUEUE_NAMED_FORMAT listing: for each of `names`, its jobs by Slurm job id. A line whose
+    name is not one of them (or that does not split into the fields) is ignored."""
+    out: dict[str, dict[int, SlurmJob]] = {name: {} for name in names}
+    width = len(SQUEUE_FIELDS) + 2
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) == width and parts[0].isdigit() and parts[-2] in out:
+            job = msgspec.structs.replace(_state_line(parts), name=parts[-2])
+            out[job.name][job.job_id] = job
+    return out
+
+
+def _state_line(parts: list[str]) -> SlurmJob:
+    jid, state, reason, user, nodes, host, partition, code, start, end, submit = parts[:11]
+    return SlurmJob(
+        job_id=int(jid), name="", state=state or "PENDING", reason=reason, user=user,
+        node=_text_node(nodes) or _text_node(host), partition=partition,
+        exit_status=int(code) if code.isdigit() else None, start_time=_text_epoch(start),
+        end_time=_text_epoch(end), submit_time=_text_epoch(submit),
+    )  # fmt: skip
