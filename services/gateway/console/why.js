@@ -1,13 +1,15 @@
+import { $, api, applyStrings, clearRows, fmtDur, fmtNum, fmtTime, h, has, setRows, showError, state, t, tf } from "./core.js";
+import { STRINGS } from "./strings.js";
+
 // "Why it waited" on the job page (SPEC U4): GET /v1/jobs/{id}/wait in sentences, in
 // the console's language. Loaded on request (a replay of the log, not for every poll) and kept for
 // the job shown, so a poll or the language toggle redraws it without asking again.
-// Uses console.js's helpers (t, tf, h, api, fmtTime, fmtDur, fmtNum, STRINGS, $).
-"use strict";
+// An ES module of the console (main.js), its helpers from core.js.
 
 // The sentences, English and Korean, are one catalog with `jpu why`'s (jpu/explain/why.json,
 // served at /console/why.json): a key `k` is `why.k` here; `console.k` is this page's own
 // layout of a line the CLI lays out differently.
-const whyStrings = fetch("/console/why.json", { cache: "no-cache" })
+export const whyStrings = fetch("/console/why.json", { cache: "no-cache" })
   .then((r) => { if (!r.ok) throw new Error(`/console/why.json: HTTP ${r.status}`); return r.json(); })
   .then((catalog) => {
     for (const [lang, strings] of Object.entries(catalog)) {
@@ -18,12 +20,12 @@ const whyStrings = fetch("/console/why.json", { cache: "no-cache" })
     applyStrings();  // console.js applied its strings before these arrived
   });
 
-const why = { id: null, wait: null };  // the explanation loaded for the job shown
-const reasonText = (r) => t(has(`reason.${r}.t`) ? `reason.${r}.t` : `reason.${r}`);
+export const why = { id: null, wait: null };  // the explanation loaded for the job shown
+export const reasonText = (r) => t(has(`reason.${r}.t`) ? `reason.${r}.t` : `reason.${r}`);
 
 // The cause in words: one sentence per kind (jpu.explain.wait.CauseKind), or per kind and
 // reason, as jpu.cli.why renders it; never the event's type.
-function whyCause(c) {
+export function whyCause(c) {
   if (!c) return "";
   // Q8: the parent and how it ended, when the story knows them (as jpu.cli.why)
   const sub = c.kind === "dependency_never_satisfied" && (c.jobs || []).length
@@ -52,7 +54,7 @@ function whyCause(c) {
 
 // The step's pending reason; the personal queue's names the jobs holding the slots (S1) or the
 // array's tasks holding its %N (Q7), MinVram the VRAM floor (D7).
-function whyReason(s, w) {
+export function whyReason(s, w) {
   if (!s.pending_reason) return t("why.reason.none");
   const jobs = (s.slot_holders || []).join(", ");
   if (["ConcurrencyLimit", "MinVram", "ArrayThrottle"].includes(s.pending_reason)) {
@@ -62,7 +64,7 @@ function whyReason(s, w) {
   return reasonText(s.pending_reason);
 }
 
-function whyNodes(w) {
+export function whyNodes(w) {
   const phases = Object.entries(w.phases).map(([k, s]) => `${t("why.phase." + k)} ${fmtDur(s)}`).join(" · ");
   const out = [h("p", { class: "why-phases" }, tf("why.phases", { phases }))];
   const steps = w.steps.map((s) => {
@@ -103,8 +105,8 @@ function whyNodes(w) {
   return out;
 }
 
-// Called by the job page's draw (console.js loadJob) for the job shown.
-function drawWhy(jobId) {
+// Called by the job page's draw (job.js loadJob) for the job shown.
+export function drawWhy(jobId) {
   const box = $("job-why"), button = $("job-why-load");
   if (why.id !== jobId) { why.id = jobId; why.wait = null; }
   button.onclick = async () => {

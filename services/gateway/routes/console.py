@@ -18,13 +18,29 @@ from jpu_services.gateway.errors import ApiError
 CONSOLE_DIR: Final = Path(__file__).resolve().parent.parent / "console"
 # the "why" sentences (SPEC U4), one catalog with `jpu why`'s: jpu/explain/why.json
 WHY_CATALOG: Final = Path(str(resources.files("jpu.explain").joinpath("why.json")))
+# The page's ES modules (main.js imports the others; no build step). A module script is run only
+# when it is served with a JavaScript MIME type.
+MODULES: Final = (
+    "main.js",
+    "core.js",
+    "strings.js",
+    "time.js",
+    "queue.js",
+    "pool.js",
+    "labs.js",
+    "jobs.js",
+    "workspaces.js",
+    "job.js",
+    "log.js",
+    "why.js",
+    "files.js",
+    "submit.js",
+)
 _ASSETS: Final = {
     "index.html": "text/html; charset=utf-8",
     "why.json": "application/json; charset=utf-8",
-    "console.js": "text/javascript; charset=utf-8",
-    "why.js": "text/javascript; charset=utf-8",
-    "files.js": "text/javascript; charset=utf-8",
     "console.css": "text/css; charset=utf-8",
+    **dict.fromkeys(MODULES, "text/javascript; charset=utf-8"),
 }
 
 router = APIRouter(tags=["console"], include_in_schema=False)
