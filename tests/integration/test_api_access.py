@@ -52,6 +52,10 @@ async def test_U2_console_page_has_banner_and_both_languages(api: Api) -> None:
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'id="maintenance-banner"' in page.text  # SPEC M5
     assert '<script type="module" src="/console/main.js">' in page.text  # it imports the rest
+    # the page runs only the gateway's own files: no inline script, nothing from elsewhere
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self';" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert page.text.count("<script") == page.text.count('<script type="module" src="/console/')
     js = await api.client.get("/console/main.js")
     assert js.status_code == 200 and "javascript" in js.headers["content-type"]
     text = ""
