@@ -93,13 +93,15 @@ export function fmtSlurm(seconds) {
 
 
 // A state, pending reason or end reason: English shows the code (as the CLI and Slurm do),
-// Korean its translation; the tooltip says what it means (and the code, in Korean).
+// Korean its translation (a state's is the catalog's, `jpu why`'s: why.state.NAME); the tooltip
+// says what it means (and the code, in Korean).
 export function codeText(kind, code) {
   if (code === null || code === undefined || code === "") return "";
   const base = String(code).split(":")[0];  // "NODE_FAIL: launch failed …" → NODE_FAIL
-  if (!(`${kind}.${base}` in (STRINGS[state.lang] || {}))) return String(code);  // English: the code
+  const key = kind === "state" ? `why.state.${base}` : `${kind}.${base}`;
+  if (state.lang === "en" || !(key in (STRINGS[state.lang] || {}))) return String(code);  // the code
   const rest = String(code).slice(base.length);
-  return t(`${kind}.${base}`) + rest;
+  return t(key) + rest;
 }
 // D7: MinVram names the VRAM floor it waits for ("MinVram: ≥13 GB", raised by an OOM retry, X8)
 export const reasonCode = (j) => j.pending_reason === "MinVram" && j.min_vram_gb != null
@@ -107,7 +109,11 @@ export const reasonCode = (j) => j.pending_reason === "MinVram" && j.min_vram_gb
 export function codeSpan(kind, code) {
   if (code === null || code === undefined || code === "") return "";
   const base = String(code).split(":")[0];
-  const tip = has(`${kind}.${base}.t`) ? t(`${kind}.${base}.t`) : "";
+  // what it means: the page's own words, else a pending reason's sentence in the catalog when it
+  // names no fact of a job (jpu why's: one wording)
+  const own = has(`${kind}.${base}.t`) ? t(`${kind}.${base}.t`) : "";
+  const said = kind === "reason" && has(`why.reason.${base}`) ? t(`why.reason.${base}`) : "";
+  const tip = own || (said.includes("{") ? "" : said);
   const title = state.lang === "en" ? tip : [base, tip].filter(Boolean).join(" — ");
   // a code breaks only after its underscores (PERSONAL_QUEUE_ / WAIT), never inside a word
   const parts = String(codeText(kind, code)).split(/(?<=_)/);

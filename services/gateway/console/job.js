@@ -79,7 +79,8 @@ export function timeline(events) {
         break;
       case "ReservationReleased":
         text = tf("ev.ReservationReleased", { gpus: gpusText(n), node: e.node, tier: e.tier,
-          why: has("rel." + e.reason) ? t("rel." + e.reason) : e.reason });
+          why: has("rel." + e.reason) ? t("rel." + e.reason)
+            : has("why.release." + e.reason) ? t("why.release." + e.reason) : e.reason });
         since(reserved, "ev.ReservationReleased.d");
         reserved = null;
         break;

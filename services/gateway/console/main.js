@@ -9,6 +9,7 @@ import { refreshLog } from "./log.js";
 import { loadPool } from "./pool.js";
 import { loadQueue } from "./queue.js";
 import { submitJob, timeHint } from "./submit.js";
+import { catalog } from "./strings.js";
 import { loadWorkspaces } from "./workspaces.js";
 
 // --- routing, with a request token: only the latest render may draw ----------------------------
@@ -122,8 +123,13 @@ export function start() {
     startPolling(); render({ poll: true });
   });
   window.addEventListener("hashchange", () => render());
-  whoami(); render();
-  if (!document.hidden) startPolling();
+  whoami();
+  // the first view once the catalog's words are in STRINGS (a state's Korean name is there);
+  // the controls above work at once, so nothing typed meanwhile is lost
+  catalog.catch(() => {}).then(() => {
+    applyStrings(); render();
+    if (!document.hidden) startPolling();
+  });
 }
 
 start();

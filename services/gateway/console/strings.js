@@ -1,5 +1,6 @@
-// The console's own words, English and Korean (SPEC U2); the "why" sentences are the catalog
-// jpu/explain/why.json (why.js), not here.
+// The console's own words, English and Korean (SPEC U2). The "why" sentences and the names of the
+// job states are not here: they are the catalog `jpu why` reads (jpu/explain/why.json, SPEC U4),
+// merged below before the page draws its first view.
 
 export const STRINGS = {
   en: {
@@ -82,7 +83,6 @@ export const STRINGS = {
     "rel.dispatched": "the job starts on these GPUs",
     "rel.swap": "the job starts on another placement (charged with its run, R4)",
     "rel.demoted": "the job is no longer rank 1 (charged to the lab now, R3)",
-    "rel.cancelled": "the job was cancelled",
     "rel.maintenance": "maintenance (charged to the lab now)",
     "rel.capacity": "the placement lost GPUs (charged to the lab now)",
     "ev.JobDispatched": "Attempt {attempt} dispatched to {node} ({tier}), GPU {list}",
@@ -131,11 +131,7 @@ export const STRINGS = {
     "state.DISPATCHED.t": "sent to a GPU node, starting", "state.RUNNING.t": "running",
     "state.CANCELLING.t": "being stopped", "state.COMPLETED.t": "ended, exit code 0",
     "state.FAILED.t": "ended with an error", "state.CANCELLED.t": "cancelled",
-    "reason.Priority.t": "a higher-ranked job takes the resources",
-    "reason.Resources.t": "no placement that fits has enough idle GPUs",
     "reason.MinVram.t": "waits for GPUs with enough memory (its VRAM floor, raised after an out-of-memory retry): only smaller GPUs are idle",
-    "reason.Reservation.t": "holding a reservation, waiting for more GPUs",
-    "reason.Maintenance.t": "maintenance: nothing starts until it ends",
     "reason.ConcurrencyLimit.t": "personal queue: at the running-jobs limit",
     "reason.ArrayThrottle.t": "personal queue: its array already runs as many tasks as its %N allows",
     // F5: a lab's charges (GET /v1/labs/{lab}/usage/explain)
@@ -226,7 +222,6 @@ export const STRINGS = {
     "rel.dispatched": "이 GPU에서 작업이 시작됨",
     "rel.swap": "작업이 다른 배치에서 시작됨 (실행과 함께 부과, R4)",
     "rel.demoted": "작업이 더 이상 1순위가 아님 (지금 연구실에 부과, R3)",
-    "rel.cancelled": "작업이 취소됨",
     "rel.maintenance": "점검 (지금 연구실에 부과)",
     "rel.capacity": "배치의 GPU가 줄어듦 (지금 연구실에 부과)",
     "ev.JobDispatched": "시도 {attempt}을(를) {node} ({tier})의 GPU {list}에 배정",
@@ -265,10 +260,6 @@ export const STRINGS = {
     "fix.no_fit": "이 작업을 실행할 수 있는 가장 큰 배치는 {gpus}입니다 ({node}의 {tier}; 작업은 한 배치 안에서만 실행됩니다): {n}개 이하로 요청하세요.",
     "fix.maintenance": "관리자 메시지: {message}", "fix.rate": "{s}초 뒤 다시 시도하세요.",
     "fix.field": "항목: {field}",
-    "state.PERSONAL_QUEUE_WAIT": "개인 대기열", "state.GLOBAL_QUEUE_WAIT": "전역 대기열 대기",
-    "state.RESERVING": "GPU 예약 중", "state.DISPATCHED": "배정됨", "state.RUNNING": "실행 중",
-    "state.CANCELLING": "취소 중", "state.COMPLETED": "완료", "state.FAILED": "실패",
-    "state.CANCELLED": "취소됨",
     "state.PERSONAL_QUEUE_WAIT.t": "개인 대기열: 동시에 실행할 수 있는 작업 수 한도에 도달했습니다 (Q4)",
     "state.GLOBAL_QUEUE_WAIT.t": "전역 대기열에서 GPU를 기다리는 중",
     "state.RESERVING.t": "1순위로서 GPU를 더 기다리며 일부를 예약해 두는 중 (R1)",
@@ -278,11 +269,7 @@ export const STRINGS = {
     "reason.Priority": "우선순위 밀림", "reason.Resources": "자원 부족",
     "reason.Reservation": "예약 후 대기", "reason.Maintenance": "점검 중", "reason.MinVram": "VRAM 부족",
     "reason.ConcurrencyLimit": "동시 실행 한도", "reason.ArrayThrottle": "배열 동시 실행 한도",
-    "reason.Priority.t": "더 높은 순위의 작업이 자원을 가져갑니다",
-    "reason.Resources.t": "맞는 배치 중 유휴 GPU가 충분한 곳이 없습니다",
     "reason.MinVram.t": "메모리가 충분한 GPU를 기다립니다 (메모리 부족 재시도로 높아진 최소 VRAM): 더 작은 GPU만 비어 있습니다",
-    "reason.Reservation.t": "예약을 잡고 GPU가 더 비기를 기다립니다",
-    "reason.Maintenance.t": "점검 중: 끝날 때까지 아무것도 시작하지 않습니다",
     "reason.ConcurrencyLimit.t": "개인 대기열: 동시 실행 작업 수 한도",
     "reason.ArrayThrottle.t": "개인 대기열: 배열이 %N 만큼의 작업을 이미 실행 중입니다",
     "end.OOM": "GPU 메모리 부족", "end.HOST_OOM": "호스트 메모리 부족",
@@ -300,3 +287,18 @@ export const STRINGS = {
     "col.charged": "부과액 (TFLOP-s)", "col.decay": "감쇠", "col.counts_now": "현재 반영 (TFLOP-s)",
   },
 };
+
+// The catalog, served at /console/why.json: its key `k` is `why.k` here (a state's name is
+// `why.state.NAME`); its `console.k` is this page's own layout of a line the CLI lays out
+// differently, `why.k` too. The page draws its first view once it is here (main.js); if it
+// cannot be had, the page still works (states show their codes) and the job page says why when
+// the wait is asked for.
+export const catalog = fetch("/console/why.json", { cache: "no-cache" })
+  .then((r) => { if (!r.ok) throw new Error(`/console/why.json: HTTP ${r.status}`); return r.json(); })
+  .then((words) => {
+    for (const [lang, strings] of Object.entries(words)) {
+      const into = STRINGS[lang] || (STRINGS[lang] = {});
+      for (const [k, v] of Object.entries(strings)) if (!k.startsWith("console.")) into["why." + k] = v;
+      for (const [k, v] of Object.entries(strings)) if (k.startsWith("console.")) into["why." + k.slice(8)] = v;
+    }
+  });
