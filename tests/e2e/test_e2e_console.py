@@ -289,6 +289,28 @@ async def test_U2_usage_chart_window_1h_24h_7d_30d_and_its_axis(
     await expect(svg).to_have_attribute("data-hours", "24")
 
 
+async def test_U1_U2_the_form_reads_a_time_limit_by_the_cli_rule(
+    stack: Stack, browser_page: Page
+) -> None:
+    """The console's form (time.js) and `jpu submit --time` follow one rule: the cases of
+    tests/fixtures/time_limits.json, which the CLI's test runs too, run here in the page."""
+    page = browser_page
+    cases = json.loads((Path(__file__).parents[1] / "fixtures" / "time_limits.json").read_text())
+    await page.goto(stack.url + "/")
+    got = await page.evaluate(
+        """async (cases) => {
+             const { parseTimeLimit } = await import("/console/time.js");
+             const read = (text) => {
+               try { return parseTimeLimit(text); } catch (_) { return "refused"; }
+             };
+             return [cases.valid.map(([text]) => read(text)), cases.invalid.map(read)];
+           }""",
+        cases,
+    )
+    assert got[0] == [seconds for _, seconds in cases["valid"]], got[0]
+    assert got[1] == ["refused"] * len(cases["invalid"]), got[1]
+
+
 async def test_U2_queue_table_breaks_a_state_name_only_after_its_underscores(
     stack: Stack, browser_page: Page
 ) -> None:
