@@ -85,8 +85,19 @@ export async function loadLabs() {
       h("td", { class: "num" }, fmtNum(l.raw_value)), h("td", {}, fmtTime(l.as_of)),
       h("td", { class: "num" }, l.running), h("td", { class: "num" }, l.queued))));
     // redrawn at each poll: the curves decay, and "now" moves
+    chartShown = { hist, hours };
     $("usage-chart").replaceChildren(usageChart(hist, hours));
   };
+}
+
+// The chart is drawn at its box's width: a resized box (window, zoom) draws it again at once,
+// not at the next poll. Called by a ResizeObserver on #usage-chart (main.js).
+let chartShown = null;
+export function chartResized() {
+  const box = $("usage-chart"), svg = box.querySelector("svg");
+  if (!chartShown || !svg || $("view-labs").hidden) return;
+  if (Math.abs(svg.viewBox.baseVal.width - box.clientWidth) < 1) return;  // already at its width
+  box.replaceChildren(usageChart(chartShown.hist, chartShown.hours));
 }
 
 // F5: a lab's charges, one by one — the answer of jpu.explain.usage, not computed here.

@@ -4,7 +4,7 @@
 import { $, CHART_WINDOWS, LOG_POLL_MS, POLL_MS, api, applyStrings, clearRows, refreshBanner, showError, state } from "./core.js";
 import { clearJob, loadJob } from "./job.js";
 import { loadJobs } from "./jobs.js";
-import { loadCharges, loadLabs } from "./labs.js";
+import { chartResized, loadCharges, loadLabs } from "./labs.js";
 import { refreshLog } from "./log.js";
 import { loadPool } from "./pool.js";
 import { loadQueue } from "./queue.js";
@@ -123,6 +123,7 @@ export function start() {
     startPolling(); render({ poll: true });
   });
   window.addEventListener("hashchange", () => render());
+  new ResizeObserver(chartResized).observe($("usage-chart"));
   whoami();
   // the first view once the catalog's words are in STRINGS (a state's Korean name is there);
   // the controls above work at once, so nothing typed meanwhile is lost
