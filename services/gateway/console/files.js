@@ -1,4 +1,4 @@
-import { $, api, applyStrings, clearRows, errorHeadline, fmtTime, h, locale, setRows, state, t, tf } from "./core.js";
+import { $, api, clearRows, errorHeadline, fmtTime, h, locale, setRows, state, t, tf } from "./core.js";
 import { STRINGS } from "./strings.js";
 
 // The files pane of the job page (SPEC §8 GET /v1/jobs/{id}/files): the files the job wrote into
