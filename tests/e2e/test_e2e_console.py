@@ -38,8 +38,13 @@ async def browser_page(stack: Stack) -> AsyncIterator[Page]:
             page.set_default_timeout(15_000)
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
+            # the page's Content-Security-Policy (no inline script) is never broken on any view
+            page.on(
+                "console",
+                lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+            )
             yield page
-            assert errors == [], errors  # no JavaScript error on any view
+            assert errors == [], errors  # no JavaScript error, no CSP violation, on any view
         finally:
             await browser.close()
 
@@ -282,6 +287,91 @@ async def test_U2_usage_chart_window_1h_24h_7d_30d_and_its_axis(
     await expect(svg.locator("polyline[data-lab=OSL]")).to_be_visible()
     await buttons.nth(1).click()
     await expect(svg).to_have_attribute("data-hours", "24")
+
+
+_CHART_FILL = """svg => {
+  const box = svg.parentElement.parentElement.getBoundingClientRect();  // the view's section
+  const shown = svg.getBoundingClientRect(), drawn = svg.getBBox();  // the drawing, in its units
+  const scale = shown.width / svg.viewBox.baseVal.width;
+  return [shown.width / box.width, (drawn.width * scale) / shown.width];
+}"""
+
+
+async def test_U2_usage_chart_uses_its_full_width_and_follows_a_resize(
+    stack: Stack, browser_page: Page
+) -> None:
+    """The chart is as wide as its view (at least 95 %), its drawing spans the chart (not a
+    middle part of it: its axis labels at the left edge to its x axis at the right), and a
+    narrower window draws it again at the new width."""
+    page = browser_page
+    erin = stack.api("osl-erin")
+    erin.wait(erin.submit("sleep 1")["id"], ["COMPLETED"], timeout=30)
+    wait_until(lambda: erin.lab("OSL")["usage"] > 0, 20, "OSL usage charged")
+    await _login(page, stack, "osl-erin")
+    await _go(page, stack, "labs")
+    svg = page.locator("#usage-chart svg")
+    await expect(svg.locator("polyline[data-lab=OSL]")).to_be_visible()
+    try:
+        for width in (1280, 760):
+            await page.set_viewport_size({"width": width, "height": 900})
+            await page.wait_for_function(
+                """() => { const s = document.querySelector('#usage-chart svg');
+                           return s && Math.abs(s.viewBox.baseVal.width - s.clientWidth) <= 2; }"""
+            )
+            chart, drawing = await svg.evaluate(_CHART_FILL)
+            assert chart >= 0.95, (width, chart)
+            assert drawing >= 0.9, (width, drawing)  # a fixed 800-wide drawing was 74 %
+        await _no_horizontal_overflow(page)
+    finally:
+        await page.set_viewport_size({"width": 1280, "height": 900})
+
+
+async def test_U2_a_state_name_is_one_line_in_the_queue_table(
+    stack: Stack, browser_page: Page
+) -> None:
+    """At the usual width every state in the queue tables is on one line (its client rects
+    share one top), never `PERSONAL_QUEU` / `E_WAIT`."""
+    page = browser_page
+    alice = stack.api("bcg-alice")
+    held = alice.submit("true", name="one-line", hold=True)  # Q9: stays in the personal queue
+    try:
+        await _login(page, stack, "bcg-alice")
+        await _english(page)
+        await _go(page, stack, "queue")
+        code = page.locator(f"#queue-rows tr:has-text('{held['id']}') .code[data-code]").first
+        await expect(code).to_have_text("PERSONAL_QUEUE_WAIT")
+        rects = await page.locator(
+            "#queue-rows .code[data-code], #running-rows .code"
+        ).evaluate_all(
+            """els => els.map(e => { const rs = [...e.getClientRects()], tops = rs.map(r => r.top);
+                 return [e.textContent, Math.max(...tops) - Math.min(...tops) < rs[0].height / 2,
+                         tops]; })"""
+        )  # a rect per piece between its <wbr>s: one line when they share a top
+        assert rects and all(one_line for _, one_line, _ in rects), rects
+    finally:
+        assert alice.cancel(held["id"]).status_code == 202
+
+
+async def test_U1_U2_the_form_reads_a_time_limit_by_the_cli_rule(
+    stack: Stack, browser_page: Page
+) -> None:
+    """The console's form (time.js) and `jpu submit --time` follow one rule: the cases of
+    tests/fixtures/time_limits.json, which the CLI's test runs too, run here in the page."""
+    page = browser_page
+    cases = json.loads((Path(__file__).parents[1] / "fixtures" / "time_limits.json").read_text())
+    await page.goto(stack.url + "/")
+    got = await page.evaluate(
+        """async (cases) => {
+             const { parseTimeLimit } = await import("/console/time.js");
+             const read = (text) => {
+               try { return parseTimeLimit(text); } catch (_) { return "refused"; }
+             };
+             return [cases.valid.map(([text]) => read(text)), cases.invalid.map(read)];
+           }""",
+        cases,
+    )
+    assert got[0] == [seconds for _, seconds in cases["valid"]], got[0]
+    assert got[1] == ["refused"] * len(cases["invalid"]), got[1]
 
 
 async def test_U2_queue_table_breaks_a_state_name_only_after_its_underscores(

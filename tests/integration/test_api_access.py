@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jpu.testing.api import Api, assert_error, bearer
+from jpu_services.gateway.routes import console
 
 PROTECTED = [
     ("GET", "/v1/jobs"),
@@ -50,9 +51,18 @@ async def test_U2_console_page_has_banner_and_both_languages(api: Api) -> None:
     page = await api.client.get("/")  # no token needed to load the page itself
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert 'id="maintenance-banner"' in page.text  # SPEC M5
-    assert '<script src="/console/console.js">' in page.text
-    js = await api.client.get("/console/console.js")
+    assert '<script type="module" src="/console/main.js">' in page.text  # it imports the rest
+    # the page runs only the gateway's own files: no inline script, nothing from elsewhere
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self';" in csp and "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert page.text.count("<script") == page.text.count('<script type="module" src="/console/')
+    js = await api.client.get("/console/main.js")
     assert js.status_code == 200 and "javascript" in js.headers["content-type"]
+    text = ""
+    for module in console.MODULES:  # each served as JavaScript, or the browser refuses a module
+        got = await api.client.get(f"/console/{module}")
+        assert got.status_code == 200 and "javascript" in got.headers["content-type"], module
+        text += got.text
     for needle in (
         "/v1/maintenance/status",
         "/v1/queue",
@@ -64,7 +74,7 @@ async def test_U2_console_page_has_banner_and_both_languages(api: Api) -> None:
         "점검",
         "대기열",
     ):
-        assert needle in js.text, needle
+        assert needle in text, needle
     css = await api.client.get("/console/console.css")
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
     assert_error(await api.client.get("/console/../app.py"), 404, "NOT_FOUND")

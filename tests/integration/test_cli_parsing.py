@@ -5,6 +5,7 @@ test_cli_gateway.py."""
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -17,24 +18,16 @@ from jpu.cli.rest.client import DEFAULT_URL, ApiError, RestError, decode, resolv
 from jpu.cli.rest.render import fmt_duration, fmt_usage, parse_time_limit, table
 from jpu.cli.rest.subcommands import submit_body
 
+# SPEC U1: one rule with the console's form (console/time.js), one file of cases both tests read
+TIME_LIMITS = json.loads((Path(__file__).parents[1] / "fixtures" / "time_limits.json").read_text())
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("30", 1800),  # minutes, as sbatch
-        ("1:30", 90),  # minutes:seconds
-        ("02:00:00", 7200),
-        ("1-0", 86400),  # days-hours
-        ("1-2:30", 86400 + 2 * 3600 + 30 * 60),
-        ("2-01:02:03", 2 * 86400 + 3723),
-        ("UNLIMITED", None),
-    ],
-)
+
+@pytest.mark.parametrize(("text", "seconds"), TIME_LIMITS["valid"])
 def test_U1_time_limit_like_sbatch(text: str, seconds: int | None) -> None:
     assert parse_time_limit(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1:2:3:4", "0", "00:00:00", "-5", "1h"])
+@pytest.mark.parametrize("text", TIME_LIMITS["invalid"])
 def test_U1_bad_time_limits_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         parse_time_limit(text)

@@ -13,8 +13,10 @@ import sys
 import zipfile
 from pathlib import Path
 
+from jpu_services.gateway.routes import console
+
 ROOT = Path(__file__).resolve().parents[2]
-ASSETS = ("index.html", "console.js", "why.js", "files.js", "console.css")
+ASSETS = ("index.html", "console.css", *console.MODULES)
 CATALOG = "jpu/explain/why.json"  # the "why" sentences, served at /console/why.json
 
 # Run from an empty folder with -P: neither the cwd nor the checkout is on sys.path, so the only

@@ -24,7 +24,9 @@ from jpu_services.gateway.routes import console
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "libs" / "jpu" / "explain" / "why.json"
-WHY_JS = ROOT / "libs" / "jpu_services" / "gateway" / "console" / "why.js"
+CONSOLE = ROOT / "libs" / "jpu_services" / "gateway" / "console"
+WHY_JS = CONSOLE / "why.js"
+STRINGS_JS = CONSOLE / "strings.js"  # the console's own words; it merges the catalog
 REASONS = sorted(set(typing.get_args(PendingReason)) | set(typing.get_args(PersonalReason)))
 
 
@@ -61,12 +63,24 @@ def test_U4_D7_every_pending_reason_cause_release_and_state_has_a_sentence(lang:
 
 def test_U4_the_cli_reads_the_catalog_and_the_console_has_no_sentence_of_its_own() -> None:
     assert _catalog() == _T
-    js = WHY_JS.read_text(encoding="utf-8")
-    assert 'fetch("/console/why.json"' in js
-    assert "Object.assign(STRINGS" not in js  # no second copy of a sentence
-    for sentence in _T["en"].values():
-        if len(sentence) > 20:
-            assert sentence not in js, sentence
+    assert 'fetch("/console/why.json"' in STRINGS_JS.read_text(encoding="utf-8")
+    assert "Object.assign(STRINGS" not in WHY_JS.read_text(encoding="utf-8")
+    for module in sorted(CONSOLE.glob("*.js")):  # no second copy of a sentence in any module
+        js = module.read_text(encoding="utf-8")
+        for lang in ("en", "ko"):
+            for sentence in _T[lang].values():
+                if len(sentence) > 12:  # a whole sentence as a string of the page's own
+                    assert f'"{sentence}"' not in js, (module.name, sentence)
+
+
+def test_U4_U2_a_state_has_one_name_the_catalogs() -> None:
+    """The console names a state (in Korean; English shows its code) with the catalog's
+    `state.NAME`, as `jpu why` does: its own strings have only what a state means (`.t`)."""
+    own = re.findall(r'"state\.([A-Z_]+)(\.t)?":', STRINGS_JS.read_text(encoding="utf-8"))
+    assert own and all(t == ".t" for _, t in own), own
+    assert {name for name, _ in own} == set(STATES)
+    core = (CONSOLE / "core.js").read_text(encoding="utf-8")
+    assert "`why.state.${base}`" in core  # codeText's key for a state
 
 
 def test_U4_the_gateway_serves_the_catalog_the_cli_reads() -> None:

@@ -226,7 +226,7 @@ def test_why_Q7_ArrayThrottle_at_submit_is_one_sentence_in_cli_and_console(
     assert console in render(wait, lang)
     js = WHY_JS.read_text()
     body = js[js.index("function whyReason") : js.index("function whyNodes")]
-    assert '"ArrayThrottle"].includes(s.pending_reason)' in body  # it fills {jobs} for it
+    assert 'tf("why.reason." + key, { user: w.user, jobs,' in body  # it fills {jobs} for it
 
 
 def oom_story(config: Config) -> Log:

@@ -12,7 +12,9 @@ _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 def parse_time_limit(text: str) -> int | None:
     """sbatch `--time`: "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S" → seconds;
-    "UNLIMITED"/"infinite" → None (no limit). Raises ValueError on anything else or zero."""
+    "UNLIMITED"/"infinite" → None (no limit). Raises ValueError on anything else or zero.
+    The console's form (console/time.js) follows the same rule: both run the cases of
+    tests/fixtures/time_limits.json."""
     t = text.strip()
     if t.lower() in ("unlimited", "infinite"):
         return None

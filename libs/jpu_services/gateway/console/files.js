@@ -1,11 +1,12 @@
+import { $, api, clearRows, errorHeadline, fmtTime, h, locale, setRows, state, t, tf } from "./core.js";
+import { STRINGS } from "./strings.js";
+
 // The files pane of the job page (SPEC §8 GET /v1/jobs/{id}/files): the files the job wrote into
 // the attempt's JOB_OUTPUT_DIR, one directory at a time, each file a download link. The attempt
 // is the output pane's (its selector). A listing is asked again on each poll while the attempt
 // runs, and kept once it has ended (nothing changes any more). A plain link cannot carry the API
 // token, so a click fetches the file with it and hands the bytes to the browser as a download.
-// Uses console.js's helpers (t, tf, h, api, fmtTime, locale, setRows, clearRows, errorHeadline,
-// state, STRINGS, $).
-"use strict";
+// An ES module of the console (main.js), its helpers from core.js.
 
 Object.assign(STRINGS.en, {
   "job.files": "Files", "files.name": "Name", "files.size": "Size (bytes)",
@@ -22,13 +23,13 @@ Object.assign(STRINGS.ko, {
   "files.more": "처음 {n}개만 표시합니다. 전체는 `jpu files ID`로 볼 수 있습니다.",
 });
 
-const FILES_LIMIT = 500;
+export const FILES_LIMIT = 500;
 
-const filesUrl = (jobId, path) => `/v1/jobs/${encodeURIComponent(jobId)}/files` +
+export const filesUrl = (jobId, path) => `/v1/jobs/${encodeURIComponent(jobId)}/files` +
   (path === undefined ? "" : "/" + path.split("/").map(encodeURIComponent).join("/"));
 
-// Called by the job page's draw (console.js loadJob) with the job shown.
-async function refreshFiles(job) {
+// Called by the job page's draw (job.js loadJob) with the job shown.
+export async function refreshFiles(job) {
   if (!state.files || state.files.job !== job.id) {
     state.files = { job: job.id, path: "", key: null, final: false, busy: false, body: null,
       error: null, missing: false };
@@ -57,7 +58,7 @@ async function refreshFiles(job) {
   if (F === state.files) drawFiles();
 }
 
-function fileRow(F, e) {
+export function fileRow(F, e) {
   const rel = F.path ? `${F.path}/${e.name}` : e.name;
   let name;
   if (e.type === "dir") name = h("a", { href: "#", "data-dir": rel }, e.name + "/");
@@ -68,7 +69,7 @@ function fileRow(F, e) {
   return h("tr", {}, h("td", {}, name), h("td", { class: "num" }, size), h("td", {}, fmtTime(e.mtime)));
 }
 
-function drawFiles() {
+export function drawFiles() {
   const F = state.files;
   if (!F) return;
   $("job-files-path").textContent = "/" + F.path;
@@ -81,7 +82,7 @@ function drawFiles() {
   $("job-files-status").textContent = status;
 }
 
-async function downloadFile(a) {
+export async function downloadFile(a) {
   const F = state.files;
   try {
     const headers = state.token ? { Authorization: "Bearer " + state.token } : {};
@@ -104,7 +105,7 @@ async function downloadFile(a) {
   }
 }
 
-function openDir(path) {
+export function openDir(path) {
   const F = state.files;
   if (!F || !F.latest) return;
   F.path = path;
@@ -124,4 +125,3 @@ $("job-files-up").addEventListener("click", () => {
 $("job-log-attempt").addEventListener("change", () => {  // the output pane's attempt: ours too
   if (state.files && state.files.latest) refreshFiles(state.files.latest);
 });
-applyStrings();  // the pane's labels (console.js drew the page before these strings existed)

@@ -1,29 +1,17 @@
-// "Why it waited" on the job page (SPEC U4): GET /v1/jobs/{id}/wait in sentences, in
+import { $, api, clearRows, codeText, fmtDur, fmtNum, fmtTime, h, has, setRows, showError, state, t, tf } from "./core.js";
+import { catalog } from "./strings.js";
+
+// Why a job waited, on the job page (SPEC U4): GET /v1/jobs/{id}/wait in sentences, in
 // the console's language. Loaded on request (a replay of the log, not for every poll) and kept for
-// the job shown, so a poll or the language toggle redraws it without asking again.
-// Uses console.js's helpers (t, tf, h, api, fmtTime, fmtDur, fmtNum, STRINGS, $).
-"use strict";
+// the job shown, so a poll or the language toggle redraws it without asking again. Its sentences
+// are the catalog `jpu why` reads (jpu/explain/why.json, strings.js): `why.k` for its key `k`.
+// An ES module of the console (main.js), its helpers from core.js.
 
-// The sentences, English and Korean, are one catalog with `jpu why`'s (jpu/explain/why.json,
-// served at /console/why.json): a key `k` is `why.k` here; `console.k` is this page's own
-// layout of a line the CLI lays out differently.
-const whyStrings = fetch("/console/why.json", { cache: "no-cache" })
-  .then((r) => { if (!r.ok) throw new Error(`/console/why.json: HTTP ${r.status}`); return r.json(); })
-  .then((catalog) => {
-    for (const [lang, strings] of Object.entries(catalog)) {
-      const into = STRINGS[lang] || (STRINGS[lang] = {});
-      for (const [k, v] of Object.entries(strings)) if (!k.startsWith("console.")) into["why." + k] = v;
-      for (const [k, v] of Object.entries(strings)) if (k.startsWith("console.")) into["why." + k.slice(8)] = v;
-    }
-    applyStrings();  // console.js applied its strings before these arrived
-  });
-
-const why = { id: null, wait: null };  // the explanation loaded for the job shown
-const reasonText = (r) => t(has(`reason.${r}.t`) ? `reason.${r}.t` : `reason.${r}`);
+export const why = { id: null, wait: null };  // the explanation loaded for the job shown
 
 // The cause in words: one sentence per kind (jpu.explain.wait.CauseKind), or per kind and
 // reason, as jpu.cli.why renders it; never the event's type.
-function whyCause(c) {
+export function whyCause(c) {
   if (!c) return "";
   // Q8: the parent and how it ended, when the story knows them (as jpu.cli.why)
   const sub = c.kind === "dependency_never_satisfied" && (c.jobs || []).length
@@ -50,23 +38,22 @@ function whyCause(c) {
   return text;
 }
 
-// The step's pending reason; the personal queue's names the jobs holding the slots (S1) or the
-// array's tasks holding its %N (Q7), MinVram the VRAM floor (D7).
-function whyReason(s, w) {
+// The step's pending reason in the catalog's sentence, as jpu.cli.why says it: the personal
+// queue's names the jobs holding the slots (S1) or the array's tasks holding its %N (Q7), MinVram
+// the VRAM floor (D7).
+export function whyReason(s, w) {
   if (!s.pending_reason) return t("why.reason.none");
   const jobs = (s.slot_holders || []).join(", ");
-  if (["ConcurrencyLimit", "MinVram", "ArrayThrottle"].includes(s.pending_reason)) {
-    const key = s.pending_reason === "ConcurrencyLimit" && !jobs ? "ConcurrencyLimit.none" : s.pending_reason;
-    return tf("why.reason." + key, { user: w.user, jobs, min_vram: s.min_vram_gb });
-  }
-  return reasonText(s.pending_reason);
+  const key = s.pending_reason === "ConcurrencyLimit" && !jobs ? "ConcurrencyLimit.none" : s.pending_reason;
+  if (!has("why.reason." + key)) return s.pending_reason;
+  return tf("why.reason." + key, { user: w.user, jobs, min_vram: s.min_vram_gb });
 }
 
-function whyNodes(w) {
+export function whyNodes(w) {
   const phases = Object.entries(w.phases).map(([k, s]) => `${t("why.phase." + k)} ${fmtDur(s)}`).join(" · ");
   const out = [h("p", { class: "why-phases" }, tf("why.phases", { phases }))];
   const steps = w.steps.map((s) => {
-    let head = `${fmtTime(s.at)} — ${has("state." + s.state) ? t("state." + s.state) : s.state}`;
+    let head = `${fmtTime(s.at)} — ${codeText("state", s.state)}`;
     if (s.rank !== null) {
       head += ", " + tf("why.rank", { rank: s.rank, n: s.queue_length }) + " — " + whyReason(s, w);
     } else if (s.pending_reason) {
@@ -103,13 +90,13 @@ function whyNodes(w) {
   return out;
 }
 
-// Called by the job page's draw (console.js loadJob) for the job shown.
-function drawWhy(jobId) {
+// Called by the job page's draw (job.js loadJob) for the job shown.
+export function drawWhy(jobId) {
   const box = $("job-why"), button = $("job-why-load");
   if (why.id !== jobId) { why.id = jobId; why.wait = null; }
   button.onclick = async () => {
     try {
-      const [w] = await Promise.all([api("/v1/jobs/" + encodeURIComponent(jobId) + "/wait"), whyStrings]);
+      const [w] = await Promise.all([api("/v1/jobs/" + encodeURIComponent(jobId) + "/wait"), catalog]);
       if (why.id === jobId) { why.wait = w; showError(null); drawWhy(jobId); }
     } catch (e) { showError(e); }
   };
