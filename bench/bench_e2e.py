@@ -213,6 +213,31 @@ async def compare(args: argparse.Namespace) -> int:
     return one.code or three.code
 
 
+MILESTONES = ("JobSubmitted", "JobPromoted", "JobDispatched", "JobStarted", "JobEnded")
+
+
+def stages(submitted: dict[str, float], observer: Observer) -> None:
+    """Where a job waits: median time from each milestone to the next (arrival on the log; the
+    first from the POST), and the rate at which each milestone was reached (first to last): the
+    stage whose rate falls below the submit rate is where the queue builds."""
+    parts = []
+    for before, after in zip(("POST", *MILESTONES), (*MILESTONES, "UsageCharged"), strict=True):
+        gaps = [
+            at[after] - (t if before == "POST" else at[before])
+            for j, t in submitted.items()
+            if after in (at := observer.at.get(j, {})) and (before == "POST" or before in at)
+        ]
+        if gaps:
+            parts.append(f"{before}->{after} {statistics.median(gaps) * 1000:,.0f}")
+    print(f"stage medians, ms:  {'  '.join(parts)}")
+    rates = []
+    for kind in (*MILESTONES, "UsageCharged"):
+        ts = sorted(observer.at[j][kind] for j in submitted if kind in observer.at.get(j, {}))
+        if len(ts) > 1:
+            rates.append(f"{kind} {(len(ts) - 1) / max(ts[-1] - ts[0], 1e-9):,.1f}")
+    print(f"milestone rates, /s: {'  '.join(rates)}")
+
+
 def report(
     args: argparse.Namespace,
     raw: float,
@@ -246,6 +271,7 @@ def report(
         f"submit -> charged   median {statistics.median(charged) * 1000 if charged else 0:8.0f} ms"
         f"   p99 {pct(charged, 99):8.0f} ms   (n={len(charged)})"
     )
+    stages(submitted, observer)
     print(f"events seen: {dict(observer.types)}")
     return (0 if ends and len(ends) == len(submitted) == args.jobs else 1), rate
 

@@ -16,7 +16,7 @@ from jpu.commands import (
     encode,
 )
 from jpu.config import Config, LabConfig, UserConfig, load_config
-from jpu.events import JobSubmitted, MaintenanceChanged, new_event_id
+from jpu.events import JobPromoted, JobSubmitted, MaintenanceChanged, new_event_id
 from jpu.runtime.clock import FakeClock
 from jpu.testing.fold import Watcher, end_job, job_id, start_job, submit_global
 from jpu.testing.intake import BODY, config_with_limits, running, submit, wait_subscribed
@@ -246,3 +246,30 @@ async def test_S1_X8_an_oom_retry_keeps_its_slot_so_the_next_job_is_not_promoted
         assert w.state.jobs[second].state == "PERSONAL_QUEUE_WAIT"
         assert w.state.slots_of("alice") == 1
     assert _max_slots_over_the_log([d.event async for d in bus.replay()], config, "alice") == 1
+
+
+async def test_Q5_E2_forty_concurrent_submits_of_one_user_promote_exactly_her_oldest_three(
+    bus: EventBus,
+):
+    """Forty submits from alice (3 slots, S1) in flight at once share intake's appends and
+    promotion rounds: every one is accepted once, exactly three are promoted, and they are her
+    three oldest (Q5: the oldest personal-queue job first, in log order); each reply says the
+    state its job is in."""
+    config, clock = config_with_limits(), FakeClock(10.0)
+    async with Watcher(bus, config) as w, running(run_intake, bus, config, clock):
+        await wait_subscribed(bus)
+        replies = await asyncio.gather(*(submit(bus, {**BODY, "name": f"c{i}"}) for i in range(40)))
+        assert [r.status for r in replies] == [201] * 40
+        await intake_has_passed(bus, w)  # the rounds those submits called for have run
+    log = [d async for d in bus.replay()]
+    submitted = [d for d in log if isinstance(d.event, JobSubmitted) and d.event.user == "alice"]
+    promoted = [d.event.job_id for d in log if isinstance(d.event, JobPromoted)]
+    assert len({d.event.job_id for d in submitted}) == len(submitted) == 40  # none doubled
+    assert sorted(d.event.job_id for d in submitted) == sorted(r.job_id for r in replies)
+    alices = {d.event.job_id for d in submitted}
+    oldest = [d.event.job_id for d in submitted[:3]]  # log order is submit order (E2)
+    assert sorted(j for j in promoted if j in alices) == sorted(oldest)
+    states = {r.job_id: r.state for r in replies}
+    assert sorted(j for j, s in states.items() if s == "GLOBAL_QUEUE_WAIT") == sorted(oldest)
+    assert sum(s == "PERSONAL_QUEUE_WAIT" for s in states.values()) == 37
+    assert _max_slots_over_the_log([d.event for d in log], config, "alice") == 3

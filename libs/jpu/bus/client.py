@@ -19,7 +19,7 @@ from nats.js.errors import APIError, NotFoundError
 from jpu.bus import auth, streams
 from jpu.bus.consumer import ConsumerSpec, run_consumer
 from jpu.bus.dlq import read_parked
-from jpu.bus.election import ride_out_election, watch_of
+from jpu.bus.election import TRY_S, ride_out_election, watch_of
 from jpu.bus.errors import ConcurrencyConflict, is_unreachable, is_wrong_last_sequence
 from jpu.bus.model import H_EXPECTED_LAST_SUBJECT_SEQ, H_MSG_ID, Delivered, ParkedMessage
 from jpu.bus.reader import read_range
@@ -173,7 +173,22 @@ class EventBus:
         """Append one event; returns its stream sequence. SPEC E2: with an expected last subject
         sequence, a concurrent writer's append makes this one fail with ConcurrencyConflict.
         While no stream leader answers (an election after a node's loss, a server restarting)
-        the same event is resent for up to ELECTION_S, then the last error is raised."""
+        the same event is resent for up to ELECTION_S, then the last error is raised.
+
+        While the connection shows no sign of an election the first try is made in the caller's
+        own task (no try task, no wait on a set): concurrent appends then cost little more than
+        their publish, and their publishes share the connection's flushes. A try that goes
+        unanswered marks the connection suspect and the election ride starts, resending the same
+        event (the same Nats-Msg-Id: stored once, SPEC E2)."""
+        watch = watch_of(self.nc)
+        loop = asyncio.get_running_loop()
+        if not watch.suspect(loop.time()):
+            try:
+                return await self._append_once(event, expected_last_subject_seq, headers, TRY_S)
+            except Exception as e:
+                if not is_unreachable(e) or self._closing.is_set():
+                    raise
+                watch.unanswered(loop.time())  # the ride begins with short, overlapping tries
         return await ride_out_election(
             lambda try_s: self._append_once(event, expected_last_subject_seq, headers, try_s),
             "append",

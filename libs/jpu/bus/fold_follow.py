@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -62,7 +64,11 @@ class Follower:
         self.bus, self.state, self.on_event, self.batch = bus, state, on_event, batch
         self.snapshots = snapshots
         self.restored_from = 0  # the snapshot's seq the state started from (0: none)
-        self._advanced = asyncio.Condition()
+        # Waiters keyed by the seq they wait for: an applied batch wakes only those it satisfies
+        # (a Condition woke every waiter on every batch, each re-taking its lock in turn: with
+        # hundreds of commands in flight that was most of the follower's time).
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._tickets = itertools.count()
         self._snap_seq, self._snap_at = 0, time.monotonic()
         self._saving: asyncio.Task[None] | None = None
 
@@ -115,9 +121,15 @@ class Follower:
             evolve(self.state, d)
             if self.on_event is not None:
                 self.on_event(d)
-        async with self._advanced:
-            self._advanced.notify_all()
+        self._wake_waiters()
         self._maybe_snapshot()
+
+    def _wake_waiters(self) -> None:
+        waiters, seq = self._waiters, self.state.seq
+        while waiters and waiters[0][0] <= seq:
+            fut = heapq.heappop(waiters)[2]
+            if not fut.done():  # a waiter that timed out was cancelled
+                fut.set_result(None)
 
     def _maybe_snapshot(self) -> None:
         p = self.snapshots
@@ -145,8 +157,16 @@ class Follower:
 
     async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
         """Until the state has applied `seq` (TimeoutError otherwise)."""
-        async with asyncio.timeout(timeout), self._advanced:
-            await self._advanced.wait_for(lambda: self.state.seq >= seq)
+        if self.state.seq >= seq:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (seq, next(self._tickets), fut))
+        try:
+            async with asyncio.timeout(timeout):
+                await fut
+        finally:
+            if not fut.done():  # timed out or cancelled: dropped once the log reaches its seq
+                fut.cancel()
 
     async def catch_up(self, timeout: float | None = None, *, progress_s: float = 5.0) -> int:
         """Until the state has applied everything in the log now; returns that seq.
