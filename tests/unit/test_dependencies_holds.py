@@ -253,7 +253,10 @@ def test_Q8_Q9_a_snapshot_restores_the_same_decisions() -> None:
     data = codec.pack(log.state, "JPU", 0.0)
     _, restored = codec.unpack(data, Cluster(tiers=[], nodes=[]))
     restored.keep_ended = False
-    assert restored.dependents == log.state.dependents and restored.finals == log.state.finals
+    assert restored.finals == log.state.finals
+    assert {p: list(c) for p, c in restored.dependents.items()} == {
+        p: list(c) for p, c in log.state.dependents.items()
+    }  # the same children in the same order (a dict's == would not compare the order)
     assert to_promote(restored, None, {}, 5) == log.promote(limit=5)
     for s in (log.state, restored):  # the same parent end decides the same for both
         evolve(s, Delivered(seq=100, subject="s", event=_end("a"), headers={}))
@@ -393,3 +396,24 @@ def test_Q8_array_progress_survives_a_snapshot() -> None:
     for s in (log.state, restored):
         evolve(s, Delivered(seq=100, subject="s", event=_end("A_1"), headers={}))
     assert never_satisfied(restored, None) == never_satisfied(log.state, None) == ["b"]
+
+
+def test_Q8_dependents_of_a_large_array_fold_in_linear_time() -> None:
+    """Every task of an array waiting on one parent joins the parent's dependents through an
+    ordered set (a dict's keys: O(1) a task, not a scan of the tasks already there), in the
+    order they began to wait; a job with two conditions on one parent is there once. The cost
+    itself is measured by bench/bench_fold_dependents.py, not timed here."""
+    log = Log()
+    log.submit("p")
+    _submit_array(log, "A", 2_000, dependency="afterok:p")
+    log.submit("x", dependency="afterok:p,afterany:p")
+    children = log.state.dependents["p"]
+    assert type(children) is dict
+    assert list(children) == [f"A_{k}" for k in range(2_000)] + ["x"]
+    assert log.state.jobs["x"].waiting == [("afterok", "p"), ("afterany", "p")]
+    log.run("p")
+    log.end("p", "COMPLETED")
+    assert "p" not in log.state.dependents
+    assert log.promote(limit=3) == ["A_0", "A_1", "A_2"]  # released in the order they waited
+    assert all(log.state.jobs[f"A_{k}"].waiting == [] for k in range(2_000))
+    assert log.state.jobs["x"].waiting == [] and log.state.jobs["x"].never is None

@@ -94,8 +94,10 @@ class ClusterState:
     # its history), so memory follows the work in flight, not the platform's age. Services fold
     # with keep_ended=False; tools and tests that look at ended jobs keep them.
     keep_ended: bool = True
-    # Q8: parent id -> personal-queue jobs with a condition on it not resolved yet
-    dependents: dict[str, list[str]] = field(default_factory=dict)
+    # Q8: parent id -> personal-queue jobs with a condition on it not resolved yet, in the order
+    # they began to wait (the order they are looked at again); an ordered set (a dict's keys), so
+    # adding the N tasks of an array that waits on one parent is O(N), not O(N²)
+    dependents: dict[str, dict[str, None]] = field(default_factory=dict)
     # Q8: jobs that ended for good, oldest first: id -> (lab, final state, ever started); an
     # OrderedDict because the oldest leaves at every end (a dict's first key is O(deleted))
     finals: OrderedDict[str, tuple[str, str, bool]] = field(default_factory=OrderedDict)
@@ -303,9 +305,7 @@ def _condition(state: ClusterState, job: JobView, c: Condition) -> None:
         job.never = f"{c[0]}:{c[1]}"
     elif v == "wait" and job.waiting is not None:
         job.waiting.append(c)
-        waiting = state.dependents.setdefault(c[1], [])
-        if job.job_id not in waiting:
-            waiting.append(job.job_id)
+        state.dependents.setdefault(c[1], {})[job.job_id] = None  # kept at its first place
 
 
 def _started(job: JobView) -> bool:
