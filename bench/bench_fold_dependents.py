@@ -5,6 +5,9 @@ One JobSubmitted of N tasks with `afterok:<parent>` on a job still queued, folde
 services' own fold (ClusterState, `evolve`): each task waits on the parent, so the fold adds N
 dependents to one parent. Reference in the same run: the same array without a dependency. The
 aim is linear: the cost per task does not grow with N (10k tasks well under 1 s).
+
+Second figure: with that array waiting in its user's personal queue, 1,000 single jobs the user
+submits after it are promoted past it (Q5, Q8): the cost of each promotion must not grow with N.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from bench_cycle import timed
 from bench_cycle_arrays import NOW, Log, cluster
 
 from jpu.domain.cluster import ClusterState
-from jpu.events import JobArray, JobSubmitted
+from jpu.events import JobArray, JobPromoted, JobSubmitted
 
 
 def _submit(
@@ -44,6 +47,34 @@ def fold(tasks: int, dependency: bool) -> Callable[[], ClusterState]:
     return run
 
 
+def past(tasks: int, singles: int = 1000) -> Callable[[], object]:
+    """`singles` jobs submitted after the waiting array, then each promoted (leaving the
+    personal queue behind the array's N tasks)."""
+    c = cluster()
+    array = JobArray(tasks=list(range(tasks)), throttle=None, spec=f"0-{tasks - 1}")
+    before = [_submit("parent"), _submit("a", array, "afterok:parent")]
+    before += [_submit(f"s{i:05d}") for i in range(singles)]
+    promoted = [
+        JobPromoted(event_id=f"p-{i}", ts=NOW, job_id=f"s{i:05d}", queue_entered_at=NOW)
+        for i in range(singles)
+    ]
+    log = Log(c)
+
+    def run() -> object:
+        for e in promoted:
+            log.add(e)
+        return log
+
+    def fresh() -> object:
+        nonlocal log
+        log = Log(c)
+        for e in before:
+            log.add(e)
+        return run()
+
+    return fresh
+
+
 def main(args: argparse.Namespace) -> None:
     for n in args.tasks:
         state = fold(n, True)()
@@ -57,6 +88,15 @@ def main(args: argparse.Namespace) -> None:
             f"({d / n * 1e6:.1f} µs CPU a task); without the dependency "
             f"{statistics.median(ref_wall) * 1000:.0f} ms wall, {r * 1000:.0f} ms CPU "
             f"(ratio {d / r:.2f}×)"
+        )
+    for n in args.tasks:
+        # the fold before the promotions is timed too: subtract it (same run)
+        _, with_cpu = timed(past(n), args.runs)
+        _, base_cpu = timed(past(n, 0), args.runs)
+        d = statistics.median(with_cpu) - statistics.median(base_cpu)
+        print(
+            f"1,000 promotions past a waiting {n:,}-task array: {d * 1000:.0f} ms CPU "
+            f"({d / 1000 * 1e6:.1f} µs CPU a promotion)"
         )
 
 
