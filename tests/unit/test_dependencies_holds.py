@@ -417,3 +417,18 @@ def test_Q8_dependents_of_a_large_array_fold_in_linear_time() -> None:
     assert log.promote(limit=3) == ["A_0", "A_1", "A_2"]  # released in the order they waited
     assert all(log.state.jobs[f"A_{k}"].waiting == [] for k in range(2_000))
     assert log.state.jobs["x"].waiting == [] and log.state.jobs["x"].never is None
+
+
+def test_Q5_Q8_a_job_leaves_a_long_personal_queue_without_a_scan_and_the_order_stays() -> None:
+    """A personal queue is an ordered set (a dict's keys): jobs promoted past an array waiting
+    on its dependency leave it in O(1) each, and the order (oldest first, Q5) is kept."""
+    log = Log()
+    log.submit("p", user="bob")
+    _submit_array(log, "A", 1_000, dependency="afterok:p")
+    for k in range(3):
+        log.submit(f"s{k}")
+    queue = log.state.personal["ann"]
+    assert type(queue) is dict
+    assert to_promote(log.state, {"ann"}, {}, 2) == ["s0", "s1"]  # past the waiting tasks
+    log.add(JobPromoted, job_id="s1", queue_entered_at=0.0)
+    assert list(log.state.personal["ann"]) == [f"A_{k}" for k in range(1_000)] + ["s0", "s2"]

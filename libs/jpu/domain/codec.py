@@ -176,7 +176,7 @@ def with_jobs(state: ClusterState, jobs: Iterable[JobView]) -> None:
             if job.array_id is not None:
                 count_slot(state.array_slots, job.array_id, 1)
         if job.state == "PERSONAL_QUEUE_WAIT":
-            state.personal.setdefault(job.user, []).append(job.job_id)
+            state.personal.setdefault(job.user, {})[job.job_id] = None
             for _, parent in job.waiting or ():
                 state.dependents.setdefault(parent, {})[job.job_id] = None
         if job.state in QUEUED:
