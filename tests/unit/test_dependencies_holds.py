@@ -253,7 +253,10 @@ def test_Q8_Q9_a_snapshot_restores_the_same_decisions() -> None:
     data = codec.pack(log.state, "JPU", 0.0)
     _, restored = codec.unpack(data, Cluster(tiers=[], nodes=[]))
     restored.keep_ended = False
-    assert restored.dependents == log.state.dependents and restored.finals == log.state.finals
+    assert restored.finals == log.state.finals
+    assert {p: list(c) for p, c in restored.dependents.items()} == {
+        p: list(c) for p, c in log.state.dependents.items()
+    }  # the same children in the same order (a dict's == would not compare the order)
     assert to_promote(restored, None, {}, 5) == log.promote(limit=5)
     for s in (log.state, restored):  # the same parent end decides the same for both
         evolve(s, Delivered(seq=100, subject="s", event=_end("a"), headers={}))
@@ -393,3 +396,39 @@ def test_Q8_array_progress_survives_a_snapshot() -> None:
     for s in (log.state, restored):
         evolve(s, Delivered(seq=100, subject="s", event=_end("A_1"), headers={}))
     assert never_satisfied(restored, None) == never_satisfied(log.state, None) == ["b"]
+
+
+def test_Q8_dependents_of_a_large_array_fold_in_linear_time() -> None:
+    """Every task of an array waiting on one parent joins the parent's dependents through an
+    ordered set (a dict's keys: O(1) a task, not a scan of the tasks already there), in the
+    order they began to wait; a job with two conditions on one parent is there once. The cost
+    itself is measured by bench/bench_fold_dependents.py, not timed here."""
+    log = Log()
+    log.submit("p")
+    _submit_array(log, "A", 2_000, dependency="afterok:p")
+    log.submit("x", dependency="afterok:p,afterany:p")
+    children = log.state.dependents["p"]
+    assert type(children) is dict
+    assert list(children) == [f"A_{k}" for k in range(2_000)] + ["x"]
+    assert log.state.jobs["x"].waiting == [("afterok", "p"), ("afterany", "p")]
+    log.run("p")
+    log.end("p", "COMPLETED")
+    assert "p" not in log.state.dependents
+    assert log.promote(limit=3) == ["A_0", "A_1", "A_2"]  # released in the order they waited
+    assert all(log.state.jobs[f"A_{k}"].waiting == [] for k in range(2_000))
+    assert log.state.jobs["x"].waiting == [] and log.state.jobs["x"].never is None
+
+
+def test_Q5_Q8_a_job_leaves_a_long_personal_queue_without_a_scan_and_the_order_stays() -> None:
+    """A personal queue is an ordered set (a dict's keys): jobs promoted past an array waiting
+    on its dependency leave it in O(1) each, and the order (oldest first, Q5) is kept."""
+    log = Log()
+    log.submit("p", user="bob")
+    _submit_array(log, "A", 1_000, dependency="afterok:p")
+    for k in range(3):
+        log.submit(f"s{k}")
+    queue = log.state.personal["ann"]
+    assert type(queue) is dict
+    assert to_promote(log.state, {"ann"}, {}, 2) == ["s0", "s1"]  # past the waiting tasks
+    log.add(JobPromoted, job_id="s1", queue_entered_at=0.0)
+    assert list(log.state.personal["ann"]) == [f"A_{k}" for k in range(1_000)] + ["s0", "s2"]

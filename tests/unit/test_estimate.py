@@ -377,7 +377,9 @@ def test_U4_forward_starts_from_the_fold_of_the_present():
     assert seeded.running == live.running and seeded.gpus == live.gpus
     assert seeded.usage == live.usage
     assert sim.cluster.rows == live.gpus and list(sim.cluster.running.values()) == live.running
-    assert sim.state.personal == {"b": ["p"]} and sim.state.slots == log.state.slots
+    assert {u: list(q) for u, q in sim.state.personal.items()} == {
+        "b": ["p"]
+    } and sim.state.slots == log.state.slots
     s = sim.state.jobs["s"]
     assert (s.uncharged_reserved_gpu_s, s.uncharged_reserved_usage) == pytest.approx((9.0, 743.4))
 

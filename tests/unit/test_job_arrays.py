@@ -96,7 +96,7 @@ def test_Q7_fold_makes_each_task_a_job_whose_subject_starts_empty_E2() -> None:
     jobs = log.state.jobs
     assert sorted(jobs) == ["a1_0", "a1_1", "a1_2"]
     assert "a1" not in jobs  # the array's id is no job
-    assert log.state.personal["alice"] == ["a1_0", "a1_1", "a1_2"]
+    assert list(log.state.personal["alice"]) == ["a1_0", "a1_1", "a1_2"]
     for j in jobs.values():
         assert j.state == "PERSONAL_QUEUE_WAIT" and j.array_id == "a1"
         assert j.submit_seq == 1 and j.last_seq == 0  # E2: its first append expects seq 0

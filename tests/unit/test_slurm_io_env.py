@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given
@@ -121,6 +122,32 @@ def test_U7_array_task_env_has_count_min_max_step() -> None:
     }
     uneven = slurm_env.array_env("arr1", 5, [1, 5, 9, 10])
     assert uneven["SLURM_ARRAY_TASK_STEP"] == "1"
+
+
+def test_U7_Q7_an_arrays_count_min_max_step_are_read_once_per_array_not_once_per_task(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The shape is the same for every task and costs O(N): read once, an array's N tasks are
+    built in O(N), not O(N²); each task's variables are those `task_of` gives it alone."""
+    reads: list[int] = []
+    shape = slurm_env.array_shape
+
+    def counted(tasks: Sequence[int], index: int) -> tuple[int, int, int, int]:
+        reads.append(len(tasks))
+        return shape(tasks, index)
+
+    monkeypatch.setattr(slurm_env, "array_shape", counted)
+    submit = JobSubmitted(
+        event_id="e", ts=0.0, job_id="arr1", lab="BCG", user="alice", name="sweep",
+        command="true", num_gpus=1, array=JobArray(tasks=list(range(0, 3000, 3)), spec="0-2999:3"),
+    )  # fmt: skip
+    tasks = arrays.tasks_of(submit)
+    assert reads == [1000]
+    assert [t.env for t in tasks[::250]] == [
+        arrays.task_of(submit, k).env for k in (0, 750, 1500, 2250)
+    ]
+    assert tasks[5].env["SLURM_ARRAY_TASK_STEP"] == "3"
+    assert tasks[5].env["SLURM_ARRAY_TASK_MAX"] == "2997"
 
 
 def test_U6_submit_records_the_options_on_JobSubmitted_and_the_agent_launches_with_them() -> None:

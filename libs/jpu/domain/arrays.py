@@ -92,14 +92,17 @@ def split_task_id(job_id: str) -> tuple[str, int] | None:
     return (m.group(1), int(m.group(2))) if m else None
 
 
-def env_for(array_id: str, index: int, tasks: Sequence[int]) -> dict[str, str]:
+def env_for(
+    array_id: str, index: int, tasks: Sequence[int], shape: tuple[int, int, int, int] | None = None
+) -> dict[str, str]:
     """Q7: what the platform puts in a task's environment (also the Slurm names, U7, so a
-    script written for `sbatch --array` runs unchanged; Q1 keeps users from setting them)."""
+    script written for `sbatch --array` runs unchanged; Q1 keeps users from setting them).
+    `shape`: the array's `slurm_env.array_shape`, when the caller already has it."""
     return {
         "JPU_ARRAY_JOB_ID": array_id,
         "JPU_ARRAY_TASK_ID": str(index),
         "JPU_ARRAY_TASK_COUNT": str(len(tasks)),
-        **slurm_env.array_env(array_id, index, tasks),
+        **slurm_env.array_env(array_id, index, tasks, shape),
     }
 
 
@@ -109,14 +112,18 @@ def tasks_of(event: JobSubmitted) -> list[JobSubmitted]:
     a = event.array
     if a is None or a.array_id is not None:
         return [event]
-    return [task_of(event, k) for k in a.tasks]
+    # the array's count, min, max and step are read once (O(N)), not once per task (O(N²))
+    shape = slurm_env.array_shape(a.tasks, a.tasks[0]) if a.tasks else None
+    return [task_of(event, k, shape) for k in a.tasks]
 
 
-def task_of(event: JobSubmitted, index: int) -> JobSubmitted:
-    """Task `index` of the array `event` submitted."""
+def task_of(
+    event: JobSubmitted, index: int, shape: tuple[int, int, int, int] | None = None
+) -> JobSubmitted:
+    """Task `index` of the array `event` submitted (`shape`: as `env_for`'s)."""
     a = event.array
     assert a is not None
-    env = {**event.env, **env_for(event.job_id, index, a.tasks)}
+    env = {**event.env, **env_for(event.job_id, index, a.tasks, shape)}
     return msgspec.structs.replace(
         event,
         job_id=task_id(event.job_id, index),

@@ -84,7 +84,9 @@ class ClusterState:
     owed: dict[str, Charge] = field(default_factory=dict)
     maintenance: Maintenance = field(default_factory=Maintenance)
     runs: RecentRuns = field(default_factory=RecentRuns)  # U4: recent run times (bounded)
-    personal: dict[str, list[str]] = field(default_factory=dict)  # user -> job ids, oldest first
+    # user -> job ids, oldest first; an ordered set (a dict's keys), so a job leaving from behind
+    # a long queue (an array's tasks waiting, Q8) costs O(1), not a scan of the queue
+    personal: dict[str, dict[str, None]] = field(default_factory=dict)
     slots: dict[str, int] = field(default_factory=dict)  # user -> slot-holding jobs (S1)
     array_slots: dict[str, int] = field(default_factory=dict)  # array -> its tasks' slots (Q7)
     # the global queue (GLOBAL_QUEUE_WAIT, RESERVING) grouped by lab for the cycle (D1), kept
@@ -94,8 +96,10 @@ class ClusterState:
     # its history), so memory follows the work in flight, not the platform's age. Services fold
     # with keep_ended=False; tools and tests that look at ended jobs keep them.
     keep_ended: bool = True
-    # Q8: parent id -> personal-queue jobs with a condition on it not resolved yet
-    dependents: dict[str, list[str]] = field(default_factory=dict)
+    # Q8: parent id -> personal-queue jobs with a condition on it not resolved yet, in the order
+    # they began to wait (the order they are looked at again); an ordered set (a dict's keys), so
+    # adding the N tasks of an array that waits on one parent is O(N), not O(N²)
+    dependents: dict[str, dict[str, None]] = field(default_factory=dict)
     # Q8: jobs that ended for good, oldest first: id -> (lab, final state, ever started); an
     # OrderedDict because the oldest leaves at every end (a dict's first key is O(deleted))
     finals: OrderedDict[str, tuple[str, str, bool]] = field(default_factory=OrderedDict)
@@ -269,7 +273,7 @@ def _submitted(state: ClusterState, event: JobSubmitted, seq: int) -> None:
             continue  # a duplicate submit can only be refused by expected seq 0; keep the first
         job = JobView.submitted(job_event, seq, dependency)
         state.jobs[job.job_id] = job
-        state.personal.setdefault(job.user, []).append(job.job_id)
+        state.personal.setdefault(job.user, {})[job.job_id] = None
         if job_event.dependency:
             job.waiting = []
             for c in dependency.conditions:
@@ -303,9 +307,7 @@ def _condition(state: ClusterState, job: JobView, c: Condition) -> None:
         job.never = f"{c[0]}:{c[1]}"
     elif v == "wait" and job.waiting is not None:
         job.waiting.append(c)
-        waiting = state.dependents.setdefault(c[1], [])
-        if job.job_id not in waiting:
-            waiting.append(job.job_id)
+        state.dependents.setdefault(c[1], {})[job.job_id] = None  # kept at its first place
 
 
 def _started(job: JobView) -> bool:
@@ -441,9 +443,8 @@ def _job(state: ClusterState, delivered: Delivered) -> None:
         if job.array_id is not None:
             count_slot(state.array_slots, job.array_id, 1 if job.holds_slot else -1)
     if was_personal and job.state != "PERSONAL_QUEUE_WAIT":
-        queue = state.personal.get(job.user, [])
-        if job.job_id in queue:
-            queue.remove(job.job_id)
+        queue = state.personal.get(job.user, {})
+        queue.pop(job.job_id, None)
         if not queue:
             state.personal.pop(job.user, None)
     if job.final and not state.keep_ended:

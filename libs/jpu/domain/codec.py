@@ -176,11 +176,9 @@ def with_jobs(state: ClusterState, jobs: Iterable[JobView]) -> None:
             if job.array_id is not None:
                 count_slot(state.array_slots, job.array_id, 1)
         if job.state == "PERSONAL_QUEUE_WAIT":
-            state.personal.setdefault(job.user, []).append(job.job_id)
+            state.personal.setdefault(job.user, {})[job.job_id] = None
             for _, parent in job.waiting or ():
-                waiting = state.dependents.setdefault(parent, [])
-                if job.job_id not in waiting:
-                    waiting.append(job.job_id)
+                state.dependents.setdefault(parent, {})[job.job_id] = None
         if job.state in QUEUED:
             queued.append(queued_job(job))
     state.queue = LabQueues(queued)

@@ -104,7 +104,7 @@ def array_slots(state: ClusterState, job: JobView, promoting: Sequence[str] = ()
     return {job.array_id: state.array_slots.get(job.array_id, 0) + about}
 
 
-def _eligible(state: ClusterState, queue: list[str]) -> list[str]:
+def _eligible(state: ClusterState, queue: Iterable[str]) -> list[str]:
     """The jobs of one personal queue that may take a slot, oldest first, as far as holds and
     dependencies go; of singleton jobs of one name, only the first (Q8: one of them holds a
     slot at a time)."""

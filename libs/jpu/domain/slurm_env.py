@@ -61,17 +61,27 @@ def slurm_env(f: JobFacts) -> dict[str, str]:
     return env
 
 
-def array_env(array_id: str, index: int, tasks: Sequence[int]) -> dict[str, str]:
-    """SLURM_ARRAY_* of one task: the array's id, its index, and the array's count, lowest,
-    highest and step (the common difference of the indices, 1 when they have none)."""
+def array_shape(tasks: Sequence[int], index: int) -> tuple[int, int, int, int]:
+    """An array's count, lowest, highest and step (the common difference of its indices, 1 when
+    they have none): the same for every task, so an array's tasks share one (Q7: O(N) once per
+    array, not once per task)."""
     ordered = sorted(tasks) or [index]
     gaps = {b - a for a, b in itertools.pairwise(ordered)}
     step = gaps.pop() if len(gaps) == 1 else 1
+    return len(ordered), ordered[0], ordered[-1], step
+
+
+def array_env(
+    array_id: str, index: int, tasks: Sequence[int], shape: tuple[int, int, int, int] | None = None
+) -> dict[str, str]:
+    """SLURM_ARRAY_* of one task: the array's id, its index, and the array's count, lowest,
+    highest and step (`array_shape`; given when the caller already has it)."""
+    count, lowest, highest, step = shape or array_shape(tasks, index)
     return {
         "SLURM_ARRAY_JOB_ID": array_id,
         "SLURM_ARRAY_TASK_ID": str(index),
-        "SLURM_ARRAY_TASK_COUNT": str(len(ordered)),
-        "SLURM_ARRAY_TASK_MIN": str(ordered[0]),
-        "SLURM_ARRAY_TASK_MAX": str(ordered[-1]),
+        "SLURM_ARRAY_TASK_COUNT": str(count),
+        "SLURM_ARRAY_TASK_MIN": str(lowest),
+        "SLURM_ARRAY_TASK_MAX": str(highest),
         "SLURM_ARRAY_TASK_STEP": str(step),
     }
