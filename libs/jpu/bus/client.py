@@ -188,6 +188,8 @@ class EventBus:
             except Exception as e:
                 if not is_unreachable(e) or self._closing.is_set():
                     raise
+                # said as the ride says it: an operator (and the outage tests) see every resend
+                log.info("append: no leader answered (%r); trying again", e)
                 watch.unanswered(loop.time())  # the ride begins with short, overlapping tries
         return await ride_out_election(
             lambda try_s: self._append_once(event, expected_last_subject_seq, headers, try_s),
