@@ -73,6 +73,7 @@ class LocalBackend(LocalBackfill):
         # X4a: workspaces of this data dir (<data_dir>/workspaces), built with podman
         self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
                                      settings.pip)  # fmt: skip
+        proc_.watch_children_by_pidfd()
         self._watchers: dict[str, ProcessWatcher] = {}
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
@@ -90,11 +91,10 @@ class LocalBackend(LocalBackfill):
                 return bid  # idempotent per (job_id, attempt)
             spec = await asyncio.to_thread(self._checked_workdir, spec)  # SEC1, as the account
             try:
-                record, fds = await asyncio.to_thread(self._prepare, spec, bid)
+                # O5: saved (fsynced) before the spawn, in the same thread hop as the files
+                record, fds = await asyncio.to_thread(self._prepare_saved, spec, bid)
             except OSError as e:
                 raise BackendError(f"cannot prepare {bid}: {e}") from e
-            # before the spawn: a crash in between reads as NODE_FAIL; fsync off the event loop
-            await asyncio.to_thread(self.store.save, record)
             started_at = time.time()
             try:
                 process = await self._spawn(record, spec, fds)
@@ -255,6 +255,18 @@ class LocalBackend(LocalBackfill):
             prefix = proc_.netns_prefix(self._agent) if wanted == "netns" else []
             self._isolation = iso_.netns(prefix)
         return self._isolation
+
+    def _prepare_saved(self, spec: LaunchSpec, bid: str) -> tuple[JobRecord, tuple[int, int]]:
+        """`_prepare`, then the record saved before the spawn: a crash in between reads as
+        never spawned (adopt_unsaved_spawn), never as a second run (SPEC O5)."""
+        record, fds = self._prepare(spec, bid)
+        try:
+            self.store.save(record)
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return record, fds
 
     def _prepare(self, spec: LaunchSpec, bid: str) -> tuple[JobRecord, tuple[int, int]]:
         """Account, output directory (0700, the user's), script and output files (X2, X3).
