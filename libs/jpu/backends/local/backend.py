@@ -20,6 +20,7 @@ import os
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -75,6 +76,7 @@ class LocalBackend(LocalBackfill):
                                      settings.pip)  # fmt: skip
         proc_.watch_children_by_pidfd()
         self._watchers: dict[str, ProcessWatcher] = {}
+        self._on_end: Callable[[str], None] | None = None
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
         # per attempt: submits of different attempts proceed concurrently (the fsyncs overlap)
@@ -110,6 +112,10 @@ class LocalBackend(LocalBackfill):
             self._watch(record, process)
         log.info("started %s pid=%d as %s", bid, process.pid, record.account)
         return bid
+
+    def notify_ends(self, callback: Callable[[str], None]) -> None:
+        """NotifiesEnds: the watcher of each attempt calls back once its end is saved."""
+        self._on_end = callback
 
     async def find(self, job_id: str, attempt: int) -> str | None:
         self._load()
@@ -356,9 +362,15 @@ class LocalBackend(LocalBackfill):
 
     def _watch(self, record: JobRecord, process: asyncio.subprocess.Process | None) -> None:
         self._records[record.backend_job_id] = record
-        watcher = ProcessWatcher(record, process, self.store, self.settings, self._on_kill_failed)
+        watcher = ProcessWatcher(
+            record, process, self.store, self.settings, self._on_kill_failed, self._ended
+        )
         self._watchers[record.backend_job_id] = watcher
         watcher.start()
+
+    def _ended(self, backend_job_id: str) -> None:
+        if self._on_end is not None:
+            self._on_end(backend_job_id)
 
     def _drained(self) -> dict[str, str]:
         return self.store.drained()
