@@ -24,16 +24,14 @@ which the loader reads and removes only after the drop to the user's account.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from jpu.backends import isolation as iso_
@@ -70,68 +68,6 @@ RESERVED_ENV = (
     "JPU_JOB_ID",
     "JPU_WORKDIR",
 )
-
-
-def watch_children_by_pidfd() -> None:
-    """Child exits seen through one pidfd per child on the running event loop, instead of
-    asyncio's default in Python 3.11 (a thread blocked in `waitpid` per child: a burst of
-    starts is a burst of threads). Python 3.12 does this itself; a kernel without pidfd_open
-    (Linux < 5.3) keeps the default."""
-    if sys.version_info >= (3, 12):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except (AttributeError, OSError):
-        return
-    policy = asyncio.get_event_loop_policy()
-    if not isinstance(policy.get_child_watcher(), _PidfdWatcher):
-        policy.set_child_watcher(_PidfdWatcher())
-
-
-class _PidfdWatcher(asyncio.AbstractChildWatcher):
-    """Python 3.12's PidfdChildWatcher: any running loop, no thread (3.11's is bound to one
-    loop, attached only from the main thread)."""
-
-    def __enter__(self) -> _PidfdWatcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def is_active(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        pass
-
-    def attach_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        pass
-
-    def add_child_handler(self, pid: int, callback: Callable[..., object], *args: object) -> None:
-        loop = asyncio.get_running_loop()
-        pidfd = os.pidfd_open(pid)  # a zombie still has its pidfd: no exit is missed
-        loop.add_reader(pidfd, self._reap, loop, pid, pidfd, callback, args)
-
-    def remove_child_handler(self, pid: int) -> bool:
-        return True  # asyncio never calls it for a pidfd watcher's children
-
-    @staticmethod
-    def _reap(
-        loop: asyncio.AbstractEventLoop,
-        pid: int,
-        pidfd: int,
-        callback: Callable[..., object],
-        args: tuple[object, ...],
-    ) -> None:
-        loop.remove_reader(pidfd)
-        try:
-            _, status = os.waitpid(pid, 0)  # readable pidfd: it has exited, this returns now
-            returncode = os.waitstatus_to_exitcode(status)
-        except ChildProcessError:  # reaped by someone else: its status is lost (asyncio's 255)
-            returncode = 255
-        finally:
-            os.close(pidfd)
-        callback(pid, returncode, *args)
 
 
 def system_path(program: str) -> str:

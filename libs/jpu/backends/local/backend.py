@@ -74,7 +74,6 @@ class LocalBackend(LocalBackfill):
         # X4a: workspaces of this data dir (<data_dir>/workspaces), built with podman
         self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
                                      settings.pip)  # fmt: skip
-        proc_.watch_children_by_pidfd()
         self._watchers: dict[str, ProcessWatcher] = {}
         self._on_end: Callable[[str], None] | None = None
         self._records: dict[str, JobRecord] = {}
