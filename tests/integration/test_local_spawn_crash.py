@@ -209,3 +209,16 @@ async def test_B2_backfill_instance_whose_pid_was_not_saved_is_adopted_and_preem
         or b"sleep" not in Path(f"/proc/{pid}/cmdline").read_bytes()
     )
     await restarted.close_backfill()
+
+
+async def test_X6_local_backend_calls_back_once_an_attempts_end_is_saved(dirs: Dirs) -> None:
+    """NotifiesEnds: the agent polls an ended attempt at once, not at its backoff; the call
+    comes after the final status is saved, so that poll finds it."""
+    backend = dirs.backend()
+    ended: asyncio.Queue[str] = asyncio.Queue()
+    backend.notify_ends(ended.put_nowait)
+    bid = await backend.submit(dirs.spec("exit 0\n"))
+    assert await asyncio.wait_for(ended.get(), 20) == bid
+    saved = backend.store.load(bid)
+    assert saved is not None and saved.final is not None and saved.final.state == "COMPLETED"
+    await backend.close()

@@ -184,3 +184,14 @@ async def test_X1_a_failed_lookup_fails_every_caller_it_was_to_answer() -> None:
     lookup = NameLookup(load)
     results = await asyncio.gather(*(lookup.get(n) for n in "abc"), return_exceptions=True)
     assert all(isinstance(r, RuntimeError) for r in results), results
+
+
+async def test_X6_a_poked_job_is_due_now_and_wakes_the_watch_loop() -> None:
+    watch = WatchList(poll_min_s=0.25, poll_max_s=5.0)
+    watch.track("j1", 1, "b1")
+    watch.track("j2", 1, "b2")
+    watch.wake.clear()
+    assert watch.due() == []
+    watch.poke("b2")
+    assert [w.backend_job_id for w in watch.due()] == ["b2"] and watch.wake.is_set()
+    watch.poke("gone")  # a job no longer watched: nothing to do

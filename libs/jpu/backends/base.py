@@ -19,6 +19,7 @@ Contract, beyond the signatures:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final, Protocol, runtime_checkable
 
 import msgspec
@@ -78,6 +79,16 @@ class LaunchSpec(msgspec.Struct, frozen=True, kw_only=True):
         """Where the job starts (U5, like sbatch's submit directory): its `chdir`, else
         JOB_OUTPUT_DIR. The job sees it as JPU_WORKDIR; the backend enters it as the user."""
         return self.chdir or self.output_dir
+
+
+@runtime_checkable
+class NotifiesEnds(Protocol):
+    """A backend that sees its attempts end (the local backend awaits its own children) and says
+    so at once: the agent polls that attempt now, not at its backoff (SPEC X6)."""
+
+    def notify_ends(self, callback: Callable[[str], None]) -> None:
+        """`callback(backend_job_id)` once an attempt's final status is saved."""
+        ...
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ import logging
 from collections.abc import Awaitable, Iterable, Mapping
 
 from jpu.backends import BackendStatus, ExecutionBackend, NodeInventory, UnknownBackendJob
+from jpu.backends.base import NotifiesEnds
 from jpu.backends.workspaces import Workspaces
 from jpu.bus import Delivered, EventBus
 from jpu.config import Config, Tier
@@ -66,6 +67,8 @@ async def _run(
     options: AgentOptions,
 ) -> None:
     agent = JobAgent(bus, {t.name: t for t in config.tiers}, backend, clock, options)
+    if isinstance(backend, NotifiesEnds):  # an end seen by the backend is polled at once
+        backend.notify_ends(agent.watch.poke)
     inventory = InventoryReporter(bus, backend, clock, {n.name: dict(n.gpus) for n in config.nodes})
     await inventory.report(force=True)
     recovered_to = await recover(agent, bus, config)

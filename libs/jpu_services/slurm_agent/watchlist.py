@@ -58,6 +58,13 @@ class WatchList:
             w.interval, w.due = self.poll_min_s, min(w.due, due)
         self.wake.set()
 
+    def poke(self, backend_job_id: str) -> None:
+        """The backend saw this job end: poll it now, not at its backoff."""
+        w = self.jobs.get(backend_job_id)
+        if w is not None:
+            w.due = time.monotonic()
+            self.wake.set()
+
     def due(self) -> list[Watched]:
         now = time.monotonic()
         return [w for w in self.jobs.values() if w.due <= now]

@@ -20,6 +20,7 @@ import os
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -74,6 +75,7 @@ class LocalBackend(LocalBackfill):
         self.workspaces = Workspaces(Path(settings.data_dir) / "workspaces", settings.podman,
                                      settings.pip)  # fmt: skip
         self._watchers: dict[str, ProcessWatcher] = {}
+        self._on_end: Callable[[str], None] | None = None
         self._records: dict[str, JobRecord] = {}
         self._loaded = False
         # per attempt: submits of different attempts proceed concurrently (the fsyncs overlap)
@@ -90,11 +92,10 @@ class LocalBackend(LocalBackfill):
                 return bid  # idempotent per (job_id, attempt)
             spec = await asyncio.to_thread(self._checked_workdir, spec)  # SEC1, as the account
             try:
-                record, fds = await asyncio.to_thread(self._prepare, spec, bid)
+                # O5: saved (fsynced) before the spawn, in the same thread hop as the files
+                record, fds = await asyncio.to_thread(self._prepare_saved, spec, bid)
             except OSError as e:
                 raise BackendError(f"cannot prepare {bid}: {e}") from e
-            # before the spawn: a crash in between reads as NODE_FAIL; fsync off the event loop
-            await asyncio.to_thread(self.store.save, record)
             started_at = time.time()
             try:
                 process = await self._spawn(record, spec, fds)
@@ -110,6 +111,10 @@ class LocalBackend(LocalBackfill):
             self._watch(record, process)
         log.info("started %s pid=%d as %s", bid, process.pid, record.account)
         return bid
+
+    def notify_ends(self, callback: Callable[[str], None]) -> None:
+        """NotifiesEnds: the watcher of each attempt calls back once its end is saved."""
+        self._on_end = callback
 
     async def find(self, job_id: str, attempt: int) -> str | None:
         self._load()
@@ -256,6 +261,18 @@ class LocalBackend(LocalBackfill):
             self._isolation = iso_.netns(prefix)
         return self._isolation
 
+    def _prepare_saved(self, spec: LaunchSpec, bid: str) -> tuple[JobRecord, tuple[int, int]]:
+        """`_prepare`, then the record saved before the spawn: a crash in between reads as
+        never spawned (adopt_unsaved_spawn), never as a second run (SPEC O5)."""
+        record, fds = self._prepare(spec, bid)
+        try:
+            self.store.save(record)
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return record, fds
+
     def _prepare(self, spec: LaunchSpec, bid: str) -> tuple[JobRecord, tuple[int, int]]:
         """Account, output directory (0700, the user's), script and output files (X2, X3).
         Returns the record and the open stdout/stderr fds the job inherits."""
@@ -344,9 +361,15 @@ class LocalBackend(LocalBackfill):
 
     def _watch(self, record: JobRecord, process: asyncio.subprocess.Process | None) -> None:
         self._records[record.backend_job_id] = record
-        watcher = ProcessWatcher(record, process, self.store, self.settings, self._on_kill_failed)
+        watcher = ProcessWatcher(
+            record, process, self.store, self.settings, self._on_kill_failed, self._ended
+        )
         self._watchers[record.backend_job_id] = watcher
         watcher.start()
+
+    def _ended(self, backend_job_id: str) -> None:
+        if self._on_end is not None:
+            self._on_end(backend_job_id)
 
     def _drained(self) -> dict[str, str]:
         return self.store.drained()

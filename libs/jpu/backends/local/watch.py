@@ -36,12 +36,14 @@ class ProcessWatcher:
         store: RecordStore,
         settings: LocalSettings,
         on_kill_failed: Callable[[JobRecord], None],
+        on_end: Callable[[str], None] | None = None,
     ) -> None:
         self.record = record
         self.process = process
         self.store = store
         self.settings = settings
         self.on_kill_failed = on_kill_failed
+        self.on_end = on_end
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._reaped: asyncio.Future[int] | None = None
@@ -85,7 +87,6 @@ class ProcessWatcher:
             ran = status.exists() or proc_.start_file(status).exists()
             await asyncio.to_thread(self._end_container)
             self._finish(reason=None if ran else "never started")
-            return
         while r.final is None:
             now = time.time()
             self._escalate(now)
@@ -93,6 +94,8 @@ class ProcessWatcher:
                 await asyncio.to_thread(self._end_container)
                 self._finish(save=False)
                 await asyncio.to_thread(self.store.save, r)  # the fsync off the event loop
+        if self.on_end is not None:  # saved: the agent may poll it now (SPEC X6)
+            self.on_end(r.backend_job_id)
 
     async def _term_container(self) -> None:
         """X4a, X5: the SIGTERM goes straight to the container's init (`podman kill`), never
