@@ -91,7 +91,14 @@ async def test_U2_job_page_tells_the_oom_retry_in_a_sentence(stack: Stack, page:
     erin = stack.api("osl-erin")
     oom = 'echo "torch.OutOfMemoryError: CUDA out of memory" >&2\nexit 1\n'
     job = erin.submit(oom, tiers=["rtx4090"], name="oom-page")  # the biggest GPU there is
-    done = erin.wait(job["id"], lambda j: j["state"] == "FAILED" and j["reason"] == "OOM")
+    # FAILED with reason OOM shows at the attempt's end, the dispatcher's decision (X8:
+    # JobRetryDeclined, no bigger GPU) with its next cycle, ~0.1 s later: wait for the decision
+    done = erin.wait(
+        job["id"],
+        lambda j: (j["attempts"][-1]["retry"] or {}).get("decision") not in (None, "pending"),
+        what="the OOM retry decided",
+    )
+    assert done["state"] == "FAILED" and done["reason"] == "OOM", done
     assert done["oom_explanation"] == [
         "attempt 1 ran out of GPU memory on rtx4090 (24 GB); no GPU with more than 24 GB exists "
         "here, so the job failed"
