@@ -22,18 +22,24 @@ CATALOG = "jpu/explain/why.json"  # the "why" sentences, served at /console/why.
 # Run from an empty folder with -P: neither the cwd nor the checkout is on sys.path, so the only
 # `jpu_services` importable is the installed wheel's (first on PYTHONPATH).
 _SERVE = """
+import asyncio
 import sys
+import httpx
 from fastapi import FastAPI
-from fastapi.testclient import TestClient
 from jpu_services.gateway.routes import console
 target = sys.argv[1]
 assert str(console.CONSOLE_DIR).startswith(target), console.CONSOLE_DIR
 app = FastAPI()
 app.include_router(console.router)
-client = TestClient(app)
-for path in ["/"] + [f"/console/{name}" for name in sys.argv[2:]]:
-    response = client.get(path)
-    assert response.status_code == 200 and response.content, (path, response.status_code)
+
+async def serve() -> None:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        for path in ["/"] + [f"/console/{name}" for name in sys.argv[2:]]:
+            response = await client.get(path)
+            assert response.status_code == 200 and response.content, (path, response.status_code)
+
+asyncio.run(serve())
 print("served", len(sys.argv) - 1)
 """
 

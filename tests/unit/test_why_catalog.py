@@ -10,9 +10,9 @@ import re
 import typing
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import FastAPI
-from fastapi.testclient import TestClient
 
 from jpu.cli.why import _T
 from jpu.domain.promotion import PersonalReason
@@ -83,10 +83,11 @@ def test_U4_U2_a_state_has_one_name_the_catalogs() -> None:
     assert "`why.state.${base}`" in core  # codeText's key for a state
 
 
-def test_U4_the_gateway_serves_the_catalog_the_cli_reads() -> None:
+async def test_U4_the_gateway_serves_the_catalog_the_cli_reads() -> None:
     app = FastAPI()
     app.include_router(console.router)
-    got = TestClient(app).get("/console/why.json")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        got = await c.get("/console/why.json")
     assert got.status_code == 200, got.text
     assert got.headers["content-type"].startswith("application/json")
     assert got.json() == _T
