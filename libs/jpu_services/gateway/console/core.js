@@ -2,7 +2,6 @@
 // API client and its errors, lab colours and the maintenance banner. Vanilla JS, no build step.
 // All text reaches the page through textContent / DOM nodes, never innerHTML (no HTML injection).
 import { STRINGS } from "./strings.js";
-import { timeHint } from "./submit.js";
 
 export const POLL_MS = 3000, LOG_POLL_MS = 2000;  // live updates while the page is visible
 export const CHART_WINDOWS = [1, 24, 168, 720];  // hours: 1 h / 24 h / 7 d / 30 d
@@ -195,8 +194,12 @@ export function applyStrings() {
   document.querySelectorAll("[data-i18n-placeholder]").forEach((el) => { el.placeholder = t(el.dataset.i18nPlaceholder); });
   $("lang-toggle").textContent = state.lang === "ko" ? "English" : "한국어";
   drawError();
-  timeHint();
 }
+
+// --- the current view, drawn again: main.js registers its router, so no view imports main.js ----
+let renderer = () => {};
+export function setRenderer(fn) { renderer = fn; }
+export function rerender(opts) { return renderer(opts); }
 
 // --- lab colours (SPEC U2): one per lab, the same in the pool grid, the tables and the chart ----
 export const LAB_COLORS = ["#2456c8", "#c62828", "#00838f", "#6d4c41", "#ad1457", "#3949ab", "#558b2f",

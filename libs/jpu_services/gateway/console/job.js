@@ -1,9 +1,8 @@
 // The job page (SPEC U2, U4): its fields, the event timeline, the dependency chain; the log pane
 // (log.js), the files pane (files.js) and "why it waited" (why.js) are drawn from here.
-import { $, api, clearRows, codeSpan, codeText, fmtClock, fmtDur, fmtNum, fmtSlurm, fmtTime, gpusText, h, has, jobLink, reasonCode, setRows, showError, state, t, tf } from "./core.js";
+import { $, api, clearRows, codeSpan, codeText, fmtClock, fmtDur, fmtNum, fmtSlurm, fmtTime, gpusText, h, has, jobLink, reasonCode, rerender, setRows, showError, state, t, tf } from "./core.js";
 import { refreshFiles } from "./files.js";
 import { refreshLog, resetLog } from "./log.js";
-import { render } from "./main.js";
 import { drawWhy, why } from "./why.js";
 
 // SPEC U4: an estimate, with its basis and when it was computed; with no start, "unknown" and
@@ -197,7 +196,7 @@ export async function loadJob(id) {
     $("job-cancel").onclick = async () => {
       try {
         await api(`/v1/jobs/${encodeURIComponent(id)}/cancel`, { method: "POST" }); showError(null);
-        alert(t("job.cancel_sent")); render({ poll: true });
+        alert(t("job.cancel_sent")); rerender({ poll: true });
       } catch (e) { showError(e); }
     };
     $("job-run-panes").hidden = array;

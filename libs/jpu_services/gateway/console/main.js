@@ -1,7 +1,7 @@
 // JPU-Share web console (SPEC U2), the page's one script (an ES module, no build step): routing
 // to the views, live updates, and the page's controls. It talks only to the REST API (/v1); the
 // token the user types is kept in localStorage and sent as `Authorization: Bearer <token>`.
-import { $, CHART_WINDOWS, LOG_POLL_MS, POLL_MS, api, applyStrings, clearRows, refreshBanner, showError, state } from "./core.js";
+import { $, CHART_WINDOWS, LOG_POLL_MS, POLL_MS, api, applyStrings, clearRows, refreshBanner, setRenderer, showError, state } from "./core.js";
 import { clearJob, loadJob } from "./job.js";
 import { loadJobs } from "./jobs.js";
 import { chartResized, loadCharges, loadLabs } from "./labs.js";
@@ -83,8 +83,15 @@ export function stopPolling() {
   state.timers = null;
 }
 
-export function start() {
+// The page's words in the current language, the time limit's hint with them.
+function strings() {
   applyStrings();
+  timeHint();
+}
+
+export function start() {
+  setRenderer(render);
+  strings();
   $("token-input").value = state.token;
   $("token-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -97,7 +104,7 @@ export function start() {
   $("lang-toggle").addEventListener("click", () => {
     state.lang = state.lang === "ko" ? "en" : "ko";
     localStorage.setItem("jpu.lang", state.lang);
-    applyStrings(); render();
+    strings(); render();
   });
   $("job-open").addEventListener("submit", (ev) => {
     ev.preventDefault(); location.hash = "#/job/" + encodeURIComponent($("job-id-input").value.trim());
@@ -128,7 +135,7 @@ export function start() {
   // the first view once the catalog's words are in STRINGS (a state's Korean name is there);
   // the controls above work at once, so nothing typed meanwhile is lost
   catalog.catch(() => {}).then(() => {
-    applyStrings(); render();
+    strings(); render();
     if (!document.hidden) startPolling();
   });
 }

@@ -1,12 +1,11 @@
 // The workspaces view (SPEC X4a).
-import { $, api, fmtTime, h, setRows, showError, state, t, tf } from "./core.js";
-import { render } from "./main.js";
+import { $, api, fmtTime, h, rerender, setRows, showError, state, t, tf } from "./core.js";
 
 // SPEC X4a: the user's default workspace (PUT /v1/me/workspace; null clears it), then the view again
 export async function setDefaultWorkspace(name) {
   try {
     await api("/v1/me/workspace", { method: "PUT", body: JSON.stringify({ workspace: name }) });
-    showError(null); render();
+    showError(null); rerender();
   } catch (e) { showError(e); }
 }
 
