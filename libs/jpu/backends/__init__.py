@@ -79,6 +79,7 @@ def podman_of(config: Config) -> Podman:
 
 def make_backend(config: Config, env: Mapping[str, str] | None = None) -> ExecutionBackend:
     env = os.environ if env is None else env
+    accounts = account_map(config, env)  # the one the gateway checks a chdir with (U5, SEC1)
     if config.slurm_backend == "local":
         from jpu.backends.local.backend import LocalBackend, LocalSettings
 
@@ -93,9 +94,9 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 container_runtime=config.container_runtime,
                 podman=podman_of(config),
                 pip=pip_site(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
-                account_template=env.get("JPU_LOCAL_ACCOUNT_TEMPLATE", "jpu-{user}"),
-                create_accounts=env.get("JPU_LOCAL_CREATE_ACCOUNTS", "1") != "0",
-                fallback_account=env.get("JPU_LOCAL_FALLBACK_ACCOUNT", "nobody"),
+                account_template=accounts.template,
+                create_accounts=accounts.create,
+                fallback_account=accounts.fallback,
                 workdir_roots=tuple(config.workdir_roots),  # SEC1
             )
         )
@@ -113,9 +114,9 @@ def make_backend(config: Config, env: Mapping[str, str] | None = None) -> Execut
                 container_runtime=config.container_runtime,
                 podman=podman_of(config),
                 pip=pip_site(config.workspace_pip_index_url, config.workspace_pip_ca_bundle),
-                account_template=env.get("JPU_SLURM_ACCOUNT_TEMPLATE", "jpu-{user}"),
-                create_accounts=env.get("JPU_SLURM_CREATE_ACCOUNTS", "1") != "0",
-                fallback_account=env.get("JPU_SLURM_FALLBACK_ACCOUNT", "nobody"),
+                account_template=accounts.template,
+                create_accounts=accounts.create,
+                fallback_account=accounts.fallback,
                 pyslurm=env.get("JPU_SLURM_PYSLURM", "auto"),
                 backfill_partition=env.get("JPU_SLURM_BACKFILL_PARTITION", "llm"),
                 submit_concurrency=int(env.get("JPU_SLURM_SUBMIT_CONCURRENCY", "8")),

@@ -28,7 +28,7 @@ import msgspec
 from jpu.backends import containers, seccomp, supervise
 from jpu.backends import isolation as iso_
 from jpu.backends import process as proc_
-from jpu.backends.accounts import Account, AccountMap, current_account
+from jpu.backends.accounts import Account, current_account
 from jpu.backends.base import (
     SAFE_ID,
     BackendError,
@@ -54,9 +54,7 @@ class LocalBackend(LocalBackfill):
     def __init__(self, settings: LocalSettings) -> None:
         self.settings = settings
         self.store = RecordStore(Path(settings.data_dir) / "local-backend")
-        self.accounts = AccountMap(
-            settings.account_template, settings.create_accounts, settings.fallback_account
-        )
+        self.accounts = settings.account_map()
         self._agent = current_account()
         self._owner = str(self.store.root.resolve())  # the label of our containers
         self._isolation: iso_.Isolation | None = None

@@ -33,7 +33,7 @@ from pathlib import Path
 import msgspec
 
 from jpu.backends import isolation as iso_
-from jpu.backends.accounts import Account, AccountMap, current_account
+from jpu.backends.accounts import Account, current_account
 from jpu.backends.base import (
     SAFE_ID,
     BackendError,
@@ -69,9 +69,7 @@ class SlurmBackend(SlurmBackfill):
         self.settings = settings
         self.cli = cli or SlurmCli(settings.conf)
         self.store = SlurmRecordStore(Path(settings.data_dir) / "slurm-backend")
-        self.accounts = AccountMap(
-            settings.account_template, settings.create_accounts, settings.fallback_account
-        )
+        self.accounts = settings.account_map()
         self._agent = current_account()
         self._isolation: dict[str, iso_.Isolation] = {}  # by account
         self._wanted = iso_.wants(
