@@ -15,8 +15,9 @@ import pytest
 from jpu.cli.main import build_parser, main
 from jpu.cli.rest import views
 from jpu.cli.rest.client import DEFAULT_URL, ApiError, RestError, decode, resolve_target
-from jpu.cli.rest.render import fmt_duration, fmt_usage, parse_time_limit, table
+from jpu.cli.rest.render import fmt_duration, fmt_usage, table
 from jpu.cli.rest.subcommands import submit_body
+from jpu.policy.time_limits import parse_time_limit
 
 # SPEC U1: one rule with the console's form (console/time.js), one file of cases both tests read
 TIME_LIMITS = json.loads((Path(__file__).parents[1] / "fixtures" / "time_limits.json").read_text())

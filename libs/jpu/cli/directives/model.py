@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from jpu.cli.rest.render import parse_time_limit
 from jpu.domain import dependencies
 from jpu.policy import mail
 from jpu.policy.sbatch import Given
+from jpu.policy.time_limits import parse_time_limit
 
 
 class DirectiveError(ValueError):

@@ -22,9 +22,9 @@ from jpu.cli import directives, messages
 from jpu.cli.directives import Directives
 from jpu.cli.directives.sbatch import refusal
 from jpu.cli.rest.client import ApiError, RestClient, RestError, resolve_target
-from jpu.cli.rest.render import parse_time_limit
 from jpu.policy import sbatch as sbatch_policy
 from jpu.policy.sbatch_options import OPTIONS
+from jpu.policy.time_limits import parse_time_limit
 from jpu.policy.workdir import NOT_ON_CLUSTER
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9._-]+")

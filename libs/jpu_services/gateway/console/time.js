@@ -1,6 +1,6 @@
 import { localError } from "./core.js";
 
-// sbatch --time, the rules of the CLI's parser (jpu.cli.rest.render.parse_time_limit):
+// sbatch --time, the rules of the CLI's parser (jpu.policy.time_limits.parse_time_limit):
 // "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S" → seconds; "UNLIMITED"/"infinite" → null.
 // One rule, two parsers (SPEC U1): both run the cases of tests/fixtures/time_limits.json.
 export const TIME_RE = /^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$/;
