@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -208,6 +209,17 @@ async def test_U1_slurm_shims_run_jpu_and_never_shadow_a_real_slurm(
     job = (await _run(["sbatch", "--parsable", "--wrap", "true"], path, project))[1].strip()
     assert len(job) == 24
     rc, out, err = await _run(["squeue", "--me", "-h", "-o", "%i %t"], path, project)
+    assert rc == 0 and out.split() == [job, "PD"], err
+    # a shim an earlier jpu wrote (it ran `-m jpu.cli.slurm_shims`) still runs jpu's squeue
+    earlier = project / "earlier-shims"
+    earlier.mkdir()
+    (earlier / "squeue").write_text(
+        f"#!/bin/sh\n# jpu-slurm-shim: `squeue` runs `jpu squeue`\n"
+        f'exec {shlex.quote(sys.executable)} -P -m jpu.cli.slurm_shims "$0" squeue "$@"\n'
+    )
+    (earlier / "squeue").chmod(0o755)
+    rc, out, err = await _run(["squeue", "--me", "-h", "-o", "%i %t"],
+                              {**env, "PATH": str(earlier)}, project)  # fmt: skip
     assert rc == 0 and out.split() == [job, "PD"], err
     # Slurm installed later, after the shims on PATH: the shim runs Slurm's, and says so
     _fake(slurm, "squeue")

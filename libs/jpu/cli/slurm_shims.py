@@ -7,7 +7,10 @@ the shim would never run, after it the shim would hide Slurm — and never overw
 did not write. At run time a shim checks again (Slurm may be installed later): finding another
 NAME on PATH, it says so on stderr and runs that one, not `jpu`.
 
-    python -m jpu.cli.slurm_shims SHIM_PATH NAME ARGS...   (what a shim runs)
+    python -P -m jpu.cli.slurm_shim_run SHIM_PATH NAME ARGS...   (what a shim runs)
+
+The runner is a module of its own, beside main.py: it imports `main`, and this module, which
+main's `slurm-shims` subcommand imports, must not.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ import argparse
 import os
 import shlex
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 NAMES: Final = ("sbatch", "squeue", "scancel", "sacct", "scontrol")
 MARK: Final = "jpu-slurm-shim"
+RUNNER: Final = "jpu.cli.slurm_shim_run"  # the module a shim runs
 USER_ERRORS: tuple[type[Exception], ...] = (OSError,)
 
 
@@ -51,7 +54,7 @@ def other_on_path(name: str, path_env: str, mine: Path | None = None) -> Path | 
 
 
 def shim_text(name: str, python: str) -> str:
-    run = " ".join(shlex.quote(w) for w in (python, "-P", "-m", "jpu.cli.slurm_shims"))
+    run = " ".join(shlex.quote(w) for w in (python, "-P", "-m", RUNNER))
     return (
         f"#!/bin/sh\n# {MARK}: `{name}` runs `jpu {name}` (jpu slurm-shims install; "
         f'a Slurm {name} on PATH wins)\nexec {run} "$0" {name} "$@"\n'
@@ -121,16 +124,7 @@ def cmd_shims(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
-def run(shim: str, name: str, argv: Sequence[str]) -> int:
-    """What a shim runs: a real `name` on PATH if there is one (never shadowed), else jpu's."""
-    real = other_on_path(name, os.environ.get("PATH", ""), mine=Path(shim))
-    if real is not None:
-        print(f"{MARK}: running the {name} at {real}, not jpu's", file=sys.stderr)
-        os.execv(real, [name, *argv])
-    from jpu.cli.main import main
-
-    return main([name, *argv])
-
-
 if __name__ == "__main__":
-    sys.exit(run(sys.argv[1], sys.argv[2], sys.argv[3:]))
+    # A shim written before the runner had a module of its own: the same run, by its new name
+    # (a process, not an import: the runner imports main, which imports this module).
+    os.execv(sys.executable, [sys.executable, "-P", "-m", RUNNER, *sys.argv[1:]])
