@@ -93,7 +93,7 @@ def split_task_id(job_id: str) -> tuple[str, int] | None:
 
 
 def env_for(
-    array_id: str, index: int, tasks: Sequence[int], shape: tuple[int, int, int, int] | None = None
+    array_id: str, index: int, tasks: Sequence[int], shape: slurm_env.ArrayShape | None = None
 ) -> dict[str, str]:
     """Q7: what the platform puts in a task's environment (also the Slurm names, U7, so a
     script written for `sbatch --array` runs unchanged; Q1 keeps users from setting them).
@@ -118,7 +118,7 @@ def tasks_of(event: JobSubmitted) -> list[JobSubmitted]:
 
 
 def task_of(
-    event: JobSubmitted, index: int, shape: tuple[int, int, int, int] | None = None
+    event: JobSubmitted, index: int, shape: slurm_env.ArrayShape | None = None
 ) -> JobSubmitted:
     """Task `index` of the array `event` submitted (`shape`: as `env_for`'s)."""
     a = event.array

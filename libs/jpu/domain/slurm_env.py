@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -61,18 +62,27 @@ def slurm_env(f: JobFacts) -> dict[str, str]:
     return env
 
 
-def array_shape(tasks: Sequence[int], index: int) -> tuple[int, int, int, int]:
+class ArrayShape(NamedTuple):
+    """What every task of one array shares in SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP (Q7)."""
+
+    size: int  # SLURM_ARRAY_TASK_COUNT (a tuple has a count method)
+    lowest: int
+    highest: int
+    step: int
+
+
+def array_shape(tasks: Sequence[int], index: int) -> ArrayShape:
     """An array's count, lowest, highest and step (the common difference of its indices, 1 when
     they have none): the same for every task, so an array's tasks share one (Q7: O(N) once per
     array, not once per task)."""
     ordered = sorted(tasks) or [index]
     gaps = {b - a for a, b in itertools.pairwise(ordered)}
     step = gaps.pop() if len(gaps) == 1 else 1
-    return len(ordered), ordered[0], ordered[-1], step
+    return ArrayShape(len(ordered), ordered[0], ordered[-1], step)
 
 
 def array_env(
-    array_id: str, index: int, tasks: Sequence[int], shape: tuple[int, int, int, int] | None = None
+    array_id: str, index: int, tasks: Sequence[int], shape: ArrayShape | None = None
 ) -> dict[str, str]:
     """SLURM_ARRAY_* of one task: the array's id, its index, and the array's count, lowest,
     highest and step (`array_shape`; given when the caller already has it)."""
